@@ -1,0 +1,45 @@
+# `make run` serves the whole product; `make test` runs lint then the test suite.
+# With DATABASE_URL / REDIS_URL unset, both start an embedded PostgreSQL and Redis.
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed-$(shell cat requirements/*.txt | cksum | cut -d' ' -f1)
+DEVSTACK := $(PY) -m devstack exec --
+
+.PHONY: run test lint lint-checks pytest bench clean help
+
+help:
+	@echo "make run    - set up and serve the product on 127.0.0.1:$${PORT:-8000} (Ctrl-C stops)"
+	@echo "make test   - lint, then the whole test suite"
+	@echo "make lint   - ruff, Django checks, migrations check, OpenAPI schema"
+
+$(STAMP): requirements/base.txt requirements/dev.txt
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "Python 3.11+ is required")'
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements/dev.txt
+	rm -f $(VENV)/.installed-*
+	touch $@
+
+run: $(STAMP)
+	$(PY) -m devstack run
+
+test: $(STAMP)
+	$(DEVSTACK) $(MAKE) --no-print-directory lint-checks pytest
+
+lint: $(STAMP)
+	$(DEVSTACK) $(MAKE) --no-print-directory lint-checks
+
+# The targets below expect DATABASE_URL and REDIS_URL (devstack sets them).
+lint-checks:
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(PY) manage.py check --fail-level WARNING
+	$(PY) manage.py makemigrations --check --dry-run
+	$(PY) manage.py spectacular --validate --fail-on-warn --file /dev/null
+
+pytest:
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) .devdata .pytest_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""Package catalog: the fixed GPU + CPU + memory products the SaaS sells."""

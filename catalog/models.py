@@ -1,0 +1,132 @@
+"""The Package: a sellable GPU model x count + CPU + memory, with its DRA allocation."""
+
+from __future__ import annotations
+
+from django.core.exceptions import ValidationError
+from django.core.validators import MinValueValidator
+from django.db import models
+from django.db.models.functions import Lower
+
+from catalog import validation
+
+# Model field -> the path customers and ops see in JSON and YAML.
+FIELD_PATHS = {
+    "id": "id",
+    "spec_name": "specName",
+    "cpu": "cpu",
+    "memory": "memory",
+    "gpu": "gpu",
+    "device_class_name": "allocation.deviceClassName",
+    "claim_request_name": "allocation.claimRequestName",
+    "count": "allocation.count",
+    "selectors": "allocation.selectors",
+    "capacity": "allocation.capacity",
+    "active": "active",
+}
+
+
+class Package(models.Model):
+    id = models.CharField(
+        primary_key=True,
+        max_length=63,
+        help_text="Package ID customers pass as packageID: a DNS-1123 label, stored lower-case.",
+        error_messages={"unique": "A package with this ID already exists."},
+    )
+    spec_name = models.CharField(
+        "spec name", max_length=253, help_text="Product name, e.g. gpu.rtx3080.2x.10c.40g."
+    )
+    cpu = models.CharField(max_length=32, help_text='Kubernetes quantity, e.g. "10" or "500m".')
+    memory = models.CharField(max_length=32, help_text='Kubernetes quantity, e.g. "40Gi".')
+    gpu = models.PositiveIntegerField(
+        "GPUs", validators=[MinValueValidator(1)], help_text="GPUs per unit; equals count."
+    )
+    device_class_name = models.CharField(
+        "device class", max_length=253, help_text="DRA DeviceClass the claim requests from."
+    )
+    claim_request_name = models.CharField(
+        "claim request name",
+        max_length=63,
+        default="gpu",
+        blank=True,
+        help_text="Name of the request inside the ResourceClaim (a DNS label; empty = gpu).",
+    )
+    count = models.PositiveIntegerField(
+        "device count",
+        validators=[MinValueValidator(1)],
+        help_text="Devices requested (ExactCount); must equal GPUs.",
+    )
+    selectors = models.JSONField(
+        default=list, blank=True, help_text="CEL device selectors added to the claim request."
+    )
+    capacity = models.JSONField(
+        default=dict, blank=True, help_text="Optional per-device capacity requests."
+    )
+    active = models.BooleanField(default=True, help_text="Only active packages can be ordered.")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["id"]
+        constraints = [
+            models.UniqueConstraint(
+                Lower("id"),
+                name="package_id_ci_unique",
+                violation_error_message="A package with this ID (ignoring case) already exists.",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(gpu__gte=1),
+                name="package_gpu_positive",
+                violation_error_message="gpu must be greater than zero.",
+            ),
+            models.CheckConstraint(
+                condition=models.Q(count=models.F("gpu")),
+                name="package_count_equals_gpu",
+                violation_error_message="allocation.count must equal gpu.",
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return self.id
+
+    def clean(self) -> None:
+        """Normalise, then check every rule, reporting all failing fields at once."""
+        self.id = (self.id or "").strip().lower()
+        self.spec_name = (self.spec_name or "").strip()
+        self.cpu = (self.cpu or "").strip()
+        self.memory = (self.memory or "").strip()
+        self.device_class_name = (self.device_class_name or "").strip()
+        self.claim_request_name = (self.claim_request_name or "").strip() or "gpu"
+        if isinstance(self.selectors, list):
+            self.selectors = [s.strip() if isinstance(s, str) else s for s in self.selectors]
+
+        errors: dict[str, str | None] = {
+            "id": validation.dns_label(self.id),
+            "cpu": validation.positive_quantity(self.cpu, resource="cpu"),
+            "memory": validation.positive_quantity(self.memory, resource="memory"),
+            "device_class_name": validation.dns_subdomain(self.device_class_name),
+            "claim_request_name": validation.dns_label(self.claim_request_name),
+            "capacity": validation.capacity_requests(self.capacity),
+        }
+        if not isinstance(self.selectors, list):
+            errors["selectors"] = "selectors must be a list of CEL expressions."
+        else:
+            errors["selectors"] = validation.cel_expressions(self.selectors)
+        if self.gpu is not None and self.count is not None and self.gpu != self.count:
+            errors["count"] = f"allocation.count ({self.count}) must equal gpu ({self.gpu})."
+        problems = {field: message for field, message in errors.items() if message}
+        if problems:
+            raise ValidationError(problems)
+
+    @property
+    def allocation(self) -> dict:
+        """The DRA allocation block as the article writes it (claimName is per unit)."""
+        block: dict = {
+            "deviceClassName": self.device_class_name,
+            "claimRequestName": self.claim_request_name,
+            "count": self.count,
+        }
+        if self.selectors:
+            block["selectors"] = list(self.selectors)
+        if self.capacity:
+            block["capacity"] = dict(self.capacity)
+        return block

@@ -1,0 +1,13 @@
+"""Catalog reads."""
+
+from django.db.models import QuerySet
+
+from catalog.models import Package
+
+
+def list_active_packages() -> QuerySet[Package]:
+    return Package.objects.filter(active=True).order_by("id")
+
+
+def get_active_package(package_id: str) -> Package | None:
+    return Package.objects.filter(active=True, id=package_id.strip().lower()).first()

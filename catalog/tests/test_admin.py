@@ -1,0 +1,102 @@
+"""The package admin: add/change with inline validation errors, toggle, YAML export."""
+
+import pytest
+import yaml
+from django.urls import reverse
+
+from catalog.models import Package
+from catalog.tests.factories import PackageFactory
+
+pytestmark = pytest.mark.django_db
+
+ADD_URL = reverse("admin:catalog_package_add")
+LIST_URL = reverse("admin:catalog_package_changelist")
+
+
+def form_data(**overrides) -> dict:
+    data = {
+        "id": "gpu-l40s-4x-cpu48-mem192g",
+        "spec_name": "gpu.l40s.4x.48c.192g",
+        "active": "on",
+        "cpu": "48",
+        "memory": "192Gi",
+        "gpu": "4",
+        "device_class_name": "nvidia-l40s",
+        "claim_request_name": "gpu",
+        "count": "4",
+        "selectors": 'device.attributes["gpu.nvidia.com"].productName == "NVIDIA L40S"\n',
+        "capacity": "{}",
+    }
+    data.update(overrides)
+    return data
+
+
+def test_add_creates_package_with_selectors_one_per_line(admin_client):
+    response = admin_client.post(ADD_URL, form_data())
+    assert response.status_code == 302
+    package = Package.objects.get()
+    assert package.selectors == ['device.attributes["gpu.nvidia.com"].productName == "NVIDIA L40S"']
+
+
+def test_add_shows_each_field_error_inline_and_saves_nothing(admin_client):
+    response = admin_client.post(
+        ADD_URL, form_data(id="Bad_ID", cpu="0", count="2", selectors="device.driver ==")
+    )
+    assert response.status_code == 200
+    errors = response.context["adminform"].form.errors
+    assert set(errors) == {"id", "cpu", "count", "selectors"}
+    assert "must equal gpu (4)" in errors["count"][0]
+    assert "errorlist" in response.content.decode()
+    assert not Package.objects.exists()
+
+
+def test_change_keeps_id_read_only_and_validates(admin_client):
+    package = PackageFactory()
+    url = reverse("admin:catalog_package_change", args=[package.pk])
+    page = admin_client.get(url)
+    assert 'name="id"' not in page.content.decode()
+    data = form_data(memory="lots")
+    data.pop("id")
+    response = admin_client.post(url, data)
+    assert response.status_code == 200
+    assert "memory" in response.context["adminform"].form.errors
+    data["memory"] = "64Gi"
+    assert admin_client.post(url, data).status_code == 302
+    package.refresh_from_db()
+    assert package.memory == "64Gi"
+    assert package.id == "gpu-rtx3080-2x-cpu10-mem40g"
+
+
+def test_list_searches_and_filters(admin_client):
+    PackageFactory()
+    PackageFactory(id="gpu-h100-1x", spec_name="h100", gpu=1, count=1, active=False)
+    found = admin_client.get(LIST_URL, {"q": "h100"})
+    assert list(found.context["cl"].result_list) == [Package.objects.get(id="gpu-h100-1x")]
+    active = admin_client.get(LIST_URL, {"active__exact": "1"})
+    assert [p.id for p in active.context["cl"].result_list] == ["gpu-rtx3080-2x-cpu10-mem40g"]
+
+
+def test_export_action_downloads_selected_packages_as_yaml(admin_client):
+    PackageFactory()
+    PackageFactory(id="gpu-h100-1x", spec_name="h100", gpu=1, count=1)
+    response = admin_client.post(
+        LIST_URL, {"action": "export_yaml", "_selected_action": ["gpu-h100-1x"]}
+    )
+    assert response["Content-Type"] == "application/yaml"
+    document = yaml.safe_load(response.content)
+    assert [p["id"] for p in document["packages"]] == ["gpu-h100-1x"]
+
+
+def test_deactivate_action(admin_client):
+    PackageFactory()
+    admin_client.post(
+        LIST_URL,
+        {"action": "deactivate", "_selected_action": ["gpu-rtx3080-2x-cpu10-mem40g"]},
+    )
+    assert Package.objects.get().active is False
+
+
+def test_admin_requires_login(client):
+    response = client.get(LIST_URL)
+    assert response.status_code == 302
+    assert "/admin/login/" in response["Location"]

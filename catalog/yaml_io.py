@@ -1,0 +1,126 @@
+"""The article's `packages:` YAML <-> Package field values. Pure: no database access."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+
+ENTRY_KEYS = {"id", "specName", "cpu", "memory", "gpu", "allocation", "active"}
+ALLOCATION_KEYS = {"deviceClassName", "claimRequestName", "count", "selectors", "capacity"}
+
+
+class CatalogFormatError(ValueError):
+    """The document is not a `packages:` list of the expected shape."""
+
+
+def _text(value: Any) -> str:
+    """YAML reads `cpu: 10` as an int; quantities are strings in Kubernetes."""
+    if value is None:
+        return ""
+    if isinstance(value, bool):
+        return str(value).lower()
+    return str(value)
+
+
+def parse_document(text: str) -> list[dict]:
+    try:
+        document = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise CatalogFormatError(f"not valid YAML: {exc}") from exc
+    if not isinstance(document, dict) or set(document) != {"packages"}:
+        raise CatalogFormatError("the document must have exactly one top-level key, `packages`.")
+    packages = document["packages"] or []
+    if not isinstance(packages, list):
+        raise CatalogFormatError("`packages` must be a list.")
+    return packages
+
+
+def entry_to_fields(entry: Any) -> tuple[dict, dict[str, str]]:
+    """Map one YAML entry to model field values, plus shape errors keyed by YAML path."""
+    if not isinstance(entry, dict):
+        return {}, {"": "each package must be a mapping."}
+    errors: dict[str, str] = {}
+    for key in sorted(set(entry) - ENTRY_KEYS):
+        errors[key] = "unknown field."
+    allocation = entry.get("allocation")
+    if not isinstance(allocation, dict):
+        errors["allocation"] = "allocation must be a mapping with deviceClassName and count."
+        allocation = {}
+    if "claimName" in allocation:
+        errors["allocation.claimName"] = (
+            "claimName is derived per unit (unit-<name>-gpu) and cannot be set in the catalog."
+        )
+    for key in sorted(set(allocation) - ALLOCATION_KEYS - {"claimName"}):
+        errors[f"allocation.{key}"] = "unknown field."
+    active = entry.get("active", True)
+    if not isinstance(active, bool):
+        errors["active"] = "active must be true or false."
+    fields = {
+        "id": _text(entry.get("id")),
+        "spec_name": _text(entry.get("specName")),
+        "cpu": _text(entry.get("cpu")),
+        "memory": _text(entry.get("memory")),
+        "gpu": entry.get("gpu"),
+        "device_class_name": _text(allocation.get("deviceClassName")),
+        "claim_request_name": _text(allocation.get("claimRequestName")) or "gpu",
+        "count": allocation.get("count"),
+        "selectors": allocation.get("selectors") or [],
+        "capacity": {k: _text(v) for k, v in (allocation.get("capacity") or {}).items()}
+        if isinstance(allocation.get("capacity") or {}, dict)
+        else allocation.get("capacity"),
+        "active": active is not False,
+    }
+    return fields, errors
+
+
+def package_to_entry(package: Any) -> dict:
+    """One package in the article's format; optional keys only when they carry a value."""
+    entry: dict = {
+        "id": package.id,
+        "specName": package.spec_name,
+        "cpu": package.cpu,
+        "memory": package.memory,
+        "gpu": package.gpu,
+        "allocation": package.allocation,
+    }
+    if not package.active:
+        entry["active"] = False
+    return entry
+
+
+class _QuotedStr(str):
+    """Strings always quoted, so "10" stays a string and the output reads like the article."""
+
+
+def _represent_quoted(dumper: yaml.SafeDumper, value: _QuotedStr) -> yaml.Node:
+    return dumper.represent_scalar("tag:yaml.org,2002:str", value, style='"')
+
+
+class _Dumper(yaml.SafeDumper):
+    def increase_indent(self, flow: bool = False, indentless: bool = False) -> None:
+        # Indent list items under their key, as the article and kubectl write YAML.
+        return super().increase_indent(flow, False)
+
+
+_Dumper.add_representer(_QuotedStr, _represent_quoted)
+
+
+def dump_document(entries: list[dict]) -> str:
+    def quote(value: Any) -> Any:
+        if isinstance(value, str):
+            return _QuotedStr(value)
+        if isinstance(value, dict):
+            return {k: quote(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [quote(v) for v in value]
+        return value
+
+    return yaml.dump(
+        {"packages": [quote(e) for e in entries]},
+        Dumper=_Dumper,
+        sort_keys=False,
+        default_flow_style=False,
+        allow_unicode=True,
+        width=1000,
+    )

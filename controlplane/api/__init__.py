@@ -1,0 +1,1 @@
+"""API plumbing shared by every app: the response envelope, errors, schema helpers."""

@@ -1,0 +1,63 @@
+"""DRF exception handler that renders every error in the envelope."""
+
+from __future__ import annotations
+
+import logging
+
+from django.core.exceptions import PermissionDenied
+from django.http import Http404
+from rest_framework import exceptions, status
+from rest_framework.response import Response
+
+from controlplane.api.errors import ApiError, error_body
+
+logger = logging.getLogger(__name__)
+
+# DRF's exception classes mapped to our public codes.
+_CODES: list[tuple[type[Exception], str]] = [
+    (exceptions.ParseError, "invalid_request"),
+    (exceptions.ValidationError, "invalid_request"),
+    (exceptions.NotAuthenticated, "unauthenticated"),
+    (exceptions.AuthenticationFailed, "unauthenticated"),
+    (exceptions.PermissionDenied, "forbidden"),
+    (exceptions.NotFound, "not_found"),
+    (exceptions.MethodNotAllowed, "method_not_allowed"),
+    (exceptions.NotAcceptable, "not_acceptable"),
+    (exceptions.UnsupportedMediaType, "unsupported_media_type"),
+    (exceptions.Throttled, "throttled"),
+]
+
+
+def _enveloped(body: dict, status_code: int, headers: dict | None = None) -> Response:
+    response = Response(body, status=status_code, headers=headers)
+    response.enveloped = True
+    return response
+
+
+def envelope_exception_handler(exc: Exception, context: dict) -> Response | None:
+    if isinstance(exc, ApiError):
+        return _enveloped(error_body(exc.code, exc.message, exc.details), exc.status_code)
+    if isinstance(exc, Http404):
+        exc = exceptions.NotFound()
+    elif isinstance(exc, PermissionDenied):
+        exc = exceptions.PermissionDenied()
+    if not isinstance(exc, exceptions.APIException):
+        logger.exception("unhandled error in %s", context.get("view"))
+        return _enveloped(
+            error_body("internal_error", "The server failed to handle this request."),
+            status.HTTP_500_INTERNAL_SERVER_ERROR,
+        )
+
+    code = next((name for cls, name in _CODES if isinstance(exc, cls)), "error")
+    headers = {}
+    if getattr(exc, "auth_header", None):
+        headers["WWW-Authenticate"] = exc.auth_header
+    if getattr(exc, "wait", None):
+        headers["Retry-After"] = str(int(exc.wait))
+    if isinstance(exc, exceptions.ValidationError):
+        message, details = "The request is invalid.", {"fields": exc.detail}
+        if isinstance(exc.detail, list):
+            details = {"errors": exc.detail}
+    else:
+        message, details = str(exc.detail), {}
+    return _enveloped(error_body(code, message, details), exc.status_code, headers)

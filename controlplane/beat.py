@@ -1,0 +1,13 @@
+"""The one place that says what Celery beat runs and how often."""
+
+from django.conf import settings
+
+
+def beat_schedule() -> dict[str, dict]:
+    """Periodic tasks by name; intervals come from settings so tests and ops can tune them."""
+    return {
+        "controlplane.heartbeat": {
+            "task": "controlplane.heartbeat",
+            "schedule": settings.HEARTBEAT_INTERVAL_SECONDS,
+        },
+    }

@@ -1,0 +1,86 @@
+"""Health checks: each dependency answers quickly or is reported down, never hangs the probe."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import redis
+from django.conf import settings
+from django.db import connection
+
+HEARTBEAT_KEY = "controlplane:heartbeat"
+
+
+@dataclass(frozen=True)
+class Check:
+    ok: bool
+    latency_ms: float
+    error: str = ""
+
+    def as_dict(self) -> dict:
+        body: dict = {"ok": self.ok, "latencyMs": round(self.latency_ms, 2)}
+        if self.error:
+            body["error"] = self.error
+        return body
+
+
+def _timed(probe) -> Check:
+    started = time.perf_counter()
+    try:
+        probe()
+    except Exception as exc:  # a health probe reports every failure instead of raising
+        return Check(False, (time.perf_counter() - started) * 1000, f"{type(exc).__name__}: {exc}")
+    return Check(True, (time.perf_counter() - started) * 1000)
+
+
+def _redis() -> redis.Redis:
+    return redis.Redis.from_url(
+        settings.CELERY_BROKER_URL, socket_connect_timeout=1, socket_timeout=1
+    )
+
+
+def check_database() -> Check:
+    def probe() -> None:
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+
+    return _timed(probe)
+
+
+def check_broker() -> Check:
+    return _timed(lambda: _redis().ping())
+
+
+def record_heartbeat() -> None:
+    _redis().set(HEARTBEAT_KEY, datetime.now(UTC).isoformat())
+
+
+def last_heartbeat() -> datetime | None:
+    try:
+        raw = _redis().get(HEARTBEAT_KEY)
+    except redis.RedisError:
+        return None
+    return datetime.fromisoformat(raw.decode()) if raw else None
+
+
+def report() -> tuple[bool, dict]:
+    """Return (ready, body). Only the database decides readiness: with the broker down the
+    API still accepts work (it is recorded in the database and swept later)."""
+    database = check_database()
+    broker = check_broker()
+    beat = last_heartbeat()
+    stale_after = settings.HEARTBEAT_INTERVAL_SECONDS * 3
+    worker_ok = beat is not None and (datetime.now(UTC) - beat).total_seconds() <= stale_after
+    body = {
+        "status": "ok" if database.ok and broker.ok and worker_ok else "degraded",
+        "checks": {
+            "database": database.as_dict(),
+            "broker": broker.as_dict(),
+            "worker": {"ok": worker_ok, "lastHeartbeat": beat.isoformat() if beat else None},
+        },
+    }
+    if not database.ok:
+        body["status"] = "down"
+    return database.ok, body

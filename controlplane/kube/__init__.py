@@ -1,0 +1,1 @@
+"""The only package that imports the `kubernetes` client: connection, errors, helpers."""

@@ -1,0 +1,30 @@
+"""Kubernetes resource quantities ("10", "500m", "40Gi"): strict syntax check and exact value."""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal
+
+from kubernetes.utils import parse_quantity
+
+# The apiserver's grammar: signed decimal number, then one suffix (binary SI, decimal SI or
+# a decimal exponent). parse_quantity alone is more lenient, so check the syntax first.
+_QUANTITY = re.compile(
+    r"^[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)"
+    r"(?:Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?[0-9]+)?$"
+)
+
+
+def parse(value: str) -> Decimal:
+    """Exact value of a quantity string; ValueError with a readable message when invalid."""
+    if not isinstance(value, str) or not _QUANTITY.match(value.strip()):
+        raise ValueError(f'"{value}" is not a Kubernetes quantity (examples: "10", "500m", "40Gi")')
+    return Decimal(parse_quantity(value.strip()))
+
+
+def same_value(a: str, b: str) -> bool:
+    """True when two quantity strings denote the same amount ("10" and "10000m")."""
+    try:
+        return parse(a) == parse(b)
+    except ValueError:
+        return a == b

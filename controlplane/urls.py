@@ -1,0 +1,22 @@
+"""Root URL configuration: admin, the versioned API, and its schema and docs."""
+
+from django.contrib import admin
+from django.urls import include, path
+from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
+
+from controlplane.views import HealthView
+
+api_v1 = [
+    path("health", HealthView.as_view(), name="health"),
+    path("", include("catalog.urls")),
+]
+
+urlpatterns = [
+    path("admin/", admin.site.urls),
+    path("api/v1/", include((api_v1, "api"), namespace="v1")),
+    path("api/schema/", SpectacularAPIView.as_view(), name="schema"),
+    path("api/docs/", SpectacularSwaggerView.as_view(url_name="schema"), name="api-docs"),
+]
+
+handler404 = "controlplane.views.page_not_found"
+handler500 = "controlplane.views.server_error"

@@ -1,0 +1,1 @@
+"""Inventory: the Postgres mirror of the cluster's observed DRA state."""

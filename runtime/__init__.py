@@ -1,0 +1,1 @@
+"""Runtime: tenants, API keys, GPU units and their operations."""

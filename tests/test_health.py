@@ -1,0 +1,53 @@
+"""GET /api/v1/health against the real database, Redis and a real Celery worker."""
+
+import time
+
+import pytest
+from django.test import override_settings
+
+from controlplane import health
+from devstack.services import free_port
+
+pytestmark = pytest.mark.django_db
+
+
+def test_health_reports_database_and_broker_up(api_client):
+    response = api_client.get("/api/v1/health")
+    assert response.status_code == 200
+    checks = response.json()["data"]["checks"]
+    assert checks["database"]["ok"] is True
+    assert checks["broker"]["ok"] is True
+    assert checks["database"]["latencyMs"] >= 0
+
+
+def test_health_is_degraded_but_ready_when_broker_is_down(api_client):
+    with override_settings(CELERY_BROKER_URL=f"redis://127.0.0.1:{free_port()}/0"):
+        response = api_client.get("/api/v1/health")
+    assert response.status_code == 200
+    data = response.json()["data"]
+    assert data["status"] == "degraded"
+    assert data["checks"]["broker"]["ok"] is False
+    assert "ConnectionError" in data["checks"]["broker"]["error"]
+
+
+def test_worker_heartbeat_shows_in_health(api_client, celery_worker):
+    from controlplane.tasks import heartbeat
+
+    health._redis().delete(health.HEARTBEAT_KEY)
+    assert api_client.get("/api/v1/health").json()["data"]["checks"]["worker"]["ok"] is False
+    heartbeat.delay()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        worker = api_client.get("/api/v1/health").json()["data"]["checks"]["worker"]
+        if worker["ok"]:
+            break
+        time.sleep(0.2)
+    assert worker["ok"] is True
+    assert worker["lastHeartbeat"]
+
+
+def test_beat_schedule_runs_the_heartbeat():
+    from controlplane.celery import app
+
+    app.finalize()
+    assert app.conf.beat_schedule["controlplane.heartbeat"]["task"] == "controlplane.heartbeat"
