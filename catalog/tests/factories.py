@@ -14,7 +14,7 @@ ARTICLE_PACKAGE = {
 }
 
 
-def PackageFactory(*, save: bool = True, **overrides) -> Package:  # noqa: N802 (factory name)
+def PackageFactory(*, save: bool = True, **overrides) -> Package:
     package = Package(**{**ARTICLE_PACKAGE, **overrides})
     if save:
         package.full_clean()
