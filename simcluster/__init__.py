@@ -1,0 +1,1 @@
+"""A simulated Kubernetes API server with DRA allocation, for development and tests."""

@@ -1,0 +1,85 @@
+"""`python -m simcluster`: serve a simulated cluster until SIGINT/SIGTERM."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import signal
+import sys
+import threading
+from types import FrameType
+from typing import Any
+
+from simcluster.cluster import SimCluster
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m simcluster", description=__doc__)
+    parser.add_argument(
+        "--port", type=int, default=0, help="port to listen on (0 picks a free one)"
+    )
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument(
+        "--topology", help="topology YAML file (nodes, GPU products, device classes)"
+    )
+    parser.add_argument("--kubeconfig-out", help="write a kubeconfig pointing at this server here")
+    parser.add_argument(
+        "--persist", help="keep the cluster's objects in this JSON file across restarts"
+    )
+    parser.add_argument(
+        "--nodes", type=int, help="generate this many GPU nodes instead of a topology file"
+    )
+    parser.add_argument("--gpus-per-node", type=int, help="GPUs per generated node")
+    parser.add_argument("--product", help="GPU product name of generated nodes")
+    parser.add_argument(
+        "--no-scheduler", action="store_true", help="do not run the DRA scheduler loop"
+    )
+    return parser.parse_args(argv)
+
+
+def topology_source(args: argparse.Namespace) -> str | dict[str, Any] | None:
+    generate = {
+        key: value
+        for key, value in (
+            ("nodes", args.nodes),
+            ("gpus_per_node", args.gpus_per_node),
+            ("product", args.product),
+        )
+        if value is not None
+    }
+    if generate:
+        if args.topology:
+            sys.exit("--topology and --nodes/--gpus-per-node/--product are mutually exclusive")
+        return {"generate": generate}
+    return args.topology
+
+
+def main(argv: list[str] | None = None) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    args = parse_args(argv)
+    cluster = SimCluster(
+        topology=topology_source(args),
+        port=args.port,
+        host=args.host,
+        persist_path=args.persist,
+        scheduler=not args.no_scheduler,
+    )
+    done = threading.Event()
+
+    def handle(signum: int, frame: FrameType | None) -> None:
+        done.set()
+
+    signal.signal(signal.SIGINT, handle)
+    signal.signal(signal.SIGTERM, handle)
+    cluster.start()
+    try:
+        if args.kubeconfig_out:
+            cluster.write_kubeconfig(args.kubeconfig_out)
+        print(f"simcluster serving on {cluster.url}", flush=True)
+        done.wait()
+    finally:
+        cluster.stop()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,296 @@
+"""CEL device selectors as DeviceClasses and ResourceClaim requests use them, evaluated with the
+`common-expression-language` package plus the Kubernetes quantity and semver helpers."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import re
+import threading
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+import cel
+from cel.stdlib import add_stdlib_to_context
+from kubernetes.utils import parse_quantity
+
+logger = logging.getLogger(__name__)
+
+# cel-rust has no custom value types, so a Quantity travels as a one-key map holding its value
+# in canonical decimal form: equal quantities ("1Gi", "1024Mi") are then equal maps, and the
+# helpers below can tell a quantity from a version (versions are plain strings).
+QUANTITY_KEY = "__quantity__"
+
+# `device.attributes["other.domain"]` yields an empty map in Kubernetes rather than an error;
+# the domains an expression names are pre-seeded as empty maps to give the same result.
+_DOMAIN_REFERENCE = re.compile(r"""\b(?:attributes|capacity)\s*\[\s*(["'])([^"']+)\1\s*\]""")
+_SEMVER = re.compile(
+    r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
+    r"(?:-((?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(?:\.(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?"
+    r"(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?$"
+)
+
+
+class CelCompileError(ValueError):
+    """A selector expression that does not parse."""
+
+
+@dataclass(frozen=True)
+class CompiledSelector:
+    """One parsed `cel.expression` and the attribute/capacity domains it names."""
+
+    expression: str
+    program: cel.Program
+    domains: tuple[str, ...]
+
+
+def quantity_value(text: str) -> dict[str, str]:
+    """The CEL representation of a Kubernetes Quantity string such as "40Gi" or "500m"."""
+    try:
+        amount = parse_quantity(text)
+    except ValueError as exc:
+        raise ValueError(f"invalid quantity {text!r}") from exc
+    return _quantity_of(amount)
+
+
+def _as_decimal(value: Any) -> Decimal:
+    if isinstance(value, dict) and QUANTITY_KEY in value:
+        return Decimal(value[QUANTITY_KEY])
+    if isinstance(value, int) and not isinstance(value, bool):
+        return Decimal(value)
+    raise TypeError(f"no such overload: expected a quantity, got {type(value).__name__}")
+
+
+SemverKey = tuple[int, int, int, bool, tuple[tuple[int, int | str], ...]]
+
+
+def _semver_key(text: Any) -> SemverKey:
+    """Sort key with semver precedence: a release sorts after its pre-releases, numeric
+    pre-release identifiers before alphanumeric ones; build metadata is ignored."""
+    if not isinstance(text, str):
+        raise TypeError(f"no such overload: expected a semver, got {type(text).__name__}")
+    match = _SEMVER.match(text)
+    if match is None:
+        raise ValueError(f"invalid semver {text!r}")
+    major, minor, patch, pre, _build = match.groups()
+    identifiers = tuple((0, int(p)) if p.isdigit() else (1, p) for p in (pre or "").split(".") if p)
+    return int(major), int(minor), int(patch), not identifiers, identifiers
+
+
+def _compare(left: Any, right: Any) -> int:
+    """`compareTo` for both libraries Kubernetes registers it in: quantities and semvers."""
+    a: Any
+    b: Any
+    if isinstance(left, str) or isinstance(right, str):
+        a, b = _semver_key(left), _semver_key(right)
+    else:
+        a, b = _as_decimal(left), _as_decimal(right)
+    return (a > b) - (a < b)
+
+
+def _semver(text: str, normalize: bool = False) -> str:
+    if normalize:
+        text = _normalize_semver(text)
+    _semver_key(text)
+    return text
+
+
+def _normalize_semver(text: str) -> str:
+    """What `semver(s, true)` accepts beyond strict semver: a "v" prefix, missing minor or
+    patch, and leading zeros."""
+    match = re.match(r"^v?(\d+)(?:\.(\d+))?(?:\.(\d+))?(.*)$", text)
+    if match is None:
+        return text
+    major, minor, patch, rest = match.groups()
+    return f"{int(major)}.{int(minor or 0)}.{int(patch or 0)}{rest}"
+
+
+def _is_semver(text: str, normalize: bool = False) -> bool:
+    try:
+        _semver(text, normalize)
+    except ValueError:
+        return False
+    return True
+
+
+def _is_quantity(text: str) -> bool:
+    try:
+        parse_quantity(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _as_integer(value: Any) -> int:
+    amount = _as_decimal(value)
+    if amount != amount.to_integral_value():
+        raise ValueError("cannot convert a fractional quantity to an integer")
+    return int(amount)
+
+
+def _is_integer(value: Any) -> bool:
+    amount = _as_decimal(value)
+    return amount == amount.to_integral_value()
+
+
+def _quantity_of(amount: Decimal) -> dict[str, str]:
+    return {QUANTITY_KEY: format(amount.normalize(), "f")}
+
+
+def _sign(value: Any) -> int:
+    amount = _as_decimal(value)
+    return (amount > 0) - (amount < 0)
+
+
+def _version_part(index: int) -> Any:
+    def part(value: str) -> int:
+        return _semver_key(value)[index]  # type: ignore[return-value]
+
+    return part
+
+
+_KUBERNETES_FUNCTIONS: dict[str, Any] = {
+    "quantity": quantity_value,
+    "isQuantity": _is_quantity,
+    "compareTo": _compare,
+    "isGreaterThan": lambda a, b: _compare(a, b) > 0,
+    "isLessThan": lambda a, b: _compare(a, b) < 0,
+    "sign": _sign,
+    "add": lambda a, b: _quantity_of(_as_decimal(a) + _as_decimal(b)),
+    "sub": lambda a, b: _quantity_of(_as_decimal(a) - _as_decimal(b)),
+    "asInteger": _as_integer,
+    "isInteger": _is_integer,
+    "asApproximateFloat": lambda q: float(_as_decimal(q)),
+    "semver": _semver,
+    "isSemver": _is_semver,
+    "major": _version_part(0),
+    "minor": _version_part(1),
+    "patch": _version_part(2),
+    "find": lambda s, pattern: m.group(0) if (m := re.search(pattern, s)) else "",
+    "findAll": lambda s, pattern, limit=-1: re.findall(pattern, s)[: limit if limit >= 0 else None],
+}
+
+_local = threading.local()
+
+
+def _context() -> cel.Context:
+    # cel.Context is not thread-safe and is cheapest when reused, so keep one per thread.
+    context = getattr(_local, "context", None)
+    if context is None:
+        context = cel.Context()
+        add_stdlib_to_context(context)
+        for name, function in _KUBERNETES_FUNCTIONS.items():
+            context.add_function(name, function)
+        _local.context = context
+    return context
+
+
+@functools.lru_cache(maxsize=4096)
+def compile_selector(expression: str) -> CompiledSelector:
+    """Parse one selector expression (cached by its text); raises CelCompileError."""
+    try:
+        program = cel.compile(expression)
+    except (ValueError, RuntimeError) as exc:
+        raise CelCompileError(f"CEL compile error: {exc}") from exc
+    domains = tuple(sorted({m.group(2) for m in _DOMAIN_REFERENCE.finditer(expression)}))
+    return CompiledSelector(expression=expression, program=program, domains=domains)
+
+
+def device_env(driver: str, device: dict[str, Any]) -> dict[str, Any]:
+    """The `device` variable for one ResourceSlice device entry: attributes and capacity keyed by
+    domain (unqualified names belong to the driver's domain); versions become plain strings."""
+    attributes: dict[str, dict[str, Any]] = {}
+    for qualified_name, attribute in (device.get("attributes") or {}).items():
+        domain, name = _split_name(qualified_name, driver)
+        value: Any = None
+        for kind in ("string", "int", "bool", "version"):
+            if kind in attribute:
+                value = attribute[kind]
+                break
+        attributes.setdefault(domain, {})[name] = value
+    capacity: dict[str, dict[str, Any]] = {}
+    for qualified_name, entry in (device.get("capacity") or {}).items():
+        domain, name = _split_name(qualified_name, driver)
+        try:
+            capacity.setdefault(domain, {})[name] = quantity_value(str(entry.get("value", "0")))
+        except ValueError:
+            logger.debug("ignoring unparsable capacity %s=%r", qualified_name, entry)
+    return {"driver": driver, "attributes": attributes, "capacity": capacity}
+
+
+def _split_name(qualified_name: str, driver: str) -> tuple[str, str]:
+    domain, _, name = qualified_name.rpartition("/")
+    return (domain or driver), name
+
+
+def _with_domains(env: dict[str, Any], domains: Iterable[str]) -> dict[str, Any]:
+    missing_attributes = [d for d in domains if d not in env["attributes"]]
+    missing_capacity = [d for d in domains if d not in env["capacity"]]
+    if not missing_attributes and not missing_capacity:
+        return env
+    return {
+        **env,
+        "attributes": {**env["attributes"], **{domain: {} for domain in missing_attributes}},
+        "capacity": {**env["capacity"], **{domain: {} for domain in missing_capacity}},
+    }
+
+
+class CelRuntimeError(RuntimeError):
+    """A selector that failed while evaluating against one device."""
+
+
+def _execute(selector: CompiledSelector, context: cel.Context) -> bool:
+    try:
+        result = selector.program.execute(context)
+    except KeyError as exc:
+        raise CelRuntimeError(f"CEL runtime error: no such key: {exc.args[0]}") from exc
+    except (TypeError, ValueError, RuntimeError) as exc:
+        raise CelRuntimeError(f"CEL runtime error: {exc}") from exc
+    if not isinstance(result, bool):
+        raise CelRuntimeError(f"CEL runtime error: expression returned {type(result).__name__}")
+    return result
+
+
+def _bind_device(env: dict[str, Any], selectors: Sequence[CompiledSelector]) -> cel.Context:
+    # Converting the device into CEL values is the costly step: do it once for all selectors.
+    context = _context()
+    domains = {domain for selector in selectors for domain in selector.domains}
+    context.add_variable("device", _with_domains(env, domains))
+    return context
+
+
+def evaluate(selector: CompiledSelector, env: dict[str, Any]) -> bool:
+    """Run one selector against a device env. A runtime error (a missing attribute, a type
+    mismatch) raises CelRuntimeError; a non-bool result is an error too, as in Kubernetes."""
+    return _execute(selector, _bind_device(env, [selector]))
+
+
+def device_matches(selectors: Sequence[CompiledSelector], env: dict[str, Any]) -> bool:
+    """True when every selector matches. A runtime error counts as "no match": the real
+    scheduler aborts the scheduling attempt instead, which a simulator gains nothing from."""
+    if not selectors:
+        return True
+    context = _bind_device(env, selectors)
+    for selector in selectors:
+        try:
+            if not _execute(selector, context):
+                return False
+        except CelRuntimeError as exc:
+            logger.debug("selector %r on %s: %s", selector.expression, env.get("driver"), exc)
+            return False
+    return True
+
+
+__all__ = [
+    "QUANTITY_KEY",
+    "CelCompileError",
+    "CelRuntimeError",
+    "CompiledSelector",
+    "compile_selector",
+    "device_env",
+    "device_matches",
+    "evaluate",
+    "quantity_value",
+]

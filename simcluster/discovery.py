@@ -1,0 +1,218 @@
+"""Discovery documents (legacy and aggregated) and the minimal OpenAPI v3 documents that
+kubectl needs."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections import defaultdict
+from typing import Any
+
+from simcluster.resources import STATUS_VERBS, Registry, ResourceType
+
+AGGREGATED_V2 = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
+AGGREGATED_V2BETA1 = "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList"
+
+VERSION_INFO = {
+    "major": "1",
+    "minor": "34",
+    "emulationMajor": "1",
+    "emulationMinor": "34",
+    "minCompatibilityMajor": "1",
+    "minCompatibilityMinor": "33",
+    "gitVersion": "v1.34.1-sim",
+    "gitCommit": "0000000000000000000000000000000000000000",
+    "gitTreeState": "clean",
+    "buildDate": "2025-09-09T00:00:00Z",
+    "goVersion": "go1.24.6",
+    "compiler": "gc",
+    "platform": "linux/amd64",
+}
+
+_KUBE_VERSION = re.compile(r"^v(\d+)(?:(alpha|beta)(\d+))?$")
+
+
+def version_priority(version: str) -> tuple[int, int, int, str]:
+    """Kube-aware ordering: GA before beta before alpha, higher numbers first, then the rest."""
+    match = _KUBE_VERSION.match(version)
+    if not match:
+        return (3, 0, 0, version)
+    major, stage, minor = match.groups()
+    rank = {None: 0, "beta": 1, "alpha": 2}[stage]
+    return (rank, -int(major), -int(minor or 0), version)
+
+
+def _groups(registry: Registry) -> dict[str, dict[str, list[ResourceType]]]:
+    groups: dict[str, dict[str, list[ResourceType]]] = defaultdict(lambda: defaultdict(list))
+    for rtype in registry.all():
+        groups[rtype.group][rtype.version].append(rtype)
+    return groups
+
+
+def _sorted_versions(versions: dict[str, list[ResourceType]]) -> list[str]:
+    return sorted(versions, key=version_priority)
+
+
+def api_versions(server_address: str) -> dict[str, Any]:
+    return {
+        "kind": "APIVersions",
+        "versions": ["v1"],
+        "serverAddressByClientCIDRs": [
+            {"clientCIDR": "0.0.0.0/0", "serverAddress": server_address}
+        ],
+    }
+
+
+def api_group_list(registry: Registry) -> dict[str, Any]:
+    groups = []
+    for group, versions in sorted(_groups(registry).items()):
+        if not group:
+            continue
+        ordered = _sorted_versions(versions)
+        entries = [{"groupVersion": f"{group}/{v}", "version": v} for v in ordered]
+        groups.append({"name": group, "versions": entries, "preferredVersion": entries[0]})
+    return {"kind": "APIGroupList", "apiVersion": "v1", "groups": groups}
+
+
+def api_group(registry: Registry, group: str) -> dict[str, Any] | None:
+    for entry in api_group_list(registry)["groups"]:
+        if entry["name"] == group:
+            return {"kind": "APIGroup", "apiVersion": "v1", **entry}
+    return None
+
+
+def api_resource_list(registry: Registry, group: str, version: str) -> dict[str, Any] | None:
+    types = _groups(registry).get(group, {}).get(version)
+    if not types:
+        return None
+    resources = []
+    for rtype in sorted(types, key=lambda r: r.plural):
+        entry: dict[str, Any] = {
+            "name": rtype.plural,
+            "singularName": rtype.singular,
+            "namespaced": rtype.namespaced,
+            "kind": rtype.kind,
+            "verbs": rtype.verbs,
+        }
+        if rtype.short_names:
+            entry["shortNames"] = rtype.short_names
+        if rtype.categories:
+            entry["categories"] = rtype.categories
+        resources.append(entry)
+        if rtype.status_subresource:
+            resources.append(
+                {
+                    "name": f"{rtype.plural}/status",
+                    "singularName": "",
+                    "namespaced": rtype.namespaced,
+                    "kind": rtype.kind,
+                    "verbs": STATUS_VERBS,
+                }
+            )
+    return {
+        "kind": "APIResourceList",
+        "apiVersion": "v1",
+        "groupVersion": f"{group}/{version}" if group else version,
+        "resources": resources,
+    }
+
+
+def _discovery_resource(rtype: ResourceType) -> dict[str, Any]:
+    kind = {"group": rtype.group, "version": rtype.version, "kind": rtype.kind}
+    entry: dict[str, Any] = {
+        "resource": rtype.plural,
+        "responseKind": kind,
+        "scope": "Namespaced" if rtype.namespaced else "Cluster",
+        "singularResource": rtype.singular,
+        "verbs": rtype.verbs,
+    }
+    if rtype.short_names:
+        entry["shortNames"] = rtype.short_names
+    if rtype.categories:
+        entry["categories"] = rtype.categories
+    if rtype.status_subresource:
+        entry["subresources"] = [
+            {"subresource": "status", "responseKind": kind, "verbs": STATUS_VERBS}
+        ]
+    return entry
+
+
+def aggregated(registry: Registry, *, core: bool, api_version: str) -> dict[str, Any]:
+    """APIGroupDiscoveryList for /api (core only) or /apis (every named group)."""
+    items = []
+    for group, versions in sorted(_groups(registry).items()):
+        if (group == "") != core:
+            continue
+        items.append(
+            {
+                "metadata": {"name": group},
+                "versions": [
+                    {
+                        "version": version,
+                        "resources": [
+                            _discovery_resource(r)
+                            for r in sorted(versions[version], key=lambda r: r.plural)
+                        ],
+                        "freshness": "Current",
+                    }
+                    for version in _sorted_versions(versions)
+                ],
+            }
+        )
+    return {
+        "kind": "APIGroupDiscoveryList",
+        "apiVersion": api_version,
+        "metadata": {},
+        "items": items,
+    }
+
+
+def _gv_path(group: str, version: str) -> str:
+    return f"apis/{group}/{version}" if group else f"api/{version}"
+
+
+def openapi_v3_document(registry: Registry, group: str, version: str) -> dict[str, Any] | None:
+    """Per group-version document: a PATCH operation per kind, carrying its GVK and the
+    fieldValidation parameter, which is what makes kubectl leave validation to the server."""
+    types = _groups(registry).get(group, {}).get(version)
+    if not types:
+        return None
+    paths: dict[str, Any] = {}
+    for rtype in sorted(types, key=lambda r: r.plural):
+        scope = "/namespaces/{namespace}" if rtype.namespaced else ""
+        path = f"/{_gv_path(group, version)}{scope}/{rtype.plural}/{{name}}"
+        paths[path] = {
+            "patch": {
+                "x-kubernetes-group-version-kind": {
+                    "group": group,
+                    "version": version,
+                    "kind": rtype.kind,
+                },
+                "parameters": [
+                    {"name": "fieldValidation", "in": "query", "schema": {"type": "string"}}
+                ],
+                "responses": {"200": {"description": "OK"}},
+            }
+        }
+    return {
+        "openapi": "3.0.0",
+        "info": {"title": "Kubernetes", "version": VERSION_INFO["gitVersion"]},
+        "paths": paths,
+        "components": {"schemas": {}},
+    }
+
+
+def _hash(document: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()[:32].upper()
+
+
+def openapi_v3_root(registry: Registry) -> dict[str, Any]:
+    paths = {}
+    for group, versions in sorted(_groups(registry).items()):
+        for version in versions:
+            document = openapi_v3_document(registry, group, version)
+            if document is not None:
+                gv = _gv_path(group, version)
+                paths[gv] = {"serverRelativeURL": f"/openapi/v3/{gv}?hash={_hash(document)}"}
+    return {"paths": paths}

@@ -1,0 +1,610 @@
+"""The simulated cluster's control loops for DRA pods: kube-scheduler (allocate claims, bind),
+the kubelet's Running status, the resourceclaim controller (release, deallocate) and pod GC."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any
+
+from simcluster.allocator import (
+    Allocator,
+    ClaimRequest,
+    Inventory,
+    NodeState,
+    Placement,
+    PodRequest,
+    SelectorCache,
+    Unschedulable,
+    allocated_devices,
+)
+from simcluster.errors import ApiError
+from simcluster.quota import Quantity, pod_is_terminal, pod_usage
+from simcluster.store import clone
+
+if TYPE_CHECKING:
+    from simcluster.store import Store
+
+logger = logging.getLogger(__name__)
+
+SCHEDULER_NAME = "default-scheduler"
+DELETE_PROTECTION = "resource.kubernetes.io/delete-protection"
+_WATCHED = ("nodes", "resourceslices", "deviceclasses", "resourceclaims")
+
+
+@dataclass
+class PassReport:
+    """What one pass did, for tests and the benchmark."""
+
+    bound: int = 0
+    unschedulable: int = 0
+    errors: int = 0
+    waiting_for_claims: int = 0
+    released: int = 0
+    deallocated: int = 0
+    failed_pods: int = 0
+
+
+class Scheduler:
+    """Level-based: every pass recomputes from the store, so a restart loses nothing.
+
+    A pod that failed to schedule is retried when something that could free room changed
+    (a pod ended, a claim or node or slice or class changed) or after `retry_interval`, like
+    the real scheduler's unschedulable queue, so failing pods do not spin writes and events.
+    """
+
+    def __init__(self, store: Store, *, tick: float = 1.0, retry_interval: float = 30.0) -> None:
+        self.store = store
+        self.tick = tick
+        self.retry_interval = retry_interval
+        self._cache = SelectorCache()
+        self._wake = threading.Event()
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._pass_lock = threading.Lock()
+        self._pass_thread: int | None = None
+        # Bumped by changes that may make an unschedulable pod fit; guarded by store.lock.
+        self._generation = 0
+        self._attempts: dict[str, tuple[int, float]] = {}
+        self._events: dict[str, str] = {}
+        self._next_retry: float | None = None
+        store.add_listener(self._on_change)
+
+    # -- lifecycle --------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._thread is not None:
+            return
+        self._stopping.clear()
+        self._thread = threading.Thread(target=self._loop, name="simcluster-scheduler", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+            self._thread = None
+
+    def _loop(self) -> None:
+        last_pass = 0.0
+        while not self._stopping.is_set():
+            woken = self._wake.wait(self.tick)
+            self._wake.clear()
+            if self._stopping.is_set():
+                break
+            now = time.monotonic()
+            # Besides changes: a periodic resync (level-based safety net) and due retries.
+            due = now - last_pass >= self.retry_interval or (
+                self._next_retry is not None and now >= self._next_retry
+            )
+            if not (woken or due):
+                continue
+            try:
+                self.run_once()
+            except Exception:
+                logger.exception("scheduler pass failed")
+            last_pass = time.monotonic()
+
+    def _on_change(self, event_type: str, resource: str, obj: dict[str, Any]) -> None:
+        """Store listener (called under store.lock): decide whether a pass is due, nothing more."""
+        if self._pass_thread == threading.get_ident():
+            return
+        if resource == "pods":
+            metadata = obj.get("metadata") or {}
+            if event_type == "DELETED" or pod_is_terminal(obj) or metadata.get("deletionTimestamp"):
+                self._generation += 1
+            elif (obj.get("spec") or {}).get("nodeName"):
+                return
+            self._wake.set()
+        elif resource in _WATCHED:
+            self._generation += 1
+            self._wake.set()
+
+    # -- one pass ---------------------------------------------------------------------------
+
+    def run_once(self) -> PassReport:
+        """One synchronous pass: pod GC, claim release, then scheduling of pending pods."""
+        with self._pass_lock, self.store.lock:
+            self._pass_thread = threading.get_ident()
+            try:
+                return self._pass()
+            finally:
+                self._pass_thread = None
+
+    def _pass(self) -> PassReport:
+        report = PassReport()
+        store = self.store
+        nodes = {n["metadata"]["name"]: n for n in store.list_shared("nodes")[0]}
+        pods = list(store.list_shared("pods")[0])
+        claims = {
+            (c["metadata"]["namespace"], c["metadata"]["name"]): c
+            for c in store.list_shared("resourceclaims")[0]
+        }
+        now = _timestamp()
+
+        pods = [self._collect_orphan(pod, nodes, now, report) for pod in pods]
+        active = {pod["metadata"]["uid"] for pod in pods if not _pod_done(pod)}
+        for key, claim in list(claims.items()):
+            released = self._release(claim, active, report)
+            if released is None:
+                del claims[key]
+            else:
+                claims[key] = released
+        if report.released or report.deallocated:
+            self._generation += 1
+
+        allocator = Allocator(
+            Inventory(store.list_shared("resourceslices")[0], self._cache),
+            {c["metadata"]["name"]: c for c in store.list_shared("deviceclasses")[0]},
+            _node_states(nodes.values(), pods),
+            allocated_devices(claims.values()),
+        )
+        pending = sorted((pod for pod in pods if _is_pending(pod)), key=_queue_order)
+        clock = time.monotonic()
+        for pod in pending:
+            uid = pod["metadata"]["uid"]
+            last = self._attempts.get(uid)
+            if last and last[0] == self._generation and clock - last[1] < self.retry_interval:
+                report.unschedulable += 1
+                continue
+            self._schedule(pod, claims, nodes, allocator, now, report)
+        pending_uids = {pod["metadata"]["uid"] for pod in pending}
+        self._attempts = {u: a for u, a in self._attempts.items() if u in pending_uids}
+        self._events = {u: e for u, e in self._events.items() if u in pending_uids}
+        self._next_retry = (
+            min(at for _, at in self._attempts.values()) + self.retry_interval
+            if self._attempts
+            else None
+        )
+        return report
+
+    def _schedule(
+        self,
+        pod: dict[str, Any],
+        claims: dict[tuple[str, str], dict[str, Any]],
+        nodes: Mapping[str, dict[str, Any]],
+        allocator: Allocator,
+        now: str,
+        report: PassReport,
+    ) -> None:
+        metadata = pod["metadata"]
+        namespace, uid = metadata["namespace"], metadata["uid"]
+        requests: list[ClaimRequest] = []
+        for reference in (pod.get("spec") or {}).get("resourceClaims") or []:
+            claim_name = _claim_name(pod, reference)
+            claim = claims.get((namespace, claim_name or ""))
+            if claim is None:
+                # Held back before scheduling (PreEnqueue): a condition, but no event.
+                if claim_name:
+                    message = f'resourceclaim.resource.k8s.io "{claim_name}" not found'
+                else:
+                    message = f'pod "{namespace}/{metadata["name"]}": ResourceClaim not created yet'
+                self._set_unscheduled(pod, "Unschedulable", message, now)
+                self._attempts[uid] = (self._generation, time.monotonic())
+                report.waiting_for_claims += 1
+                return
+            if all(r.name != claim_name for r in requests):
+                requests.append(ClaimRequest.from_claim(claim))
+        request = PodRequest.from_pod(pod, requests)
+        outcome = allocator.place(request)
+        if isinstance(outcome, Placement):
+            self._bind(pod, request, outcome, claims, nodes[outcome.node], now)
+            allocator.commit(outcome, request)
+            self._attempts.pop(uid, None)
+            report.bound += 1
+            return
+        if isinstance(outcome, Unschedulable):
+            for claim_name in outcome.deallocate:
+                key = (namespace, claim_name)
+                claims[key] = self._write_claim(_deallocated(claims[key]))
+                report.deallocated += 1
+                self._generation += 1
+            reason = "Unschedulable"
+            report.unschedulable += 1
+        else:
+            reason = "SchedulerError"
+            report.errors += 1
+        self._set_unscheduled(pod, reason, outcome.message, now)
+        self._record_event(pod, "Warning", "FailedScheduling", outcome.message, now)
+        self._attempts[uid] = (self._generation, time.monotonic())
+
+    # -- writes -----------------------------------------------------------------------------
+
+    def _bind(
+        self,
+        pod: dict[str, Any],
+        request: PodRequest,
+        placement: Placement,
+        claims: dict[tuple[str, str], dict[str, Any]],
+        node: Mapping[str, Any],
+        now: str,
+    ) -> None:
+        """PreBind (claim allocation + reservation), Bind, then what the kubelet reports."""
+        # Shallow copies suffice (the store copies what it stores) and keep a pass cheap.
+        consumer = {"resource": "pods", "name": request.name, "uid": request.uid}
+        for claim_request in request.claims:
+            key = (request.namespace, claim_request.name)
+            claim = claims[key]
+            metadata = dict(claim["metadata"])
+            status = dict(claim.get("status") or {})
+            if claim_request.name in placement.allocations:
+                status["allocation"] = placement.allocations[claim_request.name]
+                finalizers = metadata.get("finalizers") or []
+                if DELETE_PROTECTION not in finalizers:
+                    metadata["finalizers"] = [*finalizers, DELETE_PROTECTION]
+            reserved = status.get("reservedFor") or []
+            if all(r.get("uid") != request.uid for r in reserved):
+                status["reservedFor"] = [*reserved, consumer]
+            claims[key] = self._write_claim({**claim, "metadata": metadata, "status": status})
+        bound = {**pod, "spec": {**pod["spec"], "nodeName": placement.node}}
+        bound["status"] = _running_status(bound, node, now)
+        self.store.update("pods", bound, internal=True)
+        message = f"Successfully assigned {request.namespace}/{request.name} to {placement.node}"
+        self._record_event(pod, "Normal", "Scheduled", message, now)
+
+    def _write_claim(self, claim: dict[str, Any]) -> dict[str, Any]:
+        return self.store.update("resourceclaims", claim, internal=True)
+
+    def _release(
+        self, claim: dict[str, Any], active: set[str], report: PassReport
+    ) -> dict[str, Any] | None:
+        """The resourceclaim controller: drop reservations of pods that are gone or done, and
+        deallocate a claim once its last consumer left. Returns the claim as now stored."""
+        status = claim.get("status") or {}
+        reserved = status.get("reservedFor") or []
+        kept = [
+            r
+            for r in reserved
+            if r.get("resource") != "pods" or r.get("apiGroup") or r.get("uid") in active
+        ]
+        deleting_leftover = (
+            claim["metadata"].get("deletionTimestamp")
+            and not status.get("allocation")
+            and DELETE_PROTECTION in (claim["metadata"].get("finalizers") or [])
+        )
+        if len(kept) == len(reserved) and not deleting_leftover:
+            return claim
+        updated = clone(claim)
+        report.released += len(reserved) - len(kept)
+        if kept:
+            updated["status"]["reservedFor"] = kept
+        else:
+            if status.get("allocation"):
+                report.deallocated += 1
+            updated = _deallocated(updated)
+        stored = self._write_claim(updated)
+        # Dropping the last finalizer of a claim being deleted removes it from the store.
+        if stored["metadata"].get("deletionTimestamp") and not stored["metadata"].get("finalizers"):
+            return None
+        return stored
+
+    def _collect_orphan(
+        self, pod: dict[str, Any], nodes: Mapping[str, Any], now: str, report: PassReport
+    ) -> dict[str, Any]:
+        """Pod GC for pods bound to a node that no longer exists: it marks them Failed with a
+        DisruptionTarget condition. The real PodGC then force-deletes them; here they stay, so
+        the owner of the pod can see what happened."""
+        node_name = (pod.get("spec") or {}).get("nodeName")
+        if not node_name or node_name in nodes or pod_is_terminal(pod):
+            return pod
+        failed = clone(pod)
+        status = failed.setdefault("status", {})
+        status["phase"] = "Failed"
+        conditions = [
+            {**c, "status": "False", "lastTransitionTime": now}
+            if c.get("type") in ("Ready", "ContainersReady")
+            else c
+            for c in status.get("conditions") or []
+            if c.get("type") != "DisruptionTarget"
+        ]
+        conditions.append(
+            {
+                "type": "DisruptionTarget",
+                "status": "True",
+                "reason": "DeletionByPodGC",
+                "message": "PodGC: node no longer exists",
+                "lastProbeTime": None,
+                "lastTransitionTime": now,
+            }
+        )
+        status["conditions"] = conditions
+        status["containerStatuses"] = [
+            {
+                **container,
+                "ready": False,
+                "started": False,
+                "state": {
+                    "terminated": {
+                        "exitCode": 137,
+                        "reason": "ContainerStatusUnknown",
+                        "message": "The container could not be located when the pod was terminated",
+                        "startedAt": (container.get("state") or {})
+                        .get("running", {})
+                        .get("startedAt"),
+                        "finishedAt": now,
+                    }
+                },
+            }
+            for container in status.get("containerStatuses") or []
+        ]
+        report.failed_pods += 1
+        return self.store.update("pods", failed, internal=True)
+
+    def _set_unscheduled(self, pod: dict[str, Any], reason: str, message: str, now: str) -> None:
+        status = pod.get("status") or {}
+        conditions = status.get("conditions") or []
+        current = next((c for c in conditions if c.get("type") == "PodScheduled"), None)
+        if (
+            current
+            and current.get("status") == "False"
+            and current.get("reason") == reason
+            and current.get("message") == message
+        ):
+            return
+        condition = {
+            "type": "PodScheduled",
+            "status": "False",
+            "lastProbeTime": None,
+            "lastTransitionTime": (
+                current["lastTransitionTime"]
+                if current
+                and current.get("status") == "False"
+                and current.get("lastTransitionTime")
+                else now
+            ),
+            "reason": reason,
+            "message": message,
+        }
+        conditions = [*(c for c in conditions if c.get("type") != "PodScheduled"), condition]
+        updated = {**pod, "status": {**status, "conditions": conditions}}
+        self.store.update("pods", updated, internal=True)
+
+    def _record_event(
+        self, pod: dict[str, Any], kind: str, reason: str, message: str, now: str
+    ) -> None:
+        """One Event per pod and failure streak; a repeat bumps count instead of adding more."""
+        metadata = pod["metadata"]
+        namespace, uid = metadata["namespace"], metadata["uid"]
+        name = self._events.get(uid) if reason == "FailedScheduling" else None
+        existing = self.store.get("events", namespace, name) if name else None
+        if existing is not None:
+            existing["count"] = int(existing.get("count") or 1) + 1
+            existing["lastTimestamp"] = now
+            existing["message"] = message
+            self.store.update("events", existing, internal=True)
+            return
+        name = f"{metadata['name']}.{time.time_ns():x}"
+        event = {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": name, "namespace": namespace},
+            "involvedObject": {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "namespace": namespace,
+                "name": metadata["name"],
+                "uid": uid,
+            },
+            "reason": reason,
+            "message": message,
+            "type": kind,
+            "action": "Scheduling" if kind == "Warning" else "Binding",
+            "source": {"component": SCHEDULER_NAME},
+            "reportingComponent": SCHEDULER_NAME,
+            "reportingInstance": f"{SCHEDULER_NAME}-simcluster",
+            "firstTimestamp": now,
+            "lastTimestamp": now,
+            "count": 1,
+        }
+        try:
+            self.store.create("events", event, internal=True)
+        except ApiError as exc:
+            # The namespace may be going away together with the pod.
+            logger.debug("event for %s/%s not recorded: %s", namespace, metadata["name"], exc)
+            return
+        if reason == "FailedScheduling":
+            self._events[uid] = name
+
+
+def _claim_name(pod: Mapping[str, Any], reference: Mapping[str, Any]) -> str | None:
+    """The ResourceClaim a pod.spec.resourceClaims entry stands for; a template-based entry has
+    one only once the resourceclaim controller recorded it in the pod status."""
+    if reference.get("resourceClaimName"):
+        return str(reference["resourceClaimName"])
+    for status in (pod.get("status") or {}).get("resourceClaimStatuses") or []:
+        if status.get("name") == reference.get("name"):
+            return status.get("resourceClaimName")
+    return None
+
+
+def _deallocated(claim: dict[str, Any]) -> dict[str, Any]:
+    """No allocation, no reservations, and no delete protection left to hold it."""
+    updated = clone(claim)
+    status = updated.get("status") or {}
+    status.pop("allocation", None)
+    status.pop("reservedFor", None)
+    updated["status"] = status
+    finalizers = [f for f in updated["metadata"].get("finalizers") or [] if f != DELETE_PROTECTION]
+    if finalizers:
+        updated["metadata"]["finalizers"] = finalizers
+    else:
+        updated["metadata"].pop("finalizers", None)
+    return updated
+
+
+def _pod_done(pod: Mapping[str, Any]) -> bool:
+    """A pod that no longer needs its claims: terminal, or deleted before it was scheduled."""
+    return pod_is_terminal(pod) or bool(
+        (pod.get("metadata") or {}).get("deletionTimestamp")
+        and not (pod.get("spec") or {}).get("nodeName")
+    )
+
+
+def _is_pending(pod: Mapping[str, Any]) -> bool:
+    spec = pod.get("spec") or {}
+    return (
+        not spec.get("nodeName")
+        and not (pod.get("metadata") or {}).get("deletionTimestamp")
+        and (pod.get("status") or {}).get("phase", "Pending") in ("Pending", "")
+        and spec.get("schedulerName", SCHEDULER_NAME) == SCHEDULER_NAME
+    )
+
+
+def _queue_order(pod: Mapping[str, Any]) -> tuple[int, str, str, str]:
+    metadata = pod["metadata"]
+    return (
+        -int((pod.get("spec") or {}).get("priority") or 0),
+        metadata.get("creationTimestamp") or "",
+        metadata.get("namespace") or "",
+        metadata["name"],
+    )
+
+
+def _node_states(
+    nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]
+) -> list[NodeState]:
+    """Free CPU, memory and pod slots: allocatable minus what the node's live pods request."""
+    states: dict[str, NodeState] = {}
+    for node in nodes:
+        status = node.get("status") or {}
+        allocatable = status.get("allocatable") or status.get("capacity") or {}
+        conditions = status.get("conditions") or []
+        ready = next(
+            (c.get("status") == "True" for c in conditions if c.get("type") == "Ready"), True
+        )
+        states[node["metadata"]["name"]] = NodeState(
+            name=node["metadata"]["name"],
+            labels=dict(node["metadata"].get("labels") or {}),
+            cpu_free=_milli(allocatable.get("cpu", "0")),
+            memory_free=_whole(allocatable.get("memory", "0")),
+            pods_free=_whole(allocatable.get("pods", "110")),
+            unschedulable=bool((node.get("spec") or {}).get("unschedulable")),
+            ready=ready,
+        )
+    for pod in pods:
+        state = states.get((pod.get("spec") or {}).get("nodeName") or "")
+        if state is None or pod_is_terminal(pod):
+            continue
+        usage = pod_usage(pod)
+        state.pods_free -= 1
+        if "requests.cpu" in usage:
+            state.cpu_free -= _milli(usage["requests.cpu"])
+        if "requests.memory" in usage:
+            state.memory_free -= _whole(usage["requests.memory"])
+    return list(states.values())
+
+
+def _milli(value: Any) -> int:
+    amount = value.amount if isinstance(value, Quantity) else Quantity.parse(value).amount
+    return int((amount * 1000).to_integral_value(rounding="ROUND_CEILING"))
+
+
+def _whole(value: Any) -> int:
+    amount = value.amount if isinstance(value, Quantity) else Quantity.parse(value).amount
+    return int(amount.to_integral_value(rounding="ROUND_CEILING"))
+
+
+def _running_status(pod: Mapping[str, Any], node: Mapping[str, Any], now: str) -> dict[str, Any]:
+    """What the kubelet reports once the containers started."""
+    host_ip = next(
+        (
+            a.get("address")
+            for a in (node.get("status") or {}).get("addresses") or []
+            if a.get("type") == "InternalIP"
+        ),
+        "10.0.0.1",
+    )
+    uid = pod["metadata"]["uid"]
+    digest = hashlib.sha256(uid.encode()).digest()
+    pod_ip = f"10.244.{digest[0]}.{digest[1] % 254 + 1}"
+    spec = pod.get("spec") or {}
+    condition_types = (
+        "PodReadyToStartContainers",
+        "Initialized",
+        "Ready",
+        "ContainersReady",
+        "PodScheduled",
+    )
+    status = {
+        **(pod.get("status") or {}),
+        "phase": "Running",
+        "conditions": [
+            {"type": t, "status": "True", "lastProbeTime": None, "lastTransitionTime": now}
+            for t in condition_types
+        ],
+        "hostIP": host_ip,
+        "hostIPs": [{"ip": host_ip}],
+        "podIP": pod_ip,
+        "podIPs": [{"ip": pod_ip}],
+        "startTime": now,
+        "containerStatuses": [
+            _container_status(c, uid, now, running=True) for c in spec.get("containers") or []
+        ],
+    }
+    if spec.get("initContainers"):
+        status["initContainerStatuses"] = [
+            _container_status(c, uid, now, running=False) for c in spec["initContainers"]
+        ]
+    return status
+
+
+def _container_status(
+    container: Mapping[str, Any], uid: str, now: str, *, running: bool
+) -> dict[str, Any]:
+    name = container.get("name", "")
+    image = container.get("image", "")
+    container_id = hashlib.sha256(f"{uid}/{name}".encode()).hexdigest()
+    state: dict[str, Any] = (
+        {"running": {"startedAt": now}}
+        if running
+        else {
+            "terminated": {
+                "exitCode": 0,
+                "reason": "Completed",
+                "startedAt": now,
+                "finishedAt": now,
+                "containerID": f"containerd://{container_id}",
+            }
+        }
+    )
+    return {
+        "name": name,
+        "image": image,
+        "imageID": f"{image}@sha256:{hashlib.sha256(image.encode()).hexdigest()}",
+        "containerID": f"containerd://{container_id}",
+        "ready": running,
+        "started": running,
+        "restartCount": 0,
+        "state": state,
+        "lastState": {},
+    }
+
+
+def _timestamp() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -1,0 +1,137 @@
+"""CEL device selectors: the Kubernetes DRA environment and helpers on NVIDIA-style devices."""
+
+from __future__ import annotations
+
+import pytest
+
+from simcluster.cel import (
+    CelCompileError,
+    CelRuntimeError,
+    compile_selector,
+    device_env,
+    device_matches,
+    evaluate,
+)
+
+H100 = {
+    "name": "gpu-0",
+    "attributes": {
+        "type": {"string": "gpu"},
+        "productName": {"string": "NVIDIA H100 80GB HBM3"},
+        "architecture": {"string": "Hopper"},
+        "driverVersion": {"version": "570.124.6"},
+        "index": {"int": 0},
+        "resource.kubernetes.io/pcieRoot": {"string": "pci0000:10"},
+    },
+    "capacity": {"memory": {"value": "80Gi"}},
+}
+RTX = {
+    "name": "gpu-1",
+    "attributes": {
+        "type": {"string": "gpu"},
+        "productName": {"string": "NVIDIA GeForce RTX 3080"},
+        "driverVersion": {"version": "535.54.3"},
+    },
+    "capacity": {"memory": {"value": "10Gi"}},
+}
+
+
+def _matches(expression: str, device: dict) -> bool:
+    return device_matches([compile_selector(expression)], device_env("gpu.nvidia.com", device))
+
+
+@pytest.mark.parametrize(
+    ("expression", "h100", "rtx"),
+    [
+        ("device.attributes['gpu.nvidia.com'].productName == 'NVIDIA H100 80GB HBM3'", True, False),
+        (
+            "device.attributes['gpu.nvidia.com'].productName.lowerAscii().contains('h100')",
+            True,
+            False,
+        ),
+        ("device.attributes['gpu.nvidia.com'].productName.startsWith('NVIDIA')", True, True),
+        ("device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('40Gi')) >= 0", True, False),
+        ("device.capacity['gpu.nvidia.com'].memory.isGreaterThan(quantity('10Gi'))", True, False),
+        ("device.capacity['gpu.nvidia.com'].memory.isLessThan(quantity('81920Mi'))", False, True),
+        ("device.capacity['gpu.nvidia.com'].memory == quantity('10240Mi')", False, True),
+        (
+            "device.attributes['gpu.nvidia.com'].driverVersion.isGreaterThan(semver('550.0.0'))",
+            True,
+            False,
+        ),
+        (
+            "device.driver == 'gpu.nvidia.com' && "
+            "device.attributes['gpu.nvidia.com'].type == 'gpu'",
+            True,
+            True,
+        ),
+        ("device.attributes['resource.kubernetes.io'].pcieRoot == 'pci0000:10'", True, False),
+        ("has(device.attributes['gpu.nvidia.com'].architecture)", True, False),
+        ("device.attributes['gpu.nvidia.com'].productName.matches('RTX [0-9]+$')", False, True),
+    ],
+)
+def test_selector_matches_only_the_intended_devices_when_evaluated(
+    expression: str, h100: bool, rtx: bool
+) -> None:
+    assert _matches(expression, H100) is h100
+    assert _matches(expression, RTX) is rtx
+
+
+def test_device_does_not_match_when_selector_reads_a_missing_attribute() -> None:
+    selector = compile_selector("device.attributes['gpu.nvidia.com'].architecture == 'Ampere'")
+    with pytest.raises(CelRuntimeError, match="no such key: architecture"):
+        evaluate(selector, device_env("gpu.nvidia.com", RTX))
+    assert device_matches([selector], device_env("gpu.nvidia.com", RTX)) is False
+
+
+def test_unknown_domain_reads_as_an_empty_map_when_guarded_with_has() -> None:
+    assert _matches("!has(device.attributes['other.example.com'].model)", RTX) is True
+
+
+def test_non_boolean_result_counts_as_no_match_when_evaluated() -> None:
+    selector = compile_selector("device.attributes['gpu.nvidia.com'].productName")
+    with pytest.raises(CelRuntimeError, match="returned str"):
+        evaluate(selector, device_env("gpu.nvidia.com", H100))
+    assert device_matches([selector], device_env("gpu.nvidia.com", H100)) is False
+
+
+def test_all_selectors_must_match_when_several_are_given() -> None:
+    env = device_env("gpu.nvidia.com", H100)
+    generic = compile_selector("device.attributes['gpu.nvidia.com'].type == 'gpu'")
+    product = compile_selector("device.attributes['gpu.nvidia.com'].productName == 'NVIDIA L40S'")
+    assert device_matches([generic], env) is True
+    assert device_matches([generic, product], env) is False
+
+
+def test_compile_selector_raises_clear_error_when_syntax_is_invalid() -> None:
+    with pytest.raises(CelCompileError, match="CEL compile error"):
+        compile_selector("device.attributes[")
+
+
+def test_compile_selector_caches_by_expression_text() -> None:
+    expression = "device.driver == 'gpu.nvidia.com'"
+    assert compile_selector(expression) is compile_selector(expression)
+
+
+def test_semver_helpers_follow_semver_precedence() -> None:
+    env = device_env("gpu.nvidia.com", H100)
+    for expression in (
+        "semver('1.0.0-alpha').isLessThan(semver('1.0.0'))",
+        "semver('1.10.0').isGreaterThan(semver('1.9.9'))",
+        "semver('v1.2', true) == '1.2.0'",
+        "semver('2.3.4').major() == 2 && semver('2.3.4').minor() == 3",
+        "isSemver('1.2.3') && !isSemver('1.2')",
+    ):
+        assert evaluate(compile_selector(expression), env) is True, expression
+
+
+def test_quantity_helpers_compare_across_suffixes() -> None:
+    env = device_env("gpu.nvidia.com", H100)
+    for expression in (
+        "quantity('1Gi').compareTo(quantity('1024Mi')) == 0",
+        "quantity('500m').isLessThan(quantity('1'))",
+        "quantity('1Gi').add(quantity('1Gi')) == quantity('2Gi')",
+        "quantity('2Gi').asInteger() == 2147483648",
+        "isQuantity('40Gi') && !isQuantity('forty')",
+    ):
+        assert evaluate(compile_selector(expression), env) is True, expression

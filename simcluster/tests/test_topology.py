@@ -1,0 +1,207 @@
+"""Topology seeding: the sample serves the catalog's device classes and packages; generated and
+YAML topologies produce NVIDIA-style nodes and ResourceSlices."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from kubernetes.utils import parse_quantity
+
+from simcluster.allocator import (
+    Allocator,
+    ClaimRequest,
+    Inventory,
+    NodeState,
+    Placement,
+    PodRequest,
+)
+from simcluster.cel import compile_selector, device_env, device_matches
+from simcluster.topology import TopologyError, gpu_uuid, load_topology
+
+CATALOG_CLASSES = {
+    "nvidia-rtx-3080": "NVIDIA GeForce RTX 3080",
+    "nvidia-h100": "NVIDIA H100 80GB HBM3",
+    "nvidia-l40s": "NVIDIA L40S",
+}
+
+
+def _by_kind(seed: list[tuple[str, dict]]) -> dict[str, list[dict]]:
+    kinds: dict[str, list[dict]] = {}
+    for resource, obj in seed:
+        kinds.setdefault(resource, []).append(obj)
+    return kinds
+
+
+def _node_states(nodes: list[dict]) -> list[NodeState]:
+    return [
+        NodeState(
+            name=n["metadata"]["name"],
+            labels=n["metadata"]["labels"],
+            cpu_free=int(n["status"]["allocatable"]["cpu"]) * 1000,
+            memory_free=_bytes(n["status"]["allocatable"]["memory"]),
+            pods_free=110,
+        )
+        for n in nodes
+    ]
+
+
+def _bytes(text: str) -> int:
+    return int(parse_quantity(text))
+
+
+def test_sample_topology_has_catalog_classes_when_loaded_without_source() -> None:
+    kinds = _by_kind(load_topology(None))
+    class_names = {c["metadata"]["name"] for c in kinds["deviceclasses"]}
+    assert class_names == {"gpu.nvidia.com", *CATALOG_CLASSES}
+    assert {n["metadata"]["name"] for n in kinds["nodes"]} == {
+        "gpu-node-rtx-0",
+        "gpu-node-h100-0",
+        "gpu-node-l40s-0",
+    }
+
+
+def test_sample_slices_are_nvidia_style_when_loaded() -> None:
+    kinds = _by_kind(load_topology(None))
+    assert len(kinds["resourceslices"]) == 3
+    for resource_slice in kinds["resourceslices"]:
+        spec = resource_slice["spec"]
+        assert spec["driver"] == "gpu.nvidia.com"
+        assert spec["pool"] == {"name": spec["nodeName"], "generation": 1, "resourceSliceCount": 1}
+        assert [d["name"] for d in spec["devices"]] == [f"gpu-{i}" for i in range(8)]
+        device = spec["devices"][3]
+        attributes = device["attributes"]
+        assert attributes["type"] == {"string": "gpu"}
+        assert attributes["uuid"] == {"string": gpu_uuid(spec["nodeName"], "gpu-3")}
+        assert attributes["index"] == {"int": 3}
+        assert "version" in attributes["driverVersion"]
+        assert {"productName", "architecture"} <= set(attributes)
+        assert "memory" in device["capacity"]
+
+
+def test_sample_nodes_carry_capacity_labels_and_ready_condition() -> None:
+    node = next(
+        n for n in _by_kind(load_topology(None))["nodes"] if "h100" in n["metadata"]["name"]
+    )
+    assert node["status"]["allocatable"] == {
+        "cpu": "192",
+        "memory": "2Ti",
+        "pods": "110",
+        "ephemeral-storage": "500Gi",
+    }
+    assert node["metadata"]["labels"]["kubernetes.io/hostname"] == "gpu-node-h100-0"
+    assert node["metadata"]["labels"]["nvidia.com/gpu.product"] == "NVIDIA-H100-80GB-HBM3"
+    ready = next(c for c in node["status"]["conditions"] if c["type"] == "Ready")
+    assert ready["status"] == "True"
+
+
+def test_catalog_classes_select_only_their_product_when_evaluated() -> None:
+    kinds = _by_kind(load_topology(None))
+    classes = {c["metadata"]["name"]: c for c in kinds["deviceclasses"]}
+    for resource_slice in kinds["resourceslices"]:
+        for device in resource_slice["spec"]["devices"]:
+            env = device_env("gpu.nvidia.com", device)
+            product = device["attributes"]["productName"]["string"]
+            for name, device_class in classes.items():
+                selectors = [
+                    compile_selector(s["cel"]["expression"])
+                    for s in device_class["spec"]["selectors"]
+                ]
+                expected = name == "gpu.nvidia.com" or CATALOG_CLASSES[name] == product
+                assert device_matches(selectors, env) is expected, (name, product)
+
+
+@pytest.mark.parametrize(
+    ("device_class", "count", "cpu", "memory"),
+    [
+        ("nvidia-h100", 8, 128_000, 2**40),
+        ("nvidia-l40s", 4, 48_000, 192 * 2**30),
+        ("nvidia-rtx-3080", 2, 10_000, 40 * 2**30),
+    ],
+)
+def test_sample_topology_fits_largest_catalog_package_when_allocated(
+    device_class: str, count: int, cpu: int, memory: int
+) -> None:
+    kinds = _by_kind(load_topology(None))
+    allocator = Allocator(
+        Inventory(kinds["resourceslices"]),
+        {c["metadata"]["name"]: c for c in kinds["deviceclasses"]},
+        _node_states(kinds["nodes"]),
+    )
+    claim = ClaimRequest(
+        "t", "c", [{"name": "gpu", "exactly": {"deviceClassName": device_class, "count": count}}]
+    )
+    outcome = allocator.place(PodRequest("t", "p", "uid", cpu=cpu, memory=memory, claims=[claim]))
+    assert isinstance(outcome, Placement)
+    assert len(outcome.devices) == count
+
+
+def test_generated_topology_builds_identical_nodes_when_flags_given() -> None:
+    seed = load_topology({"generate": {"nodes": 4, "gpus_per_node": 2, "product": "NVIDIA L40S"}})
+    kinds = _by_kind(seed)
+    assert [n["metadata"]["name"] for n in kinds["nodes"]] == [f"gpu-node-{i}" for i in range(4)]
+    assert kinds["nodes"][0]["status"]["allocatable"]["cpu"] == "24"
+    assert kinds["nodes"][0]["status"]["allocatable"]["memory"] == "192Gi"
+    assert all(len(s["spec"]["devices"]) == 2 for s in kinds["resourceslices"])
+    assert {"nvidia-l40s", "gpu.nvidia.com"} <= {
+        c["metadata"]["name"] for c in kinds["deviceclasses"]
+    }
+
+
+def test_generated_topology_accepts_unknown_product_with_defaults() -> None:
+    kinds = _by_kind(
+        load_topology({"generate": {"nodes": 1, "gpus_per_node": 1, "product": "NVIDIA T4"}})
+    )
+    device = kinds["resourceslices"][0]["spec"]["devices"][0]
+    assert device["attributes"]["productName"] == {"string": "NVIDIA T4"}
+    assert device["capacity"]["memory"] == {"value": "16Gi"}
+
+
+def test_yaml_topology_loads_when_given_a_path(tmp_path: Path) -> None:
+    path = tmp_path / "topology.yaml"
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "nodes": [
+                    {
+                        "name": "n1",
+                        "cpu": "16",
+                        "memory": "64Gi",
+                        "gpus": [
+                            {"product": "X", "count": 130, "memory": "1Gi", "architecture": "Y"}
+                        ],
+                    }
+                ],
+                "deviceClasses": [{"name": "x", "selector": "device.driver == 'gpu.nvidia.com'"}],
+            }
+        )
+    )
+    kinds = _by_kind(load_topology(str(path)))
+    # More than 128 devices need a pool of several slices.
+    assert [len(s["spec"]["devices"]) for s in kinds["resourceslices"]] == [128, 2]
+    assert {s["spec"]["pool"]["resourceSliceCount"] for s in kinds["resourceslices"]} == {2}
+    assert kinds["deviceclasses"][0]["spec"]["selectors"] == [
+        {"cel": {"expression": "device.driver == 'gpu.nvidia.com'"}}
+    ]
+
+
+@pytest.mark.parametrize(
+    ("topology", "message"),
+    [
+        ({"nodes": [{"cpu": "1"}]}, "missing 'name'"),
+        ({"nodes": [{"name": "a"}, {"name": "a"}]}, "duplicate node name"),
+        ({"nodes": [{"name": "a", "cpu": "lots"}]}, "invalid cpu"),
+        ({"deviceClasses": [{"name": "c", "selector": "device.("}]}, "CEL compile error"),
+    ],
+)
+def test_load_topology_raises_clear_error_when_input_is_invalid(
+    topology: dict, message: str
+) -> None:
+    with pytest.raises(TopologyError, match=message):
+        load_topology(topology)
+
+
+def test_gpu_uuid_is_deterministic_when_regenerated() -> None:
+    assert gpu_uuid("n", "gpu-0") == gpu_uuid("n", "gpu-0") != gpu_uuid("n", "gpu-1")
+    assert gpu_uuid("n", "gpu-0").startswith("GPU-")

@@ -1,0 +1,302 @@
+"""Seeds the simulated cluster from a topology (YAML file, dict or generator flags): Nodes,
+DeviceClasses and NVIDIA-style ResourceSlices, as the GPU DRA driver would publish them."""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from collections.abc import Mapping
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes.utils import parse_quantity
+
+from simcluster.cel import CelCompileError, compile_selector
+from simcluster.quota import format_quantity
+
+SAMPLE_TOPOLOGY = Path(__file__).parent / "topologies" / "sample.yaml"
+DRIVER = "gpu.nvidia.com"
+# A ResourceSlice holds at most 128 devices; larger nodes publish a multi-slice pool.
+MAX_DEVICES_PER_SLICE = 128
+DRIVER_VERSION = "570.124.6"
+CUDA_DRIVER_VERSION = "12.8.0"
+DEFAULT_PRODUCT = "NVIDIA H100 80GB HBM3"
+_UNKNOWN_PRODUCT = {
+    "memory": "16Gi",
+    "architecture": "Unknown",
+    "cudaComputeCapability": "8.0.0",
+    "nodeCpuPerGpu": 8,
+    "nodeMemoryPerGpu": "64Gi",
+}
+
+Seed = list[tuple[str, dict[str, Any]]]
+
+
+class TopologyError(ValueError):
+    """A topology file or dict that cannot be turned into cluster objects."""
+
+
+def load_topology(source: str | Path | Mapping[str, Any] | None) -> Seed:
+    """(resource key, object) pairs to create: nodes, then device classes, then slices.
+
+    `source` is a YAML path, an already-parsed topology, `{"generate": {"nodes", "gpus_per_node",
+    "product"}}` from the CLI flags, or None for the shipped sample topology.
+    """
+    if source is None:
+        spec = _read_yaml(SAMPLE_TOPOLOGY)
+    elif isinstance(source, str | Path):
+        spec = _read_yaml(Path(source))
+    else:
+        spec = dict(source)
+    if "generate" in spec:
+        spec = generated_topology(**spec["generate"])
+    return build_objects(spec)
+
+
+def generated_topology(
+    nodes: int = 3, gpus_per_node: int = 8, product: str | None = None
+) -> dict[str, Any]:
+    """`nodes` identical nodes of one product, sized from the sample's product table, with the
+    sample's device classes so every catalog class exists (unmatched ones just stay empty)."""
+    sample = _read_yaml(SAMPLE_TOPOLOGY)
+    product = product or DEFAULT_PRODUCT
+    shape = {**_UNKNOWN_PRODUCT, **sample["products"].get(product, {})}
+    per_node = max(gpus_per_node, 1)
+    cpu = int(shape["nodeCpuPerGpu"]) * per_node
+    memory = parse_quantity(str(shape["nodeMemoryPerGpu"])) * per_node
+    return {
+        "products": {**sample["products"], product: shape},
+        "deviceClasses": sample["deviceClasses"],
+        "nodes": [
+            {
+                "name": f"gpu-node-{index}",
+                "cpu": str(cpu),
+                "memory": format_quantity(memory, binary=True),
+                "gpus": [{"product": product, "count": gpus_per_node}] if gpus_per_node else [],
+            }
+            for index in range(nodes)
+        ],
+    }
+
+
+def build_objects(spec: Mapping[str, Any]) -> Seed:
+    """Turn a parsed topology into cluster objects; raises TopologyError on bad input."""
+    products: Mapping[str, Any] = spec.get("products") or {}
+    now = _timestamp()
+    seed: Seed = []
+    slices: Seed = []
+    seen_nodes: set[str] = set()
+    for index, node in enumerate(spec.get("nodes") or []):
+        name = _required(node, "name", f"nodes[{index}]")
+        if name in seen_nodes:
+            raise TopologyError(f"nodes[{index}]: duplicate node name {name!r}")
+        seen_nodes.add(name)
+        gpus = _expand_gpus(node.get("gpus") or [], products, f"nodes[{index}]")
+        seed.append(("nodes", build_node(node, index, gpus, now)))
+        slices.extend(("resourceslices", s) for s in build_resource_slices(name, gpus))
+    for index, device_class in enumerate(spec.get("deviceClasses") or []):
+        seed.append(("deviceclasses", build_device_class(device_class, f"deviceClasses[{index}]")))
+    return seed + slices
+
+
+def _expand_gpus(
+    entries: list[Mapping[str, Any]], products: Mapping[str, Any], where: str
+) -> list[dict[str, Any]]:
+    """One dict per physical GPU, product defaults filled in from the products table."""
+    gpus: list[dict[str, Any]] = []
+    for index, entry in enumerate(entries):
+        product = _required(entry, "product", f"{where}.gpus[{index}]")
+        details = {**_UNKNOWN_PRODUCT, **products.get(product, {}), **entry}
+        try:
+            parse_quantity(str(details["memory"]))
+            count = int(details.get("count", 1))
+        except ValueError as exc:
+            raise TopologyError(f"{where}.gpus[{index}]: {exc}") from exc
+        gpus.extend(dict(details) for _ in range(count))
+    return gpus
+
+
+def build_node(
+    node: Mapping[str, Any], index: int, gpus: list[dict[str, Any]], now: str
+) -> dict[str, Any]:
+    name = node["name"]
+    capacity = {
+        "cpu": str(node.get("cpu", "8")),
+        "memory": str(node.get("memory", "32Gi")),
+        "pods": str(node.get("pods", 110)),
+        "ephemeral-storage": str(node.get("ephemeralStorage", "500Gi")),
+    }
+    for key in ("cpu", "memory", "ephemeral-storage"):
+        try:
+            parse_quantity(capacity[key])
+        except ValueError as exc:
+            raise TopologyError(f"node {name}: invalid {key} {capacity[key]!r}") from exc
+    labels = {
+        "kubernetes.io/hostname": name,
+        "kubernetes.io/os": "linux",
+        "kubernetes.io/arch": "amd64",
+        "node.kubernetes.io/instance-type": "simulated",
+    }
+    if gpus:
+        # GPU feature discovery publishes the product with spaces turned into dashes.
+        labels["nvidia.com/gpu.product"] = gpus[0]["product"].replace(" ", "-")
+        labels["nvidia.com/gpu.count"] = str(len(gpus))
+    labels.update(node.get("labels") or {})
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": labels},
+        "spec": {},
+        "status": {
+            "capacity": capacity,
+            "allocatable": dict(capacity),
+            "conditions": _node_conditions(now),
+            "addresses": [
+                {"type": "InternalIP", "address": _node_ip(index)},
+                {"type": "Hostname", "address": name},
+            ],
+            "nodeInfo": {
+                "machineID": _hex_id(name, "machine"),
+                "systemUUID": str(uuid.uuid5(uuid.NAMESPACE_DNS, name)),
+                "bootID": str(uuid.uuid5(uuid.NAMESPACE_DNS, f"boot.{name}")),
+                "kernelVersion": "6.8.0-simcluster",
+                "osImage": "Ubuntu 24.04 LTS",
+                "containerRuntimeVersion": "containerd://2.0.0",
+                "kubeletVersion": "v1.34.0",
+                "kubeProxyVersion": "",
+                "operatingSystem": "linux",
+                "architecture": "amd64",
+            },
+        },
+    }
+
+
+def _node_conditions(now: str) -> list[dict[str, str]]:
+    healthy = [
+        ("MemoryPressure", "KubeletHasSufficientMemory", "kubelet has sufficient memory available"),
+        ("DiskPressure", "KubeletHasNoDiskPressure", "kubelet has no disk pressure"),
+        ("PIDPressure", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
+    ]
+    conditions = [
+        {
+            "type": kind,
+            "status": "False",
+            "reason": reason,
+            "message": message,
+            "lastHeartbeatTime": now,
+            "lastTransitionTime": now,
+        }
+        for kind, reason, message in healthy
+    ]
+    conditions.append(
+        {
+            "type": "Ready",
+            "status": "True",
+            "reason": "KubeletReady",
+            "message": "kubelet is posting ready status",
+            "lastHeartbeatTime": now,
+            "lastTransitionTime": now,
+        }
+    )
+    return conditions
+
+
+def build_resource_slices(node_name: str, gpus: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The driver's pool for one node: pool name = node name, generation 1, devices gpu-<i>."""
+    if not gpus:
+        return []
+    devices = [_gpu_device(node_name, index, gpu) for index, gpu in enumerate(gpus)]
+    chunks = [
+        devices[start : start + MAX_DEVICES_PER_SLICE]
+        for start in range(0, len(devices), MAX_DEVICES_PER_SLICE)
+    ]
+    return [
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceSlice",
+            "metadata": {"name": f"{node_name}-{DRIVER}-{_hex_id(node_name, str(number))[:5]}"},
+            "spec": {
+                "driver": DRIVER,
+                "nodeName": node_name,
+                "pool": {"name": node_name, "generation": 1, "resourceSliceCount": len(chunks)},
+                "devices": chunk,
+            },
+        }
+        for number, chunk in enumerate(chunks)
+    ]
+
+
+def _gpu_device(node_name: str, index: int, gpu: Mapping[str, Any]) -> dict[str, Any]:
+    device_name = f"gpu-{index}"
+    bus = 0x18 + index * 0x10
+    return {
+        "name": device_name,
+        "attributes": {
+            "type": {"string": "gpu"},
+            "uuid": {"string": gpu_uuid(node_name, device_name)},
+            "productName": {"string": gpu["product"]},
+            "brand": {"string": "Nvidia"},
+            "architecture": {"string": str(gpu["architecture"])},
+            "cudaComputeCapability": {"version": str(gpu["cudaComputeCapability"])},
+            "driverVersion": {"version": str(gpu.get("driverVersion", DRIVER_VERSION))},
+            "cudaDriverVersion": {"version": CUDA_DRIVER_VERSION},
+            "index": {"int": index},
+            "resource.kubernetes.io/pciBusID": {"string": f"0000:{bus % 0x100:02x}:00.0"},
+            "resource.kubernetes.io/pcieRoot": {"string": f"pci0000:{(bus // 0x40) % 0x100:02x}"},
+        },
+        "capacity": {"memory": {"value": str(gpu["memory"])}},
+    }
+
+
+def gpu_uuid(node_name: str, device_name: str) -> str:
+    """Deterministic, so a restarted simulator publishes the same GPUs."""
+    return f"GPU-{uuid.uuid5(uuid.NAMESPACE_URL, f'simcluster://{node_name}/{device_name}')}"
+
+
+def build_device_class(device_class: Mapping[str, Any], where: str) -> dict[str, Any]:
+    name = _required(device_class, "name", where)
+    expressions = list(device_class.get("selectors") or [])
+    if device_class.get("selector"):
+        expressions.append(device_class["selector"])
+    for expression in expressions:
+        try:
+            compile_selector(expression)
+        except CelCompileError as exc:
+            raise TopologyError(f"{where} ({name}): {exc}") from exc
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": name},
+        "spec": {"selectors": [{"cel": {"expression": e}} for e in expressions]},
+    }
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        loaded = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise TopologyError(f"cannot read topology {path}: {exc}") from exc
+    if not isinstance(loaded, dict):
+        raise TopologyError(f"topology {path} must be a mapping")
+    return loaded
+
+
+def _required(entry: Mapping[str, Any], key: str, where: str) -> str:
+    value = entry.get(key) if isinstance(entry, Mapping) else None
+    if not value:
+        raise TopologyError(f"{where}: missing {key!r}")
+    return str(value)
+
+
+def _node_ip(index: int) -> str:
+    return f"10.{index // 62500 % 256}.{index // 250 % 250}.{index % 250 + 1}"
+
+
+def _hex_id(*parts: str) -> str:
+    return hashlib.sha256("/".join(parts).encode()).hexdigest()[:32]
+
+
+def _timestamp() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -1,0 +1,792 @@
+"""Validation of writes: official 1.34 schemas for built-ins, openAPIV3Schema for CRD kinds,
+plus the name and field rules the real server enforces that a JSON schema cannot express."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import threading
+from collections.abc import Iterable
+from functools import lru_cache
+from importlib import resources as importlib_resources
+from typing import Any
+
+import jsonschema
+from referencing import Registry, Resource
+
+from simcluster.errors import ApiError, cause
+from simcluster.resources import ResourceType
+
+SCHEMA_DIR = "kubernetes-json-schema/v1.34.0-local-strict"
+_DEFS_PREFIX = "#/$defs/"
+
+DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
+
+SUBDOMAIN_MESSAGE = (
+    "a lowercase RFC 1123 subdomain must consist of lower case alphanumeric characters, '-' or "
+    "'.', and must start and end with an alphanumeric character (e.g. 'example.com', regex used "
+    r"for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')"
+)
+LABEL_MESSAGE = (
+    "a lowercase RFC 1123 label must consist of lower case alphanumeric characters or '-', and "
+    "must start and end with an alphanumeric character (e.g. 'my-name',  or '123-abc', regex "
+    "used for validation is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')"
+)
+
+# Kinds whose names are DNS labels rather than subdomains.
+_LABEL_NAMED = {"namespaces"}
+
+
+def go_value(value: Any) -> str:
+    """A value as Go's %#v-ish rendering in field errors: strings quoted, the rest as JSON."""
+    return json.dumps(value, separators=(",", ":"), sort_keys=True)
+
+
+def field_path(parts: Iterable[Any]) -> str:
+    path = ""
+    for part in parts:
+        if isinstance(part, int):
+            path += f"[{part}]"
+        else:
+            path += f".{part}" if path else str(part)
+    return path
+
+
+class BuiltinSchemas:
+    """The official schemas shipped with kubernetes-validate, loaded once and cached per kind."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._definitions: dict[str, Any] | None = None
+        self._registry: Registry | None = None
+        self._validators: dict[tuple[str, str], jsonschema.protocols.Validator] = {}
+        self._roots: dict[tuple[str, str], dict[str, Any]] = {}
+
+    def _load(self, filename: str) -> Any:
+        path = importlib_resources.files("kubernetes_validate").joinpath(f"{SCHEMA_DIR}/{filename}")
+        return json.loads(path.read_text())
+
+    def _ensure_definitions(self) -> tuple[dict[str, Any], Registry]:
+        with self._lock:
+            if self._definitions is None:
+                document = self._load("_definitions.json")
+                self._definitions = document["$defs"]
+                self._registry = Resource.from_contents(document) @ Registry()
+            assert self._registry is not None
+            return self._definitions, self._registry
+
+    def definition(self, name: str) -> dict[str, Any]:
+        definitions, _ = self._ensure_definitions()
+        return definitions[name]
+
+    def resolve(self, node: dict[str, Any] | None) -> dict[str, Any] | None:
+        """Follow `$ref` into the shared definitions (what strategic merge needs)."""
+        definitions, _ = self._ensure_definitions()
+        while node and "$ref" in node:
+            ref = node["$ref"]
+            node = definitions.get(ref[ref.index(_DEFS_PREFIX) + len(_DEFS_PREFIX) :])
+        return node
+
+    @staticmethod
+    def _filename(kind: str, api_version: str) -> str:
+        group_version = re.sub(r"^([^./]*)(?:\.[^/]*)?/", r"\1-", api_version)
+        return f"{kind.lower()}-{group_version}.json"
+
+    def root(self, kind: str, api_version: str) -> dict[str, Any]:
+        key = (kind, api_version)
+        if key not in self._roots:
+            self._roots[key] = self._load(self._filename(kind, api_version))
+        return self._roots[key]
+
+    def validator(self, kind: str, api_version: str) -> jsonschema.protocols.Validator:
+        key = (kind, api_version)
+        validator = self._validators.get(key)
+        if validator is None:
+            _, registry = self._ensure_definitions()
+            schema = self.root(kind, api_version)
+            registry = Resource.from_contents(schema) @ registry
+            validator = jsonschema.Draft202012Validator(schema, registry=registry)
+            self._validators[key] = validator
+        return validator
+
+    def metadata_validator(self) -> jsonschema.protocols.Validator:
+        key = ("ObjectMeta", "meta/v1")
+        validator = self._validators.get(key)
+        if validator is None:
+            _, registry = self._ensure_definitions()
+            schema = {
+                "$schema": "https://json-schema.org/draft/2020-12/schema",
+                "$ref": "https://kubernetes.io/api/_definitions.json#/$defs/"
+                "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta",
+            }
+            validator = jsonschema.Draft202012Validator(schema, registry=registry)
+            self._validators[key] = validator
+        return validator
+
+
+SCHEMAS = BuiltinSchemas()
+
+
+def _schema_causes(errors: Iterable[jsonschema.ValidationError], prefix: list[Any]) -> list[dict]:
+    causes: list[dict] = []
+    for error in errors:
+        # oneOf/anyOf failures carry the useful detail in their best sub-error.
+        if error.validator in ("oneOf", "anyOf") and error.context:
+            error = jsonschema.exceptions.best_match(error.context)
+        path = [*prefix, *error.absolute_path]
+        where = field_path(path)
+        if error.validator == "additionalProperties":
+            extras = sorted(set(error.instance) - set(error.schema.get("properties", {})))
+            for extra in extras:
+                name = field_path([*path, extra])
+                causes.append(
+                    cause("FieldValueForbidden", name, f'Forbidden: unknown field "{name}"')
+                )
+        elif error.validator == "required":
+            missing = re.match(r"'([^']*)' is a required property", error.message)
+            name = field_path([*path, missing.group(1)]) if missing else where
+            causes.append(cause("FieldValueRequired", name, "Required value"))
+        elif error.validator == "enum":
+            supported = ", ".join(go_value(v) for v in error.validator_value if v is not None)
+            causes.append(
+                cause(
+                    "FieldValueNotSupported",
+                    where,
+                    f"Unsupported value: {go_value(error.instance)}: supported values: {supported}",
+                )
+            )
+        elif error.validator == "type":
+            wanted = error.validator_value
+            wanted = [t for t in wanted if t != "null"] if isinstance(wanted, list) else [wanted]
+            causes.append(
+                cause(
+                    "FieldValueTypeInvalid",
+                    where,
+                    f"Invalid value: {go_value(error.instance)}: {where} in body must be of type "
+                    f"{' or '.join(wanted)}: {go_value(error.instance)}",
+                )
+            )
+        else:
+            causes.append(
+                cause(
+                    "FieldValueInvalid",
+                    where,
+                    f"Invalid value: {go_value(error.instance)}: {error.message}",
+                )
+            )
+    return causes
+
+
+def validate_metadata(rtype: ResourceType, obj: dict[str, Any], *, creating: bool) -> list[dict]:
+    """Name, generateName and label rules shared by every kind."""
+    metadata = obj.get("metadata") or {}
+    causes: list[dict] = []
+    name = metadata.get("name")
+    if not name:
+        if not (creating and metadata.get("generateName")):
+            causes.append(
+                cause(
+                    "FieldValueRequired",
+                    "metadata.name",
+                    "Required value: name or generateName is required",
+                )
+            )
+    elif rtype.key in _LABEL_NAMED:
+        if len(name) > 63 or not DNS_LABEL.match(name):
+            message = LABEL_MESSAGE if len(name) <= 63 else "must be no more than 63 characters"
+            causes.append(
+                cause(
+                    "FieldValueInvalid",
+                    "metadata.name",
+                    f"Invalid value: {go_value(name)}: {message}",
+                )
+            )
+    elif len(name) > 253 or not DNS_SUBDOMAIN.match(name):
+        message = SUBDOMAIN_MESSAGE if len(name) <= 253 else "must be no more than 253 characters"
+        causes.append(
+            cause(
+                "FieldValueInvalid", "metadata.name", f"Invalid value: {go_value(name)}: {message}"
+            )
+        )
+    for key, value in (metadata.get("labels") or {}).items():
+        prefix, _, label_name = key.rpartition("/")
+        if (
+            not label_name
+            or len(label_name) > 63
+            or not _LABEL_NAME.match(label_name)
+            or (prefix and not DNS_SUBDOMAIN.match(prefix))
+        ):
+            causes.append(
+                cause(
+                    "FieldValueInvalid",
+                    "metadata.labels",
+                    f"Invalid value: {go_value(key)}: name part must consist of alphanumeric "
+                    "characters, '-', '_' or '.', and must start and end with an alphanumeric "
+                    "character",
+                )
+            )
+        if not isinstance(value, str) or len(value) > 63 or not _LABEL_VALUE.match(value):
+            causes.append(
+                cause(
+                    "FieldValueInvalid",
+                    "metadata.labels",
+                    f"Invalid value: {go_value(value)}: a valid label must be an empty string or "
+                    "consist of alphanumeric characters, '-', '_' or '.', and must start and end "
+                    "with an alphanumeric character",
+                )
+            )
+    return causes
+
+
+def validate_builtin(rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+    """Raise 422 when a built-in object breaks the strict 1.34 schema or a server-side rule."""
+    causes = validate_metadata(rtype, obj, creating=old is None)
+    validator = SCHEMAS.validator(rtype.kind, rtype.api_version)
+    causes += _schema_causes(validator.iter_errors(obj), [])
+    if not causes:
+        causes += _KIND_RULES.get(rtype.key, _no_rules)(obj, old)
+    if causes:
+        name = (obj.get("metadata") or {}).get("name") or ""
+        raise ApiError.invalid(rtype.kind, name, causes, rtype.group)
+
+
+def _no_rules(obj: dict[str, Any], old: dict[str, Any] | None) -> list[dict]:
+    return []
+
+
+def _immutable(path: str, new: Any) -> dict:
+    return cause("FieldValueInvalid", path, f"Invalid value: {go_value(new)}: field is immutable")
+
+
+def _pod_rules(obj: dict[str, Any], old: dict[str, Any] | None) -> list[dict]:
+    spec = obj.get("spec") or {}
+    causes: list[dict] = []
+    containers = spec.get("containers") or []
+    if not containers:
+        causes.append(cause("FieldValueRequired", "spec.containers", "Required value"))
+    claim_names = {claim.get("name") for claim in spec.get("resourceClaims") or []}
+    seen: set[str] = set()
+    for index, container in enumerate(containers):
+        where = f"spec.containers[{index}]"
+        name = container.get("name", "")
+        if not DNS_LABEL.match(name):
+            causes.append(
+                cause(
+                    "FieldValueInvalid",
+                    f"{where}.name",
+                    f"Invalid value: {go_value(name)}: {LABEL_MESSAGE}",
+                )
+            )
+        elif name in seen:
+            causes.append(
+                cause("FieldValueDuplicate", f"{where}.name", f"Duplicate value: {go_value(name)}")
+            )
+        seen.add(name)
+        if not container.get("image"):
+            causes.append(cause("FieldValueRequired", f"{where}.image", "Required value"))
+        for claim_index, claim in enumerate((container.get("resources") or {}).get("claims") or []):
+            if claim.get("name") not in claim_names:
+                causes.append(
+                    cause(
+                        "FieldValueNotFound",
+                        f"{where}.resources.claims[{claim_index}].name",
+                        f"Not found: {go_value(claim.get('name'))}",
+                    )
+                )
+    for index, claim in enumerate(spec.get("resourceClaims") or []):
+        sources = [
+            key for key in ("resourceClaimName", "resourceClaimTemplateName") if claim.get(key)
+        ]
+        if len(sources) != 1:
+            causes.append(
+                cause(
+                    "FieldValueInvalid",
+                    f"spec.resourceClaims[{index}]",
+                    "Invalid value: "
+                    f"{go_value(claim)}: must specify one of: `resourceClaimName`, "
+                    "`resourceClaimTemplateName`",
+                )
+            )
+    if old is not None and not causes:
+        causes += _pod_update_rules(spec, old.get("spec") or {})
+    return causes
+
+
+def _mutable_pod_view(spec: dict[str, Any]) -> dict[str, Any]:
+    """The pod spec with the fields an update may change blanked out."""
+    view = copy.deepcopy(spec)
+    for key in (
+        "activeDeadlineSeconds",
+        "tolerations",
+        "terminationGracePeriodSeconds",
+        "nodeName",
+    ):
+        view.pop(key, None)
+    for group in ("containers", "initContainers"):
+        for container in view.get(group) or []:
+            container.pop("image", None)
+    return view
+
+
+def _pod_update_rules(spec: dict[str, Any], old_spec: dict[str, Any]) -> list[dict]:
+    if old_spec.get("nodeName") and spec.get("nodeName") != old_spec.get("nodeName"):
+        return [_immutable("spec.nodeName", spec.get("nodeName"))]
+    if _mutable_pod_view(spec) != _mutable_pod_view(old_spec):
+        return [
+            cause(
+                "FieldValueForbidden",
+                "spec",
+                "Forbidden: pod updates may not change fields other than "
+                "`spec.containers[*].image`,"
+                "`spec.initContainers[*].image`,`spec.activeDeadlineSeconds`,`spec.tolerations` "
+                "(only additions to existing tolerations),`spec.terminationGracePeriodSeconds` "
+                "(allow it to be set to 1 if it was previously negative)",
+            )
+        ]
+    return []
+
+
+def _device_request_rules(request: dict[str, Any], where: str, *, sub: bool) -> list[dict]:
+    causes: list[dict] = []
+    name = request.get("name", "")
+    if not DNS_LABEL.match(name):
+        causes.append(
+            cause(
+                "FieldValueInvalid",
+                f"{where}.name",
+                f"Invalid value: {go_value(name)}: {LABEL_MESSAGE}",
+            )
+        )
+    exact = request if sub else request.get("exactly")
+    if not sub:
+        present = [key for key in ("exactly", "firstAvailable") if request.get(key)]
+        if len(present) != 1:
+            causes.append(
+                cause(
+                    "FieldValueRequired" if not present else "FieldValueForbidden",
+                    where,
+                    "Required value: exactly one of `exactly` or `firstAvailable` is required"
+                    if not present
+                    else "Forbidden: exactly one of `exactly` or `firstAvailable` is required, "
+                    "but multiple fields are set",
+                )
+            )
+        for index, subrequest in enumerate(request.get("firstAvailable") or []):
+            causes += _device_request_rules(
+                subrequest, f"{where}.firstAvailable[{index}]", sub=True
+            )
+    if exact:
+        prefix = where if sub else f"{where}.exactly"
+        if not exact.get("deviceClassName"):
+            causes.append(
+                cause("FieldValueRequired", f"{prefix}.deviceClassName", "Required value")
+            )
+        elif not DNS_SUBDOMAIN.match(exact["deviceClassName"]):
+            causes.append(
+                cause(
+                    "FieldValueInvalid",
+                    f"{prefix}.deviceClassName",
+                    f"Invalid value: {go_value(exact['deviceClassName'])}: {SUBDOMAIN_MESSAGE}",
+                )
+            )
+        mode = exact.get("allocationMode", "ExactCount")
+        if mode not in ("ExactCount", "All"):
+            causes.append(
+                cause(
+                    "FieldValueNotSupported",
+                    f"{prefix}.allocationMode",
+                    f'Unsupported value: {go_value(mode)}: supported values: "All", "ExactCount"',
+                )
+            )
+        count = exact.get("count")
+        if mode == "ExactCount" and count is not None and count <= 0:
+            causes.append(
+                cause(
+                    "FieldValueInvalid",
+                    f"{prefix}.count",
+                    f"Invalid value: {count}: must be greater than zero",
+                )
+            )
+        if mode == "All" and count:
+            causes.append(
+                cause(
+                    "FieldValueInvalid",
+                    f"{prefix}.count",
+                    f"Invalid value: {count}: must not be specified when allocationMode is 'All'",
+                )
+            )
+        if len(exact.get("selectors") or []) > 32:
+            causes.append(
+                cause(
+                    "FieldValueTooMany",
+                    f"{prefix}.selectors",
+                    "Too many: must have at most 32 items",
+                )
+            )
+    return causes
+
+
+def _resource_claim_rules(obj: dict[str, Any], old: dict[str, Any] | None) -> list[dict]:
+    spec = obj.get("spec") or {}
+    if old is not None:
+        if spec != (old.get("spec") or {}):
+            return [_immutable("spec", spec)]
+        return []
+    causes: list[dict] = []
+    requests = (spec.get("devices") or {}).get("requests") or []
+    if len(requests) > 32:
+        causes.append(
+            cause(
+                "FieldValueTooMany", "spec.devices.requests", "Too many: must have at most 32 items"
+            )
+        )
+    names: set[str] = set()
+    for index, request in enumerate(requests):
+        where = f"spec.devices.requests[{index}]"
+        causes += _device_request_rules(request, where, sub=False)
+        if request.get("name") in names:
+            causes.append(
+                cause(
+                    "FieldValueDuplicate",
+                    f"{where}.name",
+                    f"Duplicate value: {go_value(request.get('name'))}",
+                )
+            )
+        names.add(request.get("name"))
+    return causes
+
+
+_SLICE_NODE_FIELDS = (
+    "exactly one of `nodeName`, `nodeSelector`, `allNodes`, `perDeviceNodeSelection`"
+)
+
+
+def _resource_slice_rules(obj: dict[str, Any], old: dict[str, Any] | None) -> list[dict]:
+    spec = obj.get("spec") or {}
+    causes: list[dict] = []
+    selectors = [
+        key
+        for key in ("nodeName", "nodeSelector", "allNodes", "perDeviceNodeSelection")
+        if spec.get(key)
+    ]
+    if len(selectors) != 1:
+        causes.append(
+            cause(
+                "FieldValueRequired" if not selectors else "FieldValueForbidden",
+                "spec",
+                f"Required value: {_SLICE_NODE_FIELDS} is required"
+                if not selectors
+                else f"Forbidden: {_SLICE_NODE_FIELDS} is required, but multiple fields are set",
+            )
+        )
+    if len(spec.get("devices") or []) > 128:
+        causes.append(
+            cause("FieldValueTooMany", "spec.devices", "Too many: must have at most 128 items")
+        )
+    if (spec.get("pool") or {}).get("resourceSliceCount", 1) <= 0:
+        causes.append(
+            cause(
+                "FieldValueInvalid",
+                "spec.pool.resourceSliceCount",
+                "Invalid value: must be greater than zero",
+            )
+        )
+    if old is not None:
+        old_spec = old.get("spec") or {}
+        for key in ("driver", "nodeName"):
+            if spec.get(key) != old_spec.get(key):
+                causes.append(_immutable(f"spec.{key}", spec.get(key)))
+    return causes
+
+
+def _crd_rules(obj: dict[str, Any], old: dict[str, Any] | None) -> list[dict]:
+    spec = obj.get("spec") or {}
+    names = spec.get("names") or {}
+    causes: list[dict] = []
+    expected = f"{names.get('plural')}.{spec.get('group')}"
+    if obj["metadata"].get("name") != expected:
+        causes.append(
+            cause(
+                "FieldValueInvalid",
+                "metadata.name",
+                f"Invalid value: {go_value(obj['metadata'].get('name'))}: "
+                'must be spec.names.plural+"."+spec.group',
+            )
+        )
+    versions = spec.get("versions") or []
+    if not versions:
+        causes.append(
+            cause(
+                "FieldValueRequired",
+                "spec.versions",
+                "Required value: must have exactly one version marked as storage version",
+            )
+        )
+    elif sum(1 for version in versions if version.get("storage")) != 1:
+        causes.append(
+            cause(
+                "FieldValueInvalid",
+                "spec.versions",
+                "Invalid value: must have exactly one version marked as storage version",
+            )
+        )
+    for index, version in enumerate(versions):
+        schema = (version.get("schema") or {}).get("openAPIV3Schema")
+        if not schema:
+            causes.append(
+                cause(
+                    "FieldValueRequired",
+                    f"spec.versions[{index}].schema.openAPIV3Schema",
+                    "Required value: schemas are required",
+                )
+            )
+        elif schema.get("type") != "object" and not schema.get(
+            "x-kubernetes-preserve-unknown-fields"
+        ):
+            causes.append(
+                cause(
+                    "FieldValueRequired",
+                    f"spec.versions[{index}].schema.openAPIV3Schema.type",
+                    "Required value: must not be empty at the root",
+                )
+            )
+    if spec.get("scope") not in ("Namespaced", "Cluster"):
+        causes.append(
+            cause(
+                "FieldValueNotSupported",
+                "spec.scope",
+                f"Unsupported value: {go_value(spec.get('scope'))}: "
+                'supported values: "Cluster", "Namespaced"',
+            )
+        )
+    if old is not None:
+        old_spec = old.get("spec") or {}
+        if spec.get("scope") != old_spec.get("scope"):
+            causes.append(_immutable("spec.scope", spec.get("scope")))
+    return causes
+
+
+_KIND_RULES = {
+    "pods": _pod_rules,
+    "resourceclaims": _resource_claim_rules,
+    "resourceslices": _resource_slice_rules,
+    "customresourcedefinitions": _crd_rules,
+}
+
+
+class CustomResourceSchema:
+    """A CRD version's openAPIV3Schema: structural pruning, defaulting and validation."""
+
+    def __init__(self, schema: dict[str, Any]):
+        self.schema = schema
+        body = _to_json_schema(schema)
+        properties = dict(body.get("properties") or {})
+        # metadata is validated as ObjectMeta, apiVersion/kind by the URL, never by the CRD.
+        for key in ("metadata", "apiVersion", "kind"):
+            properties.pop(key, None)
+        body["properties"] = properties
+        self.validator = jsonschema.Draft4Validator(body)
+
+    def prune_and_default(self, obj: dict[str, Any]) -> list[str]:
+        """Drop fields the schema does not declare, fill defaults; return the dropped paths."""
+        dropped: list[str] = []
+        properties = self.schema.get("properties") or {}
+        preserve = bool(self.schema.get("x-kubernetes-preserve-unknown-fields"))
+        for key in list(obj):
+            if key in ("apiVersion", "kind", "metadata"):
+                continue
+            if key in properties:
+                _prune(obj[key], properties[key], [key], dropped)
+            elif not preserve:
+                dropped.append(key)
+                del obj[key]
+        _default_missing(obj, properties, skip={"apiVersion", "kind", "metadata"})
+        return dropped
+
+    def causes(self, obj: dict[str, Any]) -> list[dict]:
+        return _cr_causes(self.validator.iter_errors(obj))
+
+
+def _prune(value: Any, schema: dict[str, Any], path: list[Any], dropped: list[str]) -> None:
+    if isinstance(value, dict):
+        properties = schema.get("properties") or {}
+        additional = schema.get("additionalProperties")
+        preserve = bool(schema.get("x-kubernetes-preserve-unknown-fields")) or bool(
+            schema.get("x-kubernetes-embedded-resource")
+        )
+        for key in list(value):
+            if key in properties:
+                _prune(value[key], properties[key], [*path, key], dropped)
+            elif isinstance(additional, dict):
+                _prune(value[key], additional, [*path, key], dropped)
+            elif additional is True or preserve:
+                continue
+            else:
+                dropped.append(field_path([*path, key]))
+                del value[key]
+        _default_missing(value, properties)
+    elif isinstance(value, list) and isinstance(schema.get("items"), dict):
+        for index, item in enumerate(value):
+            _prune(item, schema["items"], [*path, index], dropped)
+
+
+def _default_missing(
+    value: dict[str, Any], properties: dict[str, Any], skip: set[str] = frozenset()
+) -> None:
+    for key, child in properties.items():
+        if key not in value and key not in skip and "default" in child:
+            value[key] = copy.deepcopy(child["default"])
+
+
+_SCHEMA_KEYWORDS = (
+    "type",
+    "required",
+    "enum",
+    "minimum",
+    "maximum",
+    "exclusiveMinimum",
+    "exclusiveMaximum",
+    "minLength",
+    "maxLength",
+    "pattern",
+    "minItems",
+    "maxItems",
+    "uniqueItems",
+    "multipleOf",
+    "minProperties",
+    "maxProperties",
+)
+
+
+def _to_json_schema(node: dict[str, Any]) -> dict[str, Any]:
+    """OpenAPI v3.0 (as CRDs use it) to draft-4 JSON schema: nullable, int-or-string."""
+    out: dict[str, Any] = {key: node[key] for key in _SCHEMA_KEYWORDS if key in node}
+    if "properties" in node:
+        out["properties"] = {
+            key: _to_json_schema(child) for key, child in node["properties"].items()
+        }
+    if isinstance(node.get("items"), dict):
+        out["items"] = _to_json_schema(node["items"])
+    if isinstance(node.get("additionalProperties"), dict):
+        out["additionalProperties"] = _to_json_schema(node["additionalProperties"])
+    for combinator in ("allOf", "anyOf", "oneOf"):
+        if combinator in node:
+            out[combinator] = [_to_json_schema(child) for child in node[combinator]]
+    if "not" in node:
+        out["not"] = _to_json_schema(node["not"])
+    if node.get("x-kubernetes-int-or-string"):
+        out.pop("type", None)
+        out["anyOf"] = [{"type": "integer"}, {"type": "string"}]
+    if node.get("nullable"):
+        if "type" in out:
+            out["type"] = [out["type"], "null"]
+        if "enum" in out:
+            out["enum"] = [*out["enum"], None]
+    return out
+
+
+def _cr_causes(errors: Iterable[jsonschema.ValidationError]) -> list[dict]:
+    causes = []
+    for error in errors:
+        where = field_path(error.absolute_path)
+        value = go_value(error.instance)
+        if error.validator == "required":
+            missing = re.match(r"'([^']*)' is a required property", error.message)
+            name = field_path([*error.absolute_path, missing.group(1)]) if missing else where
+            causes.append(cause("FieldValueRequired", name, "Required value"))
+        elif error.validator == "type":
+            wanted = error.validator_value
+            wanted = [t for t in wanted if t != "null"] if isinstance(wanted, list) else [wanted]
+            causes.append(
+                cause(
+                    "FieldValueTypeInvalid",
+                    where,
+                    f"Invalid value: {value}: {where} in body must be of type "
+                    f"{' or '.join(wanted)}: {value}",
+                )
+            )
+        elif error.validator == "enum":
+            supported = ", ".join(go_value(v) for v in error.validator_value if v is not None)
+            causes.append(
+                cause(
+                    "FieldValueNotSupported",
+                    where,
+                    f"Unsupported value: {value}: supported values: {supported}",
+                )
+            )
+        elif error.validator in ("minimum", "maximum"):
+            relation = "greater" if error.validator == "minimum" else "less"
+            causes.append(
+                cause(
+                    "FieldValueInvalid",
+                    where,
+                    f"Invalid value: {value}: {where} in body should be {relation} than or "
+                    f"equal to {error.validator_value}",
+                )
+            )
+        elif error.validator == "pattern":
+            causes.append(
+                cause(
+                    "FieldValueInvalid",
+                    where,
+                    f"Invalid value: {value}: {where} in body should match "
+                    f"'{error.validator_value}'",
+                )
+            )
+        elif error.validator in ("maxLength", "maxItems", "maxProperties"):
+            causes.append(
+                cause(
+                    "FieldValueTooLong" if error.validator == "maxLength" else "FieldValueTooMany",
+                    where,
+                    f"Too long: may not be more than {error.validator_value}",
+                )
+            )
+        else:
+            causes.append(
+                cause("FieldValueInvalid", where, f"Invalid value: {value}: {error.message}")
+            )
+    return causes
+
+
+@lru_cache(maxsize=256)
+def _compiled(schema_json: str) -> CustomResourceSchema:
+    return CustomResourceSchema(json.loads(schema_json))
+
+
+def custom_resource_schema(version: dict[str, Any]) -> CustomResourceSchema | None:
+    """The compiled schema of a CRD version entry, cached by the schema's content."""
+    schema = (version.get("schema") or {}).get("openAPIV3Schema")
+    if not schema:
+        return None
+    return _compiled(json.dumps(schema, sort_keys=True))
+
+
+def validate_custom(
+    rtype: ResourceType, obj: dict[str, Any], *, creating: bool, strict_fields: bool
+) -> None:
+    """Prune (or, with fieldValidation=Strict, refuse) unknown fields, default, then validate."""
+    assert rtype.crd is not None
+    name = (obj.get("metadata") or {}).get("name") or ""
+    causes = validate_metadata(rtype, obj, creating=creating)
+    causes += _schema_causes(
+        SCHEMAS.metadata_validator().iter_errors(obj.get("metadata") or {}), ["metadata"]
+    )
+    compiled = custom_resource_schema(rtype.crd)
+    if compiled is not None:
+        probe = copy.deepcopy(obj) if strict_fields else obj
+        dropped = compiled.prune_and_default(probe)
+        if strict_fields and dropped:
+            unknown = ", ".join(f'unknown field "{path}"' for path in dropped)
+            raise ApiError.bad_request(
+                f'{rtype.kind} in version "{rtype.version}" cannot be handled as a {rtype.kind}: '
+                f"strict decoding error: {unknown}"
+            )
+        if strict_fields:
+            compiled.prune_and_default(obj)
+        causes += compiled.causes(obj)
+    if causes:
+        raise ApiError.invalid(rtype.kind, name, causes, rtype.group)
