@@ -20,9 +20,49 @@ def api_client():
     return APIClient()
 
 
+@pytest.fixture
+def tenant(db):
+    from runtime.tests.factories import TenantFactory
+
+    return TenantFactory()
+
+
+@pytest.fixture
+def auth_client(tenant):
+    """An API client that sends a key of `tenant`."""
+    from rest_framework.test import APIClient
+
+    from runtime.tests.factories import key_for
+
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {key_for(tenant)}")
+    return client
+
+
 @pytest.fixture(scope="session")
-def celery_worker(django_db_setup, django_db_blocker):
-    """A real `celery worker` subprocess using the test database and the test Redis."""
+def cluster(tmp_path_factory):
+    """The simulated cluster (sample topology) over HTTP, with the GPUUnit CRD installed.
+    This process and the Celery worker both reach it through KUBECONFIG."""
+    from django.conf import settings
+
+    from controlplane import kube
+    from runtime.provisioning import install_crd
+    from simcluster.cluster import SimCluster
+
+    sim = SimCluster(topology=None).start()
+    kubeconfig = sim.write_kubeconfig(tmp_path_factory.mktemp("kube") / "config")
+    os.environ["KUBECONFIG"] = str(kubeconfig)
+    settings.KUBECONFIG = str(kubeconfig)
+    kube.reset()
+    install_crd()
+    yield sim
+    sim.stop()
+    kube.reset()
+
+
+@pytest.fixture(scope="session")
+def celery_worker(django_db_setup, django_db_blocker, cluster):
+    """A real `celery worker` subprocess using the test database, Redis and cluster."""
     from django.conf import settings
 
     env = dict(os.environ)
@@ -30,6 +70,8 @@ def celery_worker(django_db_setup, django_db_blocker):
     url = os.environ["DATABASE_URL"]
     base, _, query = url.partition("?")
     env["DATABASE_URL"] = base.rsplit("/", 1)[0] + "/" + test_db + (f"?{query}" if query else "")
+    # Short retry ceilings (half the stale threshold) keep fault tests quick.
+    env.setdefault("OPERATION_STALE_SECONDS", "10")
     process = subprocess.Popen(
         [
             sys.executable,

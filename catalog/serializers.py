@@ -5,7 +5,7 @@ from rest_framework import serializers
 from catalog.models import Package
 
 
-class AllocationSerializer(serializers.Serializer):
+class PackageAllocationSerializer(serializers.Serializer):
     deviceClassName = serializers.CharField()
     claimRequestName = serializers.CharField()
     count = serializers.IntegerField()
@@ -15,7 +15,7 @@ class AllocationSerializer(serializers.Serializer):
 
 class PackageSerializer(serializers.ModelSerializer):
     specName = serializers.CharField(source="spec_name")
-    allocation = AllocationSerializer(read_only=True)
+    allocation = PackageAllocationSerializer(read_only=True)
 
     class Meta:
         model = Package

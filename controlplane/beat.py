@@ -10,4 +10,12 @@ def beat_schedule() -> dict[str, dict]:
             "task": "controlplane.heartbeat",
             "schedule": settings.HEARTBEAT_INTERVAL_SECONDS,
         },
+        "runtime.reconcile_units": {
+            "task": "runtime.reconcile_units",
+            "schedule": settings.RECONCILE_INTERVAL_SECONDS,
+        },
+        "runtime.sweep_operations": {
+            "task": "runtime.sweep_operations",
+            "schedule": settings.SWEEP_INTERVAL_SECONDS,
+        },
     }

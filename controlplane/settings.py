@@ -130,8 +130,8 @@ X_FRAME_OPTIONS = "DENY"
 REST_FRAMEWORK = {
     "DEFAULT_RENDERER_CLASSES": ["controlplane.api.renderers.EnvelopeJSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
-    "DEFAULT_AUTHENTICATION_CLASSES": [],
-    "DEFAULT_PERMISSION_CLASSES": ["rest_framework.permissions.AllowAny"],
+    "DEFAULT_AUTHENTICATION_CLASSES": ["runtime.auth.ApiKeyAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["runtime.auth.IsTenant"],
     "EXCEPTION_HANDLER": "controlplane.api.exceptions.envelope_exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": None,
@@ -175,3 +175,17 @@ LOGGING = {
 
 # Beat runs the heartbeat; the worker's last heartbeat shows in /api/v1/health.
 HEARTBEAT_INTERVAL_SECONDS = env.int("HEARTBEAT_INTERVAL_SECONDS", default=15)
+
+# Kubernetes: KUBECONFIG (a path) or, inside a pod, the service account. `make run` and the
+# tests point it at the simulated cluster.
+KUBECONFIG = env.str("KUBECONFIG", default="")
+KUBE_CONTEXT = env.str("KUBE_CONTEXT", default="")
+KUBE_REQUEST_TIMEOUT = env.float("KUBE_REQUEST_TIMEOUT", default=10.0)
+
+# Runtime: how often beat reconciles units and sweeps operations, and when to give up.
+RECONCILE_INTERVAL_SECONDS = env.float("RECONCILE_INTERVAL_SECONDS", default=5.0)
+SWEEP_INTERVAL_SECONDS = env.float("SWEEP_INTERVAL_SECONDS", default=30.0)
+OPERATION_STALE_SECONDS = env.float("OPERATION_STALE_SECONDS", default=60.0)
+OPERATION_MAX_ATTEMPTS = env.int("OPERATION_MAX_ATTEMPTS", default=20)
+# Registries customers may pull from (e.g. "docker.io,ghcr.io"); empty allows any.
+IMAGE_REGISTRY_ALLOWLIST = env.list("IMAGE_REGISTRY_ALLOWLIST", default=[])

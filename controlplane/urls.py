@@ -9,6 +9,7 @@ from controlplane.views import HealthView
 api_v1 = [
     path("health", HealthView.as_view(), name="health"),
     path("", include("catalog.urls")),
+    path("", include("runtime.urls")),
 ]
 
 urlpatterns = [

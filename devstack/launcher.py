@@ -1,4 +1,5 @@
-"""`make run`: services, migrations, sample data, then web + worker + beat until Ctrl-C."""
+"""`make run`: services, simulated cluster, migrations, sample data, then web + worker + beat
+until Ctrl-C."""
 
 from __future__ import annotations
 
@@ -15,8 +16,16 @@ ROOT = Path(__file__).resolve().parent.parent
 SAMPLE_CATALOG = ROOT / "catalog" / "samples" / "packages.yaml"
 
 
-def _manage(env: dict[str, str], *args: str) -> None:
-    subprocess.run([sys.executable, "manage.py", *args], cwd=ROOT, env=env, check=True)
+def _manage(env: dict[str, str], *args: str, capture: bool = False) -> str:
+    result = subprocess.run(
+        [sys.executable, "manage.py", *args],
+        cwd=ROOT,
+        env=env,
+        check=True,
+        stdout=subprocess.PIPE if capture else None,
+        text=True,
+    )
+    return result.stdout or ""
 
 
 def _start(name: str, command: list[str], env: dict[str, str]) -> tuple[str, subprocess.Popen]:
@@ -25,7 +34,7 @@ def _start(name: str, command: list[str], env: dict[str, str]) -> tuple[str, sub
 
 
 def _stop(processes: list[tuple[str, subprocess.Popen]]) -> None:
-    for _name, process in processes:
+    for _name, process in reversed(processes):
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGTERM)
     deadline = time.monotonic() + 15
@@ -34,6 +43,54 @@ def _stop(processes: list[tuple[str, subprocess.Popen]]) -> None:
             process.wait(timeout=max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
             os.killpg(process.pid, signal.SIGKILL)
+
+
+def _start_cluster(
+    data_root: Path, env: dict[str, str], processes: list[tuple[str, subprocess.Popen]]
+) -> None:
+    """The simulated cluster, unless KUBECONFIG points at a real one."""
+    if env.get("KUBECONFIG"):
+        print(f"using the cluster in KUBECONFIG={env['KUBECONFIG']}", flush=True)
+        return
+    kubeconfig = data_root / "kubeconfig"
+    kubeconfig.unlink(missing_ok=True)
+    processes.append(
+        _start(
+            "cluster",
+            [
+                sys.executable,
+                "-m",
+                "simcluster",
+                "--port",
+                str(services.free_port()),
+                "--kubeconfig-out",
+                str(kubeconfig),
+                "--persist",
+                str(data_root / "cluster.json"),
+            ],
+            env,
+        )
+    )
+    deadline = time.monotonic() + 30
+    while not kubeconfig.exists():
+        if time.monotonic() > deadline or processes[-1][1].poll() is not None:
+            raise RuntimeError("the simulated cluster did not start")
+        time.sleep(0.1)
+    env["KUBECONFIG"] = str(kubeconfig)
+
+
+def _ensure_key(env: dict[str, str], tenant: str, path: Path) -> str:
+    """A key per demo tenant, kept in .devdata so scripts and curl can use it."""
+    if path.exists():
+        return path.read_text().strip()
+    key = (
+        _manage(env, "create_api_key", "--tenant", tenant, "--name", "make run", capture=True)
+        .strip()
+        .splitlines()[-1]
+    )
+    path.write_text(key + "\n")
+    path.chmod(0o600)
+    return key
 
 
 def run(*, data_root: Path) -> int:
@@ -47,11 +104,26 @@ def run(*, data_root: Path) -> int:
     processes: list[tuple[str, subprocess.Popen]] = []
     with services.environment(data_root=data_root) as env:
         try:
+            _start_cluster(data_root, env, processes)
             _manage(env, "migrate", "--noinput")
             _manage(env, "import_catalog", str(SAMPLE_CATALOG), "--if-empty")
             _manage(env, "ensure_superuser", "--username", "admin")
+            _manage(env, "install_crd")
+            _manage(
+                env,
+                "create_tenant",
+                "ops",
+                "--namespace",
+                "ops-system",
+                "--operator",
+                "--display-name",
+                "Operations",
+                "--if-missing",
+            )
+            demo_key = _ensure_key(env, "default", data_root / "demo-api-key")
+            _ensure_key(env, "ops", data_root / "operator-api-key")
             python = sys.executable
-            processes = [
+            processes += [
                 _start(
                     "web",
                     [
@@ -103,17 +175,7 @@ def run(*, data_root: Path) -> int:
                     env,
                 ),
             ]
-            base = f"http://127.0.0.1:{port}"
-            print(
-                "\nGPU control plane is up:\n"
-                f"  API health   {base}/api/v1/health\n"
-                f"  packages     {base}/api/v1/packages\n"
-                f"  API docs     {base}/api/docs/\n"
-                f"  admin        {base}/admin/  (user admin)\n"
-                f"  try          curl -s {base}/api/v1/packages\n"
-                "Press Ctrl-C to stop everything.\n",
-                flush=True,
-            )
+            _print_welcome(f"http://127.0.0.1:{port}", data_root, demo_key)
             while all(process.poll() is None for _name, process in processes):
                 time.sleep(0.5)
             failed = [name for name, process in processes if process.poll() is not None]
@@ -122,8 +184,30 @@ def run(*, data_root: Path) -> int:
         except KeyboardInterrupt:
             print("\nstopping...", flush=True)
             return 0
-        except subprocess.CalledProcessError as exc:
-            print(f"setup step failed: {' '.join(exc.cmd)}", file=sys.stderr)
+        except (subprocess.CalledProcessError, RuntimeError) as exc:
+            print(f"setup failed: {exc}", file=sys.stderr)
             return 1
         finally:
             _stop(processes)
+
+
+def _print_welcome(base: str, data_root: Path, demo_key: str) -> None:
+    relative = os.path.relpath(data_root)
+    print(
+        "\nGPU control plane is up:\n"
+        f"  API health   {base}/api/v1/health\n"
+        f"  API docs     {base}/api/docs/\n"
+        f"  admin        {base}/admin/  (user admin)\n"
+        f"  API keys     {relative}/demo-api-key (tenant default), "
+        f"{relative}/operator-api-key (tenant ops)\n"
+        f"  kubectl      kubectl --kubeconfig {relative}/kubeconfig get gpuunits,pods,"
+        "resourceclaims -A\n"
+        "\nOrder a unit and watch it run:\n"
+        f"  curl -s -X POST {base}/api/v1/gpu-units -H 'Authorization: Bearer {demo_key}' \\\n"
+        "       -H 'Content-Type: application/json' \\\n"
+        '       -d \'{"operationID": "demo-001", "name": "demo-instance", '
+        '"packageID": "gpu-rtx3080-2x-cpu10-mem40g", "image": "python:3.12"}\'\n'
+        f"  curl -s {base}/api/v1/gpu-units/demo-instance -H 'Authorization: Bearer {demo_key}'\n"
+        "\nPress Ctrl-C to stop everything.\n",
+        flush=True,
+    )

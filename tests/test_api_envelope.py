@@ -34,8 +34,8 @@ def test_unknown_route_outside_api_stays_html(client):
     assert not response["Content-Type"].startswith("application/json")
 
 
-def test_wrong_method_is_405_envelope(api_client):
-    error = assert_error(api_client.delete("/api/v1/packages"), 405, "method_not_allowed")
+def test_wrong_method_is_405_envelope(auth_client):
+    error = assert_error(auth_client.delete("/api/v1/packages"), 405, "method_not_allowed")
     assert "DELETE" in error["message"]
 
 

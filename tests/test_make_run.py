@@ -19,9 +19,12 @@ from devstack.services import free_port
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def get(url: str) -> tuple[int, bytes]:
+def get(url: str, key: str = "") -> tuple[int, bytes]:
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
     try:
-        with urllib.request.urlopen(url, timeout=5) as response:
+        with urllib.request.urlopen(
+            urllib.request.Request(url, headers=headers), timeout=5
+        ) as response:
             return response.status, response.read()
     except urllib.error.HTTPError as exc:
         return exc.code, exc.read()
@@ -41,8 +44,12 @@ def wait_until_up(base: str, process: subprocess.Popen, log: Path) -> None:
 
 
 def start(data: Path, port: int, log: Path) -> subprocess.Popen:
-    env = {k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL"}}
-    env.update(PORT=str(port), ADMIN_PASSWORD="correct-horse-battery")
+    env = {
+        k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL", "KUBECONFIG"}
+    }
+    env.update(
+        PORT=str(port), ADMIN_PASSWORD="correct-horse-battery", RECONCILE_INTERVAL_SECONDS="1"
+    )
     return subprocess.Popen(
         [sys.executable, "-m", "devstack", "run", "--data", str(data)],
         cwd=ROOT,
@@ -60,6 +67,31 @@ def stop_with_ctrl_c(process: subprocess.Popen) -> dict[int, str]:
     return children
 
 
+def order_and_wait_for_running(base: str, key: str) -> dict:
+    """What the printed curl example does, then poll until beat has reconciled it."""
+    request = urllib.request.Request(
+        f"{base}/api/v1/gpu-units",
+        data=json.dumps(
+            {
+                "operationID": "demo-001",
+                "name": "demo-instance",
+                "packageID": "gpu-rtx3080-2x-cpu10-mem40g",
+                "image": "python:3.12",
+            }
+        ).encode(),
+        headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=10) as response:
+        assert response.status == 201
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        unit = json.loads(get(f"{base}/api/v1/gpu-units/demo-instance", key)[1])["data"]
+        if unit["phase"] == "Running":
+            return unit
+        time.sleep(0.5)
+    pytest.fail(f"the demo unit did not reach Running: {unit}")
+
+
 def test_make_run_serves_api_and_admin_and_stops_on_ctrl_c(tmp_path):
     port, data, log = free_port(), tmp_path / "devdata", tmp_path / "run.log"
     base = f"http://127.0.0.1:{port}"
@@ -71,14 +103,18 @@ def test_make_run_serves_api_and_admin_and_stops_on_ctrl_c(tmp_path):
         status, body = get(f"{base}/admin/login/")
         assert status == 200
         assert b"GPU control plane" in body
-        status, body = get(f"{base}/api/v1/packages")
+        key = (data / "demo-api-key").read_text().strip()
+        assert (data / "operator-api-key").read_text().startswith("gcp_")
+        assert "current-context" in (data / "kubeconfig").read_text()
+        status, body = get(f"{base}/api/v1/packages", key)
         assert len(json.loads(body)["data"]) == 5
+        assert order_and_wait_for_running(base, key)["draStatus"]["allocated"] is True
         children = stop_with_ctrl_c(process)
     finally:
         if process.poll() is None:
             process.kill()
     commands = " | ".join(children.values())
-    for expected in ("redis-server", "gunicorn", "worker", "beat"):
+    for expected in ("redis-server", "simcluster", "gunicorn", "worker", "beat"):
         assert expected in commands
     assert not [pid for pid in children if psutil.pid_exists(pid)]
     with pytest.raises(urllib.error.URLError, match="refused"):
@@ -89,7 +125,9 @@ def test_make_run_serves_api_and_admin_and_stops_on_ctrl_c(tmp_path):
     process = start(data, port, log)
     try:
         wait_until_up(base, process, log)
-        assert len(json.loads(get(f"{base}/api/v1/packages")[1])["data"]) == 5
+        assert len(json.loads(get(f"{base}/api/v1/packages", key)[1])["data"]) == 5
+        unit = json.loads(get(f"{base}/api/v1/gpu-units/demo-instance", key)[1])["data"]
+        assert unit["phase"] == "Running"  # the cluster's objects persisted too
         stop_with_ctrl_c(process)
     finally:
         if process.poll() is None:

@@ -27,4 +27,9 @@ def test_kustomization_lists_every_manifest_and_builds():
         ["kubectl", "kustomize", str(K8S)], capture_output=True, text=True, check=True
     ).stdout
     kinds = [doc["kind"] for doc in yaml.safe_load_all(built)]
-    assert sorted(kinds) == ["DeviceClass"] * 3 + ["Namespace", "ResourceQuota"]
+    assert sorted(kinds) == [
+        "CustomResourceDefinition",
+        *["DeviceClass"] * 3,
+        "Namespace",
+        "ResourceQuota",
+    ]

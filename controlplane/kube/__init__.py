@@ -1,1 +1,47 @@
 """The only package that imports the `kubernetes` client: connection, errors, helpers."""
+
+from controlplane.kube.client import (
+    CRD,
+    DEVICECLASS,
+    GPUUNIT,
+    NAMESPACE,
+    NODE,
+    POD,
+    RESOURCECLAIM,
+    RESOURCEQUOTA,
+    RESOURCESLICE,
+    Kind,
+    create,
+    delete,
+    get,
+    list_objects,
+    merge_patch,
+    replace,
+    reset,
+    version,
+)
+from controlplane.kube.errors import KubeError, PermanentError, TemporaryError
+
+__all__ = [
+    "CRD",
+    "DEVICECLASS",
+    "GPUUNIT",
+    "NAMESPACE",
+    "NODE",
+    "POD",
+    "RESOURCECLAIM",
+    "RESOURCEQUOTA",
+    "RESOURCESLICE",
+    "Kind",
+    "KubeError",
+    "PermanentError",
+    "TemporaryError",
+    "create",
+    "delete",
+    "get",
+    "list_objects",
+    "merge_patch",
+    "replace",
+    "reset",
+    "version",
+]

@@ -1,0 +1,181 @@
+"""One Kubernetes connection per process, from KUBECONFIG or the in-cluster service account,
+and a small dict-in/dict-out REST API over the kinds the control plane uses.
+
+Calls go through the official client's configured transport (auth, TLS, proxies) but skip its
+model classes: the control plane works on plain JSON, and decoding thousands of objects into
+pydantic models is the slowest part of a list."""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlencode
+
+from django.conf import settings
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+from controlplane.kube.errors import KubeError, classify
+
+
+@dataclass(frozen=True)
+class Kind:
+    kind: str
+    group: str
+    version: str
+    plural: str
+    namespaced: bool = True
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+
+GPUUNIT = Kind("GPUUnit", "runtime.lokiwager.io", "v1alpha1", "gpuunits")
+RESOURCECLAIM = Kind("ResourceClaim", "resource.k8s.io", "v1", "resourceclaims")
+POD = Kind("Pod", "", "v1", "pods")
+NAMESPACE = Kind("Namespace", "", "v1", "namespaces", namespaced=False)
+RESOURCEQUOTA = Kind("ResourceQuota", "", "v1", "resourcequotas")
+NODE = Kind("Node", "", "v1", "nodes", namespaced=False)
+DEVICECLASS = Kind("DeviceClass", "resource.k8s.io", "v1", "deviceclasses", namespaced=False)
+RESOURCESLICE = Kind("ResourceSlice", "resource.k8s.io", "v1", "resourceslices", namespaced=False)
+CRD = Kind(
+    "CustomResourceDefinition", "apiextensions.k8s.io", "v1", "customresourcedefinitions", False
+)
+
+_lock = threading.Lock()
+_api_client: client.ApiClient | None = None
+_pid: int | None = None
+
+
+def api_client() -> client.ApiClient:
+    """The process's ApiClient (rebuilt after fork, since Celery's prefork pool forks)."""
+    global _api_client, _pid
+    with _lock:
+        if _api_client is None or _pid != os.getpid():
+            configuration = client.Configuration()
+            if settings.KUBECONFIG:
+                config.load_kube_config(
+                    config_file=settings.KUBECONFIG,
+                    context=settings.KUBE_CONTEXT or None,
+                    client_configuration=configuration,
+                )
+            elif os.environ.get("KUBERNETES_SERVICE_HOST"):
+                config.load_incluster_config(client_configuration=configuration)
+            else:
+                raise KubeError("no cluster configured: set KUBECONFIG", reason="NotConfigured")
+            # Retries are ours to decide (tasks back off); a hung call must not hold a worker.
+            configuration.retries = 0
+            _api_client = client.ApiClient(configuration)
+            _pid = os.getpid()
+        return _api_client
+
+
+def reset() -> None:
+    """Forget the connection (tests point the process at another cluster)."""
+    global _api_client
+    with _lock:
+        _api_client = None
+
+
+def _path(kind: Kind, namespace: str | None, name: str | None = None, sub: str = "") -> str:
+    base = f"/api/{kind.version}" if not kind.group else f"/apis/{kind.group}/{kind.version}"
+    if kind.namespaced and namespace:
+        base += f"/namespaces/{namespace}"
+    base += f"/{kind.plural}"
+    if name:
+        base += f"/{name}"
+    if sub:
+        base += f"/{sub}"
+    return base
+
+
+def _call(
+    method: str,
+    path: str,
+    *,
+    body: Any = None,
+    query: dict[str, str] | None = None,
+    content_type: str = "application/json",
+) -> dict:
+    """One REST call returning the decoded JSON body; failures raise classified KubeErrors."""
+    api = api_client()
+    url = api.configuration.host + path
+    if query:
+        url += "?" + urlencode(query)
+    headers = {"Accept": "application/json", "Content-Type": content_type}
+    api.update_params_for_auth(headers, None, ["BearerToken"], path, method, body)
+    try:
+        response = api.rest_client.request(
+            method,
+            url,
+            headers=headers,
+            body=body,
+            _request_timeout=settings.KUBE_REQUEST_TIMEOUT,
+        )
+    except Exception as exc:
+        raise classify(exc) from exc
+    payload = response.read()
+    if not 200 <= response.status < 300:
+        exc = ApiException(status=response.status, reason=response.reason)
+        exc.body = payload.decode("utf-8", "replace") if isinstance(payload, bytes) else payload
+        exc.headers = response.headers
+        raise classify(exc)
+    return json.loads(payload) if payload else {}
+
+
+def get(kind: Kind, namespace: str | None, name: str) -> dict | None:
+    try:
+        return _call("GET", _path(kind, namespace, name))
+    except KubeError as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+def list_objects(
+    kind: Kind, *, namespace: str | None = None, label_selector: str = ""
+) -> list[dict]:
+    query = {"labelSelector": label_selector} if label_selector else None
+    return _call("GET", _path(kind, namespace), query=query).get("items", [])
+
+
+def create(kind: Kind, namespace: str | None, body: dict) -> dict:
+    return _call("POST", _path(kind, namespace), body=body)
+
+
+def merge_patch(kind: Kind, namespace: str | None, name: str, patch: dict, sub: str = "") -> dict:
+    return _call(
+        "PATCH",
+        _path(kind, namespace, name, sub),
+        body=patch,
+        content_type="application/merge-patch+json",
+    )
+
+
+def replace(kind: Kind, namespace: str | None, name: str, body: dict) -> dict:
+    return _call("PUT", _path(kind, namespace, name), body=body)
+
+
+def delete(
+    kind: Kind, namespace: str | None, name: str, *, propagation: str = "Background"
+) -> bool:
+    """Delete; False when it was already gone."""
+    try:
+        _call(
+            "DELETE",
+            _path(kind, namespace, name),
+            body={"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation},
+        )
+    except KubeError as exc:
+        if exc.status == 404:
+            return False
+        raise
+    return True
+
+
+def version() -> dict:
+    return _call("GET", "/version")

@@ -1,0 +1,43 @@
+"""`manage.py create_tenant SLUG --namespace NS [--cpu --memory --claims] [--operator]`."""
+
+from django.core.exceptions import ValidationError
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+
+from runtime import services
+from runtime.models import Tenant
+
+
+class Command(BaseCommand):
+    help = "Create a tenant (idempotent with --if-missing) with its namespace and quota."
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("slug")
+        parser.add_argument("--namespace", help="Kubernetes namespace (default: the slug)")
+        parser.add_argument("--display-name", default="")
+        parser.add_argument("--cpu", default="160", help="CPU quota (quantity)")
+        parser.add_argument("--memory", default="256Gi", help="memory quota (quantity)")
+        parser.add_argument("--claims", type=int, default=64, help="ResourceClaim quota")
+        parser.add_argument("--operator", action="store_true", help="may read the inventory")
+        parser.add_argument(
+            "--if-missing", action="store_true", help="succeed quietly if the slug exists"
+        )
+
+    def handle(self, *args, slug: str, **options) -> None:
+        if options["if_missing"] and Tenant.objects.filter(slug=slug.lower()).exists():
+            self.stdout.write(f"tenant {slug} exists")
+            return
+        try:
+            tenant = services.create_tenant(
+                slug=slug,
+                namespace=options["namespace"] or slug,
+                display_name=options["display_name"],
+                quota_cpu=options["cpu"],
+                quota_memory=options["memory"],
+                quota_claims=options["claims"],
+                is_operator=options["operator"],
+            )
+        except ValidationError as exc:
+            raise CommandError(
+                "; ".join(f"{field}: {' '.join(msgs)}" for field, msgs in exc.message_dict.items())
+            ) from exc
+        self.stdout.write(f"created tenant {tenant.slug} in namespace {tenant.namespace}")

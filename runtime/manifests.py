@@ -1,0 +1,247 @@
+"""Pure builders of the three Kubernetes objects behind a unit: dict in, dict out, no I/O."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+GROUP = "runtime.lokiwager.io"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+MANAGED_BY = "gpu-control-plane"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+LABEL_UNIT = f"{GROUP}/unit"
+LABEL_TENANT = f"{GROUP}/tenant"
+ANNOTATION_OPERATION = f"{GROUP}/operation-id"
+ANNOTATION_REQUEST_HASH = f"{GROUP}/request-hash"
+POD_CLAIM_NAME = "gpu"
+CONTAINER_NAME = "runtime-worker"
+# The pod runs as this unprivileged user so it meets Pod Security "restricted" whatever the image.
+RUN_AS_USER = 65532
+
+
+@dataclass(frozen=True)
+class UnitContract:
+    """What the builders need to know about a unit; built from the model by the services."""
+
+    name: str
+    namespace: str
+    tenant: str
+    operation_id: str
+    request_hash: str
+    package_id: str
+    spec_name: str
+    image: str
+    cpu: str
+    memory: str
+    gpu: int
+    device_class_name: str
+    claim_name: str
+    claim_request_name: str
+    count: int
+    selectors: list[str] = field(default_factory=list)
+    capacity: dict[str, str] = field(default_factory=dict)
+    command: list[str] = field(default_factory=list)
+    args: list[str] = field(default_factory=list)
+    env: list[dict[str, str]] = field(default_factory=list)
+
+
+def claim_name_for(unit_name: str) -> str:
+    return f"unit-{unit_name}-gpu"
+
+
+def pod_name_for(unit_name: str) -> str:
+    return f"unit-{unit_name}"
+
+
+def labels(contract: UnitContract) -> dict[str, str]:
+    return {
+        LABEL_MANAGED_BY: MANAGED_BY,
+        LABEL_UNIT: contract.name,
+        LABEL_TENANT: contract.tenant,
+    }
+
+
+def owner_reference(contract: UnitContract, owner_uid: str) -> dict:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "GPUUnit",
+        "name": contract.name,
+        "uid": owner_uid,
+        "controller": True,
+        "blockOwnerDeletion": True,
+    }
+
+
+def allocation(contract: UnitContract) -> dict:
+    block: dict = {
+        "deviceClassName": contract.device_class_name,
+        "claimName": contract.claim_name,
+        "claimRequestName": contract.claim_request_name,
+        "count": contract.count,
+    }
+    if contract.selectors:
+        block["selectors"] = list(contract.selectors)
+    if contract.capacity:
+        block["capacity"] = dict(contract.capacity)
+    return block
+
+
+def build_gpuunit(contract: UnitContract) -> dict:
+    spec: dict = {
+        "packageID": contract.package_id,
+        "specName": contract.spec_name,
+        "image": contract.image,
+        "cpu": contract.cpu,
+        "memory": contract.memory,
+        "gpu": contract.gpu,
+        "allocation": allocation(contract),
+    }
+    template = {
+        key: value
+        for key, value in (
+            ("command", contract.command),
+            ("args", contract.args),
+            ("env", contract.env),
+        )
+        if value
+    }
+    if template:
+        spec["template"] = template
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "GPUUnit",
+        "metadata": {
+            "name": contract.name,
+            "namespace": contract.namespace,
+            "labels": labels(contract),
+            "annotations": {
+                ANNOTATION_OPERATION: contract.operation_id,
+                ANNOTATION_REQUEST_HASH: contract.request_hash,
+            },
+        },
+        "spec": spec,
+    }
+
+
+def build_resource_claim(contract: UnitContract, *, owner_uid: str) -> dict:
+    exactly: dict = {
+        "deviceClassName": contract.device_class_name,
+        "allocationMode": "ExactCount",
+        "count": contract.count,
+    }
+    if contract.selectors:
+        exactly["selectors"] = [{"cel": {"expression": e}} for e in contract.selectors]
+    if contract.capacity:
+        exactly["capacity"] = {"requests": dict(contract.capacity)}
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {
+            "name": contract.claim_name,
+            "namespace": contract.namespace,
+            "labels": labels(contract),
+            "ownerReferences": [owner_reference(contract, owner_uid)],
+        },
+        "spec": {
+            "devices": {"requests": [{"name": contract.claim_request_name, "exactly": exactly}]}
+        },
+    }
+
+
+def build_pod(contract: UnitContract, *, owner_uid: str) -> dict:
+    compute = {"cpu": contract.cpu, "memory": contract.memory}
+    container: dict = {
+        "name": CONTAINER_NAME,
+        "image": contract.image,
+        "imagePullPolicy": "IfNotPresent",
+        "env": [
+            {"name": "SPEC_NAME", "value": contract.spec_name},
+            {"name": "UNIT_NAME", "value": contract.name},
+            {"name": "GPU_COUNT", "value": str(contract.gpu)},
+            *({"name": e["name"], "value": e.get("value", "")} for e in contract.env),
+        ],
+        # DRA is the only GPU allocation path: no nvidia.com/gpu requests or limits.
+        "resources": {
+            "requests": dict(compute),
+            "limits": dict(compute),
+            "claims": [{"name": POD_CLAIM_NAME, "request": contract.claim_request_name}],
+        },
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+            "runAsNonRoot": True,
+            "runAsUser": RUN_AS_USER,
+            "runAsGroup": RUN_AS_USER,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+    }
+    if contract.command:
+        container["command"] = list(contract.command)
+    if contract.args:
+        container["args"] = list(contract.args)
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": pod_name_for(contract.name),
+            "namespace": contract.namespace,
+            "labels": labels(contract),
+            "ownerReferences": [owner_reference(contract, owner_uid)],
+        },
+        "spec": {
+            "restartPolicy": "Always",
+            "automountServiceAccountToken": False,
+            "enableServiceLinks": False,
+            "securityContext": {
+                "runAsNonRoot": True,
+                "runAsUser": RUN_AS_USER,
+                "runAsGroup": RUN_AS_USER,
+                "fsGroup": RUN_AS_USER,
+                "seccompProfile": {"type": "RuntimeDefault"},
+            },
+            "resourceClaims": [{"name": POD_CLAIM_NAME, "resourceClaimName": contract.claim_name}],
+            "containers": [container],
+        },
+    }
+
+
+def build_namespace(name: str, *, tenant: str) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {
+            "name": name,
+            "labels": {
+                LABEL_MANAGED_BY: MANAGED_BY,
+                LABEL_TENANT: tenant,
+                "pod-security.kubernetes.io/enforce": "restricted",
+                "pod-security.kubernetes.io/enforce-version": "latest",
+                "pod-security.kubernetes.io/warn": "restricted",
+                "pod-security.kubernetes.io/audit": "restricted",
+            },
+        },
+    }
+
+
+QUOTA_NAME = "gpu-units"
+
+
+def build_resource_quota(
+    namespace: str, *, tenant: str, cpu: str, memory: str, claims: int
+) -> dict:
+    return {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {
+            "name": QUOTA_NAME,
+            "namespace": namespace,
+            "labels": {LABEL_MANAGED_BY: MANAGED_BY, LABEL_TENANT: tenant},
+        },
+        "spec": {
+            "hard": {
+                "requests.cpu": cpu,
+                "requests.memory": memory,
+                "count/resourceclaims.resource.k8s.io": str(claims),
+            }
+        },
+    }

@@ -1,0 +1,36 @@
+"""Runtime reads, always scoped to a tenant: another tenant's unit simply does not exist."""
+
+from __future__ import annotations
+
+from django.db.models import QuerySet
+
+from runtime.models import GPUUnit, Operation, Tenant, UnitEvent, UnitPhase
+
+
+def list_units(
+    *, tenant: Tenant, phase: str | None = None, package_id: str | None = None
+) -> QuerySet[GPUUnit]:
+    units = GPUUnit.objects.filter(tenant=tenant)
+    if phase:
+        units = units.filter(phase=phase)
+    if package_id:
+        units = units.filter(package_id=package_id.strip().lower())
+    return units
+
+
+def get_unit(*, tenant: Tenant, name: str) -> GPUUnit | None:
+    """The live unit of that name, or else the most recent one that had it."""
+    units = GPUUnit.objects.filter(tenant=tenant, name=name.strip().lower())
+    return units.filter(phase__in=UnitPhase.LIVE).first() or units.order_by("-id").first()
+
+
+def list_unit_events(*, unit: GPUUnit) -> QuerySet[UnitEvent]:
+    return UnitEvent.objects.filter(unit=unit).order_by("id")
+
+
+def get_operation(*, tenant: Tenant, operation_id: str) -> Operation | None:
+    return (
+        Operation.objects.select_related("unit")
+        .filter(tenant=tenant, operation_id=operation_id)
+        .first()
+    )

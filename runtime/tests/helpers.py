@@ -1,0 +1,41 @@
+"""Helpers for integration tests against the simulated cluster and a real worker."""
+
+from __future__ import annotations
+
+import time
+
+from controlplane import kube
+from runtime import manifests, reconcile
+from runtime.models import GPUUnit
+
+
+def wait_for_phase(unit: GPUUnit, *phases: str, timeout: float = 60.0) -> GPUUnit:
+    """Reconcile (as beat would) until the unit reaches one of `phases`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        reconcile.reconcile_units()
+        unit.refresh_from_db()
+        if unit.phase in phases:
+            return unit
+        if time.monotonic() > deadline:
+            events = [(e.reason, e.message) for e in unit.events.all()]
+            raise AssertionError(
+                f"{unit} is {unit.phase}/{unit.reason} ({unit.message}), wanted {phases}; "
+                f"timeline: {events}"
+            )
+        time.sleep(0.2)
+
+
+def unit_objects(unit: GPUUnit) -> dict[str, dict | None]:
+    return {
+        "gpuunit": kube.get(kube.GPUUNIT, unit.namespace, unit.name),
+        "claim": kube.get(kube.RESOURCECLAIM, unit.namespace, unit.claim_name),
+        "pod": kube.get(kube.POD, unit.namespace, manifests.pod_name_for(unit.name)),
+    }
+
+
+def remove_namespace_objects(namespace: str) -> None:
+    """Free the devices a test's units hold, so the next test sees a full cluster."""
+    for kind in (kube.POD, kube.RESOURCECLAIM, kube.GPUUNIT):
+        for obj in kube.list_objects(kind, namespace=namespace):
+            kube.delete(kind, namespace, obj["metadata"]["name"])

@@ -1,0 +1,92 @@
+"""Management commands and admin pages for tenants, keys and units."""
+
+from io import StringIO
+
+import pytest
+from django.core.management import CommandError, call_command
+from django.urls import reverse
+from rest_framework.test import APIClient
+
+from runtime.models import ApiKey, Tenant
+from runtime.tests.factories import TenantFactory
+
+pytestmark = pytest.mark.django_db
+
+
+def test_default_tenant_has_the_article_namespace_and_quota():
+    tenant = Tenant.objects.get(slug="default")
+    assert (tenant.namespace, tenant.quota_cpu, tenant.quota_memory, tenant.quota_claims) == (
+        "runtime-instance",
+        "160",
+        "256Gi",
+        64,
+    )
+
+
+def test_create_tenant_command():
+    out = StringIO()
+    call_command(
+        "create_tenant",
+        "acme",
+        "--namespace",
+        "acme-gpu",
+        "--cpu",
+        "32",
+        "--memory",
+        "128Gi",
+        "--claims",
+        "8",
+        "--operator",
+        stdout=out,
+    )
+    tenant = Tenant.objects.get(slug="acme")
+    assert (tenant.namespace, tenant.quota_cpu, tenant.quota_claims, tenant.is_operator) == (
+        "acme-gpu",
+        "32",
+        8,
+        True,
+    )
+    call_command("create_tenant", "acme", "--if-missing", stdout=out)
+    with pytest.raises(CommandError, match="namespace"):
+        call_command("create_tenant", "bad", "--namespace", "Not_A_Label")
+
+
+def test_create_api_key_prints_a_working_key_on_its_last_line():
+    tenant = TenantFactory()
+    out = StringIO()
+    call_command("create_api_key", "--tenant", tenant.slug, stdout=out, stderr=StringIO())
+    key = out.getvalue().strip().splitlines()[-1]
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
+    assert client.get("/api/v1/gpu-units").status_code == 200
+    with pytest.raises(CommandError):
+        call_command("create_api_key", "--tenant", "nobody")
+
+
+def test_admin_pages_render(admin_client):
+    tenant = TenantFactory()
+    for name in ("tenant", "apikey", "gpuunit", "operation"):
+        assert admin_client.get(reverse(f"admin:runtime_{name}_changelist")).status_code == 200
+    assert (
+        admin_client.get(reverse("admin:runtime_tenant_change", args=[tenant.pk])).status_code
+        == 200
+    )
+
+
+def test_admin_creates_a_key_once_and_revokes(admin_client):
+    tenant = TenantFactory()
+    response = admin_client.post(
+        reverse("admin:runtime_tenant_changelist"),
+        {"action": "create_key", "_selected_action": [tenant.pk]},
+        follow=True,
+    )
+    message = next(str(m) for m in response.context["messages"])
+    key = message.rsplit(": ", 1)[1]
+    api_key = ApiKey.objects.get(tenant=tenant)
+    assert key.startswith(f"gcp_{api_key.prefix}_")
+    admin_client.post(
+        reverse("admin:runtime_apikey_changelist"),
+        {"action": "revoke", "_selected_action": [api_key.pk]},
+    )
+    api_key.refresh_from_db()
+    assert api_key.revoked_at is not None

@@ -1,0 +1,162 @@
+"""Lifecycle against the simulated cluster: retries through faults, foreign objects, a lost pod,
+an unreachable cluster, the sweeper, and tenant namespaces."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from catalog.tests.factories import PackageFactory
+from controlplane import kube
+from runtime import manifests, reconcile, services
+from runtime.models import GPUUnit, Operation, OperationStatus, UnitPhase
+from runtime.provisioning import ensure_tenant_namespace
+from runtime.tasks import sweep_operations
+from runtime.tests.helpers import remove_namespace_objects, unit_objects, wait_for_phase
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("celery_worker")]
+
+
+@pytest.fixture(autouse=True)
+def _package_and_cleanup(tenant, cluster):
+    PackageFactory()
+    yield
+    cluster.faults.clear()
+    remove_namespace_objects(tenant.namespace)
+
+
+def create(tenant, name: str = "demo") -> GPUUnit:
+    return services.create_unit(
+        tenant=tenant,
+        operation_id=f"op-{name}",
+        name=name,
+        package_id="gpu-rtx3080-2x-cpu10-mem40g",
+        image="python:3.12",
+    ).unit
+
+
+def test_tenant_namespace_is_restricted_and_has_the_quota(tenant):
+    ensure_tenant_namespace(tenant)
+    ensure_tenant_namespace(tenant)  # idempotent
+    namespace = kube.get(kube.NAMESPACE, None, tenant.namespace)
+    assert namespace["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
+    quota = kube.get(kube.RESOURCEQUOTA, tenant.namespace, "gpu-units")
+    assert quota["spec"]["hard"] == {
+        "requests.cpu": "160",
+        "requests.memory": "256Gi",
+        "count/resourceclaims.resource.k8s.io": "64",
+    }
+
+
+def test_transient_cluster_errors_are_retried_until_running(tenant, cluster):
+    cluster.faults.set(verb="create", error_rate=0.3, status=500)
+    unit = wait_for_phase(create(tenant), "Running", timeout=90)
+    operation = Operation.objects.get(unit=unit)
+    assert operation.status == OperationStatus.SUCCEEDED
+    assert cluster.requests.count(verb="create") > 3
+    for kind in (kube.GPUUNIT, kube.RESOURCECLAIM, kube.POD):
+        assert len(kube.list_objects(kind, namespace=tenant.namespace)) == 1
+
+
+def test_foreign_object_in_the_way_fails_without_touching_it(tenant):
+    ensure_tenant_namespace(tenant)
+    foreign = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {"name": "unit-demo-gpu", "labels": {"team": "someone-else"}},
+        "spec": {
+            "devices": {
+                "requests": [
+                    {
+                        "name": "gpu",
+                        "exactly": {
+                            "deviceClassName": "nvidia-h100",
+                            "allocationMode": "ExactCount",
+                            "count": 1,
+                        },
+                    }
+                ]
+            }
+        },
+    }
+    kube.create(kube.RESOURCECLAIM, tenant.namespace, foreign)
+    unit = wait_for_phase(create(tenant), "Failed")
+    assert unit.reason == "NameInUse"
+    assert "not managed by this control plane" in unit.message
+    still_there = kube.get(kube.RESOURCECLAIM, tenant.namespace, "unit-demo-gpu")
+    assert still_there["metadata"]["labels"] == {"team": "someone-else"}
+    assert kube.get(kube.GPUUNIT, tenant.namespace, "demo") is None
+    assert kube.get(kube.POD, tenant.namespace, "unit-demo") is None
+
+
+def test_lost_pod_is_recreated(tenant):
+    unit = wait_for_phase(create(tenant), "Running")
+    old_uid = unit.pod_k8s_uid
+    kube.delete(kube.POD, tenant.namespace, manifests.pod_name_for(unit.name))
+    reconcile.reconcile_units()
+    assert unit.events.filter(reason="PodRecreated").exists()
+    unit = wait_for_phase(unit, "Running")
+    assert unit_objects(unit)["pod"]["metadata"]["uid"] != old_uid
+
+
+def test_unreachable_cluster_keeps_last_known_status(tenant, cluster):
+    unit = wait_for_phase(create(tenant), "Running")
+    known = (unit.phase, unit.dra, unit.node_name)
+    cluster.faults.unreachable = True
+    try:
+        result = reconcile.reconcile_units()
+    finally:
+        cluster.faults.unreachable = False
+    assert result.skipped
+    unit.refresh_from_db()
+    assert (unit.phase, unit.dra, unit.node_name) == known
+    assert unit.dra["allocated"] is True
+
+
+def test_sweeper_sends_operations_whose_message_was_lost(tenant):
+    """A unit and its operation committed, but the queue never got the message."""
+    unit = GPUUnit.objects.create(
+        tenant=tenant,
+        name="lost",
+        namespace=tenant.namespace,
+        operation_id="op-lost",
+        package_id="gpu-rtx3080-2x-cpu10-mem40g",
+        spec_name="s",
+        cpu="10",
+        memory="40Gi",
+        cpu_millicores=10000,
+        memory_bytes=40 << 30,
+        gpu=2,
+        device_class_name="nvidia-rtx-3080",
+        claim_name="unit-lost-gpu",
+        claim_request_name="gpu",
+        count=2,
+        image="busybox",
+    )
+    operation = Operation.objects.create(
+        tenant=tenant, operation_id="op-lost", kind="create", fingerprint="x" * 64, unit=unit
+    )
+    Operation.objects.filter(pk=operation.pk).update(updated_at=timezone.now() - timedelta(hours=1))
+    assert sweep_operations() == 1
+    wait_for_phase(unit, "Running")
+    assert sweep_operations() == 0
+
+
+def test_sweeper_gives_up_after_bounded_attempts(tenant, settings):
+    unit = create(tenant, "doomed")
+    wait_for_phase(unit, "Running")
+    # Pretend every attempt so far failed and the operation was left running.
+    remove_namespace_objects(tenant.namespace)
+    GPUUnit.objects.filter(pk=unit.pk).update(phase=UnitPhase.PROVISIONING, unit_k8s_uid="")
+    Operation.objects.filter(unit=unit).update(
+        status=OperationStatus.RUNNING,
+        attempts=settings.OPERATION_MAX_ATTEMPTS,
+        updated_at=timezone.now() - timedelta(hours=1),
+    )
+    assert sweep_operations() == 1
+    unit = wait_for_phase(unit, "Failed")
+    assert unit.reason == "ProvisioningFailed"
+    operation = Operation.objects.get(unit=unit)
+    assert (operation.status, operation.error_code) == ("failed", "ProvisioningFailed")

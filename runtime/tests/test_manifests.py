@@ -1,0 +1,188 @@
+"""The three objects behind a unit: exact shapes, and valid for Kubernetes 1.34 and the CRD."""
+
+from pathlib import Path
+
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+from runtime import manifests
+
+CRD = yaml.safe_load((Path(__file__).resolve().parents[2] / "k8s" / "gpuunit-crd.yaml").read_text())
+OWNER_UID = "6f1c1e56-0000-4000-8000-000000000001"
+CONTRACT = manifests.UnitContract(
+    name="demo-instance",
+    namespace="runtime-instance",
+    tenant="default",
+    operation_id="unit-demo-001",
+    request_hash="ab" * 32,
+    package_id="gpu-rtx3080-2x-cpu10-mem40g",
+    spec_name="gpu.rtx3080.2x.10c.40g",
+    image="python:3.12",
+    cpu="10",
+    memory="40Gi",
+    gpu=2,
+    device_class_name="nvidia-rtx-3080",
+    claim_name="unit-demo-instance-gpu",
+    claim_request_name="gpu",
+    count=2,
+)
+LABELS = {
+    "app.kubernetes.io/managed-by": "gpu-control-plane",
+    "runtime.lokiwager.io/unit": "demo-instance",
+    "runtime.lokiwager.io/tenant": "default",
+}
+OWNER = {
+    "apiVersion": "runtime.lokiwager.io/v1alpha1",
+    "kind": "GPUUnit",
+    "name": "demo-instance",
+    "uid": OWNER_UID,
+    "controller": True,
+    "blockOwnerDeletion": True,
+}
+
+
+def test_gpuunit_is_the_article_object_with_idempotency_annotations():
+    assert manifests.build_gpuunit(CONTRACT) == {
+        "apiVersion": "runtime.lokiwager.io/v1alpha1",
+        "kind": "GPUUnit",
+        "metadata": {
+            "name": "demo-instance",
+            "namespace": "runtime-instance",
+            "labels": LABELS,
+            "annotations": {
+                "runtime.lokiwager.io/operation-id": "unit-demo-001",
+                "runtime.lokiwager.io/request-hash": "ab" * 32,
+            },
+        },
+        "spec": {
+            "packageID": "gpu-rtx3080-2x-cpu10-mem40g",
+            "specName": "gpu.rtx3080.2x.10c.40g",
+            "image": "python:3.12",
+            "cpu": "10",
+            "memory": "40Gi",
+            "gpu": 2,
+            "allocation": {
+                "deviceClassName": "nvidia-rtx-3080",
+                "claimName": "unit-demo-instance-gpu",
+                "claimRequestName": "gpu",
+                "count": 2,
+            },
+        },
+    }
+
+
+def test_claim_is_owned_by_the_unit_and_asks_exactly_count_devices_of_the_class():
+    claim = manifests.build_resource_claim(CONTRACT, owner_uid=OWNER_UID)
+    assert claim["metadata"] == {
+        "name": "unit-demo-instance-gpu",
+        "namespace": "runtime-instance",
+        "labels": LABELS,
+        "ownerReferences": [OWNER],
+    }
+    assert claim["spec"] == {
+        "devices": {
+            "requests": [
+                {
+                    "name": "gpu",
+                    "exactly": {
+                        "deviceClassName": "nvidia-rtx-3080",
+                        "allocationMode": "ExactCount",
+                        "count": 2,
+                    },
+                }
+            ]
+        }
+    }
+
+
+def test_claim_carries_package_selectors_and_capacity():
+    contract = manifests.UnitContract(
+        **{
+            **CONTRACT.__dict__,
+            "selectors": ['device.driver == "gpu.nvidia.com"'],
+            "capacity": {"memory": "8Gi"},
+        }
+    )
+    exactly = manifests.build_resource_claim(contract, owner_uid=OWNER_UID)["spec"]["devices"][
+        "requests"
+    ][0]["exactly"]
+    assert exactly["selectors"] == [{"cel": {"expression": 'device.driver == "gpu.nvidia.com"'}}]
+    assert exactly["capacity"] == {"requests": {"memory": "8Gi"}}
+
+
+def test_pod_references_the_claim_never_nvidia_gpu_and_is_restricted():
+    pod = manifests.build_pod(CONTRACT, owner_uid=OWNER_UID)
+    assert pod["metadata"]["name"] == "unit-demo-instance"
+    assert pod["metadata"]["ownerReferences"] == [OWNER]
+    spec = pod["spec"]
+    assert spec["resourceClaims"] == [
+        {"name": "gpu", "resourceClaimName": "unit-demo-instance-gpu"}
+    ]
+    assert "nodeName" not in spec
+    assert spec["automountServiceAccountToken"] is False
+    (container,) = spec["containers"]
+    assert container["name"] == "runtime-worker"
+    assert container["resources"] == {
+        "requests": {"cpu": "10", "memory": "40Gi"},
+        "limits": {"cpu": "10", "memory": "40Gi"},
+        "claims": [{"name": "gpu", "request": "gpu"}],
+    }
+    assert "nvidia.com/gpu" not in str(pod)
+    assert container["env"][:3] == [
+        {"name": "SPEC_NAME", "value": "gpu.rtx3080.2x.10c.40g"},
+        {"name": "UNIT_NAME", "value": "demo-instance"},
+        {"name": "GPU_COUNT", "value": "2"},
+    ]
+    security = container["securityContext"]
+    assert security["allowPrivilegeEscalation"] is False
+    assert security["capabilities"] == {"drop": ["ALL"]}
+    assert security["runAsNonRoot"] is True
+    assert security["seccompProfile"] == {"type": "RuntimeDefault"}
+
+
+def test_pod_template_command_args_and_env():
+    contract = manifests.UnitContract(
+        **{
+            **CONTRACT.__dict__,
+            "command": ["python"],
+            "args": ["-m", "http.server"],
+            "env": [{"name": "MODE", "value": "serve"}],
+        }
+    )
+    container = manifests.build_pod(contract, owner_uid=OWNER_UID)["spec"]["containers"][0]
+    assert container["command"] == ["python"]
+    assert container["args"] == ["-m", "http.server"]
+    assert container["env"][-1] == {"name": "MODE", "value": "serve"}
+
+
+@pytest.mark.parametrize(
+    "build",
+    [
+        lambda: manifests.build_resource_claim(CONTRACT, owner_uid=OWNER_UID),
+        lambda: manifests.build_pod(CONTRACT, owner_uid=OWNER_UID),
+        lambda: manifests.build_namespace("runtime-instance", tenant="default"),
+        lambda: manifests.build_resource_quota(
+            "runtime-instance", tenant="default", cpu="160", memory="256Gi", claims=64
+        ),
+    ],
+    ids=["claim", "pod", "namespace", "quota"],
+)
+def test_built_in_objects_validate_against_kubernetes_1_34_strict(build):
+    kubernetes_validate.validate(build(), "1.34.0", strict=True)
+
+
+def test_gpuunit_validates_against_the_crd_schema():
+    schema = CRD["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    jsonschema.validate(manifests.build_gpuunit(CONTRACT), schema)
+    broken = manifests.build_gpuunit(CONTRACT)
+    broken["spec"]["gpu"] = 0
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(broken, schema)
+
+
+def test_names_fit_kubernetes_limits_at_the_longest_unit_name():
+    longest = "n" * 54
+    assert len(manifests.claim_name_for(longest)) == 63
+    assert len(manifests.pod_name_for(longest)) <= 63

@@ -1,0 +1,14 @@
+from django.urls import path
+
+from runtime import views
+
+urlpatterns = [
+    path("gpu-units", views.UnitListView.as_view(), name="unit-list"),
+    path("gpu-units/<str:name>", views.UnitDetailView.as_view(), name="unit-detail"),
+    path("gpu-units/<str:name>/events", views.UnitEventsView.as_view(), name="unit-events"),
+    path(
+        "operations/<str:operation_id>",
+        views.OperationDetailView.as_view(),
+        name="operation-detail",
+    ),
+]
