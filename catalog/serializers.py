@@ -1,5 +1,6 @@
-"""Package JSON in the article's shape (camelCase, allocation block)."""
+"""Package JSON in the article's shape (camelCase, allocation block), plus availability."""
 
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from catalog.models import Package
@@ -13,10 +14,23 @@ class PackageAllocationSerializer(serializers.Serializer):
     capacity = serializers.DictField(child=serializers.CharField(), required=False)
 
 
+class AvailabilitySerializer(serializers.Serializer):
+    placeableNow = serializers.IntegerField(help_text="more units of this package that fit now")
+    freeDevices = serializers.IntegerField(help_text="free devices this package could use")
+    reason = serializers.CharField(help_text="why placeableNow is 0 (empty otherwise)")
+    asOf = serializers.DateTimeField(allow_null=True, help_text="time of the inventory sync")
+    stale = serializers.BooleanField()
+
+
 class PackageSerializer(serializers.ModelSerializer):
     specName = serializers.CharField(source="spec_name")
     allocation = PackageAllocationSerializer(read_only=True)
+    availability = serializers.SerializerMethodField()
 
     class Meta:
         model = Package
-        fields = ["id", "specName", "cpu", "memory", "gpu", "allocation"]
+        fields = ["id", "specName", "cpu", "memory", "gpu", "allocation", "availability"]
+
+    @extend_schema_field(AvailabilitySerializer)
+    def get_availability(self, package: Package) -> dict | None:
+        return self.context.get("availability", {}).get(package.id)

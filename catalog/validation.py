@@ -8,8 +8,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-import cel
-
+import dracel
 from controlplane.kube import quantity
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -73,8 +72,8 @@ def cel_expressions(expressions: Iterable[object]) -> str | None:
             problems.append(f"selector {index} must be a non-empty CEL expression.")
             continue
         try:
-            cel.compile(expression)
-        except ValueError as exc:
+            dracel.compile_selector(expression)
+        except dracel.CelCompileError as exc:
             first_line = str(exc).splitlines()[0] if str(exc) else "syntax error"
             problems.append(f"selector {index} does not compile as CEL: {first_line}")
     return " ".join(problems) or None

@@ -1,7 +1,10 @@
-"""Read-only packages API: what customers can order."""
+"""Read-only packages API: what customers can order, and how many units fit right now."""
 
+from django.conf import settings
+from django.utils.module_loading import import_string
 from drf_spectacular.utils import extend_schema, extend_schema_view
 from rest_framework import viewsets
+from rest_framework.response import Response
 
 from catalog import selectors
 from catalog.serializers import PackageSerializer
@@ -9,16 +12,25 @@ from controlplane.api.errors import NotFound
 from controlplane.api.schema import envelope, error_responses
 
 
+def _availability(request, packages) -> dict:
+    # The provider lives above the catalog (it needs the inventory and the tenant's quota),
+    # so it is named in settings rather than imported.
+    return import_string(settings.PACKAGE_AVAILABILITY)(request, packages)
+
+
 @extend_schema_view(
     list=extend_schema(
-        summary="Active packages",
-        responses={200: envelope(PackageSerializer, name="PackageList", many=True)},
+        summary="Active packages with availability",
+        responses={
+            200: envelope(PackageSerializer, name="PackageList", many=True),
+            **error_responses(401),
+        },
     ),
     retrieve=extend_schema(
         summary="One active package",
         responses={
             200: envelope(PackageSerializer, name="PackageDetail"),
-            **error_responses(404),
+            **error_responses(401, 404),
         },
     ),
 )
@@ -34,3 +46,13 @@ class PackageViewSet(viewsets.ReadOnlyModelViewSet):
         if package is None:
             raise NotFound(f'Package "{self.kwargs["pk"]}" does not exist or is not on sale.')
         return package
+
+    def list(self, request, *args, **kwargs) -> Response:
+        packages = list(self.get_queryset())
+        context = {"availability": _availability(request, packages)}
+        return Response(PackageSerializer(packages, many=True, context=context).data)
+
+    def retrieve(self, request, *args, **kwargs) -> Response:
+        package = self.get_object()
+        context = {"availability": _availability(request, [package])}
+        return Response(PackageSerializer(package, context=context).data)

@@ -10,6 +10,10 @@ def beat_schedule() -> dict[str, dict]:
             "task": "controlplane.heartbeat",
             "schedule": settings.HEARTBEAT_INTERVAL_SECONDS,
         },
+        "inventory.sync_inventory": {
+            "task": "inventory.sync_inventory",
+            "schedule": settings.INVENTORY_SYNC_INTERVAL_SECONDS,
+        },
         "runtime.reconcile_units": {
             "task": "runtime.reconcile_units",
             "schedule": settings.RECONCILE_INTERVAL_SECONDS,

@@ -40,6 +40,7 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    "django.contrib.postgres",
     "rest_framework",
     "drf_spectacular",
     "drf_spectacular_sidecar",
@@ -131,7 +132,7 @@ REST_FRAMEWORK = {
     "DEFAULT_RENDERER_CLASSES": ["controlplane.api.renderers.EnvelopeJSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
     "DEFAULT_AUTHENTICATION_CLASSES": ["runtime.auth.ApiKeyAuthentication"],
-    "DEFAULT_PERMISSION_CLASSES": ["runtime.auth.IsTenant"],
+    "DEFAULT_PERMISSION_CLASSES": ["controlplane.api.permissions.IsTenant"],
     "EXCEPTION_HANDLER": "controlplane.api.exceptions.envelope_exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": None,
@@ -189,3 +190,9 @@ OPERATION_STALE_SECONDS = env.float("OPERATION_STALE_SECONDS", default=60.0)
 OPERATION_MAX_ATTEMPTS = env.int("OPERATION_MAX_ATTEMPTS", default=20)
 # Registries customers may pull from (e.g. "docker.io,ghcr.io"); empty allows any.
 IMAGE_REGISTRY_ALLOWLIST = env.list("IMAGE_REGISTRY_ALLOWLIST", default=[])
+
+# Inventory: how often beat mirrors the cluster's DRA state, and when the mirror counts as stale.
+INVENTORY_SYNC_INTERVAL_SECONDS = env.float("INVENTORY_SYNC_INTERVAL_SECONDS", default=10.0)
+INVENTORY_STALE_AFTER_SECONDS = env.float("INVENTORY_STALE_AFTER_SECONDS", default=60.0)
+# Who computes `availability` for GET /packages (it needs the inventory and the tenant quota).
+PACKAGE_AVAILABILITY = "runtime.availability.for_request"

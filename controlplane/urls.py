@@ -10,6 +10,7 @@ api_v1 = [
     path("health", HealthView.as_view(), name="health"),
     path("", include("catalog.urls")),
     path("", include("runtime.urls")),
+    path("", include("inventory.urls")),
 ]
 
 urlpatterns = [

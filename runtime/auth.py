@@ -6,7 +6,7 @@ import hmac
 from datetime import timedelta
 
 from django.utils import timezone
-from rest_framework import authentication, exceptions, permissions
+from rest_framework import authentication, exceptions
 
 from runtime.models import ApiKey
 from runtime.services import KEY_PREFIX, hash_key
@@ -55,17 +55,3 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
 
     def authenticate_header(self, request) -> str:
         return f'{self.keyword} realm="api"'
-
-
-class IsTenant(permissions.BasePermission):
-    message = "An API key is required."
-
-    def has_permission(self, request, view) -> bool:
-        return isinstance(request.user, TenantPrincipal)
-
-
-class IsOperator(IsTenant):
-    message = "This endpoint needs an operator key."
-
-    def has_permission(self, request, view) -> bool:
-        return super().has_permission(request, view) and request.user.tenant.is_operator

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from django.db.models import QuerySet
+from dataclasses import dataclass
+
+from django.db.models import Count, QuerySet, Sum
 
 from runtime.models import GPUUnit, Operation, Tenant, UnitEvent, UnitPhase
 
@@ -34,3 +36,19 @@ def get_operation(*, tenant: Tenant, operation_id: str) -> Operation | None:
         .filter(tenant=tenant, operation_id=operation_id)
         .first()
     )
+
+
+@dataclass(frozen=True)
+class TenantUsage:
+    """What a tenant's live units hold against its quota."""
+
+    cpu_millicores: int
+    memory_bytes: int
+    claims: int
+
+
+def get_tenant_usage(*, tenant: Tenant) -> TenantUsage:
+    usage = GPUUnit.objects.filter(tenant=tenant, phase__in=UnitPhase.LIVE).aggregate(
+        cpu=Sum("cpu_millicores"), memory=Sum("memory_bytes"), claims=Count("id")
+    )
+    return TenantUsage(usage["cpu"] or 0, usage["memory"] or 0, usage["claims"])

@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.db import IntegrityError, transaction
-from django.db.models import Count, F, Sum
+from django.db.models import F
 from django.utils import timezone
 
 from catalog import selectors as catalog_selectors
 from controlplane.kube import quantity
-from runtime import manifests
+from runtime import manifests, selectors
 from runtime.errors import (
     InsufficientCapacity,
     InvalidRequest,
@@ -166,32 +166,25 @@ def _replay(tenant: Tenant, operation_id: str, request_hash: str) -> CreateResul
     return CreateResult(unit=operation.unit, created=False)
 
 
-def _show_cpu(millicores: int) -> str:
-    return str(millicores // 1000) if millicores % 1000 == 0 else f"{millicores}m"
-
-
-def _show_memory(size: int) -> str:
-    for suffix, factor in (("Ti", 1 << 40), ("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10)):
-        if size and size % factor == 0:
-            return f"{size // factor}{suffix}"
-    return str(size)
-
-
 def _check_quota(tenant: Tenant, *, cpu_millicores: int, memory_bytes: int) -> None:
     """The tenant's live units plus the new one must fit its quota; called under the tenant lock."""
-    usage = GPUUnit.objects.filter(tenant=tenant, phase__in=UnitPhase.LIVE).aggregate(
-        cpu=Sum("cpu_millicores"), memory=Sum("memory_bytes"), claims=Count("id")
-    )
+    usage = selectors.get_tenant_usage(tenant=tenant)
     checks = [
-        ("requests.cpu", usage["cpu"] or 0, cpu_millicores, tenant.quota_cpu_millicores, _show_cpu),
+        (
+            "requests.cpu",
+            usage.cpu_millicores,
+            cpu_millicores,
+            tenant.quota_cpu_millicores,
+            quantity.format_cpu,
+        ),
         (
             "requests.memory",
-            usage["memory"] or 0,
+            usage.memory_bytes,
             memory_bytes,
             tenant.quota_memory_bytes,
-            _show_memory,
+            quantity.format_bytes,
         ),
-        ("count/resourceclaims.resource.k8s.io", usage["claims"], 1, tenant.quota_claims, str),
+        ("count/resourceclaims.resource.k8s.io", usage.claims, 1, tenant.quota_claims, str),
     ]
     for limit, used, requested, hard, show in checks:
         if used + requested > hard:

@@ -9,9 +9,9 @@ from rest_framework.views import APIView
 
 from controlplane.api.errors import InvalidRequest, NotFound
 from controlplane.api.pagination import paginate, parse_limit
+from controlplane.api.permissions import IsTenant
 from controlplane.api.schema import envelope, error_responses
 from runtime import selectors, services
-from runtime.auth import IsTenant
 from runtime.models import UnitPhase
 from runtime.serializers import (
     CreateUnitSerializer,

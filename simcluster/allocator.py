@@ -9,8 +9,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from simcluster.cel import CelCompileError, CompiledSelector, compile_selector, device_env
-from simcluster.cel import device_matches as cel_device_matches
+from dracel import CelCompileError, CompiledSelector, compile_selector, device_env
+from dracel import device_matches as cel_device_matches
 from simcluster.quota import pod_usage
 
 DeviceKey = tuple[str, str, str]

@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 from kubernetes.utils import parse_quantity
 
-from simcluster.cel import CelCompileError, compile_selector
+from dracel import CelCompileError, compile_selector
 from simcluster.quota import format_quantity
 
 SAMPLE_TOPOLOGY = Path(__file__).parent / "topologies" / "sample.yaml"

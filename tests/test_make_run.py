@@ -48,7 +48,10 @@ def start(data: Path, port: int, log: Path) -> subprocess.Popen:
         k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL", "KUBECONFIG"}
     }
     env.update(
-        PORT=str(port), ADMIN_PASSWORD="correct-horse-battery", RECONCILE_INTERVAL_SECONDS="1"
+        PORT=str(port),
+        ADMIN_PASSWORD="correct-horse-battery",
+        RECONCILE_INTERVAL_SECONDS="1",
+        INVENTORY_SYNC_INTERVAL_SECONDS="1",
     )
     return subprocess.Popen(
         [sys.executable, "-m", "devstack", "run", "--data", str(data)],
@@ -92,6 +95,17 @@ def order_and_wait_for_running(base: str, key: str) -> dict:
     pytest.fail(f"the demo unit did not reach Running: {unit}")
 
 
+def wait_for_inventory(base: str, key: str) -> dict:
+    """Beat's inventory sync mirrors the demo unit's allocation."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        status, body = get(f"{base}/api/v1/operator/inventory", key)
+        if status == 200 and json.loads(body)["data"]["draAllocatedDevices"] >= 2:
+            return json.loads(body)["data"]
+        time.sleep(0.5)
+    pytest.fail(f"the inventory did not show the demo unit: {status} {body[:300]!r}")
+
+
 def test_make_run_serves_api_and_admin_and_stops_on_ctrl_c(tmp_path):
     port, data, log = free_port(), tmp_path / "devdata", tmp_path / "run.log"
     base = f"http://127.0.0.1:{port}"
@@ -109,6 +123,9 @@ def test_make_run_serves_api_and_admin_and_stops_on_ctrl_c(tmp_path):
         status, body = get(f"{base}/api/v1/packages", key)
         assert len(json.loads(body)["data"]) == 5
         assert order_and_wait_for_running(base, key)["draStatus"]["allocated"] is True
+        operator_key = (data / "operator-api-key").read_text().strip()
+        inventory = wait_for_inventory(base, operator_key)
+        assert inventory["totalGpuAllocatable"] == 24  # the sample topology: 3 nodes x 8
         children = stop_with_ctrl_c(process)
     finally:
         if process.poll() is None:

@@ -28,3 +28,16 @@ def same_value(a: str, b: str) -> bool:
         return parse(a) == parse(b)
     except ValueError:
         return a == b
+
+
+def format_cpu(millicores: int) -> str:
+    """Millicores as Kubernetes writes them: "10", "500m"."""
+    return str(millicores // 1000) if millicores % 1000 == 0 else f"{millicores}m"
+
+
+def format_bytes(size: int) -> str:
+    """Bytes in the largest binary unit that divides them exactly: "40Gi", "1536Mi"."""
+    for suffix, factor in (("Ti", 1 << 40), ("Gi", 1 << 30), ("Mi", 1 << 20), ("Ki", 1 << 10)):
+        if size and size % factor == 0:
+            return f"{size // factor}{suffix}"
+    return str(size)

@@ -9,6 +9,7 @@ import pytest
 import yaml
 from kubernetes.utils import parse_quantity
 
+from dracel import compile_selector, device_env, device_matches
 from simcluster.allocator import (
     Allocator,
     ClaimRequest,
@@ -17,7 +18,6 @@ from simcluster.allocator import (
     Placement,
     PodRequest,
 )
-from simcluster.cel import compile_selector, device_env, device_matches
 from simcluster.topology import TopologyError, gpu_uuid, load_topology
 
 CATALOG_CLASSES = {

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from simcluster.cel import (
+from dracel import (
     CelCompileError,
     CelRuntimeError,
     compile_selector,

@@ -1,5 +1,9 @@
-"""CEL device selectors as DeviceClasses and ResourceClaim requests use them, evaluated with the
-`common-expression-language` package plus the Kubernetes quantity and semver helpers."""
+"""The Kubernetes DRA CEL environment: device selectors as DeviceClasses and ResourceClaim
+requests use them, evaluated with the `common-expression-language` package plus the Kubernetes
+quantity and semver helpers.
+
+Pure and framework-free, so the control plane's inventory and the simulated cluster judge
+device-class membership with exactly the same code."""
 
 from __future__ import annotations
 

@@ -1,0 +1,99 @@
+"""Read-only admin views of the inventory mirror: it is rewritten by every sync."""
+
+from __future__ import annotations
+
+from django.contrib import admin
+from django.http import HttpRequest
+
+from inventory.models import Claim, Device, DeviceClass, DevicePool, Node, Quota, SyncRun
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj=None) -> bool:
+        return False
+
+
+class DeviceClassFilter(admin.SimpleListFilter):
+    title = "device class"
+    parameter_name = "device_class"
+
+    def lookups(self, request, model_admin):
+        return [(name, name) for name in DeviceClass.objects.values_list("name", flat=True)]
+
+    def queryset(self, request, queryset):
+        if self.value():
+            return queryset.filter(device_classes__contains=[self.value()])
+        return queryset
+
+
+@admin.register(Node)
+class NodeAdmin(ReadOnlyAdmin):
+    list_display = (
+        "name",
+        "ready",
+        "cpu_allocatable_millicores",
+        "cpu_requested_millicores",
+        "memory_allocatable_bytes",
+        "memory_requested_bytes",
+    )
+    list_filter = ("ready",)
+    search_fields = ("name",)
+
+
+@admin.register(Device)
+class DeviceAdmin(ReadOnlyAdmin):
+    list_display = (
+        "name",
+        "pool",
+        "node_name",
+        "product",
+        "allocated",
+        "claim_namespace",
+        "claim_name",
+        "pool_complete",
+    )
+    list_filter = (DeviceClassFilter, "node_name", "allocated", "pool_complete", "product")
+    search_fields = ("name", "pool", "node_name", "claim_name")
+
+
+@admin.register(DevicePool)
+class DevicePoolAdmin(ReadOnlyAdmin):
+    list_display = (
+        "driver",
+        "name",
+        "node_name",
+        "generation",
+        "slices_seen",
+        "slice_count",
+        "complete",
+    )
+    list_filter = ("complete", "driver")
+
+
+@admin.register(DeviceClass)
+class DeviceClassAdmin(ReadOnlyAdmin):
+    list_display = ("name", "selectors")
+
+
+@admin.register(Claim)
+class ClaimAdmin(ReadOnlyAdmin):
+    list_display = ("name", "namespace", "allocated", "node_name")
+    list_filter = ("allocated", "namespace")
+    search_fields = ("name", "namespace")
+
+
+@admin.register(Quota)
+class QuotaAdmin(ReadOnlyAdmin):
+    list_display = ("name", "namespace", "hard", "used")
+
+
+@admin.register(SyncRun)
+class SyncRunAdmin(ReadOnlyAdmin):
+    list_display = ("started_at", "duration_ms", "total_devices", "allocated_devices", "error")
+    list_filter = ("started_at",)

@@ -1,0 +1,188 @@
+"""The Postgres mirror of the cluster's observed DRA state, rewritten by each inventory sync.
+
+Rows are keyed by their Kubernetes identity; the sync upserts what changed and deletes what
+disappeared, so the tables always equal the last successful observation."""
+
+from __future__ import annotations
+
+from django.contrib.postgres.fields import ArrayField
+from django.db import models
+
+
+class Node(models.Model):
+    name = models.CharField(max_length=253, unique=True)
+    ready = models.BooleanField(default=False)
+    labels = models.JSONField(default=dict, blank=True)
+    cpu_allocatable_millicores = models.BigIntegerField(default=0)
+    memory_allocatable_bytes = models.BigIntegerField(default=0)
+    cpu_requested_millicores = models.BigIntegerField(default=0)
+    memory_requested_bytes = models.BigIntegerField(default=0)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    @property
+    def cpu_free_millicores(self) -> int:
+        return max(0, self.cpu_allocatable_millicores - self.cpu_requested_millicores)
+
+    @property
+    def memory_free_bytes(self) -> int:
+        return max(0, self.memory_allocatable_bytes - self.memory_requested_bytes)
+
+
+class DeviceClass(models.Model):
+    name = models.CharField(max_length=253, unique=True)
+    selectors = models.JSONField(default=list, blank=True, help_text="CEL expressions, ANDed")
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name_plural = "device classes"
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class DevicePool(models.Model):
+    """A driver's pool: only its latest generation counts; complete when all slices are seen."""
+
+    driver = models.CharField(max_length=253)
+    name = models.CharField(max_length=253)
+    node_name = models.CharField(max_length=253, blank=True)
+    generation = models.BigIntegerField()
+    slice_count = models.PositiveIntegerField(help_text="resourceSliceCount the driver announced")
+    slices_seen = models.PositiveIntegerField(help_text="slices of this generation observed")
+    complete = models.BooleanField()
+
+    class Meta:
+        ordering = ["driver", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["driver", "name"], name="pool_identity"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.driver}/{self.name}"
+
+
+class Device(models.Model):
+    """One device of a pool's latest generation, with the classes and packages it can serve."""
+
+    driver = models.CharField(max_length=253)
+    pool = models.CharField(max_length=253)
+    name = models.CharField(max_length=63)
+    node_name = models.CharField(max_length=253, blank=True)
+    pool_complete = models.BooleanField(help_text="counted in totals only when complete")
+    product = models.CharField(max_length=253, blank=True)
+    attributes = models.JSONField(default=dict)
+    capacity = models.JSONField(default=dict)
+    device_classes = ArrayField(models.CharField(max_length=253), default=list, blank=True)
+    packages = ArrayField(
+        models.CharField(max_length=63),
+        default=list,
+        blank=True,
+        help_text="active packages whose class and selectors this device satisfies",
+    )
+    content_hash = models.CharField(
+        max_length=64, help_text="what class/package membership was computed from"
+    )
+    allocated = models.BooleanField(default=False)
+    claim_namespace = models.CharField(max_length=63, blank=True)
+    claim_name = models.CharField(max_length=253, blank=True)
+
+    class Meta:
+        ordering = ["driver", "pool", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["driver", "pool", "name"], name="device_identity"),
+        ]
+        indexes = [models.Index(fields=["node_name"], name="device_node")]
+
+    def __str__(self) -> str:
+        return f"{self.driver}/{self.pool}/{self.name}"
+
+
+class Claim(models.Model):
+    """A ResourceClaim and its allocation (every claim in the cluster, not only ours)."""
+
+    namespace = models.CharField(max_length=63)
+    name = models.CharField(max_length=253)
+    uid = models.CharField(max_length=64)
+    allocated = models.BooleanField()
+    node_name = models.CharField(max_length=253, blank=True)
+    results = models.JSONField(default=list, help_text="status.allocation.devices.results")
+    reserved_for = models.JSONField(default=list, blank=True)
+
+    class Meta:
+        ordering = ["namespace", "name"]
+        constraints = [models.UniqueConstraint(fields=["namespace", "name"], name="claim_identity")]
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+class Quota(models.Model):
+    namespace = models.CharField(max_length=63)
+    name = models.CharField(max_length=253)
+    hard = models.JSONField(default=dict)
+    used = models.JSONField(default=dict)
+
+    class Meta:
+        ordering = ["namespace", "name"]
+        constraints = [models.UniqueConstraint(fields=["namespace", "name"], name="quota_identity")]
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+class PackageAvailability(models.Model):
+    """How many units of a package the cluster could place at the last sync."""
+
+    package_id = models.CharField(max_length=63, unique=True)
+    placeable = models.PositiveIntegerField(help_text="units that fit, node by node")
+    free_devices = models.PositiveIntegerField(help_text="free devices the package could use")
+    reason = models.CharField(max_length=200, blank=True, help_text="why nothing fits")
+
+    class Meta:
+        ordering = ["package_id"]
+        verbose_name_plural = "package availability"
+
+    def __str__(self) -> str:
+        return f"{self.package_id}: {self.placeable}"
+
+
+class InventorySnapshot(models.Model):
+    """The operator inventory document as of the last successful sync, stored rendered so
+    serving it costs the same at 10 and 10,000 devices. There is one row."""
+
+    as_of = models.DateTimeField()
+    document = models.TextField(help_text="JSON object of the inventory fields")
+
+    class Meta:
+        verbose_name = "inventory snapshot"
+
+    def __str__(self) -> str:
+        return f"inventory as of {self.as_of:%Y-%m-%d %H:%M:%S}"
+
+
+class SyncRun(models.Model):
+    started_at = models.DateTimeField()
+    finished_at = models.DateTimeField(null=True, blank=True)
+    duration_ms = models.PositiveIntegerField(null=True, blank=True)
+    counts = models.JSONField(default=dict, blank=True)
+    allocated_devices = models.PositiveIntegerField(
+        null=True, blank=True, help_text="for the utilisation chart"
+    )
+    total_devices = models.PositiveIntegerField(null=True, blank=True)
+    error = models.TextField(blank=True)
+
+    class Meta:
+        ordering = ["-started_at"]
+        indexes = [models.Index(fields=["-started_at"], name="sync_recent")]
+
+    def __str__(self) -> str:
+        return f"sync {self.started_at:%Y-%m-%d %H:%M:%S} {'failed' if self.error else 'ok'}"
+
+    @property
+    def ok(self) -> bool:
+        return self.finished_at is not None and not self.error

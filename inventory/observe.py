@@ -1,0 +1,419 @@
+"""Pure functions from raw cluster objects to the mirror's rows, the operator document and
+package availability. No database, no network: the sync feeds them and applies the result.
+
+Counting follows the scheduler's allocator (dra-facts §3): slices grouped by (driver, pool),
+only the highest generation kept, a pool complete when it has resourceSliceCount slices.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+import dracel
+from controlplane.kube import quantity
+
+NVIDIA_PRODUCT = "productName"
+
+
+@dataclass(frozen=True)
+class PackageSpec:
+    """What availability needs to know about a package."""
+
+    id: str
+    device_class_name: str
+    selectors: tuple[str, ...]
+    count: int
+    cpu_millicores: int
+    memory_bytes: int
+
+
+@dataclass
+class Observation:
+    nodes: dict[str, dict] = field(default_factory=dict)
+    classes: dict[str, dict] = field(default_factory=dict)
+    pools: dict[tuple[str, str], dict] = field(default_factory=dict)
+    devices: dict[tuple[str, str, str], dict] = field(default_factory=dict)
+    claims: dict[tuple[str, str], dict] = field(default_factory=dict)
+    quotas: dict[tuple[str, str], dict] = field(default_factory=dict)
+    slice_count: int = 0
+    evaluated_devices: int = 0
+
+
+def _millicores(value: str | None) -> int:
+    try:
+        return int(quantity.parse(value or "0") * 1000)
+    except ValueError:
+        return 0
+
+
+def _bytes(value: str | None) -> int:
+    try:
+        return int(quantity.parse(value or "0"))
+    except ValueError:
+        return 0
+
+
+def _digest(value: object) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
+
+
+def pod_requests(pod: dict) -> tuple[int, int]:
+    """cpu (millicores) and memory (bytes) a pod requests: its containers' sum, or its largest
+    init container if that is bigger, as the scheduler counts it."""
+    spec = pod.get("spec") or {}
+
+    def total(containers: Iterable[dict]) -> tuple[int, int]:
+        cpu = memory = 0
+        for container in containers:
+            requests = (container.get("resources") or {}).get("requests") or {}
+            cpu += _millicores(requests.get("cpu"))
+            memory += _bytes(requests.get("memory"))
+        return cpu, memory
+
+    cpu, memory = total(spec.get("containers") or [])
+    for init in spec.get("initContainers") or []:
+        init_cpu, init_memory = total([init])
+        cpu, memory = max(cpu, init_cpu), max(memory, init_memory)
+    return cpu, memory
+
+
+def _observe_nodes(nodes: list[dict], pods: list[dict]) -> dict[str, dict]:
+    requested: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for pod in pods:
+        node = (pod.get("spec") or {}).get("nodeName")
+        phase = (pod.get("status") or {}).get("phase")
+        if node and phase not in ("Succeeded", "Failed"):
+            cpu, memory = pod_requests(pod)
+            requested[node][0] += cpu
+            requested[node][1] += memory
+    rows = {}
+    for node in nodes:
+        name = node["metadata"]["name"]
+        status = node.get("status") or {}
+        allocatable = status.get("allocatable") or {}
+        ready = any(
+            c.get("type") == "Ready" and c.get("status") == "True"
+            for c in status.get("conditions") or []
+        )
+        rows[name] = {
+            "name": name,
+            "ready": ready,
+            "labels": node["metadata"].get("labels") or {},
+            "cpu_allocatable_millicores": _millicores(allocatable.get("cpu")),
+            "memory_allocatable_bytes": _bytes(allocatable.get("memory")),
+            "cpu_requested_millicores": requested[name][0],
+            "memory_requested_bytes": requested[name][1],
+        }
+    return rows
+
+
+def _latest_pools(slices: list[dict]) -> dict[tuple[str, str], list[dict]]:
+    grouped: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    for resource_slice in slices:
+        spec = resource_slice.get("spec") or {}
+        pool = spec.get("pool") or {}
+        grouped[(spec.get("driver", ""), pool.get("name", ""))].append(resource_slice)
+    latest = {}
+    for key, members in grouped.items():
+        top = max(int(s["spec"]["pool"].get("generation", 0)) for s in members)
+        latest[key] = [s for s in members if int(s["spec"]["pool"].get("generation", 0)) == top]
+    return latest
+
+
+def _allocations(claims: list[dict]) -> dict[tuple[str, str, str], tuple[str, str]]:
+    holders = {}
+    for claim in claims:
+        metadata = claim["metadata"]
+        allocation = (claim.get("status") or {}).get("allocation") or {}
+        for result in (allocation.get("devices") or {}).get("results") or []:
+            key = (result.get("driver", ""), result.get("pool", ""), result.get("device", ""))
+            holders[key] = (metadata.get("namespace", ""), metadata["name"])
+    return holders
+
+
+def _claim_node(allocation: dict) -> str:
+    for term in (allocation.get("nodeSelector") or {}).get("nodeSelectorTerms") or []:
+        for expression in term.get("matchFields") or []:
+            if expression.get("key") == "metadata.name" and expression.get("values"):
+                return expression["values"][0]
+    return ""
+
+
+def _observe_claims(claims: list[dict]) -> dict[tuple[str, str], dict]:
+    rows = {}
+    for claim in claims:
+        metadata = claim["metadata"]
+        status = claim.get("status") or {}
+        allocation = status.get("allocation")
+        results = ((allocation or {}).get("devices") or {}).get("results") or []
+        key = (metadata.get("namespace", ""), metadata["name"])
+        rows[key] = {
+            "namespace": key[0],
+            "name": key[1],
+            "uid": metadata.get("uid", ""),
+            "allocated": allocation is not None,
+            "node_name": _claim_node(allocation or {}),
+            "results": [
+                {k: r.get(k, "") for k in ("request", "driver", "pool", "device")} for r in results
+            ],
+            "reserved_for": status.get("reservedFor") or [],
+        }
+    return rows
+
+
+def _membership(
+    driver: str,
+    device: dict,
+    classes: dict[str, list[dracel.CompiledSelector]],
+    packages: list[PackageSpec],
+    package_selectors: dict[str, list[dracel.CompiledSelector]],
+) -> tuple[list[str], list[str]]:
+    env = dracel.device_env(driver, device)
+    member_of = [
+        name for name, selectors in classes.items() if dracel.device_matches(selectors, env)
+    ]
+    fits = [
+        p.id
+        for p in packages
+        if p.device_class_name in member_of and dracel.device_matches(package_selectors[p.id], env)
+    ]
+    return sorted(member_of), sorted(fits)
+
+
+def _compile_all(expressions: Iterable[str]) -> list[dracel.CompiledSelector] | None:
+    try:
+        return [dracel.compile_selector(e) for e in expressions]
+    except dracel.CelCompileError:
+        return None  # a class or package that cannot compile matches nothing
+
+
+def observe(
+    *,
+    nodes: list[dict],
+    device_classes: list[dict],
+    slices: list[dict],
+    claims: list[dict],
+    pods: list[dict],
+    quotas: list[dict],
+    packages: list[PackageSpec],
+    previous_membership: dict[tuple[str, str, str], tuple[str, list[str], list[str]]] | None = None,
+) -> Observation:
+    """Mirror rows for everything observed. `previous_membership` maps a device to the
+    (content hash, classes, packages) of the last sync, so unchanged devices skip CEL."""
+    previous_membership = previous_membership or {}
+    observation = Observation(slice_count=len(slices))
+    observation.nodes = _observe_nodes(nodes, pods)
+    class_selectors: dict[str, list[dracel.CompiledSelector]] = {}
+    for device_class in device_classes:
+        name = device_class["metadata"]["name"]
+        expressions = [
+            (s.get("cel") or {}).get("expression", "")
+            for s in (device_class.get("spec") or {}).get("selectors") or []
+        ]
+        observation.classes[name] = {"name": name, "selectors": expressions}
+        compiled = _compile_all(expressions)
+        if compiled is not None:
+            class_selectors[name] = compiled
+    package_selectors = {}
+    usable_packages = []
+    for package in packages:
+        compiled = _compile_all(package.selectors)
+        if compiled is not None:
+            package_selectors[package.id] = compiled
+            usable_packages.append(package)
+    rules_digest = _digest(
+        [
+            sorted((k, v["selectors"]) for k, v in observation.classes.items()),
+            sorted((p.id, p.device_class_name, list(p.selectors)) for p in usable_packages),
+        ]
+    )
+    holders = _allocations(claims)
+
+    for (driver, pool_name), members in _latest_pools(slices).items():
+        first = members[0]["spec"]
+        announced = int(first["pool"].get("resourceSliceCount", 1) or 1)
+        complete = len(members) == announced
+        observation.pools[(driver, pool_name)] = {
+            "driver": driver,
+            "name": pool_name,
+            "node_name": first.get("nodeName") or "",
+            "generation": int(first["pool"].get("generation", 0)),
+            "slice_count": announced,
+            "slices_seen": len(members),
+            "complete": complete,
+        }
+        for resource_slice in members:
+            node_name = resource_slice["spec"].get("nodeName") or ""
+            for device in resource_slice["spec"].get("devices") or []:
+                key = (driver, pool_name, device["name"])
+                content_hash = _digest([driver, device, rules_digest])
+                known = previous_membership.get(key)
+                if known and known[0] == content_hash:
+                    member_of, fits = known[1], known[2]
+                else:
+                    member_of, fits = _membership(
+                        driver, device, class_selectors, usable_packages, package_selectors
+                    )
+                    observation.evaluated_devices += 1
+                holder = holders.get(key)
+                product = (device.get("attributes") or {}).get(NVIDIA_PRODUCT) or {}
+                observation.devices[key] = {
+                    "driver": driver,
+                    "pool": pool_name,
+                    "name": device["name"],
+                    "node_name": node_name,
+                    "pool_complete": complete,
+                    "product": product.get("string", "") if isinstance(product, dict) else "",
+                    "attributes": device.get("attributes") or {},
+                    "capacity": device.get("capacity") or {},
+                    "device_classes": member_of,
+                    "packages": fits,
+                    "content_hash": content_hash,
+                    "allocated": holder is not None,
+                    "claim_namespace": holder[0] if holder else "",
+                    "claim_name": holder[1] if holder else "",
+                }
+    observation.claims = _observe_claims(claims)
+    for quota in quotas:
+        metadata = quota["metadata"]
+        key = (metadata.get("namespace", ""), metadata["name"])
+        status = quota.get("status") or {}
+        observation.quotas[key] = {
+            "namespace": key[0],
+            "name": key[1],
+            "hard": status.get("hard") or (quota.get("spec") or {}).get("hard") or {},
+            "used": status.get("used") or {},
+        }
+    return observation
+
+
+# --- what the API serves ---------------------------------------------------------------------
+
+
+def _tally(devices: Iterable[dict]) -> dict:
+    total = allocated = 0
+    for device in devices:
+        total += 1
+        allocated += device["allocated"]
+    return {"total": total, "allocated": allocated, "free": total - allocated}
+
+
+def build_document(observation: Observation) -> dict:
+    """The operator inventory: the article's fields, then per class, node, pool and quota."""
+    counted = [d for d in observation.devices.values() if d["pool_complete"]]
+    allocated_results = sorted(
+        (
+            {
+                "claimName": claim["name"],
+                "namespace": claim["namespace"],
+                **{k: result[k] for k in ("request", "driver", "pool", "device")},
+            }
+            for claim in observation.claims.values()
+            for result in claim["results"]
+        ),
+        key=lambda d: (d["namespace"], d["claimName"], d["driver"], d["pool"], d["device"]),
+    )
+    by_class: dict[str, list[dict]] = {name: [] for name in observation.classes}
+    by_node: dict[str, list[dict]] = {name: [] for name in observation.nodes}
+    for device in counted:
+        for name in device["device_classes"]:
+            by_class.setdefault(name, []).append(device)
+        if device["node_name"]:
+            by_node.setdefault(device["node_name"], []).append(device)
+    nodes = []
+    for name in sorted(by_node):
+        node = observation.nodes.get(name)
+        entry = {"name": name, **_tally(by_node[name])}
+        if node:
+            entry.update(
+                ready=node["ready"],
+                cpuAllocatable=quantity.format_cpu(node["cpu_allocatable_millicores"]),
+                cpuFree=quantity.format_cpu(
+                    max(0, node["cpu_allocatable_millicores"] - node["cpu_requested_millicores"])
+                ),
+                memoryAllocatable=quantity.format_bytes(node["memory_allocatable_bytes"]),
+                memoryFree=quantity.format_bytes(
+                    max(0, node["memory_allocatable_bytes"] - node["memory_requested_bytes"])
+                ),
+            )
+        nodes.append(entry)
+    return {
+        "totalGpuAllocatable": len(counted),
+        "draClaimCount": len(observation.claims),
+        "draAllocatedClaims": sum(c["allocated"] for c in observation.claims.values()),
+        "draAllocatedDevices": len(allocated_results),
+        "draResourceSlices": observation.slice_count,
+        "draDevices": allocated_results,
+        "deviceClasses": [
+            {"name": name, **_tally(devices)} for name, devices in sorted(by_class.items())
+        ],
+        "nodes": nodes,
+        "pools": [
+            {
+                "driver": p["driver"],
+                "name": p["name"],
+                "generation": p["generation"],
+                "complete": p["complete"],
+                "slices": f"{p['slices_seen']}/{p['slice_count']}",
+            }
+            for _key, p in sorted(observation.pools.items())
+        ],
+        "quotas": [
+            {"namespace": q["namespace"], "name": q["name"], "hard": q["hard"], "used": q["used"]}
+            for _key, q in sorted(observation.quotas.items())
+        ],
+    }
+
+
+def package_availability(observation: Observation, packages: list[PackageSpec]) -> dict[str, dict]:
+    """Units of each package that fit right now, node by node: free matching devices on the
+    node divided by the package's count, bounded by the node's free cpu and memory."""
+    free_by_node: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for device in observation.devices.values():
+        if not device["allocated"] and device["node_name"]:
+            for package_id in device["packages"]:
+                free_by_node[device["node_name"]][package_id] += 1
+    result = {}
+    for package in packages:
+        placeable = free_devices = 0
+        device_bound = False
+        for node_name, free in free_by_node.items():
+            matching = free.get(package.id, 0)
+            free_devices += matching
+            node = observation.nodes.get(node_name)
+            if not matching or node is None or not node["ready"]:
+                continue
+            by_devices = matching // package.count
+            device_bound = device_bound or by_devices > 0
+            cpu_free = node["cpu_allocatable_millicores"] - node["cpu_requested_millicores"]
+            memory_free = node["memory_allocatable_bytes"] - node["memory_requested_bytes"]
+            placeable += max(
+                0,
+                min(
+                    by_devices,
+                    cpu_free // max(package.cpu_millicores, 1),
+                    memory_free // max(package.memory_bytes, 1),
+                ),
+            )
+        result[package.id] = {
+            "placeable": placeable,
+            "free_devices": free_devices,
+            "reason": ""
+            if placeable
+            else _why_not(observation, package, free_devices, device_bound),
+        }
+    return result
+
+
+def _why_not(observation: Observation, package: PackageSpec, free: int, device_bound: bool) -> str:
+    if package.device_class_name not in observation.classes:
+        return f"device class {package.device_class_name} does not exist"
+    if not free:
+        return f"no free devices match device class {package.device_class_name}"
+    if not device_bound:
+        return f"no node has {package.count} free matching devices"
+    return "nodes with free devices lack the cpu or memory the package needs"

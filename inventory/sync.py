@@ -1,0 +1,166 @@
+"""sync_inventory: list the cluster's DRA state, diff it against the mirror in Python, and apply
+the difference in one transaction with a fixed number of bulk statements."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from django.db import connection, transaction
+from django.db.models import Model
+from django.utils import timezone
+
+from catalog.models import Package
+from controlplane import kube
+from controlplane.kube import quantity
+from controlplane.kube.errors import KubeError
+from inventory import observe
+from inventory.models import (
+    Claim,
+    Device,
+    DeviceClass,
+    DevicePool,
+    InventorySnapshot,
+    Node,
+    PackageAvailability,
+    Quota,
+    SyncRun,
+)
+
+logger = logging.getLogger(__name__)
+
+# pg_try_advisory_lock key: "one inventory sync at a time" across every worker.
+_LOCK_KEY = 0x1A7E_5C00
+
+
+@contextmanager
+def _exclusive() -> Iterator[bool]:
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(%s)", [_LOCK_KEY])
+        acquired = cursor.fetchone()[0]
+    try:
+        yield acquired
+    finally:
+        if acquired:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT pg_advisory_unlock(%s)", [_LOCK_KEY])
+
+
+def package_specs() -> list[observe.PackageSpec]:
+    return [
+        observe.PackageSpec(
+            id=p.id,
+            device_class_name=p.device_class_name,
+            selectors=tuple(p.selectors or ()),
+            count=p.count,
+            cpu_millicores=int(quantity.parse(p.cpu) * 1000),
+            memory_bytes=int(quantity.parse(p.memory)),
+        )
+        for p in Package.objects.filter(active=True)
+    ]
+
+
+def fetch() -> dict[str, list[dict]]:
+    """One list call per kind, cluster-wide."""
+    return {
+        "nodes": kube.list_objects(kube.NODE),
+        "device_classes": kube.list_objects(kube.DEVICECLASS),
+        "slices": kube.list_objects(kube.RESOURCESLICE),
+        "claims": kube.list_objects(kube.RESOURCECLAIM),
+        "pods": kube.list_objects(kube.POD),
+        "quotas": kube.list_objects(kube.RESOURCEQUOTA),
+    }
+
+
+def _apply(model: type[Model], key_fields: list[str], desired: dict[tuple, dict]) -> dict:
+    """Upsert rows that differ and delete rows that vanished: at most three statements."""
+    value_fields = [f.name for f in model._meta.concrete_fields if f.name != "id"]
+    current = {
+        tuple(row[k] for k in key_fields): row for row in model.objects.values("id", *value_fields)
+    }
+    changed = [
+        model(**values)
+        for key, values in desired.items()
+        if key not in current or any(current[key][f] != values[f] for f in values)
+    ]
+    gone = [row["id"] for key, row in current.items() if key not in desired]
+    if changed:
+        model.objects.bulk_create(
+            changed,
+            update_conflicts=True,
+            unique_fields=key_fields,
+            update_fields=[f for f in value_fields if f not in key_fields],
+        )
+    if gone:
+        model.objects.filter(id__in=gone).delete()
+    return {"changed": len(changed), "deleted": len(gone)}
+
+
+def _keyed(rows: dict) -> dict[tuple, dict]:
+    return {key if isinstance(key, tuple) else (key,): row for key, row in rows.items()}
+
+
+def sync_inventory() -> SyncRun | None:
+    """Mirror the cluster. Returns the run, or None when another sync holds the lock."""
+    with _exclusive() as acquired:
+        if not acquired:
+            return None
+        started = time.perf_counter()
+        run = SyncRun.objects.create(started_at=timezone.now())
+        try:
+            raw = fetch()
+        except KubeError as exc:
+            # Keep the previous mirror; the failed run makes it stale.
+            run.error = f"cannot read the cluster: {exc}"
+            run.finished_at = timezone.now()
+            run.duration_ms = int((time.perf_counter() - started) * 1000)
+            run.save(update_fields=["error", "finished_at", "duration_ms"])
+            logger.warning("inventory sync failed: %s", exc)
+            return run
+        packages = package_specs()
+        previous = {
+            (d, p, n): (h, classes, fits)
+            for d, p, n, h, classes, fits in Device.objects.values_list(
+                "driver", "pool", "name", "content_hash", "device_classes", "packages"
+            )
+        }
+        observation = observe.observe(**raw, packages=packages, previous_membership=previous)
+        document = observe.build_document(observation)
+        availability = observe.package_availability(observation, packages)
+        with transaction.atomic():
+            applied = {
+                "nodes": _apply(Node, ["name"], _keyed(observation.nodes)),
+                "deviceClasses": _apply(DeviceClass, ["name"], _keyed(observation.classes)),
+                "pools": _apply(DevicePool, ["driver", "name"], observation.pools),
+                "devices": _apply(Device, ["driver", "pool", "name"], observation.devices),
+                "claims": _apply(Claim, ["namespace", "name"], observation.claims),
+                "quotas": _apply(Quota, ["namespace", "name"], observation.quotas),
+                "packages": _apply(
+                    PackageAvailability,
+                    ["package_id"],
+                    {(pid,): {"package_id": pid, **row} for pid, row in availability.items()},
+                ),
+            }
+            now = timezone.now()
+            InventorySnapshot.objects.update_or_create(
+                pk=1, defaults={"as_of": now, "document": json.dumps(document)}
+            )
+            run.finished_at = now
+            run.duration_ms = int((time.perf_counter() - started) * 1000)
+            run.total_devices = document["totalGpuAllocatable"]
+            run.allocated_devices = sum(
+                1 for d in observation.devices.values() if d["pool_complete"] and d["allocated"]
+            )
+            run.counts = {
+                "nodes": len(observation.nodes),
+                "slices": observation.slice_count,
+                "devices": len(observation.devices),
+                "claims": len(observation.claims),
+                "celEvaluated": observation.evaluated_devices,
+                "applied": applied,
+            }
+            run.save()
+        return run

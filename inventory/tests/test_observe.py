@@ -1,0 +1,218 @@
+"""Pure inventory rules: pool generations and completeness, class membership through CEL,
+allocation, node headroom, package availability."""
+
+from inventory import observe
+
+DRIVER = "gpu.nvidia.com"
+RTX_CLASS = {
+    "metadata": {"name": "nvidia-rtx-3080"},
+    "spec": {
+        "selectors": [
+            {
+                "cel": {
+                    "expression": "device.attributes['gpu.nvidia.com'].productName"
+                    " == 'NVIDIA GeForce RTX 3080'"
+                }
+            }
+        ]
+    },
+}
+
+
+def gpu(index: int, product: str = "NVIDIA GeForce RTX 3080", memory: str = "10Gi") -> dict:
+    return {
+        "name": f"gpu-{index}",
+        "attributes": {"productName": {"string": product}, "type": {"string": "gpu"}},
+        "capacity": {"memory": {"value": memory}},
+    }
+
+
+def slice_(node: str, devices: list[dict], *, generation: int = 1, count: int = 1, name=None):
+    return {
+        "metadata": {"name": name or f"{node}-slice-{generation}"},
+        "spec": {
+            "driver": DRIVER,
+            "nodeName": node,
+            "pool": {"name": node, "generation": generation, "resourceSliceCount": count},
+            "devices": devices,
+        },
+    }
+
+
+def node(name: str, cpu: str = "64", memory: str = "256Gi", ready: bool = True) -> dict:
+    return {
+        "metadata": {"name": name, "labels": {}},
+        "status": {
+            "allocatable": {"cpu": cpu, "memory": memory},
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+        },
+    }
+
+
+def claim(name: str, node_name: str, devices: list[str], namespace: str = "ns") -> dict:
+    return {
+        "metadata": {"name": name, "namespace": namespace, "uid": name},
+        "status": {
+            "allocation": {
+                "devices": {
+                    "results": [
+                        {"request": "gpu", "driver": DRIVER, "pool": node_name, "device": d}
+                        for d in devices
+                    ]
+                },
+                "nodeSelector": {
+                    "nodeSelectorTerms": [
+                        {
+                            "matchFields": [
+                                {"key": "metadata.name", "operator": "In", "values": [node_name]}
+                            ]
+                        }
+                    ]
+                },
+            },
+            "reservedFor": [{"resource": "pods", "name": "p", "uid": "u"}],
+        },
+    }
+
+
+def pod(node_name: str, cpu: str, memory: str, phase: str = "Running") -> dict:
+    return {
+        "spec": {
+            "nodeName": node_name,
+            "containers": [{"resources": {"requests": {"cpu": cpu, "memory": memory}}}],
+        },
+        "status": {"phase": phase},
+    }
+
+
+RTX2 = observe.PackageSpec("rtx-2x", "nvidia-rtx-3080", (), 2, 10_000, 40 << 30)
+
+
+def run(**overrides) -> observe.Observation:
+    inputs = {
+        "nodes": [node("n1"), node("n2")],
+        "device_classes": [RTX_CLASS],
+        "slices": [
+            slice_("n1", [gpu(i) for i in range(4)]),
+            slice_("n2", [gpu(i) for i in range(4)]),
+        ],
+        "claims": [],
+        "pods": [],
+        "quotas": [],
+        "packages": [RTX2],
+    }
+    inputs.update(overrides)
+    return observe.observe(**inputs)
+
+
+def test_devices_match_their_class_through_cel():
+    observation = run(slices=[slice_("n1", [gpu(0), gpu(1, product="NVIDIA L40S")])])
+    classes = {key[2]: d["device_classes"] for key, d in observation.devices.items()}
+    assert classes == {"gpu-0": ["nvidia-rtx-3080"], "gpu-1": []}
+
+
+def test_only_the_latest_generation_counts():
+    observation = run(
+        slices=[
+            slice_("n1", [gpu(i) for i in range(4)], generation=1),
+            slice_("n1", [gpu(i) for i in range(2)], generation=2),
+        ]
+    )
+    assert len(observation.devices) == 2
+    assert observation.pools[(DRIVER, "n1")]["generation"] == 2
+    assert observation.slice_count == 2  # every ResourceSlice object is counted
+
+
+def test_incomplete_pool_is_visible_but_not_counted_in_totals():
+    observation = run(slices=[slice_("n1", [gpu(0), gpu(1)], count=2)])
+    pool = observation.pools[(DRIVER, "n1")]
+    assert (pool["complete"], pool["slices_seen"], pool["slice_count"]) == (False, 1, 2)
+    document = observe.build_document(observation)
+    assert document["totalGpuAllocatable"] == 0
+    assert len(observation.devices) == 2  # ExactCount may still use them, as the allocator does
+
+
+def test_document_counts_allocations():
+    observation = run(
+        claims=[
+            claim("c1", "n1", ["gpu-0", "gpu-1"]),
+            {"metadata": {"name": "c2", "namespace": "ns"}, "status": {}},
+        ]
+    )
+    document = observe.build_document(observation)
+    assert document["totalGpuAllocatable"] == 8
+    assert document["draClaimCount"] == 2
+    assert document["draAllocatedClaims"] == 1
+    assert document["draAllocatedDevices"] == 2
+    assert document["draResourceSlices"] == 2
+    assert document["draDevices"][0] == {
+        "claimName": "c1",
+        "namespace": "ns",
+        "request": "gpu",
+        "driver": DRIVER,
+        "pool": "n1",
+        "device": "gpu-0",
+    }
+    assert document["deviceClasses"] == [
+        {"name": "nvidia-rtx-3080", "total": 8, "allocated": 2, "free": 6}
+    ]
+    assert document["nodes"][0]["name"] == "n1"
+    assert (document["nodes"][0]["allocated"], document["nodes"][0]["free"]) == (2, 2)
+
+
+def test_availability_counts_node_by_node():
+    # n1: 4 free -> 2 units; n2: 3 free (one taken) -> 1 unit. Devices never pool across nodes.
+    observation = run(claims=[claim("c1", "n2", ["gpu-0"])])
+    availability = observe.package_availability(observation, [RTX2])
+    assert availability["rtx-2x"] == {"placeable": 3, "free_devices": 7, "reason": ""}
+
+
+def test_availability_is_bounded_by_node_cpu_and_memory():
+    observation = run(
+        pods=[
+            pod("n1", "60", "1Gi"),
+            pod("n2", "1", "230Gi"),
+            pod("n2", "50", "1Gi", phase="Succeeded"),
+        ]
+    )
+    # n1 has 4 cpu left (< 10); n2 has 26Gi memory left (< 40Gi).
+    availability = observe.package_availability(observation, [RTX2])["rtx-2x"]
+    assert availability["placeable"] == 0
+    assert "cpu or memory" in availability["reason"]
+    assert observation.nodes["n1"]["cpu_requested_millicores"] == 60_000
+
+
+def test_availability_zero_with_reason_when_no_node_has_enough_devices():
+    big = observe.PackageSpec("rtx-8x", "nvidia-rtx-3080", (), 8, 1000, 1 << 30)
+    assert observe.package_availability(run(packages=[big]), [big])["rtx-8x"] == {
+        "placeable": 0,
+        "free_devices": 8,
+        "reason": "no node has 8 free matching devices",
+    }
+    ghost = observe.PackageSpec("ghost", "nvidia-b200", (), 1, 1000, 1 << 30)
+    reason = observe.package_availability(run(packages=[ghost]), [ghost])["ghost"]["reason"]
+    assert reason == "device class nvidia-b200 does not exist"
+
+
+def test_package_selectors_narrow_the_devices():
+    picky = observe.PackageSpec(
+        "rtx-big",
+        "nvidia-rtx-3080",
+        ("device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('12Gi')) >= 0",),
+        1,
+        1,
+        1,
+    )
+    observation = run(slices=[slice_("n1", [gpu(0), gpu(1, memory="16Gi")])], packages=[picky])
+    assert observe.package_availability(observation, [picky])["rtx-big"]["placeable"] == 1
+
+
+def test_unchanged_devices_reuse_membership_without_cel():
+    first = run()
+    assert first.evaluated_devices == 8
+    previous = {
+        k: (d["content_hash"], d["device_classes"], d["packages"]) for k, d in first.devices.items()
+    }
+    assert run(previous_membership=previous).evaluated_devices == 0
+    changed_class = {**RTX_CLASS, "spec": {"selectors": []}}
+    assert run(device_classes=[changed_class], previous_membership=previous).evaluated_devices == 8

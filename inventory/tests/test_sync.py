@@ -1,0 +1,271 @@
+"""sync_inventory against the simulated cluster: fields equal what the cluster's objects say,
+pools mid-update, freed devices, availability, statement counts, failures and the API."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+
+import pytest
+from django.apps import apps
+from django.conf import settings
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+from rest_framework.test import APIClient
+
+from catalog.tests.factories import PackageFactory
+from controlplane import kube
+from inventory.models import Device, DevicePool, SyncRun
+from inventory.sync import sync_inventory
+from runtime import services
+from runtime.tests.factories import TenantFactory, key_for
+from runtime.tests.helpers import remove_namespace_objects, wait_for_phase
+from simcluster.cluster import SimCluster
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@contextlib.contextmanager
+def pointed_at(sim: SimCluster, tmp_path):
+    previous = settings.KUBECONFIG
+    settings.KUBECONFIG = str(sim.write_kubeconfig(tmp_path / f"kubeconfig-{sim.port}"))
+    kube.reset()
+    try:
+        yield sim
+    finally:
+        settings.KUBECONFIG = previous
+        kube.reset()
+
+
+@pytest.fixture
+def operator_client():
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {key_for(TenantFactory(is_operator=True))}")
+    return client
+
+
+def inventory(client) -> dict:
+    response = client.get("/api/v1/operator/inventory")
+    assert response.status_code == 200, response.content
+    return json.loads(response.content)["data"]
+
+
+def expected_from_cluster() -> dict:
+    """The article's fields computed straight from the cluster's objects."""
+    slices = kube.list_objects(kube.RESOURCESLICE)
+    claims = kube.list_objects(kube.RESOURCECLAIM)
+    pools: dict = {}
+    for s in slices:
+        pool = s["spec"]["pool"]
+        pools.setdefault((s["spec"]["driver"], pool["name"]), []).append(s)
+    total = 0
+    for members in pools.values():
+        top = max(m["spec"]["pool"]["generation"] for m in members)
+        latest = [m for m in members if m["spec"]["pool"]["generation"] == top]
+        if len(latest) == latest[0]["spec"]["pool"]["resourceSliceCount"]:
+            total += sum(len(m["spec"].get("devices", [])) for m in latest)
+    results = [
+        (c["metadata"]["namespace"], c["metadata"]["name"], r["device"])
+        for c in claims
+        for r in ((c.get("status") or {}).get("allocation") or {})
+        .get("devices", {})
+        .get("results", [])
+    ]
+    return {
+        "totalGpuAllocatable": total,
+        "draClaimCount": len(claims),
+        "draAllocatedClaims": sum(1 for c in claims if (c.get("status") or {}).get("allocation")),
+        "draAllocatedDevices": len(results),
+        "draResourceSlices": len(slices),
+        "draDevices": sorted(results),
+    }
+
+
+def as_article(data: dict) -> dict:
+    fields = {
+        k: data[k]
+        for k in (
+            "totalGpuAllocatable",
+            "draClaimCount",
+            "draAllocatedClaims",
+            "draAllocatedDevices",
+            "draResourceSlices",
+        )
+    }
+    fields["draDevices"] = sorted(
+        (d["namespace"], d["claimName"], d["device"]) for d in data["draDevices"]
+    )
+    return fields
+
+
+@pytest.mark.usefixtures("celery_worker")
+def test_inventory_follows_units_and_frees_devices_on_delete(cluster, operator_client):
+    tenant = TenantFactory(quota_cpu="1000", quota_memory="8Ti")  # only the cluster binds
+    PackageFactory()
+    PackageFactory(
+        id="gpu-h100-1x",
+        spec_name="h100",
+        cpu="16",
+        memory="128Gi",
+        gpu=1,
+        count=1,
+        device_class_name="nvidia-h100",
+    )
+    customer = APIClient()
+    customer.credentials(HTTP_AUTHORIZATION=f"Bearer {key_for(tenant)}")
+    try:
+        sync_inventory()
+        before = customer.get("/api/v1/packages").json()["data"]
+        before = {p["id"]: p["availability"] for p in before}
+
+        units = [
+            services.create_unit(
+                tenant=tenant, operation_id=f"op-{n}", name=n, package_id=p, image="python:3.12"
+            ).unit
+            for n, p in (("a", "gpu-rtx3080-2x-cpu10-mem40g"), ("b", "gpu-h100-1x"))
+        ]
+        for unit in units:
+            wait_for_phase(unit, "Running")
+        sync_inventory()
+        data = inventory(operator_client)
+        assert as_article(data) == expected_from_cluster()
+        assert data["stale"] is False
+        assert data["draAllocatedDevices"] >= 3
+        rtx = next(c for c in data["deviceClasses"] if c["name"] == "nvidia-rtx-3080")
+        assert rtx["total"] == 8
+        assert Device.objects.filter(claim_namespace=tenant.namespace).count() == 3
+
+        after = {
+            p["id"]: p["availability"] for p in customer.get("/api/v1/packages").json()["data"]
+        }
+        for package_id in ("gpu-rtx3080-2x-cpu10-mem40g", "gpu-h100-1x"):
+            assert after[package_id]["placeableNow"] == before[package_id]["placeableNow"] - 1
+        assert after["gpu-h100-1x"]["freeDevices"] == before["gpu-h100-1x"]["freeDevices"] - 1
+
+        customer.delete("/api/v1/gpu-units/a")
+        wait_for_phase(units[0], "Terminated")
+        sync_inventory()
+        assert as_article(inventory(operator_client)) == expected_from_cluster()
+        assert Device.objects.filter(claim_namespace=tenant.namespace).count() == 1
+    finally:
+        remove_namespace_objects(tenant.namespace)
+
+
+def test_package_no_node_fits_is_zero_with_reason(cluster, auth_client):
+    PackageFactory(id="gpu-rtx3080-9x", spec_name="too-big", gpu=9, count=9)
+    PackageFactory(
+        id="gpu-ghost", spec_name="ghost", gpu=1, count=1, device_class_name="nvidia-b200"
+    )
+    sync_inventory()
+    packages = {
+        p["id"]: p["availability"] for p in auth_client.get("/api/v1/packages").json()["data"]
+    }
+    assert packages["gpu-rtx3080-9x"]["placeableNow"] == 0
+    assert packages["gpu-rtx3080-9x"]["reason"] == "no node has 9 free matching devices"
+    assert packages["gpu-ghost"]["reason"] == "device class nvidia-b200 does not exist"
+
+
+def test_quota_headroom_bounds_availability(cluster, tenant):
+    PackageFactory()
+    tenant.quota_cpu = "15"
+    tenant.save()
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {key_for(tenant)}")
+    sync_inventory()
+    availability = client.get("/api/v1/packages").json()["data"][0]["availability"]
+    assert availability["placeableNow"] == 1  # the cluster has room for more; 15 CPU allow one
+    assert availability["freeDevices"] >= 2
+
+
+def test_pool_mid_update_is_counted_as_the_allocator_would(tmp_path, operator_client):
+    with (
+        SimCluster(topology={"generate": {"nodes": 1, "gpus_per_node": 4}}) as sim,
+        pointed_at(sim, tmp_path),
+    ):
+        pool = kube.list_objects(kube.RESOURCESLICE)[0]["spec"]["pool"]["name"]
+        # The driver starts publishing generation 2 in two slices; only one has arrived.
+        sim.store.create(
+            "resourceslices",
+            {
+                "apiVersion": "resource.k8s.io/v1",
+                "kind": "ResourceSlice",
+                "metadata": {"name": f"{pool}-gen2-a"},
+                "spec": {
+                    "driver": "gpu.nvidia.com",
+                    "nodeName": pool,
+                    "pool": {"name": pool, "generation": 2, "resourceSliceCount": 2},
+                    "devices": [{"name": "gpu-0", "attributes": {"type": {"string": "gpu"}}}],
+                },
+            },
+            internal=True,
+        )
+        sync_inventory()
+        data = inventory(operator_client)
+        assert data["totalGpuAllocatable"] == 0  # the only pool is incomplete
+        assert data["draResourceSlices"] == 2
+        assert data["pools"][0]["complete"] is False
+        assert data["pools"][0]["slices"] == "1/2"
+        assert as_article(data) == expected_from_cluster()
+        # Only generation 2 is visible: one device, not the four of generation 1.
+        assert Device.objects.count() == 1
+        assert DevicePool.objects.get().generation == 2
+
+
+def test_statements_per_sync_do_not_grow_with_devices(tmp_path):
+    def statements(nodes: int, gpus: int) -> tuple[int, int]:
+        with (
+            SimCluster(topology={"generate": {"nodes": nodes, "gpus_per_node": gpus}}) as sim,
+            pointed_at(sim, tmp_path),
+        ):
+            for model in apps.get_app_config("inventory").get_models():
+                model.objects.all().delete()  # start from an empty mirror each time
+            with CaptureQueriesContext(connection) as first:
+                sync_inventory()
+            with CaptureQueriesContext(connection) as steady:
+                sync_inventory()
+            assert Device.objects.count() == nodes * gpus
+            return len(first), len(steady)
+
+    assert statements(2, 5) == statements(125, 8)
+
+
+def test_failed_sync_keeps_the_mirror_and_marks_it_stale(cluster, operator_client):
+    sync_inventory()
+    good = inventory(operator_client)
+    cluster.faults.unreachable = True
+    try:
+        run = sync_inventory()
+    finally:
+        cluster.faults.unreachable = False
+    assert "cannot read the cluster" in run.error
+    stale = inventory(operator_client)
+    assert stale["stale"] is True
+    assert {k: v for k, v in stale.items() if k != "stale"} == {
+        k: v for k, v in good.items() if k != "stale"
+    }
+    sync_inventory()
+    assert inventory(operator_client)["stale"] is False
+
+
+def test_operator_endpoint_needs_an_operator_key(auth_client, api_client, operator_client):
+    assert operator_client.get("/api/v1/operator/inventory").status_code == 503  # never synced
+    forbidden = auth_client.get("/api/v1/operator/inventory")
+    assert forbidden.status_code == 403
+    assert forbidden.json()["error"]["code"] == "forbidden"
+    assert api_client.get("/api/v1/operator/inventory").status_code == 401
+
+
+def test_one_sync_at_a_time(cluster):
+    from inventory.sync import _exclusive
+
+    with _exclusive() as first:
+        assert first
+        # A second connection cannot take the lock while this one holds it.
+        from django.db import connections
+
+        other = connections.create_connection("default")
+        with other.cursor() as cursor:
+            cursor.execute("SELECT pg_try_advisory_lock(%s)", [0x1A7E_5C00])
+            assert cursor.fetchone()[0] is False
+        other.close()
+    assert SyncRun.objects.count() == 0

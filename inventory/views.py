@@ -1,0 +1,76 @@
+"""GET /api/v1/operator/inventory: the cluster's DRA inventory for operators, from the mirror."""
+
+from django.http import HttpResponse
+from drf_spectacular.utils import extend_schema, inline_serializer
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.views import APIView
+
+from controlplane.api.errors import ServiceUnavailable
+from controlplane.api.permissions import IsOperator
+from controlplane.api.schema import envelope, error_responses
+from inventory import selectors
+
+_device = inline_serializer(
+    name="DraDevice",
+    fields={
+        k: serializers.CharField()
+        for k in ("claimName", "namespace", "request", "driver", "pool", "device")
+    },
+)
+_tally = {
+    "total": serializers.IntegerField(),
+    "allocated": serializers.IntegerField(),
+    "free": serializers.IntegerField(),
+}
+_inventory = inline_serializer(
+    name="Inventory",
+    fields={
+        "asOf": serializers.DateTimeField(allow_null=True),
+        "stale": serializers.BooleanField(),
+        "totalGpuAllocatable": serializers.IntegerField(),
+        "draClaimCount": serializers.IntegerField(),
+        "draAllocatedClaims": serializers.IntegerField(),
+        "draAllocatedDevices": serializers.IntegerField(),
+        "draResourceSlices": serializers.IntegerField(),
+        "draDevices": serializers.ListField(child=_device),
+        "deviceClasses": serializers.ListField(
+            child=inline_serializer(
+                name="DeviceClassTally", fields={"name": serializers.CharField(), **_tally}
+            )
+        ),
+        "nodes": serializers.ListField(
+            child=inline_serializer(
+                name="NodeTally",
+                fields={
+                    "name": serializers.CharField(),
+                    **_tally,
+                    "ready": serializers.BooleanField(),
+                    "cpuAllocatable": serializers.CharField(),
+                    "cpuFree": serializers.CharField(),
+                    "memoryAllocatable": serializers.CharField(),
+                    "memoryFree": serializers.CharField(),
+                },
+            )
+        ),
+        "pools": serializers.ListField(child=serializers.DictField()),
+        "quotas": serializers.ListField(child=serializers.DictField()),
+    },
+)
+
+
+class OperatorInventoryView(APIView):
+    permission_classes = [IsOperator]
+
+    @extend_schema(
+        summary="Cluster DRA inventory (operator keys only)",
+        responses={
+            200: envelope(_inventory, name="InventoryResponse"),
+            **error_responses(401, 403, 503),
+        },
+    )
+    def get(self, request: Request) -> HttpResponse:
+        body = selectors.get_inventory_document()
+        if body is None:
+            raise ServiceUnavailable("The inventory has not been synced yet; try again shortly.")
+        return HttpResponse(body, content_type="application/json")

@@ -1,0 +1,60 @@
+"""Package availability for a tenant: what the cluster can place (from the inventory mirror)
+bounded by what the tenant's quota still allows (the same usage the create pre-check uses)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from catalog.models import Package
+from controlplane.kube import quantity
+from inventory import selectors as inventory_selectors
+from runtime import selectors
+from runtime.models import Tenant
+
+
+def headroom(tenant: Tenant, package: Package, usage: selectors.TenantUsage) -> int:
+    """More units of `package` the tenant's quota admits."""
+    cpu = int(quantity.parse(package.cpu) * 1000)
+    memory = int(quantity.parse(package.memory))
+    return max(
+        0,
+        min(
+            (tenant.quota_cpu_millicores - usage.cpu_millicores) // max(cpu, 1),
+            (tenant.quota_memory_bytes - usage.memory_bytes) // max(memory, 1),
+            tenant.quota_claims - usage.claims,
+        ),
+    )
+
+
+def for_tenant(tenant: Tenant, packages: Iterable[Package]) -> dict[str, dict]:
+    """`{package id: {placeableNow, freeDevices, reason, asOf, stale}}` in three queries."""
+    cluster = inventory_selectors.list_package_availability()
+    freshness = inventory_selectors.get_freshness()
+    usage = selectors.get_tenant_usage(tenant=tenant)
+    as_of = freshness.as_of.isoformat() if freshness.as_of else None
+    result = {}
+    for package in packages:
+        row = cluster.get(package.id)
+        fits = row.placeable if row else 0
+        quota_allows = headroom(tenant, package, usage)
+        if row is None:
+            reason = "not in the inventory yet"
+        elif fits == 0:
+            reason = row.reason
+        elif quota_allows < fits:
+            reason = "" if quota_allows else "your quota is used up"
+        else:
+            reason = ""
+        result[package.id] = {
+            "placeableNow": min(fits, quota_allows),
+            "freeDevices": row.free_devices if row else 0,
+            "reason": reason,
+            "asOf": as_of,
+            "stale": freshness.stale,
+        }
+    return result
+
+
+def for_request(request, packages: Iterable[Package]) -> dict[str, dict]:
+    """The catalog API's hook (settings.PACKAGE_AVAILABILITY): the caller's tenant."""
+    return for_tenant(request.user.tenant, packages)
