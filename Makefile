@@ -7,12 +7,13 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat requirements/*.txt | cksum | cut -d' ' -f1)
 DEVSTACK := $(PY) -m devstack exec --
 
-.PHONY: run test lint lint-checks pytest bench clean help
+.PHONY: run test test-reliability lint lint-checks pytest bench clean help
 
 help:
 	@echo "make run    - set up and serve the product on 127.0.0.1:$${PORT:-8000} (Ctrl-C stops)"
 	@echo "make test   - lint, then the whole test suite"
 	@echo "make lint   - ruff, Django checks, migrations check, OpenAPI schema"
+	@echo "make test-reliability - only the fault, load and hostile-input scenarios"
 
 $(STAMP): requirements/base.txt requirements/dev.txt
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "Python 3.11+ is required")'
@@ -26,6 +27,9 @@ run: $(STAMP)
 
 test: $(STAMP)
 	$(DEVSTACK) $(MAKE) --no-print-directory lint-checks pytest
+
+test-reliability: $(STAMP)
+	$(DEVSTACK) $(PY) -m pytest tests/reliability $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(DEVSTACK) $(MAKE) --no-print-directory lint-checks

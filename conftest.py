@@ -60,18 +60,20 @@ def cluster(tmp_path_factory):
     kube.reset()
 
 
-@pytest.fixture(scope="session")
-def celery_worker(django_db_setup, django_db_blocker, cluster):
-    """A real `celery worker` subprocess using the test database, Redis and cluster."""
+def start_worker(name: str) -> subprocess.Popen:
+    """Start a real `celery worker` subprocess on the test database, Redis and cluster, and
+    wait until it answers a ping. Its node name is `<name>@<host>`."""
     from django.conf import settings
+
+    from controlplane.celery import app
 
     env = dict(os.environ)
     test_db = settings.DATABASES["default"]["NAME"]
-    url = os.environ["DATABASE_URL"]
-    base, _, query = url.partition("?")
+    base, _, query = os.environ["DATABASE_URL"].partition("?")
     env["DATABASE_URL"] = base.rsplit("/", 1)[0] + "/" + test_db + (f"?{query}" if query else "")
-    # Short retry ceilings (half the stale threshold) keep fault tests quick.
+    # Short retry ceilings (half the stale threshold) and call timeouts keep fault tests quick.
     env.setdefault("OPERATION_STALE_SECONDS", "10")
+    env.setdefault("KUBE_REQUEST_TIMEOUT", "2")
     process = subprocess.Popen(
         [
             sys.executable,
@@ -80,6 +82,8 @@ def celery_worker(django_db_setup, django_db_blocker, cluster):
             "-A",
             "controlplane",
             "worker",
+            "--hostname",
+            f"{name}@%h",
             "--pool",
             "threads",
             "--concurrency",
@@ -94,20 +98,29 @@ def celery_worker(django_db_setup, django_db_blocker, cluster):
         env=env,
         start_new_session=True,
     )
-    from controlplane.celery import app
-
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         if process.poll() is not None:
             raise RuntimeError(f"celery worker exited with {process.returncode}")
-        if app.control.ping(timeout=0.5):
-            break
-    else:
-        process.kill()
-        raise RuntimeError("celery worker did not answer ping within 60 s")
-    yield process
+        replies = app.control.ping(timeout=0.5)
+        if any(name in host.split("@")[0] for reply in replies for host in reply):
+            return process
+    process.kill()
+    raise RuntimeError("celery worker did not answer ping within 60 s")
+
+
+def stop_worker(process: subprocess.Popen) -> None:
     process.terminate()
     try:
         process.wait(timeout=20)
     except subprocess.TimeoutExpired:
         process.kill()
+        process.wait()
+
+
+@pytest.fixture(scope="session")
+def celery_worker(django_db_setup, django_db_blocker, cluster):
+    """The suite's real Celery worker (node name `session@<host>`)."""
+    process = start_worker("session")
+    yield process
+    stop_worker(process)

@@ -2,6 +2,7 @@
 
 from django.db.models import QuerySet
 
+from catalog import validation
 from catalog.models import Package
 
 
@@ -10,4 +11,7 @@ def list_active_packages() -> QuerySet[Package]:
 
 
 def get_active_package(package_id: str) -> Package | None:
-    return Package.objects.filter(active=True, id=package_id.strip().lower()).first()
+    package_id = package_id.strip().lower()
+    if validation.dns_label(package_id):
+        return None  # cannot exist; never send it to the database
+    return Package.objects.filter(active=True, id=package_id).first()

@@ -19,7 +19,7 @@ _QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 def dns_label(value: str) -> str | None:
     if not value:
         return "This field is required."
-    if len(value) > 63 or not DNS_LABEL.match(value):
+    if len(value) > 63 or not DNS_LABEL.fullmatch(value):
         return (
             f'"{value}" is not a DNS-1123 label: at most 63 lower-case letters, digits and '
             "'-', starting and ending with a letter or digit."
@@ -30,7 +30,7 @@ def dns_label(value: str) -> str | None:
 def dns_subdomain(value: str) -> str | None:
     if not value:
         return "This field is required."
-    if len(value) > 253 or not DNS_SUBDOMAIN.match(value):
+    if len(value) > 253 or not DNS_SUBDOMAIN.fullmatch(value):
         return (
             f'"{value}" is not a DNS-1123 subdomain: lower-case labels of letters, digits and '
             "'-' joined by '.', at most 253 characters."
@@ -43,7 +43,7 @@ def qualified_name(value: str) -> str | None:
     prefix, _, name = value.rpartition("/")
     if prefix and dns_subdomain(prefix):
         return f'"{value}" has an invalid prefix: {dns_subdomain(prefix)}'
-    if not name or len(name) > 63 or not _QUALIFIED_NAME.match(name):
+    if not name or len(name) > 63 or not _QUALIFIED_NAME.fullmatch(name):
         return f'"{value}" is not a qualified name (letters, digits, "-", "_", "."; at most 63).'
     return None
 

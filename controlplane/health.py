@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 import redis
 from django.conf import settings
 from django.db import connection
+from django.utils.module_loading import import_string
 
 HEARTBEAT_KEY = "controlplane:heartbeat"
 
@@ -53,6 +54,15 @@ def check_broker() -> Check:
     return _timed(lambda: _redis().ping())
 
 
+def check_cluster() -> Check:
+    from controlplane import kube
+
+    def probe() -> None:
+        kube.version(timeout=settings.HEALTH_CLUSTER_TIMEOUT)
+
+    return _timed(probe)
+
+
 def record_heartbeat() -> None:
     _redis().set(HEARTBEAT_KEY, datetime.now(UTC).isoformat())
 
@@ -66,21 +76,24 @@ def last_heartbeat() -> datetime | None:
 
 
 def report() -> tuple[bool, dict]:
-    """Return (ready, body). Only the database decides readiness: with the broker down the
-    API still accepts work (it is recorded in the database and swept later)."""
+    """Return (ready, body). Only the database decides readiness: with the broker or the
+    cluster down the API still accepts work (it is recorded and carried out later)."""
     database = check_database()
-    broker = check_broker()
+    checks: dict[str, dict] = {
+        "database": database.as_dict(),
+        "broker": check_broker().as_dict(),
+        "cluster": check_cluster().as_dict(),
+    }
     beat = last_heartbeat()
     stale_after = settings.HEARTBEAT_INTERVAL_SECONDS * 3
     worker_ok = beat is not None and (datetime.now(UTC) - beat).total_seconds() <= stale_after
-    body = {
-        "status": "ok" if database.ok and broker.ok and worker_ok else "degraded",
-        "checks": {
-            "database": database.as_dict(),
-            "broker": broker.as_dict(),
-            "worker": {"ok": worker_ok, "lastHeartbeat": beat.isoformat() if beat else None},
-        },
-    }
+    checks["worker"] = {"ok": worker_ok, "lastHeartbeat": beat.isoformat() if beat else None}
+    for name, path in settings.HEALTH_CHECKS.items():
+        checks[name] = import_string(path)()
     if not database.ok:
-        body["status"] = "down"
-    return database.ok, body
+        status = "down"
+    elif all(check["ok"] for check in checks.values()):
+        status = "ok"
+    else:
+        status = "degraded"
+    return database.ok, {"status": status, "checks": checks}

@@ -53,6 +53,7 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
+    "controlplane.api.middleware.ApiBodyLimitMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -136,6 +137,20 @@ REST_FRAMEWORK = {
     "EXCEPTION_HANDLER": "controlplane.api.exceptions.envelope_exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": None,
+    "DEFAULT_THROTTLE_CLASSES": ["runtime.throttling.ApiKeyRateThrottle"],
+}
+# Requests per API key (all web processes together, counted in the Redis cache).
+API_THROTTLE_RATE = env.str("API_THROTTLE_RATE", default="1200/min")
+# Bodies of API requests are small JSON documents; anything bigger is refused with 413.
+API_MAX_BODY_BYTES = env.int("API_MAX_BODY_BYTES", default=64 * 1024)
+DATA_UPLOAD_MAX_MEMORY_SIZE = max(API_MAX_BODY_BYTES, 2_621_440)
+
+CACHES = {
+    "default": {
+        "BACKEND": "django.core.cache.backends.redis.RedisCache",
+        "LOCATION": env.str("CACHE_URL", default=REDIS_URL),
+        "OPTIONS": {"socket_connect_timeout": 1, "socket_timeout": 1},
+    }
 }
 
 SPECTACULAR_SETTINGS = {
@@ -147,6 +162,10 @@ SPECTACULAR_SETTINGS = {
     "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
     "REDOC_DIST": "SIDECAR",
     "COMPONENT_SPLIT_REQUEST": True,
+    "POSTPROCESSING_HOOKS": [
+        "drf_spectacular.hooks.postprocess_schema_enums",
+        "controlplane.api.schema.add_common_errors",
+    ],
 }
 
 # Celery: at-least-once delivery; a task is acknowledged only after it ran, and a task whose
@@ -162,7 +181,13 @@ CELERY_TASK_SOFT_TIME_LIMIT = env.int("CELERY_TASK_SOFT_TIME_LIMIT", default=60)
 CELERY_TASK_TIME_LIMIT = env.int("CELERY_TASK_TIME_LIMIT", default=90)
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # Fail fast when the broker is down, so an API request is not held hostage by a publish.
-CELERY_BROKER_TRANSPORT_OPTIONS = {"socket_connect_timeout": 2, "socket_timeout": 5}
+# A message a dead worker had taken is redelivered after visibility_timeout (longer than any
+# task's time limit); the operation sweeper usually re-sends it sooner.
+CELERY_BROKER_TRANSPORT_OPTIONS = {
+    "socket_connect_timeout": 2,
+    "socket_timeout": 5,
+    "visibility_timeout": env.int("CELERY_VISIBILITY_TIMEOUT", default=300),
+}
 CELERY_BROKER_CONNECTION_TIMEOUT = 2
 
 LOGGING = {
@@ -182,6 +207,7 @@ HEARTBEAT_INTERVAL_SECONDS = env.int("HEARTBEAT_INTERVAL_SECONDS", default=15)
 KUBECONFIG = env.str("KUBECONFIG", default="")
 KUBE_CONTEXT = env.str("KUBE_CONTEXT", default="")
 KUBE_REQUEST_TIMEOUT = env.float("KUBE_REQUEST_TIMEOUT", default=10.0)
+HEALTH_CLUSTER_TIMEOUT = env.float("HEALTH_CLUSTER_TIMEOUT", default=2.0)
 
 # Runtime: how often beat reconciles units and sweeps operations, and when to give up.
 RECONCILE_INTERVAL_SECONDS = env.float("RECONCILE_INTERVAL_SECONDS", default=5.0)
@@ -194,5 +220,7 @@ IMAGE_REGISTRY_ALLOWLIST = env.list("IMAGE_REGISTRY_ALLOWLIST", default=[])
 # Inventory: how often beat mirrors the cluster's DRA state, and when the mirror counts as stale.
 INVENTORY_SYNC_INTERVAL_SECONDS = env.float("INVENTORY_SYNC_INTERVAL_SECONDS", default=10.0)
 INVENTORY_STALE_AFTER_SECONDS = env.float("INVENTORY_STALE_AFTER_SECONDS", default=60.0)
+# Extra health checks from apps above controlplane (name -> dotted path of a callable).
+HEALTH_CHECKS = {"inventory": "inventory.health.check_inventory"}
 # Who computes `availability` for GET /packages (it needs the inventory and the tenant quota).
 PACKAGE_AVAILABILITY = "runtime.availability.for_request"

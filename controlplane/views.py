@@ -21,6 +21,7 @@ _check = inline_serializer(
         "latencyMs": serializers.FloatField(required=False),
         "error": serializers.CharField(required=False),
         "lastHeartbeat": serializers.DateTimeField(required=False, allow_null=True),
+        "lastSync": serializers.DateTimeField(required=False, allow_null=True),
     },
 )
 _health = inline_serializer(

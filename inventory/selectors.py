@@ -11,6 +11,7 @@ from django.db.models import QuerySet
 from django.utils import timezone
 
 from inventory.models import InventorySnapshot, PackageAvailability, SyncRun
+from inventory.observe import Observation, build_document
 
 
 @dataclass(frozen=True)
@@ -34,13 +35,13 @@ def get_freshness() -> Freshness:
     )
 
 
-def get_inventory_document() -> bytes | None:
-    """`{"asOf": ..., "stale": ..., <stored document>}` as JSON bytes, or None before the first
-    sync. The stored document is spliced in as text rather than parsed and re-serialised, so
-    this costs the same whatever the cluster's size."""
+def get_inventory_document() -> bytes:
+    """`{"data": {"asOf": ..., "stale": ..., <stored document>}}` as JSON bytes. The stored
+    document is spliced in as text rather than parsed and re-serialised, so this costs the same
+    whatever the cluster's size. Before the first sync it is an empty inventory, stale."""
     snapshot = InventorySnapshot.objects.filter(pk=1).values_list("document", flat=True).first()
     if snapshot is None:
-        return None
+        snapshot = json.dumps(build_document(Observation()))
     freshness = get_freshness()
     head = json.dumps(
         {"asOf": freshness.as_of.isoformat() if freshness.as_of else None, "stale": freshness.stale}

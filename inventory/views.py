@@ -6,7 +6,6 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
-from controlplane.api.errors import ServiceUnavailable
 from controlplane.api.permissions import IsOperator
 from controlplane.api.schema import envelope, error_responses
 from inventory import selectors
@@ -70,7 +69,4 @@ class OperatorInventoryView(APIView):
         },
     )
     def get(self, request: Request) -> HttpResponse:
-        body = selectors.get_inventory_document()
-        if body is None:
-            raise ServiceUnavailable("The inventory has not been synced yet; try again shortly.")
-        return HttpResponse(body, content_type="application/json")
+        return HttpResponse(selectors.get_inventory_document(), content_type="application/json")

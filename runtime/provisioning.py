@@ -6,6 +6,7 @@ Every step is idempotent, so a retried or duplicated task converges on the same 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 
 import yaml
@@ -94,6 +95,29 @@ def create_or_adopt(kind: kube.Kind, body: dict, *, ours: Callable[[dict], bool]
             reason="NameInUse",
         )
     return existing
+
+
+# Tenants whose namespace and quota this process has ensured recently: provisioning a unit
+# then costs three calls, not seven. Forgotten after a while, or when a create finds the
+# namespace gone.
+_ENSURED_FOR_SECONDS = 300.0
+_ensured: dict[tuple, float] = {}
+
+
+def _ensured_key(tenant: Tenant) -> tuple:
+    return (tenant.pk, tenant.namespace, tenant.quota_cpu, tenant.quota_memory, tenant.quota_claims)
+
+
+def ensure_tenant_namespace_once(tenant: Tenant) -> None:
+    key = _ensured_key(tenant)
+    if _ensured.get(key, 0.0) > time.monotonic():
+        return
+    ensure_tenant_namespace(tenant)
+    _ensured[key] = time.monotonic() + _ENSURED_FOR_SECONDS
+
+
+def forget_ensured_namespace(tenant: Tenant) -> None:
+    _ensured.pop(_ensured_key(tenant), None)
 
 
 def ensure_tenant_namespace(tenant: Tenant) -> None:
@@ -194,9 +218,12 @@ def provision_unit(*, operation_pk: int) -> None:
         allowed_from={UnitPhase.ACCEPTED, UnitPhase.PROVISIONING},
     )
     try:
-        ensure_tenant_namespace(unit.tenant)
+        ensure_tenant_namespace_once(unit.tenant)
         crd_object, claim, pod = provision_objects(unit, request_hash=operation.fingerprint)
     except PermanentError as exc:
+        if exc.status == 404:  # the namespace went away under us: recreate it next attempt
+            forget_ensured_namespace(unit.tenant)
+            raise TemporaryError(exc.message, status=404, delay=1) from exc
         _fail(unit, operation, exc)
         return
     GPUUnit.objects.filter(pk=unit.pk).update(

@@ -6,8 +6,9 @@ from django.conf import settings
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from controlplane.api.pagination import DEFAULT_LIMIT, MAX_LIMIT
 from runtime import validation
-from runtime.models import GPUUnit, Operation, UnitEvent
+from runtime.models import GPUUnit, Operation, UnitEvent, UnitPhase
 
 
 class StrictSerializer(serializers.Serializer):
@@ -42,7 +43,7 @@ class CreateUnitSerializer(StrictSerializer):
     template = serializers.JSONField(required=False)
 
     def validate_operationID(self, value: str) -> str:
-        if not validation.OPERATION_ID.match(value):
+        if not validation.OPERATION_ID.fullmatch(value):
             raise serializers.ValidationError(
                 "operationID must be 1-128 characters of letters, digits, '.', '_', ':' or '-'."
             )
@@ -70,6 +71,19 @@ class CreateUnitSerializer(StrictSerializer):
         if problems:
             raise serializers.ValidationError(problems)
         return {key: value[key] for key in ("command", "args", "env") if value.get(key)}
+
+
+class UnitListQuerySerializer(serializers.Serializer):
+    """Query parameters of GET /gpu-units."""
+
+    phase = serializers.ChoiceField(choices=UnitPhase.choices, required=False)
+    packageID = serializers.RegexField(r"^[A-Za-z0-9-]{1,63}$", required=False)
+    cursor = serializers.RegexField(
+        r"^[0-9]{1,18}$", required=False, help_text="meta.nextCursor of the previous page"
+    )
+    limit = serializers.IntegerField(
+        min_value=1, max_value=MAX_LIMIT, default=DEFAULT_LIMIT, help_text="page size"
+    )
 
 
 class UnitAllocationSerializer(serializers.Serializer):

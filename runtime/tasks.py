@@ -8,6 +8,7 @@ from datetime import timedelta
 
 from celery import shared_task
 from django.conf import settings
+from django.db import InterfaceError, OperationalError, close_old_connections, connection
 from django.utils import timezone
 
 from controlplane.kube.errors import TemporaryError
@@ -26,6 +27,12 @@ def _backoff(retries: int, floor: float) -> float:
 def _run_operation(task, run, operation_pk: int) -> None:
     try:
         run(operation_pk=operation_pk)
+    except (OperationalError, InterfaceError) as exc:
+        # The database dropped our connection (restart, failover, pg_terminate_backend):
+        # start the next attempt on a fresh one.
+        close_old_connections()
+        connection.close()
+        raise task.retry(countdown=_backoff(task.request.retries, 1.0), exc=exc) from exc
     except TemporaryError as exc:
         operation = Operation.objects.filter(pk=operation_pk).first()
         if operation is not None:

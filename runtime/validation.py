@@ -30,7 +30,7 @@ def unit_name(value: str) -> str | None:
         return "name is required."
     if len(value) > UNIT_NAME_MAX:
         return f"name must be at most {UNIT_NAME_MAX} characters (unit-<name>-gpu must fit 63)."
-    if not _LABEL.match(value):
+    if not _LABEL.fullmatch(value):
         return (
             "name must be a DNS-1123 label: lower-case letters, digits and '-', starting and "
             "ending with a letter or digit."
@@ -40,7 +40,7 @@ def unit_name(value: str) -> str | None:
 
 def image_registry(reference: str) -> str:
     """The registry an image is pulled from; Docker Hub when the reference names none."""
-    match = IMAGE_REFERENCE.match(reference)
+    match = IMAGE_REFERENCE.fullmatch(reference)
     domain = match.group("domain") if match else None
     first = reference.split("/", 1)[0]
     # As Docker does: the first component is a registry only if it looks like a host.
@@ -52,7 +52,7 @@ def image_registry(reference: str) -> str:
 def image_reference(value: str, *, allowlist: list[str]) -> str | None:
     if not value:
         return "image is required."
-    if len(value) > MAX_IMAGE or not IMAGE_REFERENCE.match(value):
+    if len(value) > MAX_IMAGE or not IMAGE_REFERENCE.fullmatch(value):
         return (
             f'"{value}" is not a valid image reference '
             '(e.g. "python:3.12" or "ghcr.io/org/app@sha256:...").'
@@ -63,6 +63,17 @@ def image_reference(value: str, *, allowlist: list[str]) -> str | None:
             f"(this one is from {image_registry(value)})."
         )
     return None
+
+
+def _storable(text: str) -> bool:
+    """Postgres text holds neither NUL nor lone surrogates (which JSON can still carry)."""
+    if "\x00" in text:
+        return False
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def template(value: object) -> dict[str, str]:
@@ -78,6 +89,8 @@ def template(value: object) -> dict[str, str]:
             problems[f"template.{key}"] = f"{key} must be a list of strings."
         elif len(items) > MAX_ITEMS or any(len(i) > MAX_STRING for i in items):
             problems[f"template.{key}"] = f"at most {MAX_ITEMS} items of {MAX_STRING} characters."
+        elif not all(_storable(i) for i in items):
+            problems[f"template.{key}"] = "strings may not contain NUL or unpaired surrogates."
     env = value.get("env", [])
     if not isinstance(env, list) or len(env) > MAX_ITEMS:
         problems["template.env"] = f"env must be a list of at most {MAX_ITEMS} {{name, value}}."
@@ -89,14 +102,16 @@ def template(value: object) -> dict[str, str]:
             problems[where] = "each env entry is {name, value}."
             continue
         name, val = entry.get("name"), entry.get("value", "")
-        if not isinstance(name, str) or not ENV_NAME.match(name) or len(name) > 256:
+        if not isinstance(name, str) or not ENV_NAME.fullmatch(name) or len(name) > 256:
             problems[f"{where}.name"] = "not a valid environment variable name."
         elif name in RESERVED_ENV:
             problems[f"{where}.name"] = f"{name} is set by the control plane."
         elif name in seen:
             problems[f"{where}.name"] = f"{name} is listed twice."
-        if not isinstance(val, str) or len(val) > MAX_STRING:
-            problems[f"{where}.value"] = f"value must be a string of at most {MAX_STRING}."
+        if not isinstance(val, str) or len(val) > MAX_STRING or not _storable(val):
+            problems[f"{where}.value"] = (
+                f"value must be a string of at most {MAX_STRING} characters, without NUL."
+            )
         if isinstance(name, str):
             seen.add(name)
     return problems

@@ -2,26 +2,30 @@
 
 from __future__ import annotations
 
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_schema
+import re
+
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from controlplane.api.errors import InvalidRequest, NotFound
-from controlplane.api.pagination import paginate, parse_limit
+from controlplane.api.errors import NotFound
+from controlplane.api.pagination import paginate
 from controlplane.api.permissions import IsTenant
 from controlplane.api.schema import envelope, error_responses
-from runtime import selectors, services
-from runtime.models import UnitPhase
+from runtime import selectors, services, validation
 from runtime.serializers import (
     CreateUnitSerializer,
     OperationSerializer,
     UnitEventSerializer,
+    UnitListQuerySerializer,
     UnitSerializer,
 )
 
 _UNIT = envelope(UnitSerializer, name="UnitResponse")
 _REPLAYED = "Idempotent-Replayed"
+# Client operation IDs, and the '@delete-<uuid>' IDs the service gives deletions.
+_OPERATION_ID = re.compile(r"@?[A-Za-z0-9._:-]{1,128}")
 
 
 class TenantView(APIView):
@@ -33,7 +37,9 @@ class TenantView(APIView):
 
 
 def _unit_or_404(tenant, name: str):
-    unit = selectors.get_unit(tenant=tenant, name=name)
+    name = name.strip().lower()
+    # A name that could never exist is simply not found (and never reaches the database).
+    unit = None if validation.unit_name(name) else selectors.get_unit(tenant=tenant, name=name)
     if unit is None:
         raise NotFound(f"gpu unit {name} not found.")
     return unit
@@ -43,31 +49,23 @@ class UnitListView(TenantView):
     @extend_schema(
         summary="List the tenant's GPU units",
         operation_id="gpu_units_list",
-        parameters=[
-            OpenApiParameter("phase", enum=list(UnitPhase.values)),
-            OpenApiParameter("packageID", str),
-            OpenApiParameter("cursor", str, description="meta.nextCursor of the previous page"),
-            OpenApiParameter("limit", int, description="1-100, default 20"),
-        ],
+        parameters=[UnitListQuerySerializer],
         responses={
             200: envelope(UnitSerializer, name="UnitListResponse", many=True),
             **error_responses(400, 401),
         },
     )
     def get(self, request: Request) -> Response:
-        phase = request.query_params.get("phase")
-        if phase and phase not in UnitPhase.values:
-            raise InvalidRequest(
-                f"phase must be one of {', '.join(UnitPhase.values)}.",
-                details={"fields": {"phase": ["Unknown phase."]}},
-            )
+        query = UnitListQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        params = query.validated_data
         units = selectors.list_units(
-            tenant=self.tenant, phase=phase, package_id=request.query_params.get("packageID")
+            tenant=self.tenant, phase=params.get("phase"), package_id=params.get("packageID")
         )
         page, next_cursor = paginate(
             units,
-            cursor=request.query_params.get("cursor"),
-            limit=parse_limit(request.query_params.get("limit")),
+            cursor=int(params["cursor"]) if params.get("cursor") else None,
+            limit=params["limit"],
         )
         response = Response(
             {"data": UnitSerializer(page, many=True).data, "meta": {"nextCursor": next_cursor}}
@@ -113,7 +111,9 @@ class UnitDetailView(TenantView):
         responses={202: _UNIT, **error_responses(401, 404)},
     )
     def delete(self, request: Request, name: str) -> Response:
-        unit = services.request_unit_deletion(tenant=self.tenant, name=name.strip().lower())
+        unit = services.request_unit_deletion(
+            tenant=self.tenant, name=_unit_or_404(self.tenant, name).name
+        )
         return Response(UnitSerializer(unit).data, status=202)
 
 
@@ -139,7 +139,11 @@ class OperationDetailView(TenantView):
         },
     )
     def get(self, request: Request, operation_id: str) -> Response:
-        operation = selectors.get_operation(tenant=self.tenant, operation_id=operation_id)
+        operation = (
+            selectors.get_operation(tenant=self.tenant, operation_id=operation_id)
+            if _OPERATION_ID.fullmatch(operation_id)
+            else None
+        )
         if operation is None:
             raise NotFound(f"operation {operation_id} not found.")
         return Response(OperationSerializer(operation).data)

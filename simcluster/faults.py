@@ -16,6 +16,7 @@ class FaultRule:
     status: int
     latency: float
     timeout: bool
+    timeout_rate: float = 0.0
 
     def applies(self, verb: str, resource: str | None) -> bool:
         return (self.verb is None or self.verb == verb) and (
@@ -52,11 +53,14 @@ class FaultInjector:
         status: int = 500,
         latency: float = 0.0,
         timeout: bool = False,
+        timeout_rate: float = 0.0,
     ) -> None:
-        """Add or replace the rule for (verb, resource); resource is a store key or a plural."""
+        """Add or replace the rule for (verb, resource); resource is a store key or a plural.
+        `error_rate` of requests fail with `status`; `timeout_rate` of them (or all, with
+        `timeout=True`) hang and are then dropped without an answer."""
         with self._lock:
             self._rules[(verb, resource)] = FaultRule(
-                verb, resource, error_rate, status, latency, timeout
+                verb, resource, error_rate, status, latency, timeout, timeout_rate
             )
 
     def clear(self) -> None:
@@ -79,7 +83,11 @@ class FaultInjector:
                 if not rule.applies(verb, resource):
                     continue
                 latency = max(latency, rule.latency)
-                timeout = timeout or rule.timeout
+                timeout = (
+                    timeout
+                    or rule.timeout
+                    or (rule.timeout_rate > 0 and self._random.random() < rule.timeout_rate)
+                )
                 if (
                     status is None
                     and rule.error_rate > 0

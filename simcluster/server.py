@@ -213,6 +213,10 @@ class Handler(BaseHTTPRequestHandler):
         if fault.latency:
             time.sleep(fault.latency)
         if fault.timeout:
+            # Logged when the hang starts, with code 0: it will never be answered.
+            self.server.requests.record(
+                RequestEntry(code=0, path=urlsplit(self.path).path, **self._log)
+            )
             self.server.stopping.wait(HANG_SECONDS)
             self._reset()
             self._code = 0

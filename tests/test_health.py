@@ -51,3 +51,31 @@ def test_beat_schedule_runs_the_heartbeat():
 
     app.finalize()
     assert app.conf.beat_schedule["controlplane.heartbeat"]["task"] == "controlplane.heartbeat"
+
+
+def test_health_reports_the_cluster_and_its_outage(api_client, cluster):
+    checks = api_client.get("/api/v1/health").json()["data"]["checks"]
+    assert checks["cluster"]["ok"] is True
+    cluster.faults.unreachable = True
+    try:
+        response = api_client.get("/api/v1/health")
+    finally:
+        cluster.faults.unreachable = False
+    assert response.status_code == 200  # the API keeps accepting work
+    data = response.json()["data"]
+    assert data["status"] == "degraded"
+    assert data["checks"]["cluster"]["ok"] is False
+    assert api_client.get("/api/v1/health").json()["data"]["checks"]["cluster"]["ok"] is True
+
+
+def test_health_reports_the_inventory_age(api_client, cluster):
+    from inventory.sync import sync_inventory
+
+    assert api_client.get("/api/v1/health").json()["data"]["checks"]["inventory"] == {
+        "ok": False,
+        "lastSync": None,
+    }
+    sync_inventory()
+    inventory = api_client.get("/api/v1/health").json()["data"]["checks"]["inventory"]
+    assert inventory["ok"] is True
+    assert inventory["lastSync"]

@@ -100,6 +100,7 @@ def _call(
     body: Any = None,
     query: dict[str, str] | None = None,
     content_type: str = "application/json",
+    timeout: float | None = None,
 ) -> dict:
     """One REST call returning the decoded JSON body; failures raise classified KubeErrors."""
     api = api_client()
@@ -114,7 +115,7 @@ def _call(
             url,
             headers=headers,
             body=body,
-            _request_timeout=settings.KUBE_REQUEST_TIMEOUT,
+            _request_timeout=timeout or settings.KUBE_REQUEST_TIMEOUT,
         )
     except Exception as exc:
         raise classify(exc) from exc
@@ -177,5 +178,5 @@ def delete(
     return True
 
 
-def version() -> dict:
-    return _call("GET", "/version")
+def version(*, timeout: float | None = None) -> dict:
+    return _call("GET", "/version", timeout=timeout)

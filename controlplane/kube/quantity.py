@@ -17,7 +17,7 @@ _QUANTITY = re.compile(
 
 def parse(value: str) -> Decimal:
     """Exact value of a quantity string; ValueError with a readable message when invalid."""
-    if not isinstance(value, str) or not _QUANTITY.match(value.strip()):
+    if not isinstance(value, str) or not _QUANTITY.fullmatch(value.strip()):
         raise ValueError(f'"{value}" is not a Kubernetes quantity (examples: "10", "500m", "40Gi")')
     return Decimal(parse_quantity(value.strip()))
 

@@ -65,3 +65,16 @@ def test_template_rules():
         {"env": [{"name": "GPU_COUNT", "value": "9"}, {"name": "1=bad"}], "nodeName": "x"}
     )
     assert set(problems) == {"template.env[0].name", "template.env[1].name", "template.nodeName"}
+
+
+@pytest.mark.parametrize("value", ["demo\n", "demo\r\n"])
+def test_trailing_newline_is_not_a_valid_name(value):
+    assert validation.unit_name(value)
+    assert validation.image_reference(f"python{value}", allowlist=[])
+
+
+def test_template_strings_must_be_storable():
+    problems = validation.template(
+        {"args": ["ok", "nul\x00"], "env": [{"name": "A", "value": "\ud800"}]}
+    )
+    assert set(problems) == {"template.args", "template.env[0].value"}

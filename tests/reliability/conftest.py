@@ -1,0 +1,81 @@
+"""Reliability scenarios: each records what it injected and observed in
+test-artifacts/reliability.json, the source of the table in docs/reliability.md."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+from rest_framework.test import APIClient
+
+from catalog.tests.factories import PackageFactory
+from runtime import reconcile
+from runtime.models import GPUUnit
+from runtime.tasks import sweep_operations
+from runtime.tests.factories import TenantFactory, key_for
+from runtime.tests.helpers import remove_namespace_objects
+
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
+_figures: dict[str, dict] = {}
+
+
+@pytest.fixture
+def record(request):
+    """record(**figures): what this scenario observed, keyed by the test's name."""
+
+    def save(**figures) -> None:
+        _figures[request.node.name] = figures
+
+    return save
+
+
+def pytest_sessionfinish(session, exitstatus):
+    if _figures:
+        ARTIFACTS.mkdir(exist_ok=True)
+        (ARTIFACTS / "reliability.json").write_text(json.dumps(_figures, indent=2, default=str))
+
+
+@pytest.fixture
+def h100():
+    """One H100 per unit, 10 CPU: the H100 node (8 GPUs, 192 CPU) runs 8 of them."""
+    return PackageFactory(
+        id="gpu-h100-1x-cpu10",
+        spec_name="h100",
+        cpu="10",
+        memory="16Gi",
+        gpu=1,
+        count=1,
+        device_class_name="nvidia-h100",
+    )
+
+
+@pytest.fixture
+def customer(cluster):
+    tenant = TenantFactory(quota_cpu="1000", quota_memory="8Ti", quota_claims=500)
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {key_for(tenant)}")
+    client.tenant = tenant
+    yield client
+    cluster.faults.clear()
+    remove_namespace_objects(tenant.namespace)
+
+
+def wait_until_settled(tenant, phases: set[str], *, timeout: float = 90.0, sweep=False) -> dict:
+    """Reconcile (and optionally sweep) as beat would until every unit of the tenant is in
+    one of `phases`; return {phase: count}."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if sweep:
+            sweep_operations()
+        reconcile.reconcile_units()
+        units = list(GPUUnit.objects.filter(tenant=tenant).values_list("name", "phase", "reason"))
+        if units and all(phase in phases for _name, phase, _reason in units):
+            counts: dict[str, int] = {}
+            for _name, phase, _reason in units:
+                counts[phase] = counts.get(phase, 0) + 1
+            return counts
+        if time.monotonic() > deadline:
+            raise AssertionError(f"units did not settle in {phases}: {units}")
+        time.sleep(0.3)

@@ -1,0 +1,92 @@
+"""Concurrent creates through a real threaded HTTP server."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from controlplane import kube
+from runtime.models import GPUUnit, Operation
+from runtime.tests.factories import key_for
+from tests.reliability.conftest import wait_until_settled
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("celery_worker")]
+
+
+def post(url: str, key: str, payload: dict) -> tuple[int, dict]:
+    request = urllib.request.Request(
+        url,
+        data=json.dumps(payload).encode(),
+        method="POST",
+        headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, json.load(response)
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.load(exc)
+
+
+def test_fifty_different_creates_against_a_quota_for_ten(live_server, customer, h100, record):
+    tenant = customer.tenant
+    tenant.quota_cpu = "100"  # ten units of 10 CPU
+    tenant.save()
+    key = key_for(tenant)
+    url = f"{live_server.url}/api/v1/gpu-units"
+    payloads = [
+        {"operationID": f"op-{i}", "name": f"unit-{i}", "packageID": h100.id, "image": "busybox"}
+        for i in range(50)
+    ]
+    with ThreadPoolExecutor(max_workers=50) as pool:
+        results = list(pool.map(lambda p: post(url, key, p), payloads))
+    statuses = [status for status, _ in results]
+    rejected = [body["error"] for status, body in results if status == 409]
+    assert statuses.count(201) == 10
+    assert len(rejected) == 40
+    assert {error["code"] for error in rejected} == {"insufficient_capacity"}
+    assert all("requests.cpu" in error["message"] for error in rejected)
+    assert GPUUnit.objects.filter(tenant=tenant).count() == 10
+    assert Operation.objects.filter(tenant=tenant).count() == 10
+
+    phases = wait_until_settled(tenant, {"Running", "Pending"})
+    claims = kube.list_objects(kube.RESOURCECLAIM, namespace=tenant.namespace)
+    assert len(claims) == 10
+    record(
+        requests=50,
+        accepted=statuses.count(201),
+        rejected_insufficient_capacity=len(rejected),
+        units=10,
+        claims_in_cluster=len(claims),
+        phases=phases,
+    )
+
+
+def test_fifty_identical_concurrent_creates_make_one_unit(live_server, customer, h100, record):
+    tenant = customer.tenant
+    key = key_for(tenant)
+    payload = {"operationID": "burst-1", "name": "burst", "packageID": h100.id, "image": "busybox"}
+    url = f"{live_server.url}/api/v1/gpu-units"
+    with ThreadPoolExecutor(max_workers=50) as pool:
+        results = list(pool.map(lambda _: post(url, key, payload), range(50)))
+    statuses = sorted(status for status, _ in results)
+    assert statuses == [200] * 49 + [201]
+    assert len({body["data"]["createdAt"] for _, body in results}) == 1
+    assert GPUUnit.objects.filter(tenant=tenant).count() == 1
+
+    wait_until_settled(tenant, {"Running"})
+    selector = "runtime.lokiwager.io/unit=burst"
+    objects = {
+        kind.kind: len(kube.list_objects(kind, namespace=tenant.namespace, label_selector=selector))
+        for kind in (kube.GPUUNIT, kube.RESOURCECLAIM, kube.POD)
+    }
+    assert objects == {"GPUUnit": 1, "ResourceClaim": 1, "Pod": 1}
+    record(
+        requests=50,
+        created=statuses.count(201),
+        replayed=statuses.count(200),
+        units=1,
+        objects_in_cluster=objects,
+    )

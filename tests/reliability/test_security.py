@@ -1,0 +1,152 @@
+"""Keys, tenants and limits: every endpoint refuses a missing, revoked or other tenant's key,
+keys are never stored or logged in plain text, each key is rate limited."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+from rest_framework.test import APIClient
+
+from catalog.tests.factories import PackageFactory
+from runtime import manifests, services
+from runtime.tests.factories import TenantFactory, key_for
+
+pytestmark = pytest.mark.django_db
+
+ENDPOINTS = [
+    ("get", "/api/v1/packages"),
+    ("get", "/api/v1/packages/gpu-rtx3080-2x-cpu10-mem40g"),
+    ("get", "/api/v1/gpu-units"),
+    ("post", "/api/v1/gpu-units"),
+    ("get", "/api/v1/gpu-units/victim"),
+    ("delete", "/api/v1/gpu-units/victim"),
+    ("get", "/api/v1/gpu-units/victim/events"),
+    ("get", "/api/v1/operations/op-victim"),
+    ("get", "/api/v1/operator/inventory"),
+]
+
+
+@pytest.fixture
+def victim(db):
+    PackageFactory()
+    tenant = TenantFactory(is_operator=False)
+    services.create_unit(
+        tenant=tenant,
+        operation_id="op-victim",
+        name="victim",
+        package_id="gpu-rtx3080-2x-cpu10-mem40g",
+        image="busybox",
+    )
+    return tenant
+
+
+def call(client: APIClient, method: str, path: str):
+    if method == "post":
+        return client.post(
+            path,
+            {
+                "operationID": "x",
+                "name": "x",
+                "packageID": "gpu-rtx3080-2x-cpu10-mem40g",
+                "image": "busybox",
+            },
+            format="json",
+        )
+    return getattr(client, method)(path)
+
+
+@pytest.mark.parametrize(("method", "path"), ENDPOINTS)
+@pytest.mark.parametrize("credential", ["missing", "malformed", "unknown", "revoked"])
+def test_every_endpoint_refuses_bad_keys(victim, method, path, credential):
+    client = APIClient()
+    if credential == "malformed":
+        client.credentials(HTTP_AUTHORIZATION="Token abc")
+    elif credential == "unknown":
+        client.credentials(HTTP_AUTHORIZATION="Bearer gcp_000000000000_" + "x" * 43)
+    elif credential == "revoked":
+        api_key, key = services.create_api_key(tenant=victim)
+        services.revoke_api_key(api_key=api_key)
+        client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
+    response = call(client, method, path)
+    assert response.status_code == 401
+    assert response.json()["error"]["code"] == "unauthenticated"
+
+
+@pytest.mark.parametrize(("method", "path"), [e for e in ENDPOINTS if "victim" in e[1]])
+def test_another_tenants_unit_does_not_exist_for_you(victim, method, path):
+    intruder = APIClient()
+    intruder.credentials(HTTP_AUTHORIZATION=f"Bearer {key_for(TenantFactory())}")
+    response = call(intruder, method, path)
+    assert response.status_code == 404
+    assert victim.units.get().phase == "Accepted"  # untouched
+
+
+def test_inventory_is_for_operators_only(victim):
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Bearer {key_for(victim)}")
+    assert client.get("/api/v1/operator/inventory").status_code == 403
+
+
+def test_keys_are_never_logged(victim, caplog):
+    api_key, key = services.create_api_key(tenant=victim)
+    caplog.set_level(logging.DEBUG)
+    good = APIClient()
+    good.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
+    good.get("/api/v1/gpu-units")
+    bad = APIClient()
+    bad.credentials(HTTP_AUTHORIZATION=f"Bearer {key}tampered")
+    bad.get("/api/v1/gpu-units")
+    secret = key.split("_", 2)[2]
+    assert caplog.records, "nothing was logged: the check would be empty"
+    assert secret not in caplog.text
+    assert api_key.key_hash not in caplog.text
+
+
+def test_each_key_is_rate_limited_on_its_own(victim, settings):
+    from django.core.cache import cache
+
+    cache.clear()
+    settings.API_THROTTLE_RATE = "5/min"
+    first, second = APIClient(), APIClient()
+    first.credentials(HTTP_AUTHORIZATION=f"Bearer {key_for(victim)}")
+    second.credentials(HTTP_AUTHORIZATION=f"Bearer {key_for(victim)}")
+    statuses = [first.get("/api/v1/gpu-units").status_code for _ in range(7)]
+    assert statuses == [200] * 5 + [429] * 2
+    limited = first.get("/api/v1/gpu-units")
+    assert limited.json()["error"]["code"] == "throttled"
+    assert int(limited["Retry-After"]) > 0
+    assert second.get("/api/v1/gpu-units").status_code == 200  # other keys are unaffected
+
+
+def test_unit_pods_meet_pod_security_restricted():
+    """The checks of the Kubernetes Pod Security 'restricted' profile, on the built pod."""
+    contract = manifests.UnitContract(
+        name="u",
+        namespace="n",
+        tenant="t",
+        operation_id="o",
+        request_hash="h",
+        package_id="p",
+        spec_name="s",
+        image="busybox",
+        cpu="1",
+        memory="1Gi",
+        gpu=1,
+        device_class_name="c",
+        claim_name="unit-u-gpu",
+        claim_request_name="gpu",
+        count=1,
+    )
+    spec = manifests.build_pod(contract, owner_uid="uid")["spec"]
+    assert spec["securityContext"]["runAsNonRoot"] is True
+    assert spec["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
+    for key in ("hostNetwork", "hostPID", "hostIPC", "volumes"):
+        assert not spec.get(key)
+    for container in spec["containers"]:
+        context = container["securityContext"]
+        assert context["allowPrivilegeEscalation"] is False
+        assert context["capabilities"]["drop"] == ["ALL"]
+        assert not context.get("privileged")
+        assert context.get("runAsUser", 1) != 0
+        assert not container.get("ports")
