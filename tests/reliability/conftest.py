@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -60,6 +62,23 @@ def customer(cluster):
     yield client
     cluster.faults.clear()
     remove_namespace_objects(tenant.namespace)
+
+
+def post_json(url: str, key: str, payload: dict) -> tuple[int, dict | None]:
+    """POST over real HTTP; (status, body), status 0 when the connection itself failed."""
+    request = urllib.request.Request(
+        url,
+        data=json.dumps(payload).encode(),
+        method="POST",
+        headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return response.status, json.load(response)
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.load(exc)
+    except OSError:
+        return 0, None
 
 
 def wait_until_settled(tenant, phases: set[str], *, timeout: float = 90.0, sweep=False) -> dict:

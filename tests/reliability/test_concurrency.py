@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -11,23 +9,9 @@ import pytest
 from controlplane import kube
 from runtime.models import GPUUnit, Operation
 from runtime.tests.factories import key_for
-from tests.reliability.conftest import wait_until_settled
+from tests.reliability.conftest import post_json, wait_until_settled
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("celery_worker")]
-
-
-def post(url: str, key: str, payload: dict) -> tuple[int, dict]:
-    request = urllib.request.Request(
-        url,
-        data=json.dumps(payload).encode(),
-        method="POST",
-        headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=60) as response:
-            return response.status, json.load(response)
-    except urllib.error.HTTPError as exc:
-        return exc.code, json.load(exc)
 
 
 def test_fifty_different_creates_against_a_quota_for_ten(live_server, customer, h100, record):
@@ -41,7 +25,7 @@ def test_fifty_different_creates_against_a_quota_for_ten(live_server, customer, 
         for i in range(50)
     ]
     with ThreadPoolExecutor(max_workers=50) as pool:
-        results = list(pool.map(lambda p: post(url, key, p), payloads))
+        results = list(pool.map(lambda p: post_json(url, key, p), payloads))
     statuses = [status for status, _ in results]
     rejected = [body["error"] for status, body in results if status == 409]
     assert statuses.count(201) == 10
@@ -70,7 +54,7 @@ def test_fifty_identical_concurrent_creates_make_one_unit(live_server, customer,
     payload = {"operationID": "burst-1", "name": "burst", "packageID": h100.id, "image": "busybox"}
     url = f"{live_server.url}/api/v1/gpu-units"
     with ThreadPoolExecutor(max_workers=50) as pool:
-        results = list(pool.map(lambda _: post(url, key, payload), range(50)))
+        results = list(pool.map(lambda _: post_json(url, key, payload), range(50)))
     statuses = sorted(status for status, _ in results)
     assert statuses == [200] * 49 + [201]
     assert len({body["data"]["createdAt"] for _, body in results}) == 1

@@ -4,10 +4,8 @@ never lost and finishes once the fault is gone."""
 from __future__ import annotations
 
 import contextlib
-import json
 import threading
 import time
-import urllib.request
 
 import psycopg
 import pytest
@@ -21,7 +19,7 @@ from runtime import reconcile, services
 from runtime.models import GPUUnit, Operation
 from runtime.tests.factories import key_for
 from runtime.tests.helpers import wait_for_phase
-from tests.reliability.conftest import wait_until_settled
+from tests.reliability.conftest import post_json, wait_until_settled
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("celery_worker")]
 
@@ -81,22 +79,6 @@ def test_broker_down_still_accepts_and_nothing_is_lost(customer, h100, settings,
     )
 
 
-def _post(url: str, key: str, payload: dict) -> int:
-    request = urllib.request.Request(
-        url,
-        data=json.dumps(payload).encode(),
-        method="POST",
-        headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=30) as response:
-            return response.status
-    except urllib.error.HTTPError as exc:
-        return exc.code
-    except OSError:
-        return 0
-
-
 def test_database_connections_dropped_during_traffic(live_server, customer, h100, settings, record):
     """A thread keeps killing every other backend while orders arrive and tasks run."""
     tenant = customer.tenant
@@ -125,7 +107,7 @@ def test_database_connections_dropped_during_traffic(live_server, customer, h100
         for index in range(8):
             for _retry in range(10):  # a client retries what failed; the operationID makes it safe
                 attempts += 1
-                status = _post(
+                status, _body = post_json(
                     f"{live_server.url}/api/v1/gpu-units", key, create_body(index, h100.id)
                 )
                 if status in (200, 201):

@@ -11,6 +11,7 @@ from rest_framework.test import APIClient
 from catalog.tests.factories import PackageFactory
 from runtime import manifests, services
 from runtime.tests.factories import TenantFactory, key_for
+from runtime.tests.test_manifests import CONTRACT
 
 pytestmark = pytest.mark.django_db
 
@@ -121,24 +122,7 @@ def test_each_key_is_rate_limited_on_its_own(victim, settings):
 
 def test_unit_pods_meet_pod_security_restricted():
     """The checks of the Kubernetes Pod Security 'restricted' profile, on the built pod."""
-    contract = manifests.UnitContract(
-        name="u",
-        namespace="n",
-        tenant="t",
-        operation_id="o",
-        request_hash="h",
-        package_id="p",
-        spec_name="s",
-        image="busybox",
-        cpu="1",
-        memory="1Gi",
-        gpu=1,
-        device_class_name="c",
-        claim_name="unit-u-gpu",
-        claim_request_name="gpu",
-        count=1,
-    )
-    spec = manifests.build_pod(contract, owner_uid="uid")["spec"]
+    spec = manifests.build_pod(CONTRACT, owner_uid="uid")["spec"]
     assert spec["securityContext"]["runAsNonRoot"] is True
     assert spec["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
     for key in ("hostNetwork", "hostPID", "hostIPC", "volumes"):
