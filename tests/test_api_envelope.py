@@ -57,3 +57,17 @@ def test_unhandled_error_is_500_envelope_without_internals(api_client):
     api_client.raise_request_exception = False
     error = assert_error(api_client.get("/api/v1/_test/broken"), 500, "internal_error")
     assert "boom" not in error["message"]
+
+
+def test_database_outage_is_503_service_unavailable(auth_client, monkeypatch):
+    from django.db import OperationalError
+
+    from runtime import selectors
+
+    def unreachable(**_kwargs):
+        raise OperationalError("connection to server failed")
+
+    monkeypatch.setattr(selectors, "list_units", unreachable)
+    response = auth_client.get("/api/v1/gpu-units")
+    assert_error(response, 503, "service_unavailable")
+    assert response["Retry-After"] == "1"

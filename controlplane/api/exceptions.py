@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 
 from django.core.exceptions import PermissionDenied
+from django.db import InterfaceError, OperationalError
 from django.http import Http404
 from rest_framework import exceptions, status
 from rest_framework.response import Response
@@ -37,6 +38,14 @@ def _enveloped(body: dict, status_code: int, headers: dict | None = None) -> Res
 def envelope_exception_handler(exc: Exception, context: dict) -> Response | None:
     if isinstance(exc, ApiError):
         return _enveloped(error_body(exc.code, exc.message, exc.details), exc.status_code)
+    if isinstance(exc, OperationalError | InterfaceError):
+        # The database is unreachable or dropped us: nothing was done, retrying is safe.
+        logger.warning("database unavailable in %s: %s", context.get("view"), exc)
+        return _enveloped(
+            error_body("service_unavailable", "The service is briefly unavailable; retry."),
+            status.HTTP_503_SERVICE_UNAVAILABLE,
+            {"Retry-After": "1"},
+        )
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()
     elif isinstance(exc, PermissionDenied):
