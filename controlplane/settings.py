@@ -92,6 +92,7 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = env.str("REDIS_URL", default="redis://127.0.0.1:6379/0")
 
+
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
@@ -208,6 +209,10 @@ KUBECONFIG = env.str("KUBECONFIG", default="")
 KUBE_CONTEXT = env.str("KUBE_CONTEXT", default="")
 KUBE_REQUEST_TIMEOUT = env.float("KUBE_REQUEST_TIMEOUT", default=10.0)
 HEALTH_CLUSTER_TIMEOUT = env.float("HEALTH_CLUSTER_TIMEOUT", default=2.0)
+
+# Create and label each tenant's namespace (needs namespace rights: k8s/components/
+# tenant-provisioning). Off: an admin creates namespaces; a missing one fails the unit.
+TENANT_NAMESPACE_PROVISIONING = env.bool("TENANT_NAMESPACE_PROVISIONING", default=True)
 
 # Runtime: how often beat reconciles units and sweeps operations, and when to give up.
 RECONCILE_INTERVAL_SECONDS = env.float("RECONCILE_INTERVAL_SECONDS", default=5.0)

@@ -121,7 +121,14 @@ def forget_ensured_namespace(tenant: Tenant) -> None:
 
 
 def ensure_tenant_namespace(tenant: Tenant) -> None:
-    """The tenant's namespace (Pod Security restricted) and quota exist and say what we want."""
+    """The tenant's namespace (Pod Security restricted) and quota exist and say what we want.
+    With TENANT_NAMESPACE_PROVISIONING off the namespace is an admin's job: only the quota."""
+    if settings.TENANT_NAMESPACE_PROVISIONING:
+        _ensure_namespace(tenant)
+    _ensure_quota(tenant)
+
+
+def _ensure_namespace(tenant: Tenant) -> None:
     namespace = manifests.build_namespace(tenant.namespace, tenant=tenant.slug)
     try:
         kube.create(kube.NAMESPACE, None, namespace)
@@ -135,6 +142,9 @@ def ensure_tenant_namespace(tenant: Tenant) -> None:
             kube.merge_patch(
                 kube.NAMESPACE, None, tenant.namespace, {"metadata": {"labels": wanted}}
             )
+
+
+def _ensure_quota(tenant: Tenant) -> None:
     quota = manifests.build_resource_quota(
         tenant.namespace,
         tenant=tenant.slug,
@@ -221,9 +231,17 @@ def provision_unit(*, operation_pk: int) -> None:
         ensure_tenant_namespace_once(unit.tenant)
         crd_object, claim, pod = provision_objects(unit, request_hash=operation.fingerprint)
     except PermanentError as exc:
-        if exc.status == 404:  # the namespace went away under us: recreate it next attempt
+        if exc.status == 404 and settings.TENANT_NAMESPACE_PROVISIONING:
+            # The namespace went away under us: recreate it on the next attempt.
             forget_ensured_namespace(unit.tenant)
             raise TemporaryError(exc.message, status=404, delay=1) from exc
+        if exc.status == 404:
+            exc = PermanentError(
+                f"namespace {unit.namespace} does not exist; an administrator creates tenant "
+                "namespaces (tenant namespace provisioning is off)",
+                status=404,
+                reason="NamespaceNotFound",
+            )
         _fail(unit, operation, exc)
         return
     GPUUnit.objects.filter(pk=unit.pk).update(

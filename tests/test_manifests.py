@@ -1,7 +1,12 @@
-"""The manifests in k8s/ are valid Kubernetes 1.34 objects and the kustomization builds."""
+"""k8s/ holds valid Kubernetes 1.34 objects (strict schemas, CRDs included), every manifest is
+part of the kustomization, and `kubectl kustomize k8s/` builds everything the product needs."""
 
+from __future__ import annotations
+
+import os
 import shutil
 import subprocess
+from collections import Counter
 from pathlib import Path
 
 import kubernetes_validate
@@ -9,27 +14,173 @@ import pytest
 import yaml
 
 K8S = Path(__file__).resolve().parent.parent / "k8s"
-MANIFESTS = sorted(p for p in K8S.glob("*.yaml") if p.name != "kustomization.yaml")
+TENANT_PROVISIONING = K8S / "components" / "tenant-provisioning"
+KUSTOMIZATION_FILES = {"kustomization.yaml"}
+MANIFESTS = sorted(
+    p.relative_to(K8S) for p in K8S.rglob("*.yaml") if p.name not in KUSTOMIZATION_FILES
+)
+needs_kubectl = pytest.mark.skipif(
+    shutil.which("kubectl") is None,
+    reason="kubectl is not installed: cannot run `kubectl kustomize`",
+)
 
 
-@pytest.mark.parametrize("path", MANIFESTS, ids=lambda p: p.name)
-def test_manifest_is_valid_for_kubernetes_1_34_strict(path):
-    for document in yaml.safe_load_all(path.read_text()):
+def kustomize(directory: Path) -> list[dict]:
+    """The objects `kubectl kustomize <directory>` renders."""
+    built = subprocess.run(
+        ["kubectl", "kustomize", str(directory)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    ).stdout
+    return [doc for doc in yaml.safe_load_all(built) if doc]
+
+
+def kustomize_with_tenant_provisioning(tmp_path: Path) -> list[dict]:
+    """k8s/ plus the opt-in component, composed the way a user's overlay does it (an overlay
+    inside k8s/ would be a kustomize cycle, so it lives outside, with relative paths)."""
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    (overlay / "kustomization.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "kustomize.config.k8s.io/v1beta1",
+                "kind": "Kustomization",
+                "resources": [os.path.relpath(K8S, overlay)],
+                "components": [os.path.relpath(TENANT_PROVISIONING, overlay)],
+            }
+        )
+    )
+    return kustomize(overlay)
+
+
+def identity(obj: dict) -> tuple[str, str, str]:
+    metadata = obj["metadata"]
+    return obj["kind"], metadata.get("namespace", ""), metadata["name"]
+
+
+@pytest.mark.parametrize("path", MANIFESTS, ids=str)
+def test_source_manifest_is_valid_for_kubernetes_1_34_strict(path):
+    documents = [doc for doc in yaml.safe_load_all((K8S / path).read_text()) if doc]
+    assert documents
+    for document in documents:
         kubernetes_validate.validate(document, "1.34.0", strict=True)
 
 
-def test_kustomization_lists_every_manifest_and_builds():
-    listed = yaml.safe_load((K8S / "kustomization.yaml").read_text())["resources"]
-    assert sorted(listed) == [p.name for p in MANIFESTS]
-    if shutil.which("kubectl") is None:
-        pytest.skip("kubectl is not installed: cannot run `kubectl kustomize`")
-    built = subprocess.run(
-        ["kubectl", "kustomize", str(K8S)], capture_output=True, text=True, check=True
-    ).stdout
-    kinds = [doc["kind"] for doc in yaml.safe_load_all(built)]
-    assert sorted(kinds) == [
-        "CustomResourceDefinition",
-        *["DeviceClass"] * 3,
-        "Namespace",
-        "ResourceQuota",
+def test_strict_validation_rejects_an_unknown_field():
+    """The check above has teeth: a misspelt field in a built-in kind fails it."""
+    quota = yaml.safe_load((K8S / "tenant-quota.yaml").read_text())
+    quota["spec"]["hardd"] = quota["spec"].pop("hard")
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(quota, "1.34.0", strict=True)
+
+
+def test_every_manifest_belongs_to_a_kustomization():
+    listed: set[Path] = set()
+    for kustomization in K8S.rglob("kustomization.yaml"):
+        spec = yaml.safe_load(kustomization.read_text())
+        entries = spec.get("resources", []) + [p["path"] for p in spec.get("patches", [])]
+        for entry in entries:
+            target = (kustomization.parent / entry).resolve()
+            if target.is_file():
+                listed.add(target.relative_to(K8S))
+    assert sorted(listed) == MANIFESTS
+
+
+@needs_kubectl
+def test_kustomization_builds_valid_objects_for_everything_the_product_needs():
+    objects = kustomize(K8S)
+    for obj in objects:
+        kubernetes_validate.validate(obj, "1.34.0", strict=True)
+    kinds = Counter(obj["kind"] for obj in objects)
+    assert kinds == {
+        "CustomResourceDefinition": 1,
+        "DeviceClass": 3,
+        "Namespace": 2,
+        "ResourceQuota": 1,
+        "ServiceAccount": 2,
+        "ClusterRole": 2,
+        "ClusterRoleBinding": 2,
+        "ConfigMap": 1,
+        "Job": 1,
+        "Deployment": 3,
+        "Service": 1,
+        "PodDisruptionBudget": 1,
+    }
+    names = {identity(obj) for obj in objects}
+    assert {
+        ("CustomResourceDefinition", "", "gpuunits.runtime.lokiwager.io"),
+        ("DeviceClass", "", "nvidia-rtx-3080"),
+        ("DeviceClass", "", "nvidia-h100"),
+        ("DeviceClass", "", "nvidia-l40s"),
+        ("Namespace", "", "runtime-instance"),
+        ("ResourceQuota", "runtime-instance", "gpu-units"),
+        ("Namespace", "", "gpu-control-plane"),
+        ("Deployment", "gpu-control-plane", "web"),
+        ("Deployment", "gpu-control-plane", "worker"),
+        ("Deployment", "gpu-control-plane", "beat"),
+        ("Job", "gpu-control-plane", "migrate"),
+        ("Service", "gpu-control-plane", "web"),
+    } <= names
+    # Secrets are referenced, never shipped.
+    assert "Secret" not in kinds
+
+
+def test_tenant_namespace_is_pod_security_restricted_with_the_articles_quota():
+    namespace = yaml.safe_load((K8S / "tenant-namespace.yaml").read_text())
+    quota = yaml.safe_load((K8S / "tenant-quota.yaml").read_text())
+    labels = namespace["metadata"]["labels"]
+    for mode in ("enforce", "warn", "audit"):
+        assert labels[f"pod-security.kubernetes.io/{mode}"] == "restricted"
+    assert quota["metadata"]["namespace"] == namespace["metadata"]["name"] == "runtime-instance"
+    assert quota["spec"]["hard"] == {
+        "requests.cpu": "160",
+        "requests.memory": "256Gi",
+        "count/resourceclaims.resource.k8s.io": "64",
+    }
+
+
+def test_device_classes_select_the_sample_catalogs_gpus_by_product_name():
+    catalog = yaml.safe_load((K8S.parent / "catalog" / "samples" / "packages.yaml").read_text())
+    wanted = {p["allocation"]["deviceClassName"] for p in catalog["packages"]}
+    classes = {
+        doc["metadata"]["name"]: doc
+        for doc in yaml.safe_load_all((K8S / "deviceclasses.yaml").read_text())
+    }
+    assert wanted <= set(classes)
+    for device_class in classes.values():
+        (selector,) = device_class["spec"]["selectors"]
+        expression = selector["cel"]["expression"]
+        assert 'device.driver == "gpu.nvidia.com"' in expression
+        assert 'device.attributes["gpu.nvidia.com"].productName == "NVIDIA ' in expression
+
+
+@needs_kubectl
+def test_tenant_provisioning_is_an_opt_in_component(tmp_path):
+    def namespace_rules(objects: list[dict]) -> list[dict]:
+        return [
+            rule
+            for obj in objects
+            if obj["kind"] in ("ClusterRole", "Role")
+            for rule in obj["rules"]
+            if "namespaces" in rule["resources"]
+        ]
+
+    assert namespace_rules(kustomize(K8S)) == []
+    with_component = kustomize_with_tenant_provisioning(tmp_path)
+    for obj in with_component:
+        kubernetes_validate.validate(obj, "1.34.0", strict=True)
+    assert namespace_rules(with_component) == [
+        {"apiGroups": [""], "resources": ["namespaces"], "verbs": ["get", "create", "patch"]}
     ]
+
+
+@needs_kubectl
+def test_tenant_provisioning_component_turns_the_setting_on(tmp_path):
+    def setting(objects: list[dict]) -> str:
+        config = next(o for o in objects if o["kind"] == "ConfigMap")
+        return config["data"]["TENANT_NAMESPACE_PROVISIONING"]
+
+    assert setting(kustomize(K8S)) == "0"
+    assert setting(kustomize_with_tenant_provisioning(tmp_path)) == "1"

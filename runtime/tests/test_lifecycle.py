@@ -3,6 +3,7 @@ an unreachable cluster, the sweeper, and tenant namespaces."""
 
 from __future__ import annotations
 
+import uuid
 from datetime import timedelta
 
 import pytest
@@ -12,8 +13,9 @@ from catalog.tests.factories import PackageFactory
 from controlplane import kube
 from runtime import manifests, reconcile, services
 from runtime.models import GPUUnit, Operation, OperationStatus, UnitPhase
-from runtime.provisioning import ensure_tenant_namespace
+from runtime.provisioning import ensure_tenant_namespace, provision_unit
 from runtime.tasks import sweep_operations
+from runtime.tests.factories import TenantFactory
 from runtime.tests.helpers import remove_namespace_objects, unit_objects, wait_for_phase
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("celery_worker")]
@@ -25,6 +27,32 @@ def _package_and_cleanup(tenant, cluster):
     yield
     cluster.faults.clear()
     remove_namespace_objects(tenant.namespace)
+
+
+def unqueued_order(tenant, name: str) -> tuple[GPUUnit, Operation]:
+    """A committed unit and create operation whose message never reached a worker."""
+    unit = GPUUnit.objects.create(
+        tenant=tenant,
+        name=name,
+        namespace=tenant.namespace,
+        operation_id=f"op-{name}",
+        package_id="gpu-rtx3080-2x-cpu10-mem40g",
+        spec_name="s",
+        cpu="10",
+        memory="40Gi",
+        cpu_millicores=10000,
+        memory_bytes=40 << 30,
+        gpu=2,
+        device_class_name="nvidia-rtx-3080",
+        claim_name=f"unit-{name}-gpu",
+        claim_request_name="gpu",
+        count=2,
+        image="busybox",
+    )
+    operation = Operation.objects.create(
+        tenant=tenant, operation_id=f"op-{name}", kind="create", fingerprint="x" * 64, unit=unit
+    )
+    return unit, operation
 
 
 def create(tenant, name: str = "demo") -> GPUUnit:
@@ -117,27 +145,7 @@ def test_unreachable_cluster_keeps_last_known_status(tenant, cluster):
 
 def test_sweeper_sends_operations_whose_message_was_lost(tenant):
     """A unit and its operation committed, but the queue never got the message."""
-    unit = GPUUnit.objects.create(
-        tenant=tenant,
-        name="lost",
-        namespace=tenant.namespace,
-        operation_id="op-lost",
-        package_id="gpu-rtx3080-2x-cpu10-mem40g",
-        spec_name="s",
-        cpu="10",
-        memory="40Gi",
-        cpu_millicores=10000,
-        memory_bytes=40 << 30,
-        gpu=2,
-        device_class_name="nvidia-rtx-3080",
-        claim_name="unit-lost-gpu",
-        claim_request_name="gpu",
-        count=2,
-        image="busybox",
-    )
-    operation = Operation.objects.create(
-        tenant=tenant, operation_id="op-lost", kind="create", fingerprint="x" * 64, unit=unit
-    )
+    unit, operation = unqueued_order(tenant, "lost")
     Operation.objects.filter(pk=operation.pk).update(updated_at=timezone.now() - timedelta(hours=1))
     assert sweep_operations() == 1
     wait_for_phase(unit, "Running")
@@ -160,3 +168,14 @@ def test_sweeper_gives_up_after_bounded_attempts(tenant, settings):
     assert unit.reason == "ProvisioningFailed"
     operation = Operation.objects.get(unit=unit)
     assert (operation.status, operation.error_code) == ("failed", "ProvisioningFailed")
+
+
+def test_without_namespace_provisioning_a_missing_namespace_fails_clearly(settings):
+    settings.TENANT_NAMESPACE_PROVISIONING = False
+    stranger = TenantFactory(namespace=f"never-created-{uuid.uuid4().hex[:8]}")
+    unit, operation = unqueued_order(stranger, "demo")
+    provision_unit(operation_pk=operation.pk)
+    unit.refresh_from_db()
+    assert (unit.phase, unit.reason) == ("Failed", "NamespaceNotFound")
+    assert "administrator" in unit.message
+    assert kube.get(kube.NAMESPACE, None, stranger.namespace) is None

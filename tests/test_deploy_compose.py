@@ -1,0 +1,152 @@
+"""docker-compose.yml and the Dockerfile, checked by reading them (Docker is not needed): every
+service's image and command, healthchecks, dependency wiring on healthy services, Redis
+durability, a single beat, the shared kubeconfig of the simulated cluster, no committed
+secrets, and an image that runs as the non-root user the Kubernetes manifests expect."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import yaml
+
+from tests.test_manifests import K8S
+
+ROOT = K8S.parent
+COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+SERVICES = COMPOSE["services"]
+APPS = ("migrate", "web", "worker", "beat")
+LONG_RUNNING = ("postgres", "redis", "simcluster", "web", "worker", "beat")
+DOCKERFILE = (ROOT / "Dockerfile").read_text()
+
+
+def command(name: str) -> str:
+    value = SERVICES[name].get("command", "")
+    return " ".join(value) if isinstance(value, list) else value
+
+
+def healthcheck(name: str) -> str:
+    test = SERVICES[name]["healthcheck"]["test"]
+    assert test[0] in ("CMD", "CMD-SHELL")
+    return " ".join(test[1:])
+
+
+def test_the_stack_has_every_service():
+    assert set(SERVICES) == {"postgres", "redis", "simcluster", *APPS}
+
+
+def test_services_run_the_right_image_and_command():
+    assert SERVICES["postgres"]["image"].startswith("postgres:")
+    assert SERVICES["redis"]["image"].startswith("redis:")
+    images = {SERVICES[name]["image"] for name in (*APPS, "simcluster")}
+    assert len(images) == 1
+    for name in (*APPS, "simcluster"):
+        assert SERVICES[name]["build"] == "."
+    assert command("web").startswith("gunicorn controlplane.wsgi:application --bind=0.0.0.0:8000")
+    assert command("worker").startswith("celery --app=controlplane worker")
+    assert command("beat").startswith("celery --app=controlplane beat")
+    assert "--schedule=/tmp/" in command("beat")
+    assert "python manage.py migrate --noinput" in command("migrate")
+    assert "python -m simcluster --host 0.0.0.0" in command("simcluster")
+
+
+def test_long_running_services_have_healthchecks_that_probe_the_right_thing():
+    assert SERVICES["migrate"]["restart"] == "no"
+    assert "healthcheck" not in SERVICES["migrate"]
+    for name in LONG_RUNNING:
+        assert SERVICES[name]["healthcheck"]["retries"] > 0
+    assert "pg_isready" in healthcheck("postgres")
+    assert "redis-cli ping" in healthcheck("redis")
+    assert "http://127.0.0.1:8000/api/v1/health" in healthcheck("web")
+    # `$$` is compose's escape for a literal `$`, so the shell sees `$(hostname)`.
+    assert "inspect ping --destination=celery@$$(hostname)" in healthcheck("worker")
+    assert "inspect ping --destination=celerybeat@$$(hostname)" in healthcheck("beat")
+    assert "--enable-remote-control" in command("beat")
+    port = re.search(r"--port (\d+)", command("simcluster")).group(1)
+    assert f"http://127.0.0.1:{port}/healthz" in healthcheck("simcluster")
+
+
+def test_app_services_wait_for_healthy_backing_services_and_migrations():
+    for name in APPS:
+        depends = SERVICES[name]["depends_on"]
+        for backing in ("postgres", "redis", "simcluster"):
+            assert depends[backing] == {"condition": "service_healthy"}, (name, backing)
+    for name in ("web", "worker", "beat"):
+        migrate = SERVICES[name]["depends_on"]["migrate"]
+        assert migrate == {"condition": "service_completed_successfully"}
+    for name, service in SERVICES.items():
+        for target, dependency in service.get("depends_on", {}).items():
+            if dependency["condition"] == "service_healthy":
+                assert "healthcheck" in SERVICES[target], (name, target)
+
+
+def test_redis_keeps_every_broker_message():
+    redis = command("redis")
+    assert "--appendonly yes" in redis
+    assert "--maxmemory-policy noeviction" in redis
+
+
+def test_exactly_one_beat():
+    beats = [name for name in SERVICES if re.search(r"\bcelery\b.* beat\b", command(name))]
+    assert beats == ["beat"]
+    assert SERVICES["beat"].get("deploy", {}).get("replicas", 1) == 1
+    assert "scale" not in SERVICES["beat"]
+
+
+def test_app_containers_reach_the_simulated_cluster_through_a_shared_kubeconfig():
+    simcluster = command("simcluster")
+    port = re.search(r"--port (\d+)", simcluster).group(1)
+    assert f'server: "http://simcluster:{port}"' in simcluster
+    assert "> /kube/config" in simcluster
+    assert "kubeconfig:/kube" in SERVICES["simcluster"]["volumes"]
+    for name in APPS:
+        assert SERVICES[name]["environment"]["KUBECONFIG"] == "/kube/config"
+        assert "kubeconfig:/kube:ro" in SERVICES[name]["volumes"]
+    assert "kubeconfig" in COMPOSE["volumes"]
+
+
+@pytest.mark.parametrize("name", [*APPS, "simcluster"])
+def test_app_containers_run_as_locked_down_as_the_kubernetes_pods(name):
+    service = SERVICES[name]
+    assert service["read_only"] is True
+    assert service["tmpfs"] == ["/tmp"]
+    assert service["cap_drop"] == ["ALL"]
+    assert "no-new-privileges:true" in service["security_opt"]
+    assert "user" not in service  # the image's own non-root user
+    for port in service.get("ports", []):
+        assert port.startswith("127.0.0.1:")
+
+
+def test_no_secret_values_are_committed():
+    required = re.compile(r"^\$\{(?P<name>[A-Z_]+):\?[^}]*\}$")
+    for name, service in SERVICES.items():
+        for key, value in service.get("environment", {}).items():
+            if re.search(r"SECRET|PASSWORD|TOKEN", key):
+                # Required from the environment, or optional with an empty default.
+                assert required.match(value) or value == f"${{{key}:-}}", (name, key, value)
+        url = service.get("environment", {}).get("DATABASE_URL")
+        if url:
+            assert re.match(r"^postgres://\w+:\$\{POSTGRES_PASSWORD:\?[^}]*\}@postgres:", url)
+    ignored = (ROOT / ".dockerignore").read_text().split()
+    assert {".env", ".git", ".venv", ".devdata"} <= set(ignored)
+
+
+def test_image_runs_as_the_numeric_non_root_user_of_the_kubernetes_pods():
+    users = re.findall(r"^USER\s+(\S+)", DOCKERFILE, re.MULTILINE)
+    assert users, "the Dockerfile never drops root"
+    uid, _, gid = users[-1].partition(":")
+    assert re.fullmatch(r"[1-9][0-9]*", uid), "USER must be a numeric, non-root uid"
+    assert re.fullmatch(r"[1-9][0-9]*", gid), "USER must name a numeric, non-root gid"
+    web = yaml.safe_load((K8S / "control-plane" / "web.yaml").read_text().split("\n---\n")[0])
+    pod_context = web["spec"]["template"]["spec"]["securityContext"]
+    assert (pod_context["runAsUser"], pod_context["runAsGroup"]) == (int(uid), int(gid))
+
+
+def test_image_works_on_a_read_only_root_filesystem():
+    assert "PYTHONDONTWRITEBYTECODE=1" in DOCKERFILE
+    assert re.search(r"^ENV HOME=/tmp$", DOCKERFILE, re.MULTILINE)
+    assert "manage.py collectstatic --noinput" in DOCKERFILE
+    assert "python -m compileall" in DOCKERFILE
+    cmd = re.search(r"^CMD (\[.*?\])$", DOCKERFILE, re.MULTILINE | re.DOTALL).group(1)
+    assert "--no-control-socket" in cmd
+    assert "--worker-tmp-dir=/tmp" in cmd

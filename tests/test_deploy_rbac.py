@@ -1,0 +1,352 @@
+"""The RBAC in k8s/ is exactly what the code needs.
+
+The product's real flows run against the simulated cluster — the health endpoint, a unit
+ordered through the API and provisioned by a real Celery worker to Running, deleted to
+Terminated, reconcile_units (run as beat would, while waiting for each phase), and the
+inventory sync — while the cluster's request log records every call. Each call, turned into
+its RBAC attributes (verb, API group, resource/subresource, namespace or cluster-wide), must be
+granted to the control plane's ServiceAccount by the (Cluster)Roles and bindings that
+`kubectl kustomize` renders (k8s/ plus the opt-in tenant-provisioning component); and every
+permission granted there must be used by some call."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from django.db import transaction
+from rest_framework.test import APIClient
+
+from catalog.tests.factories import PackageFactory
+from controlplane import kube
+from inventory import sync
+from runtime import services
+from runtime.models import GPUUnit, Operation, OperationStatus
+from runtime.tests.helpers import remove_namespace_objects, wait_for_phase
+from tests.test_manifests import kustomize, kustomize_with_tenant_provisioning, needs_kubectl
+
+# The flows commit their rows (a real worker reads them); the marker gets the test database set up.
+pytestmark = [needs_kubectl, pytest.mark.django_db]
+
+SERVICE_ACCOUNT = ("gpu-control-plane", "gpu-control-plane")  # (namespace, name)
+TENANT_NAMESPACE = "deploy-rbac-tenant"
+# Paths every authenticated identity may GET by default (system:discovery and
+# system:public-info-viewer), so they need no grant of ours.
+PUBLIC_PATHS = {"/version", "/healthz", "/livez", "/readyz", "/api", "/apis"}
+NEVER = {
+    ("", "secrets"),
+    ("", "pods/exec"),
+    ("", "pods/attach"),
+    ("", "pods/portforward"),
+    ("", "pods/proxy"),
+    ("", "serviceaccounts/token"),
+    ("apiextensions.k8s.io", "customresourcedefinitions"),
+    ("rbac.authorization.k8s.io", "roles"),
+    ("rbac.authorization.k8s.io", "rolebindings"),
+    ("rbac.authorization.k8s.io", "clusterroles"),
+    ("rbac.authorization.k8s.io", "clusterrolebindings"),
+}
+
+
+@dataclass(frozen=True, order=True)
+class Call:
+    """A request's RBAC attributes; namespace None is a cluster-wide or cluster-scoped call."""
+
+    verb: str
+    group: str
+    resource: str  # "pods" or "gpuunits/status"
+    namespace: str | None
+    name: str | None = None
+
+    def __str__(self) -> str:
+        where = f"in {self.namespace}" if self.namespace else "cluster-wide"
+        group = self.group or "core"
+        return f"{self.verb} {group}/{self.resource} {where}"
+
+
+@dataclass(frozen=True)
+class Grant:
+    verb: str
+    group: str
+    resource: str
+    namespace: str | None  # None: granted by a ClusterRoleBinding, so everywhere
+    names: frozenset[str]  # resourceNames; empty means any name
+    role: str
+
+    def allows(self, call: Call) -> bool:
+        return (
+            (self.verb, self.group, self.resource) == (call.verb, call.group, call.resource)
+            and (self.namespace is None or self.namespace == call.namespace)
+            and (not self.names or call.name in self.names)
+        )
+
+
+def rbac_verb(verb: str, *, named: bool) -> str:
+    """The RBAC verb of a request: GET one -> get, GET a collection -> list, POST -> create,
+    PUT -> update, PATCH -> patch, DELETE one -> delete, DELETE a collection ->
+    deletecollection. The simulator already logs RBAC verbs; HTTP methods are mapped too."""
+    verb = {"post": "create", "put": "update"}.get(verb, verb)
+    if not named and verb == "get":
+        return "list"
+    if not named and verb == "delete":
+        return "deletecollection"
+    return verb
+
+
+def call_of(entry) -> Call | None:
+    """The RBAC attributes of a request log entry; None for non-resource paths."""
+    if entry.resource is None:
+        return None
+    parts = entry.path.strip("/").split("/")
+    group = "" if parts[0] == "api" else parts[1]
+    plural = entry.resource.split(".")[0]  # store key: plural, or <plural>.<group> for CRDs
+    resource = f"{plural}/{entry.subresource}" if entry.subresource else plural
+    return Call(
+        verb=rbac_verb(entry.verb, named=entry.name is not None),
+        group=group,
+        resource=resource,
+        namespace=entry.namespace,
+        name=entry.name,
+    )
+
+
+def grants_for(objects: list[dict], account: tuple[str, str] = SERVICE_ACCOUNT) -> list[Grant]:
+    """What the (Cluster)RoleBindings among `objects` grant to the ServiceAccount."""
+    roles = {
+        (obj["kind"], obj["metadata"].get("namespace"), obj["metadata"]["name"]): obj
+        for obj in objects
+        if obj["kind"] in ("ClusterRole", "Role")
+    }
+    grants = []
+    for binding in objects:
+        if binding["kind"] not in ("ClusterRoleBinding", "RoleBinding"):
+            continue
+        subjects = {
+            (s.get("namespace"), s["name"])
+            for s in binding.get("subjects", [])
+            if s["kind"] == "ServiceAccount"
+        }
+        if account not in subjects:
+            continue
+        scope = (
+            None if binding["kind"] == "ClusterRoleBinding" else binding["metadata"]["namespace"]
+        )
+        ref = binding["roleRef"]
+        role = roles[(ref["kind"], scope if ref["kind"] == "Role" else None, ref["name"])]
+        for rule in role.get("rules", []):
+            for group in rule.get("apiGroups", []):
+                for resource in rule.get("resources", []):
+                    for verb in rule["verbs"]:
+                        grants.append(
+                            Grant(
+                                verb=verb,
+                                group=group,
+                                resource=resource,
+                                namespace=scope,
+                                names=frozenset(rule.get("resourceNames", [])),
+                                role=ref["name"],
+                            )
+                        )
+    return grants
+
+
+@pytest.fixture(scope="module")
+def rbac_objects(tmp_path_factory) -> list[dict]:
+    """Everything RBAC-related that k8s/ can deploy, including the opt-in component."""
+    return [
+        obj
+        for obj in kustomize_with_tenant_provisioning(tmp_path_factory.mktemp("overlay"))
+        if obj["kind"] in ("ClusterRole", "Role", "ClusterRoleBinding", "RoleBinding")
+    ]
+
+
+def _wait_for_operations(tenant, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while Operation.objects.filter(tenant=tenant).exclude(status=OperationStatus.SUCCEEDED):
+        assert time.monotonic() < deadline, list(Operation.objects.values("kind", "status"))
+        time.sleep(0.2)
+
+
+@pytest.fixture(scope="module")
+def recorded(cluster, celery_worker, django_db_blocker) -> dict[str, list]:
+    """Run the product's flows and return the request log entries of each, by flow."""
+    flows: dict[str, list] = {}
+    with django_db_blocker.unblock():
+        tenant = services.create_tenant(slug="deploy-rbac", namespace=TENANT_NAMESPACE)
+        package = PackageFactory(id="deploy-rbac-rtx3080-1x", spec_name="rbac", gpu=1, count=1)
+        client = APIClient()
+        client.credentials(HTTP_AUTHORIZATION=f"Bearer {services.create_api_key(tenant=tenant)[1]}")
+        # The tenant's namespace and quota exist but are not what the control plane wants,
+        # so provisioning also takes its get-and-patch paths for both.
+        kube.create(kube.NAMESPACE, None, {"metadata": {"name": TENANT_NAMESPACE}})
+        kube.create(
+            kube.RESOURCEQUOTA,
+            TENANT_NAMESPACE,
+            {"metadata": {"name": "gpu-units"}, "spec": {"hard": {"pods": "10"}}},
+        )
+        try:
+            cluster.requests.clear()
+            assert client.get("/api/v1/health").status_code == 200
+            body = {
+                "operationID": "deploy-rbac-1",
+                "name": "rbac-unit",
+                "packageID": package.id,
+                "image": "python:3.12",
+            }
+            assert client.post("/api/v1/gpu-units", body, format="json").status_code == 201
+            unit = wait_for_phase(GPUUnit.objects.get(tenant=tenant), "Running")
+            assert client.delete("/api/v1/gpu-units/rbac-unit").status_code == 202
+            wait_for_phase(unit, "Terminated")
+            _wait_for_operations(tenant)
+            flows["runtime"] = cluster.requests.entries()
+
+            cluster.requests.clear()
+            # Rolled back: the mirror it writes would leak into later tests.
+            with transaction.atomic():
+                run = sync.sync_inventory()
+                assert run is not None
+                assert not run.error, run.error
+                transaction.set_rollback(True)
+            flows["inventory"] = cluster.requests.entries()
+            yield flows
+        finally:
+            remove_namespace_objects(TENANT_NAMESPACE)
+            Operation.objects.filter(tenant=tenant).delete()
+            GPUUnit.objects.filter(tenant=tenant).delete()
+            tenant.delete()
+            package.delete()
+
+
+def _calls(entries: list) -> set[Call]:
+    return {call for entry in entries if (call := call_of(entry)) is not None}
+
+
+def _denied(calls: set[Call], grants: list[Grant]) -> list[str]:
+    return sorted(str(c) for c in calls if not any(g.allows(c) for g in grants))
+
+
+def test_every_call_of_provisioning_teardown_and_reconcile_is_granted(recorded, rbac_objects):
+    calls = _calls(recorded["runtime"])
+    # The flows really ran: the unit's objects were created, observed, patched and deleted.
+    kinds = {(c.verb, c.resource) for c in calls}
+    assert {
+        ("create", "gpuunits"),
+        ("create", "resourceclaims"),
+        ("create", "pods"),
+        ("list", "pods"),
+        ("patch", "gpuunits/status"),
+        ("delete", "gpuunits"),
+        ("patch", "namespaces"),
+        ("patch", "resourcequotas"),
+    } <= kinds
+    denied = _denied(calls, grants_for(rbac_objects))
+    assert not denied, "not granted by k8s/:\n" + "\n".join(denied)
+
+
+def test_inventory_sync_lists_are_granted_cluster_wide(recorded, rbac_objects):
+    calls = _calls(recorded["inventory"])
+    assert {(c.verb, c.resource, c.namespace) for c in calls} == {
+        ("list", resource, None)
+        for resource in (
+            "nodes",
+            "deviceclasses",
+            "resourceslices",
+            "resourceclaims",
+            "pods",
+            "resourcequotas",
+        )
+    }
+    denied = _denied(calls, grants_for(rbac_objects))
+    assert not denied, "not granted by k8s/:\n" + "\n".join(denied)
+
+
+def test_control_plane_calls_no_other_paths_than_public_ones(recorded):
+    paths = {e.path for entries in recorded.values() for e in entries if e.resource is None}
+    assert paths <= PUBLIC_PATHS
+
+
+def test_every_granted_permission_is_used_by_some_call(recorded, rbac_objects):
+    calls = _calls(recorded["runtime"]) | _calls(recorded["inventory"])
+    unused = sorted(
+        f"{g.verb} {g.group or 'core'}/{g.resource} ({g.role})"
+        for g in grants_for(rbac_objects)
+        if not any(g.allows(c) for c in calls)
+    )
+    assert not unused, "granted but never used:\n" + "\n".join(unused)
+
+
+def test_rbac_has_no_wildcards_secrets_exec_or_crd_writes(rbac_objects):
+    grants = grants_for(rbac_objects)
+    assert grants
+    for role in (o for o in rbac_objects if o["kind"] in ("ClusterRole", "Role")):
+        assert "aggregationRule" not in role
+        for rule in role["rules"]:
+            assert "nonResourceURLs" not in rule
+            for field in ("apiGroups", "resources", "verbs"):
+                assert "*" not in rule[field], (role["metadata"]["name"], rule)
+    for grant in grants:
+        assert (grant.group, grant.resource) not in NEVER, grant
+        assert grant.verb not in ("escalate", "bind", "impersonate"), grant
+    for binding in (o for o in rbac_objects if o["kind"].endswith("Binding")):
+        assert [(s["kind"], s.get("namespace"), s["name"]) for s in binding["subjects"]] == [
+            ("ServiceAccount", *SERVICE_ACCOUNT)
+        ]
+
+
+def test_namespace_rights_come_only_from_the_opt_in_component():
+    default = grants_for(kustomize(Path(__file__).resolve().parent.parent / "k8s"))
+    assert default
+    assert not [g for g in default if g.resource == "namespaces"]
+
+
+def test_the_checker_tells_cluster_wide_from_namespaced_grants():
+    """The checks above can fail: a RoleBinding grants only in its namespace, and a grant
+    never stretches to another verb, resource, subresource or name."""
+    role = {
+        "kind": "ClusterRole",
+        "metadata": {"name": "r"},
+        "rules": [
+            {"apiGroups": [""], "resources": ["pods"], "verbs": ["list", "get"]},
+            {"apiGroups": [""], "resources": ["nodes"], "verbs": ["get"], "resourceNames": ["a"]},
+        ],
+    }
+    binding = {
+        "kind": "RoleBinding",
+        "metadata": {"name": "b", "namespace": "team"},
+        "roleRef": {"kind": "ClusterRole", "name": "r"},
+        "subjects": [
+            {"kind": "ServiceAccount", "namespace": SERVICE_ACCOUNT[0], "name": SERVICE_ACCOUNT[1]}
+        ],
+    }
+    grants = grants_for([role, binding])
+    assert _denied({Call("list", "", "pods", "team")}, grants) == []
+    assert _denied({Call("list", "", "pods", None)}, grants) == ["list core/pods cluster-wide"]
+    assert _denied({Call("list", "", "pods", "other")}, grants) == ["list core/pods in other"]
+    assert _denied({Call("delete", "", "pods", "team", "p")}, grants)
+    assert _denied({Call("get", "", "pods/exec", "team", "p")}, grants)
+    assert _denied({Call("get", "", "nodes", "team", "b")}, grants)
+    cluster_binding = {**binding, "kind": "ClusterRoleBinding", "metadata": {"name": "b"}}
+    cluster_wide = grants_for([role, cluster_binding])
+    assert _denied({Call("list", "", "pods", None)}, cluster_wide) == []
+    assert grants_for([role, binding], account=("elsewhere", "gpu-control-plane")) == []
+
+
+@pytest.mark.parametrize(
+    ("verb", "named", "expected"),
+    [
+        ("get", True, "get"),
+        ("get", False, "list"),
+        ("list", False, "list"),
+        ("post", False, "create"),
+        ("create", False, "create"),
+        ("patch", True, "patch"),
+        ("put", True, "update"),
+        ("delete", True, "delete"),
+        ("delete", False, "deletecollection"),
+        ("watch", False, "watch"),
+    ],
+)
+def test_http_verbs_map_to_rbac_verbs(verb, named, expected):
+    assert rbac_verb(verb, named=named) == expected
