@@ -108,6 +108,7 @@ def run(*, data_root: Path) -> int:
             _manage(env, "migrate", "--noinput")
             _manage(env, "import_catalog", str(SAMPLE_CATALOG), "--if-empty")
             _manage(env, "ensure_superuser", "--username", "admin")
+            _manage(env, "ensure_tenant_user", "--username", "demo", "--tenant", "default")
             _manage(env, "install_crd")
             _manage(
                 env,
@@ -197,6 +198,7 @@ def _print_welcome(base: str, data_root: Path, demo_key: str) -> None:
         "\nGPU control plane is up:\n"
         f"  API health   {base}/api/v1/health\n"
         f"  API docs     {base}/api/docs/\n"
+        f"  dashboard    {base}/  (user demo: tenant default; admin: everything)\n"
         f"  admin        {base}/admin/  (user admin)\n"
         f"  API keys     {relative}/demo-api-key (tenant default), "
         f"{relative}/operator-api-key (tenant ops)\n"

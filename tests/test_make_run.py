@@ -152,3 +152,4 @@ def test_make_run_serves_api_and_admin_and_stops_on_ctrl_c(tmp_path):
     output = log.read_text()
     assert "catalog already has packages" in output
     assert "superuser 'admin': password set from ADMIN_PASSWORD" in output
+    assert "created dashboard user 'demo' for tenant default" in output

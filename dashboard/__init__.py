@@ -1,0 +1,1 @@
+"""Browser dashboard for ops and customers: units, timelines, inventory and packages."""

@@ -1,0 +1,67 @@
+"""Who sees what: staff see every tenant; any other user acts for exactly one of its tenants."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from django.contrib.auth.models import AbstractBaseUser
+from django.db.models import QuerySet
+from django.http import HttpRequest
+
+from runtime.models import GPUUnit, Tenant
+
+# The session remembers which tenant a user linked to several tenants acts for.
+SESSION_TENANT = "dashboard_tenant_id"
+
+
+@dataclass(frozen=True)
+class Scope:
+    """The slice of the product one request may see and change."""
+
+    is_staff: bool
+    tenant: Tenant | None
+    tenants: tuple[Tenant, ...]
+
+    @property
+    def sees_cluster(self) -> bool:
+        """Node-level inventory is for ops, as the API keeps it for operator keys."""
+        return self.is_staff or (self.tenant is not None and self.tenant.is_operator)
+
+    def units(self) -> QuerySet[GPUUnit]:
+        if self.is_staff:
+            return GPUUnit.objects.all()
+        return GPUUnit.objects.filter(tenant=self.tenant)
+
+    def visible_tenants(self) -> QuerySet[Tenant]:
+        if self.is_staff:
+            return Tenant.objects.order_by("slug")
+        return Tenant.objects.filter(pk=self.tenant.pk)
+
+
+class NoTenant(Exception):
+    """The user is neither staff nor linked to a tenant."""
+
+
+class TenantNotChosen(Exception):
+    """The user is linked to several tenants and has not picked one yet."""
+
+
+def linked_tenants(user: AbstractBaseUser) -> tuple[Tenant, ...]:
+    return tuple(Tenant.objects.filter(users=user).order_by("slug"))
+
+
+def resolve_scope(request: HttpRequest) -> Scope:
+    """The scope of an authenticated request; raises NoTenant or TenantNotChosen."""
+    user = request.user
+    tenants = linked_tenants(user)
+    if user.is_staff:
+        return Scope(is_staff=True, tenant=None, tenants=tenants)
+    if not tenants:
+        raise NoTenant
+    if len(tenants) == 1:
+        return Scope(is_staff=False, tenant=tenants[0], tenants=tenants)
+    chosen = request.session.get(SESSION_TENANT)
+    for tenant in tenants:
+        if tenant.pk == chosen:
+            return Scope(is_staff=False, tenant=tenant, tenants=tenants)
+    raise TenantNotChosen

@@ -1,0 +1,557 @@
+"""Dashboard views: who sees what, ordering and deleting through the forms, live fragments,
+plain-language reasons, and SQL statement counts that stay flat as units grow."""
+
+from __future__ import annotations
+
+import html
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.test import Client
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from dashboard.tests.conftest import PASSWORD, client_for, make_unit, make_user
+from inventory.models import Device, InventorySnapshot, Node, PackageAvailability, SyncRun
+from runtime.models import GPUUnit, Operation, UnitPhase
+from runtime.tests.factories import TenantFactory
+
+pytestmark = pytest.mark.django_db
+
+LOGIN = "/accounts/login/"
+LOGOUT = "/accounts/logout/"
+OVERVIEW = "/"
+UNITS = "/units/"
+ROWS = "/units/live/"
+NEW = "/units/new"
+PACKAGES = "/packages/"
+CHOOSE = "/tenant/"
+
+
+def detail(unit: GPUUnit) -> str:
+    return f"/units/{unit.uid}/"
+
+
+def live(unit: GPUUnit) -> str:
+    return f"/units/{unit.uid}/live/"
+
+
+def delete(unit: GPUUnit) -> str:
+    return f"/units/{unit.uid}/delete/"
+
+
+def order(client: Client, **fields) -> object:
+    body = {
+        "package": "gpu-rtx3080-2x-cpu10-mem40g",
+        "name": "demo",
+        "image": "python:3.12",
+        "operation_id": "dash-" + "a" * 32,
+        **fields,
+    }
+    return client.post(NEW, body)
+
+
+class TestSignIn:
+    @pytest.mark.parametrize("path", [OVERVIEW, UNITS, ROWS, NEW, PACKAGES])
+    def test_pages_redirect_to_login_when_anonymous(self, client, path):
+        response = client.get(path)
+        assert response.status_code == 302
+        assert response["Location"] == f"{LOGIN}?next={path}"
+
+    def test_unit_pages_redirect_to_login_when_anonymous(self, client, tenant):
+        unit = make_unit(tenant, "demo")
+        for path in (detail(unit), live(unit), delete(unit)):
+            assert client.get(path)["Location"].startswith(f"{LOGIN}?next=")
+        assert client.post(delete(unit)).status_code == 302
+        unit.refresh_from_db()
+        assert unit.phase == UnitPhase.RUNNING
+
+    def test_poll_moves_the_page_to_login_when_the_session_ended(self, client):
+        response = client.get(
+            ROWS, headers={"HX-Request": "true", "HX-Current-URL": "http://testserver/units/"}
+        )
+        assert response.status_code == 200
+        assert response["HX-Redirect"] == f"{LOGIN}?next=/units/"
+
+    def test_login_form_signs_in_and_logout_is_post_only(self, client, member):
+        page = client.get(LOGIN)
+        assert page.status_code == 200
+        assert b'<label for="id_username">' in page.content
+        assert b"csrfmiddlewaretoken" in page.content
+        response = client.post(LOGIN, {"username": member.username, "password": PASSWORD})
+        assert response.status_code == 302
+        assert response["Location"] == OVERVIEW
+        assert client.get(OVERVIEW).status_code == 200
+        assert client.get(LOGOUT).status_code == 405
+        assert client.post(LOGOUT)["Location"] == LOGIN
+        assert client.get(OVERVIEW).status_code == 302
+
+    def test_wrong_password_is_reported(self, client, member):
+        response = client.post(LOGIN, {"username": member.username, "password": "nope"})
+        assert response.status_code == 200
+        assert b"enter a correct username and password" in response.content
+
+    def test_forms_reject_posts_without_csrf_token(self, member, tenant, package):
+        unit = make_unit(tenant, "demo")
+        strict = client_for(member, enforce_csrf_checks=True)
+        assert order(strict, name="other").status_code == 403
+        assert strict.post(delete(unit)).status_code == 403
+        assert strict.post(LOGOUT).status_code == 403
+        assert GPUUnit.objects.count() == 1
+
+
+class TestScope:
+    def test_user_without_tenant_sees_a_clear_message(self):
+        response = client_for(make_user()).get(UNITS)
+        assert response.status_code == 403
+        assert b"not linked to a tenant" in response.content
+
+    def test_tenant_user_lists_only_its_own_units(self, member_client, tenant, other_tenant):
+        make_unit(tenant, "mine")
+        make_unit(other_tenant, "theirs")
+        for path in (UNITS, ROWS):
+            body = member_client.get(path).content.decode()
+            assert 'data-unit="mine"' in body
+            assert "theirs" not in body
+
+    def test_tenant_user_gets_404_for_another_tenants_unit(self, member_client, other_tenant):
+        unit = make_unit(other_tenant, "theirs")
+        for path in (detail(unit), live(unit), delete(unit)):
+            response = member_client.get(path)
+            assert response.status_code == 404
+            assert b"theirs" not in response.content
+        assert member_client.post(delete(unit)).status_code == 404
+        unit.refresh_from_db()
+        assert unit.phase == UnitPhase.RUNNING
+        assert not Operation.objects.exists()
+
+    def test_tenant_filter_is_ignored_for_tenant_users(self, member_client, other_tenant):
+        make_unit(other_tenant, "theirs")
+        body = member_client.get(UNITS, {"tenant": other_tenant.slug}).content
+        assert b"theirs" not in body
+        assert b'name="tenant"' not in body
+
+    def test_staff_see_every_tenant_and_filter_by_tenant(self, staff_client, tenant, other_tenant):
+        make_unit(tenant, "mine")
+        make_unit(other_tenant, "theirs")
+        body = staff_client.get(UNITS).content.decode()
+        assert 'data-unit="mine"' in body
+        assert 'data-unit="theirs"' in body
+        assert '<select name="tenant"' in body
+        filtered = staff_client.get(UNITS, {"tenant": other_tenant.slug}).content.decode()
+        assert 'data-unit="theirs"' in filtered
+        assert 'data-unit="mine"' not in filtered
+        unit = GPUUnit.objects.get(name="theirs")
+        assert staff_client.get(detail(unit)).status_code == 200
+
+    def test_user_in_several_tenants_chooses_one(self, tenant, other_tenant):
+        make_unit(tenant, "first")
+        make_unit(other_tenant, "second")
+        client = client_for(make_user(tenant, other_tenant))
+        response = client.get(UNITS)
+        assert response.status_code == 302
+        assert response["Location"] == f"{CHOOSE}?next=%2Funits%2F"
+        chooser = client.get(response["Location"]).content.decode()
+        assert f'value="{tenant.slug}"' in chooser
+        assert f'value="{other_tenant.slug}"' in chooser
+        chosen = client.post(CHOOSE, {"tenant": other_tenant.slug, "next": UNITS})
+        assert chosen["Location"] == UNITS
+        body = client.get(UNITS).content.decode()
+        assert 'data-unit="second"' in body
+        assert 'data-unit="first"' not in body
+
+    def test_user_cannot_choose_a_tenant_it_is_not_linked_to(self, tenant, other_tenant):
+        third = TenantFactory()
+        client = client_for(make_user(tenant, other_tenant))
+        client.post(CHOOSE, {"tenant": third.slug, "next": UNITS})
+        assert client.get(UNITS).status_code == 302
+
+    def test_chooser_does_not_redirect_off_site(self, tenant, other_tenant):
+        client = client_for(make_user(tenant, other_tenant))
+        response = client.post(
+            CHOOSE,
+            {"tenant": tenant.slug, "next": "https://evil.example/"},
+        )
+        assert response["Location"] == OVERVIEW
+
+
+class TestUnitList:
+    def test_filters_by_phase_and_package(self, member_client, tenant):
+        make_unit(tenant, "running")
+        make_unit(tenant, "pending", phase=UnitPhase.PENDING, reason="NoMatchingDevices")
+        make_unit(tenant, "big", package_id="gpu-h100-8x")
+        body = member_client.get(UNITS, {"phase": "Pending"}).content.decode()
+        assert 'data-unit="pending"' in body
+        assert 'data-unit="running"' not in body
+        body = member_client.get(UNITS, {"package": "gpu-h100-8x"}).content.decode()
+        assert 'data-unit="big"' in body
+        assert 'data-unit="running"' not in body
+        assert '<option value="gpu-h100-8x" selected>' in body
+
+    def test_page_polls_the_live_fragment_with_its_filters(self, member_client, tenant):
+        make_unit(tenant, "running")
+        body = member_client.get(UNITS, {"phase": "Running"}).content.decode()
+        assert f'hx-get="{ROWS}?phase=Running"' in body
+        assert 'hx-trigger="every 3s' in body
+        assert 'aria-live="polite"' in body
+        assert "django_htmx/htmx-2.min.js" in body
+
+    def test_fragment_answers_204_until_a_phase_changes(self, member_client, tenant):
+        unit = make_unit(tenant, "demo", phase=UnitPhase.PROVISIONING)
+        first = member_client.get(ROWS)
+        assert first.status_code == 200
+        since = first.context["live"]["digest"]
+        assert member_client.get(ROWS, {"since": since}).status_code == 204
+        GPUUnit.objects.filter(pk=unit.pk).update(phase=UnitPhase.RUNNING)
+        changed = member_client.get(ROWS, {"since": since})
+        assert changed.status_code == 200
+        body = changed.content.decode()
+        assert 'data-phase="Running"' in body
+        assert "<html" not in body
+        assert 'hx-swap-oob="innerHTML"' in body
+        assert "1 Running" in body
+
+
+class TestUnitDetail:
+    def test_shows_contract_devices_objects_and_timeline(self, member_client, tenant):
+        devices = [
+            {"request": "gpu", "driver": "gpu.nvidia.com", "pool": "node-1", "device": "gpu-0"},
+            {"request": "gpu", "driver": "gpu.nvidia.com", "pool": "node-1", "device": "gpu-1"},
+        ]
+        unit = make_unit(
+            tenant,
+            "demo",
+            node_name="node-1",
+            dra={"claimName": "unit-demo-gpu", "allocated": True, "devices": devices},
+        )
+        body = member_client.get(detail(unit)).content.decode()
+        for text in (
+            "gpu.rtx3080.2x.10c.40g",
+            "nvidia-rtx-3080",
+            "<code>gpu-0</code>",
+            "<code>gpu-1</code>",
+            "on node <code>node-1</code>",
+            "<code>unit-demo-gpu</code>",
+            "<code>unit-demo</code>",
+            "Accepted",
+            "Ordered.",
+        ):
+            assert text in body
+
+    @pytest.mark.parametrize(
+        ("phase", "reason", "sentence"),
+        [
+            ("Pending", "NoMatchingDevices", "No node has 2 free nvidia-rtx-3080 GPUs"),
+            ("Pending", "DeviceClassNotFound", "no device class named nvidia-rtx-3080"),
+            ("Pending", "QuotaExceeded", "does not leave room for this unit"),
+            ("Failed", "ImagePullFailed", "The image python:3.12 could not be pulled"),
+            ("Failed", "ContainerCrashLoop", "keeps exiting right after it starts"),
+            ("Failed", "NameInUse", "was not created by the control plane"),
+            ("Failed", "ProvisioningFailed", "gave up after repeated attempts"),
+            ("Pending", "SomethingNew", "Kubernetes reports SomethingNew."),
+        ],
+    )
+    def test_explains_why_a_unit_waits_or_failed(
+        self, member_client, tenant, phase, reason, sentence
+    ):
+        unit = make_unit(tenant, "demo", phase=phase, reason=reason, message="raw message")
+        body = member_client.get(detail(unit)).content.decode()
+        explanation = html.unescape(body.split('<p class="explanation">')[1].split("</p>")[0])
+        assert sentence in explanation
+        assert "raw message" in body
+
+    def test_running_unit_needs_no_explanation(self, member_client, tenant):
+        unit = make_unit(tenant, "demo", reason="Running")
+        assert b'class="explanation"' not in member_client.get(detail(unit)).content
+
+    def test_live_part_answers_204_when_unchanged_and_stops_after_terminated(
+        self, member_client, tenant
+    ):
+        unit = make_unit(tenant, "demo", phase=UnitPhase.TERMINATING)
+        since = member_client.get(detail(unit)).context["live"]["digest"]
+        assert member_client.get(live(unit), {"since": since}).status_code == 204
+        GPUUnit.objects.filter(pk=unit.pk).update(phase=UnitPhase.TERMINATED)
+        response = member_client.get(live(unit), {"since": since})
+        assert response.status_code == 286  # htmx: swap this, then stop polling
+        assert b'data-phase="Terminated"' in response.content
+        # A page opened after the end does not poll at all.
+        page = member_client.get(detail(unit)).content.decode()
+        assert 'id="unit-live"' in page
+        assert f'hx-get="{live(unit)}"' not in page
+
+    def test_terminated_unit_with_a_reused_name_is_still_its_own_page(self, member_client, tenant):
+        old = make_unit(tenant, "demo", phase=UnitPhase.TERMINATED, image="old:1")
+        new = make_unit(tenant, "demo", image="new:2")
+        assert b"old:1" in member_client.get(detail(old)).content
+        assert b"new:2" in member_client.get(detail(new)).content
+
+
+class TestCreate:
+    def test_form_offers_packages_with_availability(self, member_client, package):
+        PackageAvailability.objects.create(
+            package_id=package.id, placeable=3, free_devices=6, reason=""
+        )
+        body = member_client.get(NEW, {"package": package.id}).content.decode()
+        assert f'value="{package.id}" id="id_package_0" checked' in body
+        assert "3 can start now" in body
+        assert 'name="operation_id" value="dash-' in body
+        assert 'name="tenant"' not in body
+
+    def test_order_records_unit_and_operation_then_shows_the_unit(
+        self, member_client, tenant, package
+    ):
+        response = order(member_client, name="  Demo  ")
+        unit = GPUUnit.objects.get()
+        assert response.status_code == 302
+        assert response["Location"] == detail(unit)
+        assert (unit.tenant, unit.name, unit.package_id, unit.phase) == (
+            tenant,
+            "demo",
+            package.id,
+            UnitPhase.ACCEPTED,
+        )
+        operation = Operation.objects.get()
+        assert operation.operation_id == unit.operation_id == "dash-" + "a" * 32
+        assert (operation.kind, operation.status, operation.unit) == ("create", "pending", unit)
+        assert b"Unit demo ordered" in member_client.get(response["Location"]).content
+
+    def test_double_submit_replays_the_same_order(self, member_client, package):
+        first = order(member_client)
+        second = order(member_client)
+        assert first["Location"] == second["Location"]
+        assert GPUUnit.objects.count() == Operation.objects.count() == 1
+
+    def test_missing_or_forged_operation_id_gets_a_fresh_one(self, member_client, package):
+        order(member_client, operation_id="", name="a")
+        order(member_client, operation_id="not-ours", name="b")
+        ids = list(Operation.objects.values_list("operation_id", flat=True))
+        assert len(set(ids)) == 2
+        assert all(i.startswith("dash-") and len(i) == 37 for i in ids)
+
+    @pytest.mark.parametrize(
+        ("fields", "field", "message"),
+        [
+            ({"name": "Not_A_Label"}, "name", "DNS-1123 label"),
+            ({"name": "x" * 55}, "name", "at most 54 characters"),
+            ({"image": "UPPER CASE"}, "image", "is not a valid image reference"),
+            ({"image": ""}, "image", "This field is required."),
+            ({"package": "no-such-package"}, "package", "Select a valid choice."),
+        ],
+    )
+    def test_invalid_input_is_shown_next_to_the_field(
+        self, member_client, package, fields, field, message
+    ):
+        response = order(member_client, **fields)
+        assert response.status_code == 200
+        body = response.content.decode()
+        error_block = body.split(f'id="id_{field}_error"')[1].split("</ul>")[0]
+        assert message in error_block
+        assert 'aria-invalid="true"' in body
+        assert "The unit was not ordered" in body
+        assert not GPUUnit.objects.exists()
+
+    def test_name_conflict_is_shown_next_to_the_name(self, member_client, tenant, package):
+        make_unit(tenant, "demo")
+        body = order(member_client).content.decode()
+        assert "A live unit named demo already exists" in body.split('id="id_name_error"')[1]
+        assert GPUUnit.objects.count() == 1
+
+    def test_quota_exceeded_is_shown_next_to_the_package(self, member_client, tenant, package):
+        tenant.quota_cpu = "15"
+        tenant.save()
+        make_unit(tenant, "first")
+        body = order(member_client).content.decode()
+        error = body.split('id="id_package_error"')[1].split("</ul>")[0]
+        assert "Not enough quota left for this package: it needs 10 CPU" in error
+        assert "10 of 15 are in use" in error
+        assert GPUUnit.objects.count() == 1
+
+    def test_staff_order_for_the_tenant_they_choose(self, staff_client, other_tenant, package):
+        page = staff_client.get(NEW).content.decode()
+        assert f'<option value="{other_tenant.pk}">{other_tenant.slug}</option>' in page
+        assert "This field is required." in order(staff_client).content.decode()
+        response = order(staff_client, tenant=other_tenant.pk)
+        unit = GPUUnit.objects.get()
+        assert response["Location"] == detail(unit)
+        assert unit.tenant == other_tenant
+
+
+class TestDelete:
+    def test_asks_for_confirmation_then_requests_deletion(self, member_client, tenant):
+        unit = make_unit(tenant, "demo")
+        page = member_client.get(delete(unit))
+        assert page.status_code == 200
+        assert b"Delete unit demo?" in page.content
+        assert b'method="post"' in page.content
+        unit.refresh_from_db()
+        assert unit.phase == UnitPhase.RUNNING
+
+        response = member_client.post(delete(unit))
+        assert response["Location"] == detail(unit)
+        unit.refresh_from_db()
+        assert unit.phase == UnitPhase.TERMINATING
+        assert Operation.objects.get().kind == "delete"
+        assert b"Deletion of demo requested" in member_client.get(detail(unit)).content
+
+    def test_deleting_a_terminated_unit_leaves_the_newer_unit_of_that_name(
+        self, member_client, tenant
+    ):
+        old = make_unit(tenant, "demo", phase=UnitPhase.TERMINATED)
+        new = make_unit(tenant, "demo")
+        assert member_client.get(delete(old))["Location"] == detail(old)
+        member_client.post(delete(old))
+        new.refresh_from_db()
+        assert new.phase == UnitPhase.RUNNING
+
+    def test_staff_can_delete_any_tenants_unit(self, staff_client, other_tenant):
+        unit = make_unit(other_tenant, "theirs")
+        staff_client.post(delete(unit))
+        unit.refresh_from_db()
+        assert unit.phase == UnitPhase.TERMINATING
+
+
+def seed_inventory(*, synced_ago: timedelta = timedelta(seconds=5), error: str = "") -> None:
+    now = timezone.now()
+    Node.objects.create(name="node-a", ready=True)
+    Node.objects.create(name="node-b", ready=False)
+    for index in range(4):
+        Device.objects.create(
+            driver="gpu.nvidia.com",
+            pool="node-a" if index < 3 else "node-b",
+            name=f"gpu-{index}",
+            node_name="node-a" if index < 3 else "node-b",
+            pool_complete=True,
+            device_classes=["nvidia-rtx-3080", "gpu.nvidia.com"] if index < 2 else ["h100"],
+            content_hash="x",
+            allocated=index == 0,
+        )
+    for minutes, allocated in ((3, 0), (2, 2), (1, 1)):
+        SyncRun.objects.create(
+            started_at=now - timedelta(minutes=minutes),
+            finished_at=now - timedelta(minutes=minutes),
+            allocated_devices=allocated,
+            total_devices=4,
+        )
+    SyncRun.objects.create(started_at=now, finished_at=now, error=error) if error else None
+    InventorySnapshot.objects.create(pk=1, as_of=now - synced_ago, document="{}")
+
+
+class TestOverview:
+    def test_shows_devices_phases_packages_and_chart(self, staff_client, tenant, package):
+        seed_inventory()
+        PackageAvailability.objects.create(
+            package_id=package.id, placeable=1, free_devices=1, reason=""
+        )
+        make_unit(tenant, "a")
+        make_unit(tenant, "b", phase=UnitPhase.PENDING)
+        response = staff_client.get(OVERVIEW)
+        context = response.context
+        classes = {
+            row.name: (row.total, row.allocated, row.free) for row in context["device_classes"]
+        }
+        assert classes == {
+            "gpu.nvidia.com": (2, 1, 1),
+            "h100": (2, 0, 2),
+            "nvidia-rtx-3080": (2, 1, 1),
+        }
+        nodes = {row.name: (row.total, row.allocated, row.ready) for row in context["nodes"]}
+        assert nodes == {"node-a": (3, 1, True), "node-b": (1, 0, False)}
+        assert dict(context["phases"])["Running"] == 1
+        assert dict(context["phases"])["Pending"] == 1
+        body = response.content.decode()
+        assert "<svg" in body
+        assert "3 inventory syncs" in body
+        assert "Fresh" in body
+        assert "5 seconds ago" in body
+
+    def test_node_table_is_for_ops_only(self, member_client):
+        seed_inventory()
+        response = member_client.get(OVERVIEW)
+        assert response.context["nodes"] is None
+        assert b"GPU devices by node" not in response.content
+        assert b"GPU devices by device class" in response.content
+
+    def test_members_of_an_operator_tenant_see_nodes(self):
+        seed_inventory()
+        client = client_for(make_user(TenantFactory(is_operator=True)))
+        assert b"GPU devices by node" in client.get(OVERVIEW).content
+
+    def test_old_sync_is_shown_as_stale(self, member_client):
+        seed_inventory(synced_ago=timedelta(minutes=10))
+        body = member_client.get(OVERVIEW).content.decode()
+        assert "Stale" in body
+        assert "10 minutes ago" in body
+
+    def test_failed_sync_is_shown_as_stale_with_its_error(self, member_client):
+        seed_inventory(error="cluster unreachable")
+        body = member_client.get(OVERVIEW).content.decode()
+        assert "Stale" in body
+        assert "The last sync failed: cluster unreachable" in body
+
+    def test_no_sync_yet_says_so(self, member_client):
+        assert b"No inventory sync has finished yet" in member_client.get(OVERVIEW).content
+
+
+class TestPackages:
+    def test_tenant_sees_active_packages_with_its_availability(
+        self, member_client, tenant, package
+    ):
+        from catalog.tests.factories import PackageFactory
+
+        PackageFactory(id="retired", active=False)
+        PackageAvailability.objects.create(
+            package_id=package.id, placeable=5, free_devices=10, reason=""
+        )
+        tenant.quota_claims = 2
+        tenant.save()
+        body = member_client.get(PACKAGES).content.decode()
+        assert package.id in body
+        assert "retired" not in body
+        assert "/admin/" not in body
+        # The cluster could place 5, the tenant's quota admits 2 more units.
+        assert '<strong class="placeable">2</strong>' in body
+
+    def test_staff_see_every_package_with_admin_links(self, staff_client, package):
+        from catalog.tests.factories import PackageFactory
+
+        PackageFactory(id="retired", active=False)
+        body = staff_client.get(PACKAGES).content.decode()
+        assert f"/admin/catalog/package/{package.pk}/change/" in body
+        assert "/admin/catalog/package/retired/change/" in body
+        assert "inactive: not offered to customers" in body
+
+
+def count_queries(client: Client, path: str) -> int:
+    with CaptureQueriesContext(connection) as queries:
+        response = client.get(path)
+    assert response.status_code == 200, response
+    return len(queries)
+
+
+class TestQueryCounts:
+    """Statements per page must not grow with the number of units shown."""
+
+    @pytest.mark.parametrize("path", [UNITS, ROWS, OVERVIEW, PACKAGES])
+    @pytest.mark.parametrize("staff", [False, True])
+    def test_flat_in_the_number_of_units(self, tenant, other_tenant, package, path, staff):
+        seed_inventory()
+        user = make_user(tenant, staff=staff)
+        client = client_for(user)
+        make_unit(tenant, "unit-0")
+        make_unit(other_tenant, "other-0")
+        one = count_queries(client, path)
+        for index in range(1, 30):
+            make_unit(tenant, f"unit-{index}", phase=UnitPhase.PENDING, reason="NoMatchingDevices")
+            make_unit(other_tenant, f"other-{index}")
+        assert count_queries(client, path) == one
+
+    def test_unit_detail_flat_in_timeline_length(self, member_client, tenant):
+        unit = make_unit(tenant, "demo")
+        one = count_queries(member_client, detail(unit))
+        from runtime.models import UnitEvent
+
+        UnitEvent.objects.bulk_create(
+            [UnitEvent(unit=unit, reason=f"R{i}", message="m") for i in range(30)]
+        )
+        assert count_queries(member_client, detail(unit)) == one

@@ -1,0 +1,26 @@
+"""Dashboard routes, mounted at the site root beside /admin/ and /api/."""
+
+from django.contrib.auth import views as auth_views
+from django.urls import path
+
+from dashboard import views
+
+app_name = "dashboard"
+
+urlpatterns = [
+    path("", views.OverviewView.as_view(), name="overview"),
+    path("units/", views.UnitListView.as_view(), name="unit-list"),
+    path("units/live/", views.UnitListView.as_view(live=True), name="unit-rows"),
+    path("units/new", views.UnitCreateView.as_view(), name="unit-create"),
+    path("units/<uuid:uid>/", views.UnitDetailView.as_view(), name="unit-detail"),
+    path("units/<uuid:uid>/live/", views.UnitDetailView.as_view(live=True), name="unit-live"),
+    path("units/<uuid:uid>/delete/", views.UnitDeleteView.as_view(), name="unit-delete"),
+    path("packages/", views.PackageListView.as_view(), name="package-list"),
+    path("tenant/", views.ChooseTenantView.as_view(), name="choose-tenant"),
+    path(
+        "accounts/login/",
+        auth_views.LoginView.as_view(redirect_authenticated_user=True),
+        name="login",
+    ),
+    path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+]

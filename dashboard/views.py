@@ -1,0 +1,377 @@
+"""Dashboard pages: every view resolves the caller's scope first, then reads through
+dashboard.queries and writes only through runtime.services, as the API does."""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from datetime import datetime
+from urllib.parse import urlencode
+
+from django.conf import settings
+from django.contrib import messages
+from django.contrib.auth.mixins import LoginRequiredMixin
+from django.contrib.auth.views import redirect_to_login
+from django.core.paginator import Paginator
+from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.shortcuts import redirect, render
+from django.template.loader import render_to_string
+from django.urls import reverse
+from django.utils import timezone
+from django.utils.http import url_has_allowed_host_and_scheme
+from django.views import View
+from django_htmx.http import HttpResponseClientRedirect, HttpResponseStopPolling
+
+from controlplane.api.errors import ApiError
+from dashboard import queries
+from dashboard.access import (
+    SESSION_TENANT,
+    NoTenant,
+    Scope,
+    TenantNotChosen,
+    linked_tenants,
+    resolve_scope,
+)
+from dashboard.charts import NARROW, utilisation_chart
+from dashboard.forms import UnitCreateForm, UnitFilterForm, new_operation_id
+from dashboard.reasons import explain
+from inventory import selectors as inventory_selectors
+from runtime import manifests, services
+from runtime.errors import InsufficientCapacity, InvalidRequest, NameConflict, OperationConflict
+from runtime.models import UnitPhase
+
+# How often open pages ask for fresh phases; tests shorten it.
+POLL_SECONDS = 3
+PAGE_SIZE = 50
+QUOTA_NAMES = {
+    "requests.cpu": "CPU",
+    "requests.memory": "memory",
+    "count/resourceclaims.resource.k8s.io": "units",
+}
+
+
+def age(moment: datetime | None, now: datetime) -> str:
+    """'just now', '12 seconds ago', '3 minutes ago', '2 hours ago', '4 days ago'."""
+    if moment is None:
+        return ""
+    seconds = max(0, int((now - moment).total_seconds()))
+    if seconds < 2:
+        return "just now"
+    for size, unit in ((86400, "day"), (3600, "hour"), (60, "minute"), (1, "second")):
+        if seconds >= size:
+            count = seconds // size
+            return f"{count} {unit}{'' if count == 1 else 's'} ago"
+    return ""
+
+
+def digest(html: str) -> str:
+    return hashlib.sha256(html.encode()).hexdigest()[:16]
+
+
+class DashboardView(LoginRequiredMixin, View):
+    """Signed-in pages: resolves `self.scope`, or explains why the user sees nothing."""
+
+    scope: Scope
+
+    def dispatch(self, request: HttpRequest, *args, **kwargs) -> HttpResponse:
+        if not request.user.is_authenticated:
+            return self.handle_no_permission()
+        try:
+            self.scope = resolve_scope(request)
+        except NoTenant:
+            return render(request, "dashboard/no_tenant.html", status=403)
+        except TenantNotChosen:
+            target = f"{reverse('dashboard:choose-tenant')}?{urlencode({'next': self._page()})}"
+            if request.htmx:
+                return HttpResponseClientRedirect(target)
+            return redirect(target)
+        return super().dispatch(request, *args, **kwargs)
+
+    def _page(self) -> str:
+        """The page the user looks at: for a poll, the page that sent it."""
+        if self.request.htmx and self.request.htmx.current_url_abs_path:
+            return self.request.htmx.current_url_abs_path
+        return self.request.get_full_path()
+
+    def handle_no_permission(self) -> HttpResponse:
+        if self.request.htmx:
+            # A poll from a page whose session ended: move the whole page to the login form,
+            # instead of swapping the login form into a table.
+            return HttpResponseClientRedirect(redirect_to_login(self._page()).url)
+        return super().handle_no_permission()
+
+    def page(self, template: str, context: dict, *, status: int = 200) -> HttpResponse:
+        return render(
+            self.request,
+            template,
+            {"scope": self.scope, "poll_seconds": POLL_SECONDS, **context},
+            status=status,
+        )
+
+    def not_found(self, what: str) -> HttpResponse:
+        return self.page("dashboard/not_found.html", {"what": what}, status=404)
+
+
+class OverviewView(DashboardView):
+    def get(self, request: HttpRequest) -> HttpResponse:
+        now = timezone.now()
+        freshness = inventory_selectors.get_freshness()
+        samples = queries.utilisation_samples()
+        return self.page(
+            "dashboard/overview.html",
+            {
+                "freshness": freshness,
+                "sync_age": age(freshness.as_of, now),
+                "stale_after": int(settings.INVENTORY_STALE_AFTER_SECONDS),
+                "phases": queries.units_by_phase(self.scope.units()),
+                "device_classes": queries.device_totals_by_class(),
+                "nodes": queries.device_totals_by_node() if self.scope.sees_cluster else None,
+                "chart": utilisation_chart(samples),
+                "phone_chart": utilisation_chart(samples, width=NARROW[0], height=NARROW[1]),
+                "packages": queries.package_rows(self.scope),
+            },
+        )
+
+
+class UnitListView(DashboardView):
+    """The units table; `live=True` serves only the table for polling, or 204 when the
+    rows the poller holds (named by their digest in `since`) are still current."""
+
+    live = False
+
+    def get(self, request: HttpRequest) -> HttpResponse:
+        phase = request.GET.get("phase", "")
+        filters = {
+            "phase": phase if phase in UnitPhase.values else "",
+            "package": request.GET.get("package", "").strip().lower(),
+            "tenant": request.GET.get("tenant", "").strip().lower() if self.scope.is_staff else "",
+        }
+        units = queries.list_units(
+            self.scope,
+            phase=filters["phase"],
+            package_id=filters["package"],
+            tenant_slug=filters["tenant"],
+        )
+        page = Paginator(units, PAGE_SIZE).get_page(request.GET.get("page"))
+        query = {key: value for key, value in filters.items() if value}
+        if page.number > 1:
+            query["page"] = page.number
+        table = render_to_string(
+            "dashboard/_unit_table.html",
+            {"scope": self.scope, "page_obj": page, "units": page.object_list, "query": query},
+            request,
+        )
+        live = {
+            "table": table,
+            "digest": digest(table),
+            "url": f"{reverse('dashboard:unit-rows')}?{urlencode(query)}",
+        }
+        if self.live:
+            if request.GET.get("since") == live["digest"]:
+                return HttpResponse(status=204)
+            counts = Counter(unit.phase for unit in page.object_list)
+            live["announcement"] = (
+                f"Units updated at {timezone.now():%H:%M:%S} UTC: "
+                + (", ".join(f"{n} {phase}" for phase, n in counts.items()) or "no units")
+                + "."
+            )
+            return render(request, "dashboard/_unit_live.html", {"live": live})
+        form = UnitFilterForm(
+            initial=filters,
+            package_ids=queries.package_ids_in_use(self.scope),
+            tenant_slugs=list(self.scope.visible_tenants().values_list("slug", flat=True))
+            if self.scope.is_staff
+            else None,
+        )
+        return self.page(
+            "dashboard/units.html",
+            {"form": form, "live": live, "filtered": any(filters.values()), "page_obj": page},
+        )
+
+
+class UnitDetailView(DashboardView):
+    """One unit; `live=True` serves only its changing part (phase, devices, timeline)."""
+
+    live = False
+
+    def get(self, request: HttpRequest, uid: str) -> HttpResponse:
+        unit = queries.get_unit(self.scope, uid)
+        if unit is None:
+            return self.not_found("unit")
+        waiting_or_failed = unit.phase in (UnitPhase.PENDING, UnitPhase.FAILED)
+        status = render_to_string(
+            "dashboard/_unit_status.html",
+            {
+                "unit": unit,
+                "explanation": explain(unit) if waiting_or_failed else "",
+                "devices": (unit.dra or {}).get("devices") or [],
+                "allocated": bool((unit.dra or {}).get("allocated")),
+                "events": queries.list_events(unit),
+            },
+            request,
+        )
+        live = {
+            "status": status,
+            "digest": digest(status),
+            "url": reverse("dashboard:unit-live", args=[unit.uid]),
+            "done": unit.phase == UnitPhase.TERMINATED,
+        }
+        if self.live:
+            if request.GET.get("since") == live["digest"]:
+                return HttpResponse(status=204)
+            live["announcement"] = f"{unit.name} is {unit.phase}."
+            response = render(request, "dashboard/_unit_status_live.html", {"live": live})
+            if live["done"]:
+                # Nothing changes after Terminated: this response is the last poll.
+                response.status_code = HttpResponseStopPolling.status_code
+            return response
+        return self.page(
+            "dashboard/unit_detail.html",
+            {
+                "unit": unit,
+                "live": live,
+                "pod_name": manifests.pod_name_for(unit.name),
+                "can_delete": unit.phase in UnitPhase.LIVE and unit.phase != UnitPhase.TERMINATING,
+            },
+        )
+
+
+class UnitCreateView(DashboardView):
+    """The order form: tenant users order for their tenant; staff pick the tenant."""
+
+    def form(self, data=None, initial=None) -> UnitCreateForm:
+        return UnitCreateForm(
+            data,
+            initial=initial,
+            packages=queries.package_rows(self.scope),
+            tenants=self.scope.visible_tenants() if self.scope.is_staff else None,
+        )
+
+    def get(self, request: HttpRequest) -> HttpResponse:
+        initial = {"operation_id": new_operation_id(), "package": request.GET.get("package", "")}
+        return self.page("dashboard/unit_form.html", {"form": self.form(initial=initial)})
+
+    def post(self, request: HttpRequest) -> HttpResponse:
+        form = self.form(data=request.POST)
+        if form.is_valid():
+            data = form.cleaned_data
+            tenant = data["tenant"] if self.scope.is_staff else self.scope.tenant
+            try:
+                result = services.create_unit(
+                    tenant=tenant,
+                    operation_id=data["operation_id"],
+                    name=data["name"],
+                    package_id=data["package"],
+                    image=data["image"],
+                )
+            except ApiError as error:
+                self.report(form, error)
+            else:
+                unit = result.unit
+                if result.created:
+                    messages.success(request, f"Unit {unit.name} ordered; it starts shortly.")
+                return HttpResponseRedirect(reverse("dashboard:unit-detail", args=[unit.uid]))
+        return self.page("dashboard/unit_form.html", {"form": form})
+
+    @staticmethod
+    def report(form: UnitCreateForm, error: ApiError) -> None:
+        """Put the service's refusal next to the field it is about."""
+        if isinstance(error, NameConflict):
+            form.add_error(
+                "name",
+                f"A live unit named {error.details.get('name')} already exists. Choose another "
+                "name, or delete that unit first.",
+            )
+        elif isinstance(error, InsufficientCapacity):
+            details = error.details
+            what = QUOTA_NAMES.get(details.get("limit", ""), details.get("limit", ""))
+            form.add_error(
+                "package",
+                f"Not enough quota left for this package: it needs {details.get('requested')} "
+                f"{what}, and {details.get('used')} of {details.get('hard')} are in use. "
+                "Delete a unit or pick a smaller package.",
+            )
+        elif isinstance(error, OperationConflict):
+            # The hidden operationID already ordered something else (the form was reused after
+            # editing): a fresh one lets the next submit go through.
+            form.data = form.data.copy()
+            form.data["operation_id"] = new_operation_id()
+            form.add_error(None, "This form was already used for another order; submit again.")
+        elif isinstance(error, InvalidRequest) and error.details.get("fields"):
+            for api_field, problems in error.details["fields"].items():
+                field = {"packageID": "package"}.get(api_field, api_field)
+                for problem in problems:
+                    form.add_error(field if field in form.fields else None, problem)
+        else:
+            form.add_error(None, error.message)
+
+
+class UnitDeleteView(DashboardView):
+    """Delete in two steps: a confirmation page, then a POST."""
+
+    def get(self, request: HttpRequest, uid: str) -> HttpResponse:
+        unit = queries.get_unit(self.scope, uid)
+        if unit is None:
+            return self.not_found("unit")
+        if unit.phase not in UnitPhase.LIVE or unit.phase == UnitPhase.TERMINATING:
+            messages.info(request, f"Unit {unit.name} is already {unit.phase}.")
+            return HttpResponseRedirect(reverse("dashboard:unit-detail", args=[unit.uid]))
+        return self.page("dashboard/unit_delete.html", {"unit": unit})
+
+    def post(self, request: HttpRequest, uid: str) -> HttpResponse:
+        unit = queries.get_unit(self.scope, uid)
+        if unit is None:
+            return self.not_found("unit")
+        # The service finds units by name; only a live unit is the newest of its name.
+        if unit.phase in UnitPhase.LIVE:
+            services.request_unit_deletion(tenant=unit.tenant, name=unit.name)
+            messages.success(request, f"Deletion of {unit.name} requested.")
+        return HttpResponseRedirect(reverse("dashboard:unit-detail", args=[unit.uid]))
+
+
+class PackageListView(DashboardView):
+    def get(self, request: HttpRequest) -> HttpResponse:
+        freshness = inventory_selectors.get_freshness()
+        return self.page(
+            "dashboard/packages.html",
+            {
+                "packages": queries.package_rows(self.scope, include_inactive=self.scope.is_staff),
+                "freshness": freshness,
+                "sync_age": age(freshness.as_of, timezone.now()),
+                "stale_after": int(settings.INVENTORY_STALE_AFTER_SECONDS),
+            },
+        )
+
+
+class ChooseTenantView(LoginRequiredMixin, View):
+    """A user linked to several tenants picks the one to act for (kept in the session)."""
+
+    def next_url(self) -> str:
+        target = self.request.POST.get("next") or self.request.GET.get("next") or ""
+        if url_has_allowed_host_and_scheme(
+            target, allowed_hosts={self.request.get_host()}, require_https=False
+        ):
+            return target
+        return reverse("dashboard:overview")
+
+    def get(self, request: HttpRequest) -> HttpResponse:
+        tenants = linked_tenants(request.user)
+        if not tenants and not request.user.is_staff:
+            return render(request, "dashboard/no_tenant.html", status=403)
+        return render(
+            request,
+            "dashboard/choose_tenant.html",
+            {
+                "tenants": tenants,
+                "current": request.session.get(SESSION_TENANT),
+                "next": self.next_url(),
+            },
+        )
+
+    def post(self, request: HttpRequest) -> HttpResponse:
+        chosen = request.POST.get("tenant", "")
+        for tenant in linked_tenants(request.user):
+            if tenant.slug == chosen:
+                request.session[SESSION_TENANT] = tenant.pk
+                return HttpResponseRedirect(self.next_url())
+        return self.get(request)
