@@ -14,6 +14,7 @@ help:
 	@echo "make test   - lint, then the whole test suite"
 	@echo "make lint   - ruff, Django checks, migrations check, OpenAPI schema"
 	@echo "make test-reliability - only the fault, load and hostile-input scenarios"
+	@echo "make bench  - the benchmarks; writes docs/benchmarks.md"
 
 $(STAMP): requirements/base.txt requirements/dev.txt
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "Python 3.11+ is required")'
@@ -30,6 +31,10 @@ test: $(STAMP)
 
 test-reliability: $(STAMP)
 	$(DEVSTACK) $(PY) -m pytest tests/reliability $(PYTEST_ARGS)
+
+# Benchmarks (bench/): one JSON line each, then docs/benchmarks.md. Takes ~8 minutes.
+bench: $(STAMP)
+	$(DEVSTACK) $(PY) -m bench.run
 
 lint: $(STAMP)
 	$(DEVSTACK) $(MAKE) --no-print-directory lint-checks

@@ -21,12 +21,11 @@ CLAIM_SIZES = (1, 1, 1, 2, 1)
 NAMESPACE = "bench"
 
 
-def build_store(nodes: int, claims: int) -> Store:
-    store = Store()
-    store.create("namespaces", {"metadata": {"name": NAMESPACE}}, internal=True)
-    topology = {"generate": {"nodes": nodes, "gpus_per_node": GPUS_PER_NODE}}
-    for resource, obj in load_topology(topology):
-        store.create(resource, obj, internal=True)
+def add_claims(store: Store, claims: int, sizes: tuple[int, ...] = CLAIM_SIZES) -> None:
+    """`claims` pending pods in namespace `bench`, each with its own H100 claim; the claims ask
+    for `sizes` devices, cycled."""
+    if store.get("namespaces", None, NAMESPACE) is None:
+        store.create("namespaces", {"metadata": {"name": NAMESPACE}}, internal=True)
     for index in range(claims):
         name = f"job-{index}"
         store.create(
@@ -42,7 +41,7 @@ def build_store(nodes: int, claims: int) -> Store:
                                 "name": "gpu",
                                 "exactly": {
                                     "deviceClassName": "nvidia-h100",
-                                    "count": CLAIM_SIZES[index % len(CLAIM_SIZES)],
+                                    "count": sizes[index % len(sizes)],
                                 },
                             }
                         ]
@@ -73,6 +72,14 @@ def build_store(nodes: int, claims: int) -> Store:
             },
             internal=True,
         )
+
+
+def build_store(nodes: int, claims: int) -> Store:
+    store = Store()
+    topology = {"generate": {"nodes": nodes, "gpus_per_node": GPUS_PER_NODE}}
+    for resource, obj in load_topology(topology):
+        store.create(resource, obj, internal=True)
+    add_claims(store, claims)
     return store
 
 

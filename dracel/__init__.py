@@ -271,20 +271,37 @@ def evaluate(selector: CompiledSelector, env: dict[str, Any]) -> bool:
     return _execute(selector, _bind_device(env, [selector]))
 
 
-def device_matches(selectors: Sequence[CompiledSelector], env: dict[str, Any]) -> bool:
-    """True when every selector matches. A runtime error counts as "no match": the real
-    scheduler aborts the scheduling attempt instead, which a simulator gains nothing from."""
-    if not selectors:
-        return True
-    context = _bind_device(env, selectors)
+def _all_match(selectors: Sequence[CompiledSelector], context: cel.Context, driver: Any) -> bool:
     for selector in selectors:
         try:
             if not _execute(selector, context):
                 return False
         except CelRuntimeError as exc:
-            logger.debug("selector %r on %s: %s", selector.expression, env.get("driver"), exc)
+            logger.debug("selector %r on %s: %s", selector.expression, driver, exc)
             return False
     return True
+
+
+def matching_sets(
+    selector_sets: dict[str, Sequence[CompiledSelector]], env: dict[str, Any]
+) -> set[str]:
+    """The names of the selector sets (e.g. device classes) whose selectors all match the
+    device. The device is bound into CEL once for all of them, the costly step."""
+    everything = [selector for selectors in selector_sets.values() for selector in selectors]
+    context = _bind_device(env, everything)
+    return {
+        name
+        for name, selectors in selector_sets.items()
+        if _all_match(selectors, context, env.get("driver"))
+    }
+
+
+def device_matches(selectors: Sequence[CompiledSelector], env: dict[str, Any]) -> bool:
+    """True when every selector matches. A runtime error counts as "no match": the real
+    scheduler aborts the scheduling attempt instead, which a simulator gains nothing from."""
+    if not selectors:
+        return True
+    return _all_match(selectors, _bind_device(env, selectors), env.get("driver"))
 
 
 __all__ = [
@@ -296,5 +313,6 @@ __all__ = [
     "device_env",
     "device_matches",
     "evaluate",
+    "matching_sets",
     "quantity_value",
 ]

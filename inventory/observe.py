@@ -172,16 +172,16 @@ def _membership(
     packages: list[PackageSpec],
     package_selectors: dict[str, list[dracel.CompiledSelector]],
 ) -> tuple[list[str], list[str]]:
-    env = dracel.device_env(driver, device)
-    member_of = [
-        name for name, selectors in classes.items() if dracel.device_matches(selectors, env)
-    ]
-    fits = [
-        p.id
-        for p in packages
-        if p.device_class_name in member_of and dracel.device_matches(package_selectors[p.id], env)
-    ]
-    return sorted(member_of), sorted(fits)
+    """Classes the device belongs to, and packages it can serve (its class and the package's
+    own selectors), from one CEL binding of the device."""
+    sets = {f"class:{name}": selectors for name, selectors in classes.items()}
+    sets.update({f"package:{p.id}": package_selectors[p.id] for p in packages})
+    matched = dracel.matching_sets(sets, dracel.device_env(driver, device))
+    member_of = sorted(name for name in classes if f"class:{name}" in matched)
+    fits = sorted(
+        p.id for p in packages if p.device_class_name in member_of and f"package:{p.id}" in matched
+    )
+    return member_of, fits
 
 
 def _compile_all(expressions: Iterable[str]) -> list[dracel.CompiledSelector] | None:

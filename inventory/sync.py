@@ -75,12 +75,54 @@ def fetch() -> dict[str, list[dict]]:
     }
 
 
-def _apply(model: type[Model], key_fields: list[str], desired: dict[tuple, dict]) -> dict:
-    """Upsert rows that differ and delete rows that vanished: at most three statements."""
+def _upsert(model: type[Model], key_fields: list[str], rows: list[Model]) -> None:
+    """Write `rows` with COPY into a temporary table and one INSERT ... ON CONFLICT DO UPDATE:
+    the same statements at 10 or 10,000 rows, and none of the per-row SQL rendering of a
+    multi-row INSERT (which made a cold sync at 10,000 devices ten times the raw upsert)."""
+    quote = connection.ops.quote_name
+    fields = [f for f in model._meta.concrete_fields if f.name != "id"]
+    columns = ", ".join(quote(f.column) for f in fields)
+    keys = {model._meta.get_field(name).column for name in key_fields}
+    table = quote(model._meta.db_table)
+    staging = quote(f"sync_{model._meta.db_table}")
+    updates = ", ".join(
+        f"{quote(f.column)} = EXCLUDED.{quote(f.column)}" for f in fields if f.column not in keys
+    )
+    with connection.cursor() as cursor:
+        cursor.execute(
+            f"CREATE TEMPORARY TABLE {staging} ON COMMIT DROP AS "
+            f"SELECT {columns} FROM {table} WITH NO DATA"
+        )
+        with cursor.cursor.copy(f"COPY {staging} ({columns}) FROM STDIN") as copy:
+            for row in rows:
+                copy.write_row(
+                    [f.get_db_prep_save(getattr(row, f.attname), connection) for f in fields]
+                )
+        cursor.execute(
+            f"INSERT INTO {table} ({columns}) SELECT {columns} FROM {staging} "
+            f"ON CONFLICT ({', '.join(quote(k) for k in sorted(keys))}) DO UPDATE SET {updates}"
+        )
+
+
+def _current(model: type[Model], key_fields: list[str]) -> dict[tuple, dict]:
+    """The mirror's rows of `model` by key, every column."""
     value_fields = [f.name for f in model._meta.concrete_fields if f.name != "id"]
-    current = {
+    return {
         tuple(row[k] for k in key_fields): row for row in model.objects.values("id", *value_fields)
     }
+
+
+def _apply(
+    model: type[Model],
+    key_fields: list[str],
+    desired: dict[tuple, dict],
+    current: dict[tuple, dict] | None = None,
+) -> dict:
+    """Upsert rows that differ and delete rows that vanished: a fixed number of statements.
+    Runs inside the sync's transaction (the staging table lives until its commit). `current`
+    is the mirror as already read by this sync (only the sync writes it: advisory lock)."""
+    if current is None:
+        current = _current(model, key_fields)
     changed = [
         model(**values)
         for key, values in desired.items()
@@ -88,12 +130,7 @@ def _apply(model: type[Model], key_fields: list[str], desired: dict[tuple, dict]
     ]
     gone = [row["id"] for key, row in current.items() if key not in desired]
     if changed:
-        model.objects.bulk_create(
-            changed,
-            update_conflicts=True,
-            unique_fields=key_fields,
-            update_fields=[f for f in value_fields if f not in key_fields],
-        )
+        _upsert(model, key_fields, changed)
     if gone:
         model.objects.filter(id__in=gone).delete()
     return {"changed": len(changed), "deleted": len(gone)}
@@ -121,11 +158,11 @@ def sync_inventory() -> SyncRun | None:
             logger.warning("inventory sync failed: %s", exc)
             return run
         packages = package_specs()
+        # Read the device mirror once: it feeds both CEL reuse and the diff below.
+        devices_now = _current(Device, ["driver", "pool", "name"])
         previous = {
-            (d, p, n): (h, classes, fits)
-            for d, p, n, h, classes, fits in Device.objects.values_list(
-                "driver", "pool", "name", "content_hash", "device_classes", "packages"
-            )
+            key: (row["content_hash"], row["device_classes"], row["packages"])
+            for key, row in devices_now.items()
         }
         observation = observe.observe(**raw, packages=packages, previous_membership=previous)
         document = observe.build_document(observation)
@@ -135,7 +172,9 @@ def sync_inventory() -> SyncRun | None:
                 "nodes": _apply(Node, ["name"], _keyed(observation.nodes)),
                 "deviceClasses": _apply(DeviceClass, ["name"], _keyed(observation.classes)),
                 "pools": _apply(DevicePool, ["driver", "name"], observation.pools),
-                "devices": _apply(Device, ["driver", "pool", "name"], observation.devices),
+                "devices": _apply(
+                    Device, ["driver", "pool", "name"], observation.devices, devices_now
+                ),
                 "claims": _apply(Claim, ["namespace", "name"], observation.claims),
                 "quotas": _apply(Quota, ["namespace", "name"], observation.quotas),
                 "packages": _apply(

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.db import IntegrityError, transaction
-from django.db.models import F
+from django.db.models import Count, F, Q, Sum
 from django.utils import timezone
 
 from catalog import selectors as catalog_selectors
@@ -166,9 +166,10 @@ def _replay(tenant: Tenant, operation_id: str, request_hash: str) -> CreateResul
     return CreateResult(unit=operation.unit, created=False)
 
 
-def _check_quota(tenant: Tenant, *, cpu_millicores: int, memory_bytes: int) -> None:
+def _check_quota(
+    tenant: Tenant, usage: selectors.TenantUsage, *, cpu_millicores: int, memory_bytes: int
+) -> None:
     """The tenant's live units plus the new one must fit its quota; called under the tenant lock."""
-    usage = selectors.get_tenant_usage(tenant=tenant)
     checks = [
         (
             "requests.cpu",
@@ -198,6 +199,21 @@ def _check_quota(tenant: Tenant, *, cpu_millicores: int, memory_bytes: int) -> N
                     "hard": show(hard),
                 },
             )
+
+
+def _live_usage(tenant: Tenant, *, name: str) -> tuple[selectors.TenantUsage, bool]:
+    """selectors.get_tenant_usage plus whether a live unit already has `name`, in one query
+    (the create path runs it under the tenant lock, so every statement there counts)."""
+    usage = GPUUnit.objects.filter(tenant=tenant, phase__in=UnitPhase.LIVE).aggregate(
+        cpu=Sum("cpu_millicores"),
+        memory=Sum("memory_bytes"),
+        claims=Count("id"),
+        named=Count("id", filter=Q(name=name)),
+    )
+    return (
+        selectors.TenantUsage(usage["cpu"] or 0, usage["memory"] or 0, usage["claims"]),
+        usage["named"] > 0,
+    )
 
 
 def create_unit(
@@ -234,18 +250,20 @@ def create_unit(
     try:
         with transaction.atomic():
             # Serialise orders per tenant: quota, name and operationID checks see each other.
-            Tenant.objects.select_for_update().filter(pk=tenant.pk).first()
-            replay = _replay(tenant, operation_id, request_hash)
-            if replay:
-                return replay
-            if GPUUnit.objects.filter(tenant=tenant, name=name, phase__in=UnitPhase.LIVE).exists():
+            list(Tenant.objects.select_for_update().filter(pk=tenant.pk).values_list("pk"))
+            usage, name_taken = _live_usage(tenant, name=name)
+            if name_taken:
+                # An identical request that committed while we waited for the lock is a replay.
+                replay = _replay(tenant, operation_id, request_hash)
+                if replay:
+                    return replay
                 raise NameConflict(
                     f"gpu unit name {tenant.namespace}/{name} is already in use.",
                     details={"name": name},
                 )
             cpu_millicores = int(quantity.parse(package.cpu) * 1000)
             memory_bytes = int(quantity.parse(package.memory))
-            _check_quota(tenant, cpu_millicores=cpu_millicores, memory_bytes=memory_bytes)
+            _check_quota(tenant, usage, cpu_millicores=cpu_millicores, memory_bytes=memory_bytes)
             unit = GPUUnit.objects.create(
                 tenant=tenant,
                 name=name,
@@ -279,10 +297,17 @@ def create_unit(
                 fingerprint=request_hash,
                 unit=unit,
             )
-            record_event(unit, reason="Accepted", message=f"Ordered package {package.id}.")
+            # A new unit has no timeline yet, so nothing to bump: append directly.
+            UnitEvent.objects.create(
+                unit=unit,
+                type=EventType.NORMAL,
+                reason="Accepted",
+                message=f"Ordered package {package.id}.",
+            )
             transaction.on_commit(lambda: enqueue(operation))
     except IntegrityError:
-        # A concurrent request with the same operationID or name won the race.
+        # A concurrent request with the same operationID or name won the race (an operationID
+        # already used for another name lands here too, on its unique constraint).
         replay = _replay(tenant, operation_id, request_hash)
         if replay:
             return replay

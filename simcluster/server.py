@@ -119,6 +119,8 @@ def _parse_body(raw: bytes, content_type: str) -> Any:
 
 
 class Handler(BaseHTTPRequestHandler):
+    # Small responses on kept-alive connections otherwise wait ~40 ms (Nagle + delayed ACK).
+    disable_nagle_algorithm = True
     protocol_version = "HTTP/1.1"
     server: SimServer
 

@@ -11,6 +11,7 @@ from dracel import (
     device_env,
     device_matches,
     evaluate,
+    matching_sets,
 )
 
 H100 = {
@@ -135,3 +136,26 @@ def test_quantity_helpers_compare_across_suffixes() -> None:
         "isQuantity('40Gi') && !isQuantity('forty')",
     ):
         assert evaluate(compile_selector(expression), env) is True, expression
+
+
+def test_matching_sets_names_every_set_whose_selectors_all_match() -> None:
+    env = device_env("gpu.nvidia.com", H100)
+    sets = {
+        "h100": [
+            compile_selector("device.attributes['gpu.nvidia.com'].productName.contains('H100')")
+        ],
+        "rtx": [
+            compile_selector("device.attributes['gpu.nvidia.com'].productName.contains('3080')")
+        ],
+        "big-h100": [
+            compile_selector("device.attributes['gpu.nvidia.com'].productName.contains('H100')"),
+            compile_selector(
+                "device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('40Gi')) >= 0"
+            ),
+        ],
+        "broken": [compile_selector("device.attributes['gpu.nvidia.com'].missing == 1")],
+        "anything": [],
+    }
+    assert matching_sets(sets, env) == {"h100", "big-h100", "anything"}
+    for name, selectors in sets.items():
+        assert device_matches(selectors, env) == (name in {"h100", "big-h100", "anything"})

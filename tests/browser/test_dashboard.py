@@ -8,6 +8,7 @@ import re
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from django.db import connections
@@ -75,14 +76,16 @@ def page(playwright, tmp_path, monkeypatch, live_server):
 
 
 @pytest.fixture
-def beat() -> Iterator[None]:
+def beat() -> Iterator[SimpleNamespace]:
     """What Celery beat does in production: reconcile units and mirror the cluster, here from
-    a thread, so the browser watches the pages change on their own."""
-    stop = threading.Event()
+    a thread, so the browser watches the pages change on their own. It starts paused:
+    `beat.resume()` once the page that should see the change is open."""
+    stop, go = threading.Event(), threading.Event()
     failures: list[BaseException] = []
 
     def run() -> None:
         try:
+            go.wait()
             while not stop.is_set():
                 reconcile.reconcile_units()
                 sync_inventory()
@@ -94,8 +97,9 @@ def beat() -> Iterator[None]:
 
     thread = threading.Thread(target=run, name="beat", daemon=True)
     thread.start()
-    yield
+    yield SimpleNamespace(resume=go.set)
     stop.set()
+    go.set()
     thread.join(timeout=20)
     if failures:
         raise failures[0]
@@ -141,6 +145,8 @@ def test_order_watch_inspect_and_delete_a_unit(page, beat, live_server):
         expect(row).to_have_count(1)
         # Anything the page keeps in memory survives only if the page is never reloaded.
         page.evaluate("window.loadedOnce = true")
+        expect(row.locator(".phase")).not_to_have_text("Running")
+        beat.resume()  # the unit can only reach Running from here on, while the page is open
         expect(row.locator(".phase")).to_have_text("Running", timeout=SLOW)
         assert page.evaluate("window.loadedOnce") is True
         expect(row).to_contain_text("gpu-rtx3080-2x-cpu10-mem40g")
