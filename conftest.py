@@ -74,6 +74,8 @@ def start_worker(name: str) -> subprocess.Popen:
     # Short retry ceilings (half the stale threshold) and call timeouts keep fault tests quick.
     env.setdefault("OPERATION_STALE_SECONDS", "10")
     env.setdefault("KUBE_REQUEST_TIMEOUT", "2")
+    # Fault scenarios test convergence; the attempt cap has its own test.
+    env.setdefault("OPERATION_MAX_ATTEMPTS", "50")
     process = subprocess.Popen(
         [
             sys.executable,

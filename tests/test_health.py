@@ -69,7 +69,11 @@ def test_health_reports_the_cluster_and_its_outage(api_client, cluster):
 
 
 def test_health_reports_the_inventory_age(api_client, cluster):
+    from inventory.models import InventorySnapshot, SyncRun
     from inventory.sync import sync_inventory
+
+    SyncRun.objects.all().delete()  # whatever earlier tests left: this one starts unsynced
+    InventorySnapshot.objects.all().delete()
 
     assert api_client.get("/api/v1/health").json()["data"]["checks"]["inventory"] == {
         "ok": False,
