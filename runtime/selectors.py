@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django.db.models import Count, QuerySet, Sum
+from django.db.models import Count, Q, QuerySet, Sum
 
 from runtime.models import GPUUnit, Operation, Tenant, UnitEvent, UnitPhase
 
@@ -45,10 +45,20 @@ class TenantUsage:
     cpu_millicores: int
     memory_bytes: int
     claims: int
+    name_taken: bool = False
 
 
-def get_tenant_usage(*, tenant: Tenant) -> TenantUsage:
-    usage = GPUUnit.objects.filter(tenant=tenant, phase__in=UnitPhase.LIVE).aggregate(
-        cpu=Sum("cpu_millicores"), memory=Sum("memory_bytes"), claims=Count("id")
+def get_tenant_usage(*, tenant: Tenant, name: str | None = None) -> TenantUsage:
+    """One aggregate over the tenant's live units; with `name`, also whether one holds it
+    (the create path asks both under the tenant lock, where every statement counts)."""
+    aggregates = {
+        "cpu": Sum("cpu_millicores"),
+        "memory": Sum("memory_bytes"),
+        "claims": Count("id"),
+    }
+    if name is not None:
+        aggregates["named"] = Count("id", filter=Q(name=name))
+    usage = GPUUnit.objects.filter(tenant=tenant, phase__in=UnitPhase.LIVE).aggregate(**aggregates)
+    return TenantUsage(
+        usage["cpu"] or 0, usage["memory"] or 0, usage["claims"], bool(usage.get("named"))
     )
-    return TenantUsage(usage["cpu"] or 0, usage["memory"] or 0, usage["claims"])

@@ -13,12 +13,12 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.db import IntegrityError, transaction
-from django.db.models import Count, F, Q, Sum
+from django.db.models import F
 from django.utils import timezone
 
 from catalog import selectors as catalog_selectors
 from controlplane.kube import quantity
-from runtime import manifests, selectors
+from runtime import manifests, selectors, validation
 from runtime.errors import (
     InsufficientCapacity,
     InvalidRequest,
@@ -201,21 +201,6 @@ def _check_quota(
             )
 
 
-def _live_usage(tenant: Tenant, *, name: str) -> tuple[selectors.TenantUsage, bool]:
-    """selectors.get_tenant_usage plus whether a live unit already has `name`, in one query
-    (the create path runs it under the tenant lock, so every statement there counts)."""
-    usage = GPUUnit.objects.filter(tenant=tenant, phase__in=UnitPhase.LIVE).aggregate(
-        cpu=Sum("cpu_millicores"),
-        memory=Sum("memory_bytes"),
-        claims=Count("id"),
-        named=Count("id", filter=Q(name=name)),
-    )
-    return (
-        selectors.TenantUsage(usage["cpu"] or 0, usage["memory"] or 0, usage["claims"]),
-        usage["named"] > 0,
-    )
-
-
 def create_unit(
     *,
     tenant: Tenant,
@@ -251,8 +236,8 @@ def create_unit(
         with transaction.atomic():
             # Serialise orders per tenant: quota, name and operationID checks see each other.
             list(Tenant.objects.select_for_update().filter(pk=tenant.pk).values_list("pk"))
-            usage, name_taken = _live_usage(tenant, name=name)
-            if name_taken:
+            usage = selectors.get_tenant_usage(tenant=tenant, name=name)
+            if usage.name_taken:
                 # An identical request that committed while we waited for the lock is a replay.
                 replay = _replay(tenant, operation_id, request_hash)
                 if replay:
@@ -348,8 +333,7 @@ def request_unit_deletion(*, tenant: Tenant, name: str) -> GPUUnit:
 
 
 def delete_operation_id(unit: GPUUnit) -> str:
-    # '@' is not allowed in client operationIDs, so this never collides with one.
-    return f"@delete-{unit.uid}"
+    return f"{validation.DELETE_OPERATION_PREFIX}{unit.uid}"
 
 
 # --- operations -------------------------------------------------------------------------

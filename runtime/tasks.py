@@ -8,7 +8,7 @@ from datetime import timedelta
 
 from celery import shared_task
 from django.conf import settings
-from django.db import InterfaceError, OperationalError, close_old_connections, connection
+from django.db import InterfaceError, OperationalError, connection
 from django.utils import timezone
 
 from controlplane.kube.errors import TemporaryError
@@ -30,7 +30,6 @@ def _run_operation(task, run, operation_pk: int) -> None:
     except (OperationalError, InterfaceError) as exc:
         # The database dropped our connection (restart, failover, pg_terminate_backend):
         # start the next attempt on a fresh one.
-        close_old_connections()
         connection.close()
         raise task.retry(countdown=_backoff(task.request.retries, 1.0), exc=exc) from exc
     except TemporaryError as exc:

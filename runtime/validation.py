@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 
 OPERATION_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+# Deletions get IDs of their own; '@' is not allowed in client IDs, so they never collide.
+DELETE_OPERATION_PREFIX = "@delete-"
 UNIT_NAME_MAX = 54  # so unit-<name>-gpu fits a 63-character name
 _LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
@@ -23,6 +25,11 @@ RESERVED_ENV = {"SPEC_NAME", "UNIT_NAME", "GPU_COUNT"}
 MAX_IMAGE = 512
 MAX_ITEMS = 64
 MAX_STRING = 4096
+
+
+def operation_lookup_id(value: str) -> bool:
+    """An ID an operation can have: a client's, or one the service gave a deletion."""
+    return bool(OPERATION_ID.fullmatch(value.removeprefix(DELETE_OPERATION_PREFIX)))
 
 
 def unit_name(value: str) -> str | None:

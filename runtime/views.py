@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import re
-
 from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -27,8 +25,6 @@ _UNIT = envelope(UnitSerializer, name="UnitResponse")
 # than rendering a unit with them, and to_representation keeps no per-call state.
 _render_unit = UnitSerializer().to_representation
 _REPLAYED = "Idempotent-Replayed"
-# Client operation IDs, and the '@delete-<uuid>' IDs the service gives deletions.
-_OPERATION_ID = re.compile(r"@?[A-Za-z0-9._:-]{1,128}")
 
 
 class TenantView(APIView):
@@ -144,7 +140,7 @@ class OperationDetailView(TenantView):
     def get(self, request: Request, operation_id: str) -> Response:
         operation = (
             selectors.get_operation(tenant=self.tenant, operation_id=operation_id)
-            if _OPERATION_ID.fullmatch(operation_id)
+            if validation.operation_lookup_id(operation_id)
             else None
         )
         if operation is None:

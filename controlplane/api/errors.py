@@ -12,6 +12,7 @@ class ApiError(Exception):
 
     status_code = 400
     code = "invalid_request"
+    headers: dict[str, str] = {}
 
     def __init__(self, message: str, *, details: dict[str, Any] | None = None) -> None:
         super().__init__(message)
@@ -32,6 +33,7 @@ class NotFound(ApiError):
 class ServiceUnavailable(ApiError):
     status_code = 503
     code = "service_unavailable"
+    headers = {"Retry-After": "1"}
 
 
 def error_body(code: str, message: str, details: dict[str, Any] | None = None) -> dict:

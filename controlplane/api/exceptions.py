@@ -10,7 +10,7 @@ from django.http import Http404
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 
-from controlplane.api.errors import ApiError, error_body
+from controlplane.api.errors import ApiError, ServiceUnavailable, error_body
 
 logger = logging.getLogger(__name__)
 
@@ -36,15 +36,13 @@ def _enveloped(body: dict, status_code: int, headers: dict | None = None) -> Res
 
 
 def envelope_exception_handler(exc: Exception, context: dict) -> Response | None:
-    if isinstance(exc, ApiError):
-        return _enveloped(error_body(exc.code, exc.message, exc.details), exc.status_code)
     if isinstance(exc, OperationalError | InterfaceError):
         # The database is unreachable or dropped us: nothing was done, retrying is safe.
         logger.warning("database unavailable in %s: %s", context.get("view"), exc)
+        exc = ServiceUnavailable("The service is briefly unavailable; retry.")
+    if isinstance(exc, ApiError):
         return _enveloped(
-            error_body("service_unavailable", "The service is briefly unavailable; retry."),
-            status.HTTP_503_SERVICE_UNAVAILABLE,
-            {"Retry-After": "1"},
+            error_body(exc.code, exc.message, exc.details), exc.status_code, exc.headers
         )
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()
