@@ -201,7 +201,8 @@ def render(results: dict[str, dict]) -> str:
         "Server settings: production mode (`DJANGO_DEBUG=0`, `bench/settings.py` = the "
         "product's settings + the baseline views + a statement-counting middleware), "
         "`API_THROTTLE_RATE=100000000/min` so the limiter runs but never refuses. The "
-        "simulated cluster runs in its own process with TCP_NODELAY (`bench/simserver.py`).",
+        "simulated cluster runs in its own process (`bench/simserver.py`, claims "
+        "pre-allocated where a bench needs them).",
         "",
     ]
     for name, section in SECTIONS.items():

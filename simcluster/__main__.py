@@ -7,6 +7,7 @@ import logging
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
@@ -64,6 +65,17 @@ def main(argv: list[str] | None = None) -> None:
         persist_path=args.persist,
         scheduler=not args.no_scheduler,
     )
+    serve(cluster, kubeconfig_out=args.kubeconfig_out)
+
+
+def serve(
+    cluster: SimCluster,
+    *,
+    kubeconfig_out: str | None,
+    prepare: Callable[[SimCluster], None] | None = None,
+) -> None:
+    """Start the cluster, run `prepare` on it, write the kubeconfig (its appearance tells a
+    launcher the cluster is ready), print the URL and serve until SIGINT or SIGTERM."""
     done = threading.Event()
 
     def handle(signum: int, frame: FrameType | None) -> None:
@@ -73,8 +85,10 @@ def main(argv: list[str] | None = None) -> None:
     signal.signal(signal.SIGTERM, handle)
     cluster.start()
     try:
-        if args.kubeconfig_out:
-            cluster.write_kubeconfig(args.kubeconfig_out)
+        if prepare is not None:
+            prepare(cluster)
+        if kubeconfig_out:
+            cluster.write_kubeconfig(kubeconfig_out)
         print(f"simcluster serving on {cluster.url}", flush=True)
         done.wait()
     finally:
