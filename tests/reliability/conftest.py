@@ -13,7 +13,7 @@ import pytest
 from rest_framework.test import APIClient
 
 from catalog.tests.factories import PackageFactory
-from runtime import reconcile
+from runtime import reconcile, services
 from runtime.models import GPUUnit
 from runtime.tasks import sweep_operations
 from runtime.tests.factories import TenantFactory, key_for
@@ -62,6 +62,18 @@ def customer(cluster):
     yield client
     cluster.faults.clear()
     remove_namespace_objects(tenant.namespace)
+
+
+def order_units(tenant, package_id: str, count: int) -> None:
+    """Order `count` units unit-0..unit-<count-1> through the service, as the API would."""
+    for index in range(count):
+        services.create_unit(
+            tenant=tenant,
+            operation_id=f"op-{index}",
+            name=f"unit-{index}",
+            package_id=package_id,
+            image="busybox",
+        )
 
 
 def post_json(url: str, key: str, payload: dict) -> tuple[int, dict | None]:

@@ -19,7 +19,7 @@ from runtime import reconcile, services
 from runtime.models import GPUUnit, Operation
 from runtime.tests.factories import key_for
 from runtime.tests.helpers import wait_for_phase
-from tests.reliability.conftest import post_json, wait_until_settled
+from tests.reliability.conftest import order_units, post_json, wait_until_settled
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("celery_worker")]
 
@@ -144,14 +144,7 @@ def test_thirty_percent_of_cluster_calls_fail_or_time_out(
     settings.OPERATION_STALE_SECONDS = 10
     cluster.requests.clear()
     cluster.faults.set(error_rate=0.15, status=500, timeout_rate=0.15)
-    for index in range(5):
-        services.create_unit(
-            tenant=tenant,
-            operation_id=f"op-{index}",
-            name=f"unit-{index}",
-            package_id=h100.id,
-            image="busybox",
-        )
+    order_units(tenant, h100.id, 5)
     phases = wait_until_settled(tenant, {"Running"}, sweep=True, timeout=240)
     entries = cluster.requests.entries()
     cluster.faults.clear()

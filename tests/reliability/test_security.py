@@ -57,21 +57,40 @@ def call(client: APIClient, method: str, path: str):
     return getattr(client, method)(path)
 
 
+BAD_HEADERS = {
+    "missing": None,
+    "empty": "Bearer",
+    "other-scheme": "Basic abc",
+    "malformed": "Token abc",
+    "not-a-key": "Bearer nope",
+    "unknown": "Bearer gcp_000000000000_" + "x" * 43,
+}
+
+
 @pytest.mark.parametrize(("method", "path"), ENDPOINTS)
-@pytest.mark.parametrize("credential", ["missing", "malformed", "unknown", "revoked"])
+@pytest.mark.parametrize("credential", [*BAD_HEADERS, "revoked"])
 def test_every_endpoint_refuses_bad_keys(victim, method, path, credential):
     client = APIClient()
-    if credential == "malformed":
-        client.credentials(HTTP_AUTHORIZATION="Token abc")
-    elif credential == "unknown":
-        client.credentials(HTTP_AUTHORIZATION="Bearer gcp_000000000000_" + "x" * 43)
-    elif credential == "revoked":
+    if credential == "revoked":
         api_key, key = services.create_api_key(tenant=victim)
         services.revoke_api_key(api_key=api_key)
         client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
+    elif BAD_HEADERS[credential]:
+        client.credentials(HTTP_AUTHORIZATION=BAD_HEADERS[credential])
     response = call(client, method, path)
     assert response.status_code == 401
-    assert response.json()["error"]["code"] == "unauthenticated"
+    error = response.json()["error"]
+    assert error["code"] == "unauthenticated"
+    if credential == "revoked":
+        assert "revoked" in error["message"]
+
+
+def test_only_the_keys_hash_is_stored(victim):
+    api_key, key = services.create_api_key(tenant=victim)
+    stored = " ".join(str(v) for v in type(api_key).objects.values_list().get(pk=api_key.pk))
+    assert key not in stored
+    assert key.split("_", 2)[2] not in stored
+    assert services.hash_key(key) in stored
 
 
 @pytest.mark.parametrize(("method", "path"), [e for e in ENDPOINTS if "victim" in e[1]])

@@ -12,9 +12,8 @@ import pytest
 from conftest import start_worker, stop_worker
 from controlplane import kube
 from controlplane.celery import app
-from runtime import services
 from runtime.models import Operation
-from tests.reliability.conftest import wait_until_settled
+from tests.reliability.conftest import order_units, wait_until_settled
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("celery_worker")]
 UNITS = 6
@@ -40,14 +39,7 @@ def test_worker_killed_mid_provisioning(
     settings.OPERATION_STALE_SECONDS = 2  # what the sweeper (run here, as beat) considers stuck
     cluster.faults.set(verb="create", latency=0.4)  # slow creates: the kill lands mid-way
     doomed = start_worker("doomed")
-    for index in range(UNITS):
-        services.create_unit(
-            tenant=tenant,
-            operation_id=f"op-{index}",
-            name=f"unit-{index}",
-            package_id=h100.id,
-            image="busybox",
-        )
+    order_units(tenant, h100.id, UNITS)
     deadline = time.monotonic() + 30
     while not kube.list_objects(kube.GPUUNIT, namespace=tenant.namespace):
         assert time.monotonic() < deadline, "provisioning never started"
