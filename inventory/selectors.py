@@ -7,7 +7,6 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db.models import QuerySet
 from django.utils import timezone
 
 from inventory.models import InventorySnapshot, PackageAvailability, SyncRun
@@ -56,7 +55,3 @@ def get_inventory_document() -> bytes:
 
 def list_package_availability() -> dict[str, PackageAvailability]:
     return {row.package_id: row for row in PackageAvailability.objects.all()}
-
-
-def list_sync_runs(limit: int = 100) -> QuerySet[SyncRun]:
-    return SyncRun.objects.order_by("-started_at")[:limit]
