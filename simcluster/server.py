@@ -161,6 +161,7 @@ class Handler(BaseHTTPRequestHandler):
         headers: dict[str, str] | None = None,
     ) -> None:
         payload = json.dumps(body, separators=(",", ":")).encode()
+        self._record(code)
         self.send_response(code)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(payload)))
@@ -169,7 +170,6 @@ class Handler(BaseHTTPRequestHandler):
             self.send_header(key, value)
         self.end_headers()
         self.wfile.write(payload)
-        self._code = code
 
     def _send_error(self, error: ApiError, headers: dict[str, str] | None = None) -> None:
         self._send_json(error.code, error.to_status(), headers=headers)
@@ -206,8 +206,14 @@ class Handler(BaseHTTPRequestHandler):
             # A bug in the simulator must surface as a 500 to the client and a traceback here.
             logger.exception("simcluster: %s %s failed", method, self.path)
             self._send_error(ApiError.internal(f"{type(error).__name__}: {error}"))
-        if self._code:
-            self.server.requests.record(RequestEntry(code=self._code, path=url.path, **self._log))
+
+    def _record(self, code: int) -> None:
+        """Log the request as its response starts: a client holding the response then always
+        finds the request in the log."""
+        self._code = code
+        self.server.requests.record(
+            RequestEntry(code=code, path=urlsplit(self.path).path, **self._log)
+        )
 
     def _apply_faults(self, verb: str, resource: str | None) -> bool:
         """Sleep, hang or fail as configured; True when the request was already answered."""
@@ -280,12 +286,12 @@ class Handler(BaseHTTPRequestHandler):
 
     def _send_plain(self, text: str) -> None:
         payload = text.encode()
+        self._record(200)
         self.send_response(200)
         self.send_header("Content-Type", "text/plain; charset=utf-8")
         self.send_header("Content-Length", str(len(payload)))
         self.end_headers()
         self.wfile.write(payload)
-        self._code = 200
 
     def _discovery_root(self, accept: str, *, core: bool) -> None:
         registry = self.server.store.registry
@@ -713,12 +719,12 @@ class Handler(BaseHTTPRequestHandler):
             if error.code != 410:
                 raise
             first_error = error
+        self._record(200)
         self.send_response(200)
         self.send_header("Content-Type", JSON_TYPE)
         self.send_header("Transfer-Encoding", "chunked")
         self.send_header("Cache-Control", "no-cache, private")
         self.end_headers()
-        self._code = 200
         deadline = time.monotonic() + min(timeout, MAX_WATCH_SECONDS)
         first_table = True
         connected = True
