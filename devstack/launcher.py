@@ -101,6 +101,9 @@ def run(*, data_root: Path) -> int:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, terminate)
+    # Ctrl-C stops everything even when started from a shell that made us ignore SIGINT (a
+    # background job inherits SIG_IGN, and Python then installs no handler of its own).
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     processes: list[tuple[str, subprocess.Popen]] = []
     with services.environment(data_root=data_root) as env:
         try:
