@@ -28,6 +28,13 @@ class Tenant(models.Model):
     is_operator = models.BooleanField(
         default=False, help_text="Operator keys may read the cluster-wide inventory."
     )
+    # What the tenant's live (not Terminated) units hold against the quota, kept like a
+    # ResourceQuota's status.used: the order that creates a unit charges it under the tenant row
+    # lock, the unit's termination gives it back, and reconcile_units recounts it should it
+    # ever drift. Orders read one row instead of summing every live unit.
+    used_cpu_millicores = models.BigIntegerField(default=0, editable=False)
+    used_memory_bytes = models.BigIntegerField(default=0, editable=False)
+    used_claims = models.IntegerField(default=0, editable=False)
     users = models.ManyToManyField(
         settings.AUTH_USER_MODEL,
         blank=True,
@@ -108,7 +115,10 @@ class GPUUnit(models.Model):
     """A customer's GPU unit: a snapshot of the package contract plus its observed state."""
 
     uid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
-    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="units")
+    # Indexed by unit_tenant_recent and unit_name_unique_while_live, which lead with it.
+    tenant = models.ForeignKey(
+        Tenant, on_delete=models.PROTECT, related_name="units", db_index=False
+    )
     name = models.CharField(max_length=54)
     namespace = models.CharField(max_length=63)
     operation_id = models.CharField("operation ID", max_length=128)
@@ -187,7 +197,10 @@ class OperationStatus(models.TextChoices):
 class Operation(models.Model):
     """A create or delete request. It is the outbox: the sweeper re-enqueues open ones."""
 
-    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="operations")
+    # Indexed by operation_id_unique_per_tenant, which leads with it.
+    tenant = models.ForeignKey(
+        Tenant, on_delete=models.PROTECT, related_name="operations", db_index=False
+    )
     operation_id = models.CharField("operation ID", max_length=128)
     kind = models.CharField(max_length=8, choices=OperationKind)
     fingerprint = models.CharField(max_length=64, help_text="SHA-256 of the canonical request")
@@ -223,7 +236,10 @@ class EventType(models.TextChoices):
 class UnitEvent(models.Model):
     """One entry of a unit's timeline; a repeat of the latest entry bumps its count."""
 
-    unit = models.ForeignKey(GPUUnit, on_delete=models.CASCADE, related_name="events")
+    # Indexed by unit_event_timeline, which leads with it.
+    unit = models.ForeignKey(
+        GPUUnit, on_delete=models.CASCADE, related_name="events", db_index=False
+    )
     type = models.CharField(max_length=8, choices=EventType, default=EventType.NORMAL)
     reason = models.CharField(max_length=64)
     message = models.TextField(blank=True)

@@ -11,7 +11,6 @@ from collections.abc import Callable
 
 import yaml
 from django.conf import settings
-from django.utils import timezone
 
 from controlplane import kube
 from controlplane.kube.errors import KubeError, PermanentError, TemporaryError
@@ -301,13 +300,10 @@ def terminate_unit(*, operation_pk: int) -> None:
 
 
 def mark_terminated(unit: GPUUnit) -> None:
-    services.transition_unit(
+    services.terminate(
         unit,
-        to=UnitPhase.TERMINATED,
         reason="Terminated",
         message="The unit's objects are gone and its devices released.",
-        allowed_from={UnitPhase.TERMINATING},
-        terminated_at=timezone.now(),
         dra={**(unit.dra or {}), "allocated": False, "devices": []},
     )
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django.db.models import Count, Q, QuerySet, Sum
+from django.db.models import Count, QuerySet, Sum
 
 from runtime.models import GPUUnit, Operation, Tenant, UnitEvent, UnitPhase
 
@@ -38,6 +38,11 @@ def get_operation(*, tenant: Tenant, operation_id: str) -> Operation | None:
     )
 
 
+def name_in_use(*, tenant: Tenant, name: str) -> bool:
+    """Whether one of the tenant's live units holds the name."""
+    return GPUUnit.objects.filter(tenant=tenant, name=name, phase__in=UnitPhase.LIVE).exists()
+
+
 @dataclass(frozen=True)
 class TenantUsage:
     """What a tenant's live units hold against its quota."""
@@ -45,20 +50,26 @@ class TenantUsage:
     cpu_millicores: int
     memory_bytes: int
     claims: int
-    name_taken: bool = False
 
 
-def get_tenant_usage(*, tenant: Tenant, name: str | None = None) -> TenantUsage:
-    """One aggregate over the tenant's live units; with `name`, also whether one holds it
-    (the create path asks both under the tenant lock, where every statement counts)."""
-    aggregates = {
-        "cpu": Sum("cpu_millicores"),
-        "memory": Sum("memory_bytes"),
-        "claims": Count("id"),
-    }
-    if name is not None:
-        aggregates["named"] = Count("id", filter=Q(name=name))
-    usage = GPUUnit.objects.filter(tenant=tenant, phase__in=UnitPhase.LIVE).aggregate(**aggregates)
-    return TenantUsage(
-        usage["cpu"] or 0, usage["memory"] or 0, usage["claims"], bool(usage.get("named"))
+def get_tenant_usage(*, tenant: Tenant) -> TenantUsage:
+    """The tenant's usage counters as they are now in the database (the ones orders charge)."""
+    row = Tenant.objects.filter(pk=tenant.pk).values_list(
+        "used_cpu_millicores", "used_memory_bytes", "used_claims"
     )
+    return TenantUsage(*row.get())
+
+
+def count_tenant_usage(*, tenant: Tenant | None = None) -> dict[int, TenantUsage]:
+    """What every tenant's (or one tenant's) live units hold, summed from the units themselves
+    (`{tenant id: usage}`, tenants without live units left out): the truth the counters are
+    checked against."""
+    units = GPUUnit.objects.filter(phase__in=UnitPhase.LIVE)
+    if tenant is not None:
+        units = units.filter(tenant=tenant)
+    rows = (
+        units.values("tenant_id")
+        .annotate(cpu=Sum("cpu_millicores"), memory=Sum("memory_bytes"), claims=Count("id"))
+        .values_list("tenant_id", "cpu", "memory", "claims")
+    )
+    return {tenant_id: TenantUsage(*usage) for tenant_id, *usage in rows}

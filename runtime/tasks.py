@@ -51,6 +51,7 @@ def terminate_unit(self, operation_pk: int) -> None:
 
 @shared_task(name="runtime.reconcile_units", expires=30)
 def reconcile_units() -> None:
+    services.recount_usage()  # database only: runs even when the cluster is unreachable
     result = reconcile.reconcile_units()
     if result.changed or result.recreated or result.terminated:
         logger.info("reconcile: %s", result)

@@ -9,7 +9,7 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from catalog.tests.factories import PackageFactory
-from runtime import manifests
+from runtime import manifests, services
 from runtime.models import GPUUnit, Tenant, UnitEvent
 from runtime.tests.factories import TenantFactory
 
@@ -55,6 +55,7 @@ def make_unit(tenant: Tenant, name: str, *, phase: str = "Running", **fields) ->
     }
     unit = GPUUnit.objects.create(**values)
     UnitEvent.objects.create(unit=unit, reason="Accepted", message="Ordered.")
+    services.recount_usage()  # charge the tenant for it, as an order would have
     return unit
 
 

@@ -137,8 +137,44 @@ class TestCreate:
         tenant.save()
         client = client_for(tenant)
         client.post(URL, body(), format="json")
-        GPUUnit.objects.update(phase=UnitPhase.TERMINATED)
+        assert client.post(URL, body(operationID="b", name="b"), format="json").status_code == 409
+        unit = services.request_unit_deletion(tenant=tenant, name="demo-instance")
+        assert services.terminate(unit, reason="Terminated", message="gone")
         assert client.post(URL, body(operationID="b", name="b"), format="json").status_code == 201
+
+    def test_orders_charge_and_termination_releases_the_tenant_usage(self, tenant):
+        client = client_for(tenant)
+        client.post(URL, body(), format="json")
+        client.post(URL, body(operationID="b", name="b"), format="json")
+        client.post(URL, body(), format="json")  # a replay charges nothing
+        tenant.refresh_from_db()
+        # The package: 10 CPUs, 40Gi.
+        assert (tenant.used_cpu_millicores, tenant.used_memory_bytes, tenant.used_claims) == (
+            20_000,
+            80 * 2**30,
+            2,
+        )
+        unit = services.request_unit_deletion(tenant=tenant, name="b")
+        assert services.terminate(unit, reason="Terminated", message="gone")
+        assert not services.terminate(unit, reason="Terminated", message="again")
+        tenant.refresh_from_db()
+        assert (tenant.used_cpu_millicores, tenant.used_claims) == (10_000, 1)
+        assert services.recount_usage() == []
+
+    def test_recount_repairs_counters_that_disagree_with_the_units(self, tenant):
+        client_for(tenant).post(URL, body(), format="json")
+        other = TenantFactory()
+        GPUUnit.objects.update(phase=UnitPhase.TERMINATED)  # behind the order path's back
+        assert services.recount_usage() == [tenant.slug]
+        tenant.refresh_from_db()
+        assert (tenant.used_cpu_millicores, tenant.used_memory_bytes, tenant.used_claims) == (
+            0,
+            0,
+            0,
+        )
+        other.refresh_from_db()
+        assert other.used_claims == 0
+        assert services.recount_usage() == []
 
     @pytest.mark.parametrize(
         ("overrides", "field"),

@@ -52,6 +52,7 @@ def unqueued_order(tenant, name: str) -> tuple[GPUUnit, Operation]:
     operation = Operation.objects.create(
         tenant=tenant, operation_id=f"op-{name}", kind="create", fingerprint="x" * 64, unit=unit
     )
+    services.recount_usage()  # charge the tenant for it, as an order would have
     return unit, operation
 
 
