@@ -78,10 +78,14 @@ def desired_rows() -> dict:
 
 def raw_upsert(rows: dict) -> int:
     """COPY + INSERT ... ON CONFLICT per table, in one transaction; returns statements."""
+    import orjson
     from django.contrib.postgres.fields import ArrayField
     from django.db import connection, transaction
     from django.db.models import JSONField
     from psycopg.types.json import Jsonb
+
+    def jsonb(value):
+        return Jsonb(value, orjson.dumps)  # the fastest encoder we have, as the sync uses
 
     statements = 0
     with transaction.atomic(), connection.cursor() as wrapper:
@@ -99,7 +103,7 @@ def raw_upsert(rows: dict) -> int:
                 f"SELECT {names} FROM {table} WITH NO DATA"
             )
             wrap = [
-                Jsonb if isinstance(f, JSONField) else list if isinstance(f, ArrayField) else None
+                jsonb if isinstance(f, JSONField) else list if isinstance(f, ArrayField) else None
                 for f in fields
             ]
             with cursor.copy(f"COPY {temp} ({names}) FROM STDIN") as copy:

@@ -30,6 +30,16 @@ QUANTITY_KEY = "__quantity__"
 # `device.attributes["other.domain"]` yields an empty map in Kubernetes rather than an error;
 # the domains an expression names are pre-seeded as empty maps to give the same result.
 _DOMAIN_REFERENCE = re.compile(r"""\b(?:attributes|capacity)\s*\[\s*(["'])([^"']+)\1\s*\]""")
+# What a selector can learn about a device, when it reads nothing but named values: the driver
+# and `device.attributes["<domain>"].<name>` or `device.capacity["<domain>"]["<name>"]` (not a
+# method call on the map). Anything else naming `device` (the map itself, `in`, a macro over its
+# keys) may see every attribute.
+_DRIVER_READ = re.compile(r"\bdevice\s*\.\s*driver\b")
+_VALUE_READ = re.compile(
+    r"""\bdevice\s*\.\s*(attributes|capacity)\s*\[\s*(["'])([^"'\\]+)\2\s*\]\s*"""
+    r"""(?:\.\s*([A-Za-z_][A-Za-z0-9_]*)\b(?!\s*\()|\[\s*(["'])([^"'\\]+)\5\s*\])"""
+)
+_DEVICE = re.compile(r"\bdevice\b")
 _SEMVER = re.compile(
     r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
     r"(?:-((?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(?:\.(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?"
@@ -41,13 +51,60 @@ class CelCompileError(ValueError):
     """A selector expression that does not parse."""
 
 
+Read = tuple[str, str, str]  # ("attributes" | "capacity", domain, name)
+
+
 @dataclass(frozen=True)
 class CompiledSelector:
-    """One parsed `cel.expression` and the attribute/capacity domains it names."""
+    """One parsed `cel.expression`, the attribute/capacity domains it names, and the values
+    it reads (None: it may read any of them)."""
 
     expression: str
     program: cel.Program
     domains: tuple[str, ...]
+    reads: frozenset[Read] | None = None
+
+
+def _reads(expression: str, program: cel.Program) -> frozenset[Read] | None:
+    if set(program.variables()) - {"device"}:
+        return None  # a comprehension (all, exists, map, filter) may walk a map's keys
+    found = {
+        (m.group(1), m.group(3), m.group(4) or m.group(6)) for m in _VALUE_READ.finditer(expression)
+    }
+    rest = _DRIVER_READ.sub(" ", _VALUE_READ.sub(" ", expression))
+    return None if _DEVICE.search(rest) else frozenset(found)
+
+
+def reads(selectors: Iterable[CompiledSelector]) -> frozenset[Read] | None:
+    """Every value these selectors read besides the driver, or None when one may read more."""
+    found: set[Read] = set()
+    for selector in selectors:
+        if selector.reads is None:
+            return None
+        found |= selector.reads
+    return frozenset(found)
+
+
+def device_key(driver: str, device: dict[str, Any], read: Iterable[Read]) -> tuple:
+    """What selectors that read only `read` (see `reads`) see of a ResourceSlice device: two
+    devices with equal keys match exactly the same of them, so one evaluation serves both."""
+    key: list[Any] = [driver]
+    for kind, names in _entry_names(driver, tuple(read)):
+        entries = device.get(kind) or {}
+        # repr of JSON-shaped values: equal text means equal values (the converse need not
+        # hold: an unlucky key order only costs another evaluation).
+        key.extend(repr(entries.get(name)) for name in names)
+    return tuple(key)
+
+
+@functools.lru_cache(maxsize=256)
+def _entry_names(driver: str, read: tuple[Read, ...]) -> tuple[tuple[str, tuple[str, ...]], ...]:
+    """Where each read value may sit in a device entry: "<domain>/<name>", and plain "<name>"
+    in the driver's own domain."""
+    return tuple(
+        (kind, (f"{domain}/{name}", name) if domain == driver else (f"{domain}/{name}",))
+        for kind, domain, name in read
+    )
 
 
 def quantity_value(text: str) -> dict[str, str]:
@@ -199,7 +256,12 @@ def compile_selector(expression: str) -> CompiledSelector:
     except (ValueError, RuntimeError) as exc:
         raise CelCompileError(f"CEL compile error: {exc}") from exc
     domains = tuple(sorted({m.group(2) for m in _DOMAIN_REFERENCE.finditer(expression)}))
-    return CompiledSelector(expression=expression, program=program, domains=domains)
+    return CompiledSelector(
+        expression=expression,
+        program=program,
+        domains=domains,
+        reads=_reads(expression, program),
+    )
 
 
 def device_env(driver: str, device: dict[str, Any]) -> dict[str, Any]:
@@ -311,8 +373,10 @@ __all__ = [
     "CompiledSelector",
     "compile_selector",
     "device_env",
+    "device_key",
     "device_matches",
     "evaluate",
     "matching_sets",
     "quantity_value",
+    "reads",
 ]

@@ -8,10 +8,11 @@ only the highest generation kept, a pool complete when it has resourceSliceCount
 from __future__ import annotations
 
 import hashlib
-import json
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+
+import orjson
 
 import dracel
 from controlplane.kube import quantity
@@ -58,7 +59,7 @@ def _bytes(value: str | None) -> int:
 
 
 def _digest(value: object) -> str:
-    return hashlib.sha256(json.dumps(value, sort_keys=True).encode()).hexdigest()
+    return hashlib.sha256(orjson.dumps(value, option=orjson.OPT_SORT_KEYS)).hexdigest()
 
 
 def pod_requests(pod: dict) -> tuple[int, int]:
@@ -232,6 +233,13 @@ def observe(
         ]
     )
     holders = _allocations(claims)
+    # Selectors that read only named values cannot tell apart devices that agree on them
+    # (thousands of identical GPUs differing in name, UUID and index): one evaluation each.
+    read = dracel.reads(
+        [s for group in (*class_selectors.values(), *package_selectors.values()) for s in group]
+    )
+    read_order = tuple(sorted(read)) if read is not None else None
+    alike: dict[tuple, tuple[list[str], list[str]]] = {}
 
     for (driver, pool_name), members in _latest_pools(slices).items():
         first = members[0]["spec"]
@@ -255,10 +263,20 @@ def observe(
                 if known and known[0] == content_hash:
                     member_of, fits = known[1], known[2]
                 else:
-                    member_of, fits = _membership(
-                        driver, device, class_selectors, usable_packages, package_selectors
+                    shared = (
+                        None
+                        if read_order is None
+                        else dracel.device_key(driver, device, read_order)
                     )
-                    observation.evaluated_devices += 1
+                    if shared in alike:
+                        member_of, fits = alike[shared]
+                    else:
+                        member_of, fits = _membership(
+                            driver, device, class_selectors, usable_packages, package_selectors
+                        )
+                        observation.evaluated_devices += 1
+                        if shared is not None:
+                            alike[shared] = (member_of, fits)
                 holder = holders.get(key)
                 product = (device.get("attributes") or {}).get(NVIDIA_PRODUCT) or {}
                 observation.devices[key] = {

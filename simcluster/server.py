@@ -17,6 +17,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
+import orjson
 import yaml
 
 from simcluster import discovery, tables
@@ -160,7 +161,7 @@ class Handler(BaseHTTPRequestHandler):
         content_type: str = JSON_TYPE,
         headers: dict[str, str] | None = None,
     ) -> None:
-        payload = json.dumps(body, separators=(",", ":")).encode()
+        payload = orjson.dumps(body)
         self._record(code)
         self.send_response(code)
         self.send_header("Content-Type", content_type)

@@ -7,13 +7,13 @@ pydantic models is the slowest part of a list."""
 
 from __future__ import annotations
 
-import json
 import os
 import threading
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
+import orjson
 from django.conf import settings
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
@@ -125,7 +125,7 @@ def _call(
         exc.body = payload.decode("utf-8", "replace") if isinstance(payload, bytes) else payload
         exc.headers = response.headers
         raise classify(exc)
-    return json.loads(payload) if payload else {}
+    return orjson.loads(payload) if payload else {}
 
 
 def get(kind: Kind, namespace: str | None, name: str) -> dict | None:

@@ -12,7 +12,9 @@ from dracel import (
     device_matches,
     evaluate,
     matching_sets,
+    reads,
 )
+from dracel import device_key as key_of
 
 H100 = {
     "name": "gpu-0",
@@ -159,3 +161,46 @@ def test_matching_sets_names_every_set_whose_selectors_all_match() -> None:
     assert matching_sets(sets, env) == {"h100", "big-h100", "anything"}
     for name, selectors in sets.items():
         assert device_matches(selectors, env) == (name in {"h100", "big-h100", "anything"})
+
+
+@pytest.mark.parametrize(
+    ("expression", "read"),
+    [
+        (
+            'device.driver == "gpu.nvidia.com" && '
+            'device.attributes["gpu.nvidia.com"].productName == "NVIDIA L40S"',
+            {("attributes", "gpu.nvidia.com", "productName")},
+        ),
+        (
+            "device.capacity['gpu.nvidia.com']['memory'].compareTo(quantity('12Gi')) >= 0",
+            {("capacity", "gpu.nvidia.com", "memory")},
+        ),
+        ("has(device.attributes['d'].x)", {("attributes", "d", "x")}),
+        ("device.attributes['d'].name.startsWith('a')", {("attributes", "d", "name")}),
+        ("true", set()),
+        # Each of these may see attributes it does not name.
+        ("device.attributes['d'].exists(k, k == 'uuid')", None),
+        ("size(device.attributes['d']) > 2", None),
+        ("device.attributes['d'].size() > 1", None),
+        ("'uuid' in device.attributes['d']", None),
+        ("device.attributes['d'] == {'a': 1}", None),
+        ('device.attributes["d\\"x"].y == 1', None),
+    ],
+)
+def test_reads_names_the_values_a_selector_can_see(expression, read):
+    assert reads([compile_selector(expression)]) == (None if read is None else frozenset(read))
+
+
+def test_device_key_tells_apart_only_what_the_selectors_read():
+    read = sorted(
+        reads([compile_selector("device.attributes['gpu.nvidia.com'].productName == 'x'")])
+    )
+    other = {**H100, "name": "gpu-7", "attributes": {**H100["attributes"], "index": {"int": 7}}}
+    assert key_of("gpu.nvidia.com", H100, read) == key_of("gpu.nvidia.com", other, read)
+    assert key_of("gpu.nvidia.com", H100, read) != key_of("gpu.nvidia.com", RTX, read)
+    assert key_of("gpu.nvidia.com", H100, read) != key_of("other.driver", H100, read)
+    qualified = {
+        **H100,
+        "attributes": {"gpu.nvidia.com/productName": H100["attributes"]["productName"]},
+    }
+    assert key_of("gpu.nvidia.com", H100, read) != key_of("gpu.nvidia.com", qualified, read)

@@ -1,6 +1,10 @@
 """Pure inventory rules: pool generations and completeness, class membership through CEL,
 allocation, node headroom, package availability."""
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import dracel
 from inventory import observe
 
 DRIVER = "gpu.nvidia.com"
@@ -208,11 +212,118 @@ def test_package_selectors_narrow_the_devices():
 
 
 def test_unchanged_devices_reuse_membership_without_cel():
-    first = run()
-    assert first.evaluated_devices == 8
+    first = run(slices=[slice_("n1", [gpu(i, product=f"P{i}") for i in range(4)])])
+    assert first.evaluated_devices == 4
     previous = {
         k: (d["content_hash"], d["device_classes"], d["packages"]) for k, d in first.devices.items()
     }
-    assert run(previous_membership=previous).evaluated_devices == 0
+    again = run(
+        slices=[slice_("n1", [gpu(i, product=f"P{i}") for i in range(4)])],
+        previous_membership=previous,
+    )
+    assert again.evaluated_devices == 0
     changed_class = {**RTX_CLASS, "spec": {"selectors": []}}
-    assert run(device_classes=[changed_class], previous_membership=previous).evaluated_devices == 8
+    assert run(device_classes=[changed_class], previous_membership=previous).evaluated_devices == 1
+
+
+def with_uuid(device: dict, index: int) -> dict:
+    attributes = {
+        **device["attributes"],
+        "uuid": {"string": f"GPU-{index}"},
+        "index": {"int": index},
+    }
+    return {**device, "attributes": attributes}
+
+
+def test_devices_alike_to_the_selectors_share_one_evaluation():
+    devices = [with_uuid(gpu(i), i) for i in range(6)] + [
+        with_uuid(gpu(6, product="NVIDIA L40S"), 6),
+        with_uuid(gpu(7, memory="16Gi"), 7),
+    ]
+    picky = observe.PackageSpec(
+        "rtx-big",
+        "nvidia-rtx-3080",
+        ("device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('12Gi')) >= 0",),
+        1,
+        1,
+        1,
+    )
+    observation = run(slices=[slice_("n1", devices)], packages=[picky])
+    # Names, UUIDs and indexes differ, but the selectors read only productName and memory.
+    assert observation.evaluated_devices == 3
+    packages = {key[2]: d["packages"] for key, d in observation.devices.items()}
+    assert packages == {**{f"gpu-{i}": [] for i in range(7)}, "gpu-7": ["rtx-big"]}
+    classes = {key[2]: d["device_classes"] for key, d in observation.devices.items()}
+    assert classes["gpu-6"] == []
+    assert classes["gpu-0"] == classes["gpu-7"] == ["nvidia-rtx-3080"]
+
+
+def test_a_selector_that_may_read_any_attribute_is_evaluated_for_every_device():
+    walker = {
+        "metadata": {"name": "has-uuid"},
+        "spec": {
+            "selectors": [
+                {
+                    "cel": {
+                        "expression": "device.attributes['gpu.nvidia.com'].exists(k, k == 'uuid')"
+                    }
+                }
+            ]
+        },
+    }
+    devices = [with_uuid(gpu(i), i) for i in range(3)] + [gpu(3)]
+    observation = run(slices=[slice_("n1", devices)], device_classes=[RTX_CLASS, walker])
+    assert observation.evaluated_devices == 4
+    classes = {key[2]: d["device_classes"] for key, d in observation.devices.items()}
+    assert classes["gpu-0"] == ["has-uuid", "nvidia-rtx-3080"]
+    assert classes["gpu-3"] == ["nvidia-rtx-3080"]
+
+
+_PRODUCTS = ("NVIDIA GeForce RTX 3080", "NVIDIA L40S", "NVIDIA H100 80GB HBM3")
+_PROPERTY_CLASSES = {
+    "rtx": "device.attributes['gpu.nvidia.com'].productName == 'NVIDIA GeForce RTX 3080'",
+    "big": "device.capacity['gpu.nvidia.com'].memory.compareTo(quantity('40Gi')) >= 0",
+    "first": "device.attributes['gpu.nvidia.com'].index == 0",
+    "tagged": "device.attributes['gpu.nvidia.com'].exists(k, k == 'tag')",
+    "sized": "size(device.attributes['gpu.nvidia.com']) > 4",
+}
+
+
+@settings(max_examples=60, deadline=None)
+@given(
+    devices=st.lists(
+        st.tuples(
+            st.sampled_from(_PRODUCTS),
+            st.sampled_from(["10Gi", "48Gi", "80Gi"]),
+            st.integers(0, 2),
+            st.booleans(),
+        ),
+        min_size=1,
+        max_size=12,
+    ),
+    chosen=st.sets(st.sampled_from(sorted(_PROPERTY_CLASSES)), min_size=1),
+)
+def test_shared_evaluations_give_what_each_device_would_get_alone(devices, chosen):
+    built = []
+    for n, (product, memory, index, tagged) in enumerate(devices):
+        device = with_uuid(gpu(n, product=product, memory=memory), n)
+        device["attributes"]["index"] = {"int": index}
+        if tagged:
+            device["attributes"]["tag"] = {"string": "x"}
+        built.append(device)
+    classes = [
+        {"metadata": {"name": name}, "spec": {"selectors": [{"cel": {"expression": expression}}]}}
+        for name, expression in _PROPERTY_CLASSES.items()
+        if name in chosen
+    ]
+    observation = run(slices=[slice_("n1", built)], device_classes=classes)
+    for device in built:
+        alone = sorted(
+            name
+            for name in chosen
+            if dracel.device_matches(
+                [dracel.compile_selector(_PROPERTY_CLASSES[name])],
+                dracel.device_env(DRIVER, device),
+            )
+        )
+        assert observation.devices[(DRIVER, "n1", device["name"])]["device_classes"] == alone
