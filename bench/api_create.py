@@ -52,6 +52,7 @@ def main() -> None:
         return harness.json_request("POST", "/api/v1/gpu-units", replay_body, keys[0])
 
     results: dict[str, list[harness.LoadResult]] = {kind: [] for kind in KINDS}
+    cpu = {kind: dict.fromkeys(harness.CPU_GROUPS, 0.0) for kind in KINDS}
     with harness.gunicorn() as port:
         harness.run_load(port, replay, concurrency=1, total=1).check(201)
         for round_number in range(ROUNDS):
@@ -72,9 +73,13 @@ def main() -> None:
             }
             for kind, (warm, make, status) in kinds.items():
                 harness.run_load(port, warm, duration=WARMUP_SECONDS).check(status)
+                before = harness.cpu_seconds(port)
                 result = harness.run_load(port, make, duration=SECONDS)
+                after = harness.cpu_seconds(port)
                 result.check(status)
                 results[kind].append(result)
+                for group in harness.CPU_GROUPS:
+                    cpu[kind][group] += after[group] - before[group]
 
     def rps(kind: str) -> float:
         return harness.median([r.rps for r in results[kind]])
@@ -86,6 +91,7 @@ def main() -> None:
         "rounds": ROUNDS,
         "seconds_per_round": SECONDS,
         "statement_count": "server side: Django execute_wrapper in bench.middleware",
+        "cpu": "CPU ms per request by process (psutil), summed over the measured rounds",
     }
     for kind in KINDS:
         figures[f"{kind}_rps"] = round(rps(kind), 1)
@@ -99,6 +105,10 @@ def main() -> None:
         figures[f"{kind}_p50_ms"] = merged.percentile_ms(50)
         figures[f"{kind}_p99_ms"] = merged.percentile_ms(99)
         figures[f"{kind}_statements"] = merged.statements_per_request()
+        served = sum(r.requests for r in results[kind])
+        figures[f"{kind}_cpu_ms"] = {
+            group: round(seconds / served * 1000, 3) for group, seconds in cpu[kind].items()
+        }
     figures["units_created"] = GPUUnit.objects.count()
     harness.emit(figures)
 

@@ -31,8 +31,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 # The machine has 2 cores: 2 gunicorn workers x 4 threads serve, 8 client connections load.
-SERVER_WORKERS = 2
-SERVER_THREADS = 4
+SERVER_WORKERS = int(os.environ.get("BENCH_SERVER_WORKERS", "2"))
+SERVER_THREADS = int(os.environ.get("BENCH_SERVER_THREADS", "4"))
 CONCURRENCY = 8
 SERVER_DESCRIPTION = (
     f"gunicorn {SERVER_WORKERS} workers x {SERVER_THREADS} threads (gthread), "
@@ -285,6 +285,51 @@ class LoadResult:
         bad = {s: n for s, n in self.statuses.items() if s not in allowed}
         if bad:
             raise RuntimeError(f"unexpected responses {bad} (wanted {allowed})")
+
+
+CPU_GROUPS = ("server", "postgres", "redis", "client")
+
+
+def cpu_seconds(port: int) -> dict[str, float]:
+    """CPU seconds used so far by the gunicorn serving `port` (master and workers), PostgreSQL
+    (postmaster and backends), Redis, and this process (the load generator): read before and
+    after a load run, it says where each request's CPU went on a machine where CPU is the
+    limit. A process's reaped children count through its children_* times, so backends that
+    exit between two readings are not lost."""
+    import psutil
+
+    def tree_seconds(root: psutil.Process) -> float:
+        total = 0.0
+        for process in [root, *root.children(recursive=True)]:
+            times = process.cpu_times()
+            total += times.user + times.system + times.children_user + times.children_system
+        return total
+
+    totals = dict.fromkeys(CPU_GROUPS, 0.0)
+    me = psutil.Process()
+    times = me.cpu_times()
+    totals["client"] = times.user + times.system
+    for process in psutil.process_iter(["name", "cmdline", "ppid"]):
+        try:
+            command = " ".join(process.info["cmdline"] or [])
+            parent = psutil.Process(process.info["ppid"]) if process.info["ppid"] else None
+            parent_command = " ".join(parent.cmdline()) if parent else ""
+            if "gunicorn" in command and f"127.0.0.1:{port}" in command:
+                group = "server"
+                is_root = f"127.0.0.1:{port}" not in parent_command
+            elif "/bin/postgres" in command:
+                group = "postgres"  # the postmaster; backends are its children
+                is_root = True
+            elif "redis-server" in command:
+                group = "redis"
+                is_root = "redis-server" not in parent_command
+            else:
+                continue
+            if is_root:
+                totals[group] += tree_seconds(process)
+        except psutil.Error:
+            continue  # exited while we looked
+    return totals
 
 
 def run_load(

@@ -64,6 +64,22 @@ def _create(f: dict) -> list[str]:
         f"| baseline (one INSERT) | {f['baseline_rps']} | | 1 | {f['baseline_p50_ms']} | "
         f"{f['baseline_p99_ms']} | {f['baseline_statements']} | |"
     )
+    if "create_cpu_ms" in f:
+        groups = list(f["create_cpu_ms"])
+        out += [
+            "",
+            "Where each request's CPU goes (the machine's 2 cores are the limit, so req/s is "
+            f"about 2,000 ms / the total): {f['cpu']}.",
+            "",
+            f"| request | {' | '.join(groups)} | total |",
+            f"| --- | {' | '.join('---' for _ in groups)} | --- |",
+        ]
+        for label, kind in [*rows, ("baseline (one INSERT)", "baseline")]:
+            spent = f[f"{kind}_cpu_ms"]
+            out.append(
+                f"| {label} | {' | '.join(str(spent[g]) for g in groups)} | "
+                f"{round(sum(spent.values()), 3)} |"
+            )
     return [*out, ""]
 
 
