@@ -39,8 +39,11 @@ class TenantAdmin(admin.ModelAdmin):
     actions = ["create_key"]
 
     def get_readonly_fields(self, request: HttpRequest, obj: Tenant | None = None):
-        # Units live in the namespace: moving a tenant would orphan them.
-        return ("namespace",) if obj is not None else ()
+        # Units live in the namespace: moving a tenant would orphan them. The usage counters
+        # are kept by orders and terminations (and recounted by reconcile_units), never typed.
+        if obj is None:
+            return ()
+        return ("namespace", "used_cpu_millicores", "used_memory_bytes", "used_claims")
 
     @admin.action(description="Create an API key (shown once)")
     def create_key(self, request: HttpRequest, queryset) -> None:

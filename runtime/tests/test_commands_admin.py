@@ -73,6 +73,30 @@ def test_admin_pages_render(admin_client):
     )
 
 
+def test_admin_shows_the_tenant_usage_but_does_not_take_it_from_the_form(admin_client):
+    tenant = TenantFactory()
+    Tenant.objects.filter(pk=tenant.pk).update(used_cpu_millicores=2500, used_claims=3)
+    url = reverse("admin:runtime_tenant_change", args=[tenant.pk])
+    page = admin_client.get(url).content.decode()
+    assert "Used cpu millicores" in page
+    assert 'name="used_claims"' not in page
+    admin_client.post(
+        url,
+        {
+            "slug": tenant.slug,
+            "display_name": "renamed",
+            "quota_cpu": tenant.quota_cpu,
+            "quota_memory": tenant.quota_memory,
+            "quota_claims": tenant.quota_claims,
+            "used_claims": 0,
+            "api_keys-TOTAL_FORMS": 0,
+            "api_keys-INITIAL_FORMS": 0,
+        },
+    )
+    tenant.refresh_from_db()
+    assert (tenant.display_name, tenant.used_claims) == ("renamed", 3)
+
+
 def test_admin_creates_a_key_once_and_revokes(admin_client):
     tenant = TenantFactory()
     response = admin_client.post(
