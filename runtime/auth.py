@@ -37,7 +37,7 @@ def _key_with_tenant(prefix: str) -> ApiKey | None:
     with connection.cursor() as cursor:
         cursor.execute(
             f"SELECT {sql.select_list(ApiKey, 'k')}, {sql.select_list(Tenant, 't')} "
-            "FROM runtime_apikey k JOIN runtime_tenant t ON t.id = k.tenant_id "
+            f"FROM {sql.table(ApiKey)} k JOIN {sql.table(Tenant)} t ON t.id = k.tenant_id "
             "WHERE k.prefix = %s",
             [prefix],
         )
