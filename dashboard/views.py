@@ -322,9 +322,9 @@ class UnitDeleteView(DashboardView):
         unit = queries.get_unit(self.scope, uid)
         if unit is None:
             return self.not_found("unit")
-        # The service finds units by name; only a live unit is the newest of its name.
         if unit.phase in UnitPhase.LIVE:
-            services.request_unit_deletion(tenant=unit.tenant, name=unit.name)
+            # By uid too: if this unit ends meanwhile, a newer one of its name is not touched.
+            services.request_unit_deletion(tenant=unit.tenant, name=unit.name, uid=unit.uid)
             messages.success(request, f"Deletion of {unit.name} requested.")
         return HttpResponseRedirect(reverse("dashboard:unit-detail", args=[unit.uid]))
 

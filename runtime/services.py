@@ -425,15 +425,14 @@ def recount_usage() -> list[str]:
     return fixed
 
 
-def request_unit_deletion(*, tenant: Tenant, name: str) -> GPUUnit:
-    """Mark the unit Terminating and queue its teardown. Repeating it changes nothing."""
+def request_unit_deletion(*, tenant: Tenant, name: str, uid: str | None = None) -> GPUUnit:
+    """Mark the unit Terminating and queue its teardown. Repeating it changes nothing. With
+    `uid`, only that unit: a page that shows one unit never deletes a newer one of its name."""
     with transaction.atomic():
-        unit = (
-            GPUUnit.objects.select_for_update()
-            .filter(tenant=tenant, name=name)
-            .order_by("-id")
-            .first()
-        )
+        units = GPUUnit.objects.select_for_update().filter(tenant=tenant, name=name)
+        if uid is not None:
+            units = units.filter(uid=uid)
+        unit = units.order_by("-id").first()
         if unit is None:
             raise NotFound(f"gpu unit {name} not found.")
         if unit.phase in (UnitPhase.TERMINATING, UnitPhase.TERMINATED):

@@ -161,6 +161,17 @@ class TestCreate:
         assert (tenant.used_cpu_millicores, tenant.used_claims) == (10_000, 1)
         assert services.recount_usage() == []
 
+    def test_deletion_by_uid_never_touches_a_newer_unit_of_the_same_name(self, tenant):
+        client = client_for(tenant)
+        client.post(URL, body(), format="json")
+        old = services.request_unit_deletion(tenant=tenant, name="demo-instance")
+        services.terminate(old, reason="Terminated", message="gone")
+        client.post(URL, body(operationID="again"), format="json")
+        again = services.request_unit_deletion(tenant=tenant, name="demo-instance", uid=old.uid)
+        assert (again.pk, again.phase) == (old.pk, UnitPhase.TERMINATED)
+        newer = GPUUnit.objects.get(tenant=tenant, operation_id="again")
+        assert newer.phase == UnitPhase.ACCEPTED
+
     def test_recount_repairs_counters_that_disagree_with_the_units(self, tenant):
         client_for(tenant).post(URL, body(), format="json")
         other = TenantFactory()
