@@ -7,9 +7,10 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from controlplane import kube
-from runtime.models import GPUUnit, Operation
+from runtime import services
+from runtime.models import GPUUnit, Operation, UnitPhase
 from runtime.tests.factories import key_for
-from tests.reliability.conftest import post_json, wait_until_settled
+from tests.reliability.conftest import order_units, post_json, wait_until_settled
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("celery_worker")]
 
@@ -73,4 +74,41 @@ def test_fifty_identical_concurrent_creates_make_one_unit(live_server, customer,
         replayed=statuses.count(200),
         units=1,
         objects_in_cluster=objects,
+    )
+
+
+def test_quota_freed_by_deletions_goes_to_exactly_that_many_concurrent_orders(
+    live_server, customer, h100, record
+):
+    tenant = customer.tenant
+    tenant.quota_cpu = "100"  # ten units of 10 CPU
+    tenant.save()
+    order_units(tenant, h100.id, 10)
+    wait_until_settled(tenant, {"Running", "Pending"})
+    for index in range(4):
+        services.request_unit_deletion(tenant=tenant, name=f"unit-{index}")
+    wait_until_settled(tenant, {"Running", "Pending", "Terminated"})
+    tenant.refresh_from_db()
+    assert (tenant.used_cpu_millicores, tenant.used_claims) == (60_000, 6)
+
+    key = key_for(tenant)
+    url = f"{live_server.url}/api/v1/gpu-units"
+    payloads = [
+        {"operationID": f"new-{i}", "name": f"new-{i}", "packageID": h100.id, "image": "busybox"}
+        for i in range(20)
+    ]
+    with ThreadPoolExecutor(max_workers=20) as pool:
+        statuses = [status for status, _ in pool.map(lambda p: post_json(url, key, p), payloads)]
+    assert statuses.count(201) == 4
+    assert statuses.count(409) == 16
+    live = GPUUnit.objects.filter(tenant=tenant, phase__in=UnitPhase.LIVE).count()
+    tenant.refresh_from_db()
+    assert (tenant.used_cpu_millicores, tenant.used_claims, live) == (100_000, 10, 10)
+    assert services.recount_usage() == []  # the counters agree with the units
+    record(
+        ordered_then_deleted=4,
+        concurrent_requests=20,
+        accepted=statuses.count(201),
+        rejected=statuses.count(409),
+        used_claims=tenant.used_claims,
     )
