@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -75,16 +76,28 @@ def last_heartbeat() -> datetime | None:
     return datetime.fromisoformat(raw.decode()) if raw else None
 
 
+# Redis and the cluster are probed next to the database check, so one probe takes as long as
+# the slowest dependency rather than all of them together (each has its own timeout).
+_probes = ThreadPoolExecutor(max_workers=4, thread_name_prefix="health")
+
+
+def _broker_and_heartbeat() -> tuple[Check, datetime | None]:
+    broker = check_broker()
+    return broker, last_heartbeat() if broker.ok else None
+
+
 def report() -> tuple[bool, dict]:
     """Return (ready, body). Only the database decides readiness: with the broker or the
     cluster down the API still accepts work (it is recorded and carried out later)."""
-    database = check_database()
+    redis_probe = _probes.submit(_broker_and_heartbeat)
+    cluster_probe = _probes.submit(check_cluster)
+    database = check_database()  # Django's connection belongs to this thread
+    broker, beat = redis_probe.result()
     checks: dict[str, dict] = {
         "database": database.as_dict(),
-        "broker": check_broker().as_dict(),
-        "cluster": check_cluster().as_dict(),
+        "broker": broker.as_dict(),
+        "cluster": cluster_probe.result().as_dict(),
     }
-    beat = last_heartbeat()
     stale_after = settings.HEARTBEAT_INTERVAL_SECONDS * 3
     worker_ok = beat is not None and (datetime.now(UTC) - beat).total_seconds() <= stale_after
     checks["worker"] = {"ok": worker_ok, "lastHeartbeat": beat.isoformat() if beat else None}

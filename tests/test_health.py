@@ -1,5 +1,6 @@
 """GET /api/v1/health against the real database, Redis and a real Celery worker."""
 
+import threading
 import time
 
 import pytest
@@ -83,3 +84,19 @@ def test_health_reports_the_inventory_age(api_client, cluster):
     inventory = api_client.get("/api/v1/health").json()["data"]["checks"]["inventory"]
     assert inventory["ok"] is True
     assert inventory["lastSync"]
+
+
+def test_redis_and_cluster_are_probed_at_the_same_time(api_client, monkeypatch):
+    # Each probe waits until the other one has started: probed one after the other, both
+    # would give up waiting and report the broken barrier.
+    both_started = threading.Barrier(2, timeout=5)
+
+    def waits_for_the_other() -> health.Check:
+        both_started.wait()
+        return health.Check(True, 0.0)
+
+    monkeypatch.setattr(health, "check_broker", waits_for_the_other)
+    monkeypatch.setattr(health, "check_cluster", waits_for_the_other)
+    checks = api_client.get("/api/v1/health").json()["data"]["checks"]
+    assert checks["broker"]["ok"] is True
+    assert checks["cluster"]["ok"] is True
