@@ -91,6 +91,15 @@ if not env.str("DATABASE_URL", default=""):
 DATABASES = {"default": env.db_url("DATABASE_URL")}
 DATABASES["default"]["CONN_MAX_AGE"] = env.int("DB_CONN_MAX_AGE", default=60)
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+# The hand-written statements of hot paths (controlplane/sql.py) are prepared on the server once
+# per connection. Turn off behind a pooler in transaction mode that cannot keep them (PgBouncer
+# before 1.21, or without max_prepared_statements).
+DB_PREPARED_STATEMENTS = env.bool("DB_PREPARED_STATEMENTS", default=True)
+if DB_PREPARED_STATEMENTS:
+    # psycopg prepares nothing when this is None (Django's default). Django's own cursors bind
+    # on the client and never prepare; only statements asked to (sql.cursor) are, so the
+    # automatic threshold is set out of reach.
+    DATABASES["default"].setdefault("OPTIONS", {})["prepare_threshold"] = 2**31 - 1
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
 REDIS_URL = env.str("REDIS_URL", default="redis://127.0.0.1:6379/0")

@@ -6,13 +6,55 @@ these statements without editing them, and rows come back as ordinary model inst
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from datetime import date, datetime
 from functools import cache
 from typing import Any
 
+import psycopg
+from django.conf import settings
 from django.db import connection, models
+from django.db.backends.utils import CursorWrapper
+
+
+class _Preparing:
+    """A psycopg cursor (server-side binding) that prepares each statement it runs: the server
+    parses and plans it once per connection, then only binds and executes it."""
+
+    def __init__(self, cursor: psycopg.Cursor) -> None:
+        self._cursor = cursor
+
+    def execute(self, query: str, params: Any = None) -> psycopg.Cursor:
+        return self._cursor.execute(query, params, prepare=True)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cursor, name)
+
+
+@contextlib.contextmanager
+def cursor() -> Iterator[CursorWrapper]:
+    """The cursor for hand-written hot statements: prepared ones (about half their database
+    CPU, measured in docs/benchmarks.md) unless settings.DB_PREPARED_STATEMENTS is off. Django's
+    own queries keep its client-side binding. Wrapped like any Django cursor: execute_wrapper,
+    query logging and the translation of database errors (IntegrityError, ...) all apply."""
+    if not settings.DB_PREPARED_STATEMENTS:
+        with connection.cursor() as plain:
+            yield plain
+        return
+    connection.close_if_health_check_failed()
+    connection.ensure_connection()
+    raw = psycopg.Cursor(connection.connection)
+    preparing = _Preparing(raw)
+    try:
+        yield (
+            connection.make_debug_cursor(preparing)
+            if connection.queries_logged
+            else connection.make_cursor(preparing)
+        )
+    finally:
+        raw.close()
 
 
 @cache

@@ -5,7 +5,6 @@ from __future__ import annotations
 import hmac
 from datetime import timedelta
 
-from django.db import connection
 from django.utils import timezone
 from rest_framework import authentication, exceptions
 
@@ -34,7 +33,7 @@ class TenantPrincipal:
 def _key_with_tenant(prefix: str) -> ApiKey | None:
     """The key with this prefix and its tenant, in one hand-written statement: every API
     request pays for this lookup, and building it with the ORM cost several times its query."""
-    with connection.cursor() as cursor:
+    with sql.cursor() as cursor:
         cursor.execute(
             f"SELECT {sql.select_list(ApiKey, 'k')}, {sql.select_list(Tenant, 't')} "
             f"FROM {sql.table(ApiKey)} k JOIN {sql.table(Tenant)} t ON t.id = k.tenant_id "

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from functools import cache
 
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
@@ -248,7 +248,7 @@ def _lookup(
     statement (the create path's only one before the tenant lock)."""
     if catalog_validation.dns_label(package_id):
         package_id = ""  # cannot be a package: matches nothing
-    with connection.cursor() as cursor:
+    with sql.cursor() as cursor:
         cursor.execute(
             f"SELECT {sql.select_list(Operation, 'o')}, {sql.select_list(Package, 'p')} "
             "FROM (VALUES (1)) AS one (x) "
@@ -333,7 +333,7 @@ def create_unit(
         "tenant": tenant.pk,
     }
     try:
-        with transaction.atomic(), connection.cursor() as cursor:
+        with transaction.atomic(), sql.cursor() as cursor:
             # Serialise orders per tenant: each sees the usage the one before it charged.
             cursor.execute(
                 "SELECT used_cpu_millicores, used_memory_bytes, used_claims "
