@@ -95,3 +95,31 @@ def test_from_row_builds_instances_and_none_for_an_outer_join_miss():
     assert read.selectors == unit.selectors
     assert read.uid == unit.uid
     assert sql.from_row(UnitEvent, row, sql.width(GPUUnit)) is None
+
+
+def _prepared(fragment: str) -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_prepared_statements WHERE statement LIKE %s",
+            [f"%{fragment}%"],
+        )
+        return cursor.fetchone()[0]
+
+
+def test_hot_statements_are_prepared_on_the_server_once_per_connection():
+    for _ in range(3):
+        with sql.cursor() as cursor:
+            cursor.execute("SELECT %s::int + 41 AS prepared_probe", [1])
+            assert cursor.fetchone() == (42,)
+    assert _prepared("prepared_probe") == 1
+    with connection.cursor() as cursor:  # Django's own cursors bind on the client
+        cursor.execute("SELECT %s::int + 41 AS client_probe", [1])
+    assert _prepared("client_probe") == 0
+
+
+def test_prepared_statements_can_be_turned_off(settings):
+    settings.DB_PREPARED_STATEMENTS = False
+    with sql.cursor() as cursor:
+        cursor.execute("SELECT %s::int + 41 AS unprepared_probe", [1])
+        assert cursor.fetchone() == (42,)
+    assert _prepared("unprepared_probe") == 0
