@@ -36,23 +36,20 @@ class _Preparing:
 @contextlib.contextmanager
 def cursor() -> Iterator[CursorWrapper]:
     """The cursor for hand-written hot statements: prepared ones (about half their database
-    CPU, measured in docs/benchmarks.md) unless settings.DB_PREPARED_STATEMENTS is off. Django's
-    own queries keep its client-side binding. Wrapped like any Django cursor: execute_wrapper,
-    query logging and the translation of database errors (IntegrityError, ...) all apply."""
-    if not settings.DB_PREPARED_STATEMENTS:
+    CPU, measured in docs/benchmarks.md) unless settings.DB_PREPARED_STATEMENTS is off or
+    queries are being logged (DEBUG, tests capturing queries: Django's log shows the SQL of
+    its own cursors only). Django's own queries keep its client-side binding. Wrapped like any
+    Django cursor: execute_wrapper and the translation of database errors (IntegrityError, ...)
+    apply."""
+    if not settings.DB_PREPARED_STATEMENTS or connection.queries_logged:
         with connection.cursor() as plain:
             yield plain
         return
     connection.close_if_health_check_failed()
     connection.ensure_connection()
     raw = psycopg.Cursor(connection.connection)
-    preparing = _Preparing(raw)
     try:
-        yield (
-            connection.make_debug_cursor(preparing)
-            if connection.queries_logged
-            else connection.make_cursor(preparing)
-        )
+        yield connection.make_cursor(_Preparing(raw))
     finally:
         raw.close()
 

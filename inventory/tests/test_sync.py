@@ -151,6 +151,25 @@ def test_inventory_follows_units_and_frees_devices_on_delete(cluster, operator_c
         remove_namespace_objects(tenant.namespace)
 
 
+def test_the_endpoint_reads_the_stored_document_once_per_sync(cluster, operator_client):
+    def reads_document(queries) -> bool:
+        return any('"document"' in query["sql"] for query in queries.captured_queries)
+
+    sync_inventory()
+    with CaptureQueriesContext(connection) as queries:
+        first = inventory(operator_client)
+    assert reads_document(queries)
+    with CaptureQueriesContext(connection) as queries:
+        assert inventory(operator_client) == first
+    assert not reads_document(queries)
+    sync_inventory()
+    with CaptureQueriesContext(connection) as queries:
+        second = inventory(operator_client)
+    assert reads_document(queries)
+    assert second["asOf"] != first["asOf"]
+    assert as_article(second) == expected_from_cluster()
+
+
 def test_package_no_node_fits_is_zero_with_reason(cluster, auth_client):
     PackageFactory(id="gpu-rtx3080-9x", spec_name="too-big", gpu=9, count=9)
     PackageFactory(
