@@ -8,6 +8,7 @@ from django.db import models
 from django.db.models.functions import Lower
 
 from catalog import validation
+from controlplane.kube import quantity
 
 # Model field -> the path customers and ops see in JSON and YAML.
 FIELD_PATHS = {
@@ -116,6 +117,14 @@ class Package(models.Model):
         problems = {field: message for field, message in errors.items() if message}
         if problems:
             raise ValidationError(problems)
+
+    @property
+    def cpu_millicores(self) -> int:
+        return quantity.parse_cpu(self.cpu)
+
+    @property
+    def memory_bytes(self) -> int:
+        return quantity.parse_bytes(self.memory)
 
     @property
     def allocation(self) -> dict:

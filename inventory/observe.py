@@ -46,14 +46,14 @@ class Observation:
 
 def _millicores(value: str | None) -> int:
     try:
-        return int(quantity.parse(value or "0") * 1000)
+        return quantity.parse_cpu(value or "0")
     except ValueError:
         return 0
 
 
 def _bytes(value: str | None) -> int:
     try:
-        return int(quantity.parse(value or "0"))
+        return quantity.parse_bytes(value or "0")
     except ValueError:
         return 0
 

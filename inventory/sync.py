@@ -20,7 +20,6 @@ from psycopg.types.json import Jsonb
 
 from catalog.models import Package
 from controlplane import kube
-from controlplane.kube import quantity
 from controlplane.kube.errors import KubeError
 from inventory import observe
 from inventory.models import (
@@ -61,8 +60,8 @@ def package_specs() -> list[observe.PackageSpec]:
             device_class_name=p.device_class_name,
             selectors=tuple(p.selectors or ()),
             count=p.count,
-            cpu_millicores=int(quantity.parse(p.cpu) * 1000),
-            memory_bytes=int(quantity.parse(p.memory)),
+            cpu_millicores=p.cpu_millicores,
+            memory_bytes=p.memory_bytes,
         )
         for p in Package.objects.filter(active=True)
     ]

@@ -6,7 +6,6 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from catalog.models import Package
-from controlplane.kube import quantity
 from inventory import selectors as inventory_selectors
 from runtime import selectors
 from runtime.models import Tenant
@@ -14,13 +13,11 @@ from runtime.models import Tenant
 
 def headroom(tenant: Tenant, package: Package, usage: selectors.TenantUsage) -> int:
     """More units of `package` the tenant's quota admits."""
-    cpu = int(quantity.parse(package.cpu) * 1000)
-    memory = int(quantity.parse(package.memory))
     return max(
         0,
         min(
-            (tenant.quota_cpu_millicores - usage.cpu_millicores) // max(cpu, 1),
-            (tenant.quota_memory_bytes - usage.memory_bytes) // max(memory, 1),
+            (tenant.quota_cpu_millicores - usage.cpu_millicores) // max(package.cpu_millicores, 1),
+            (tenant.quota_memory_bytes - usage.memory_bytes) // max(package.memory_bytes, 1),
             tenant.quota_claims - usage.claims,
         ),
     )

@@ -64,11 +64,11 @@ class Tenant(models.Model):
 
     @property
     def quota_cpu_millicores(self) -> int:
-        return int(quantity.parse(self.quota_cpu) * 1000)
+        return quantity.parse_cpu(self.quota_cpu)
 
     @property
     def quota_memory_bytes(self) -> int:
-        return int(quantity.parse(self.quota_memory))
+        return quantity.parse_bytes(self.quota_memory)
 
 
 class ApiKey(models.Model):

@@ -289,8 +289,7 @@ def create_unit(
             f'packageID "{package_id}" is not offered.',
             details={"fields": {"packageID": ["Unknown or inactive package."]}},
         )
-    cpu_millicores = int(quantity.parse(package.cpu) * 1000)
-    memory_bytes = int(quantity.parse(package.memory))
+    cpu_millicores, memory_bytes = package.cpu_millicores, package.memory_bytes
     claim_name = manifests.claim_name_for(name)
     unit = GPUUnit(
         tenant=tenant,

@@ -63,6 +63,19 @@ def test_quantity_accepted_in_every_kubernetes_notation(cpu, memory):
     PackageFactory(save=False, cpu=cpu, memory=memory).full_clean()
 
 
+@pytest.mark.parametrize(
+    ("cpu", "memory", "millicores", "size"),
+    [
+        ("10000m", "40960Mi", 10_000, 40 * 2**30),
+        ("0.5", "1e9", 500, 10**9),
+        ("1", "1Ti", 1000, 2**40),
+    ],
+)
+def test_quantities_as_numbers_for_quota_sums(cpu, memory, millicores, size):
+    package = PackageFactory(save=False, cpu=cpu, memory=memory)
+    assert (package.cpu_millicores, package.memory_bytes) == (millicores, size)
+
+
 def test_gpu_must_be_positive():
     errors = errors_of(PackageFactory(save=False, gpu=0, count=0))
     assert "gpu" in errors

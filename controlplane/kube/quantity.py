@@ -30,6 +30,16 @@ def same_value(a: str, b: str) -> bool:
         return a == b
 
 
+def parse_cpu(value: str) -> int:
+    """A cpu quantity in millicores, as quotas add them up: "10" -> 10000, "500m" -> 500."""
+    return int(parse(value) * 1000)
+
+
+def parse_bytes(value: str) -> int:
+    """A memory quantity in bytes: "40Gi" -> 42949672960."""
+    return int(parse(value))
+
+
 def format_cpu(millicores: int) -> str:
     """Millicores as Kubernetes writes them: "10", "500m"."""
     return str(millicores // 1000) if millicores % 1000 == 0 else f"{millicores}m"
