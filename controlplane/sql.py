@@ -71,20 +71,31 @@ def width(model: type[models.Model]) -> int:
     return len(_fields(model))
 
 
+@cache
+def _readers(model: type[models.Model]) -> tuple[int, tuple[tuple, ...], list[str]]:
+    """Where the primary key sits in a row, each field's converters (what the ORM applies after
+    a SELECT: JSON decoding, for instance) and the attribute names: looked up once per model."""
+    fields = _fields(model)
+    return (
+        fields.index(model._meta.pk),
+        tuple(tuple(field.get_db_converters(connection)) for field in fields),
+        [field.attname for field in fields],
+    )
+
+
 def from_row(model: type[models.Model], row: Sequence[Any], start: int = 0) -> models.Model | None:
     """The instance whose columns (as listed by `select_list`) start at `row[start]`, or None
     when its primary key is NULL (an outer join found nothing)."""
-    fields = _fields(model)
-    values = row[start : start + len(fields)]
-    if values[model._meta.concrete_fields.index(model._meta.pk)] is None:
+    pk_index, converters, attnames = _readers(model)
+    values = row[start : start + len(attnames)]
+    if values[pk_index] is None:
         return None
     converted = []
-    for field, value in zip(fields, values, strict=True):
-        # What the ORM applies after a SELECT (JSON decoding, for instance).
-        for converter in field.get_db_converters(connection):
+    for field, value, field_converters in zip(_fields(model), values, converters, strict=True):
+        for converter in field_converters:
             value = converter(value, field, connection)
         converted.append(value)
-    return model.from_db(connection.alias, [f.attname for f in fields], converted)
+    return model.from_db(connection.alias, attnames, converted)
 
 
 @cache
