@@ -142,6 +142,36 @@ class TestCreate:
         assert services.terminate(unit, reason="Terminated", message="gone")
         assert client.post(URL, body(operationID="b", name="b"), format="json").status_code == 201
 
+    def test_an_order_costs_the_same_statements_however_many_units_the_tenant_has(self, tenant):
+        type(tenant).objects.filter(pk=tenant.pk).update(
+            quota_cpu="2000", quota_memory="8Ti", quota_claims=1000
+        )
+        tenant.refresh_from_db()
+        client = client_for(tenant)
+        client.get(URL)  # stamp the key's last use, which a first request also writes
+
+        def order(name: str) -> list[str]:
+            with CaptureQueriesContext(connection) as queries:
+                response = client.post(URL, body(operationID=name, name=name), format="json")
+            assert response.status_code == 201, response.content
+            return [query["sql"] for query in queries.captured_queries]
+
+        first = order("first")
+        for index in range(40):
+            services.create_unit(
+                tenant=tenant,
+                operation_id=f"op-{index}",
+                name=f"unit-{index}",
+                package_id="gpu-rtx3080-2x-cpu10-mem40g",
+                image="busybox",
+            )
+        later = order("later")
+        assert len(later) == len(first)
+        # The quota check reads the tenant's counters; nothing sums the tenant's units.
+        assert not [sql for sql in later if "sum(" in sql.lower() or "count(" in sql.lower()]
+        statements = [sql for sql in later if "SAVEPOINT" not in sql.upper()]
+        assert len(statements) == 4  # key + tenant, lookup, tenant lock, the order
+
     def test_orders_charge_and_termination_releases_the_tenant_usage(self, tenant):
         client = client_for(tenant)
         client.post(URL, body(), format="json")
