@@ -10,33 +10,21 @@ from django.db import connection
 
 from controlplane import sql
 from runtime.models import GPUUnit, Operation, UnitEvent
-from runtime.tests.factories import TenantFactory
+from runtime.tests.factories import TenantFactory, UnitFactory
 
 pytestmark = pytest.mark.django_db
 
 
 def _unit(tenant, name: str = "one") -> GPUUnit:
-    return GPUUnit(
-        tenant=tenant,
-        name=name,
-        namespace=tenant.namespace,
-        operation_id=f"op-{name}",
-        package_id="pkg",
-        spec_name="spec",
+    # Values that make a round trip interesting: JSON with non-ASCII text, a fractional cpu.
+    return UnitFactory(
+        tenant,
+        name,
         cpu="500m",
-        memory="1Gi",
         cpu_millicores=500,
-        memory_bytes=2**30,
-        gpu=1,
-        device_class_name="nvidia-h100",
-        claim_name=f"unit-{name}-gpu",
-        claim_request_name="gpu",
-        count=1,
         selectors=["device.attributes['gpu.nvidia.com'].productName == 'x'"],
         capacity={"memory": "80Gi"},
-        image="python:3.12",
         template={"env": [{"name": "ü", "value": "☃"}]},
-        dra={"claimName": f"unit-{name}-gpu", "allocated": False, "devices": []},
     )
 
 

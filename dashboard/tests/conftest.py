@@ -9,9 +9,9 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from catalog.tests.factories import PackageFactory
-from runtime import manifests, services
+from runtime import services
 from runtime.models import GPUUnit, Tenant, UnitEvent
-from runtime.tests.factories import TenantFactory
+from runtime.tests.factories import TenantFactory, UnitFactory
 
 _users = itertools.count(1)
 PASSWORD = "a-long-test-password"
@@ -32,28 +32,8 @@ def client_for(user: User, **kwargs) -> Client:
 
 def make_unit(tenant: Tenant, name: str, *, phase: str = "Running", **fields) -> GPUUnit:
     """A unit row as the runtime leaves it, without going through the cluster."""
-    values = {
-        "tenant": tenant,
-        "name": name,
-        "namespace": tenant.namespace,
-        "operation_id": f"op-{name}",
-        "package_id": "gpu-rtx3080-2x-cpu10-mem40g",
-        "spec_name": "gpu.rtx3080.2x.10c.40g",
-        "cpu": "10",
-        "memory": "40Gi",
-        "cpu_millicores": 10_000,
-        "memory_bytes": 40 * 2**30,
-        "gpu": 2,
-        "device_class_name": "nvidia-rtx-3080",
-        "claim_name": manifests.claim_name_for(name),
-        "claim_request_name": "gpu",
-        "count": 2,
-        "image": "python:3.12",
-        "phase": phase,
-        "dra": {"claimName": manifests.claim_name_for(name), "allocated": False, "devices": []},
-        **fields,
-    }
-    unit = GPUUnit.objects.create(**values)
+    unit = UnitFactory(tenant, name, phase=phase, **fields)
+    unit.save()
     UnitEvent.objects.create(unit=unit, reason="Accepted", message="Ordered.")
     services.recount_usage()  # charge the tenant for it, as an order would have
     return unit

@@ -15,7 +15,7 @@ from runtime import manifests, reconcile, services
 from runtime.models import GPUUnit, Operation, OperationStatus
 from runtime.provisioning import ensure_tenant_namespace, provision_unit
 from runtime.tasks import sweep_operations
-from runtime.tests.factories import TenantFactory
+from runtime.tests.factories import TenantFactory, UnitFactory
 from runtime.tests.helpers import remove_namespace_objects, unit_objects, wait_for_phase
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("celery_worker")]
@@ -31,24 +31,8 @@ def _package_and_cleanup(tenant, cluster):
 
 def unqueued_order(tenant, name: str) -> tuple[GPUUnit, Operation]:
     """A committed unit and create operation whose message never reached a worker."""
-    unit = GPUUnit.objects.create(
-        tenant=tenant,
-        name=name,
-        namespace=tenant.namespace,
-        operation_id=f"op-{name}",
-        package_id="gpu-rtx3080-2x-cpu10-mem40g",
-        spec_name="s",
-        cpu="10",
-        memory="40Gi",
-        cpu_millicores=10000,
-        memory_bytes=40 << 30,
-        gpu=2,
-        device_class_name="nvidia-rtx-3080",
-        claim_name=f"unit-{name}-gpu",
-        claim_request_name="gpu",
-        count=2,
-        image="busybox",
-    )
+    unit = UnitFactory(tenant, name, image="busybox")
+    unit.save()
     operation = Operation.objects.create(
         tenant=tenant, operation_id=f"op-{name}", kind="create", fingerprint="x" * 64, unit=unit
     )
