@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 
+from catalog.tests.factories import PackageFactory
 from runtime import manifests, services
 from runtime.models import GPUUnit, Tenant
 
@@ -31,23 +32,24 @@ def UnitFactory(tenant: Tenant, name: str, **overrides) -> GPUUnit:
     """An unsaved unit as an order of PackageFactory's package (RTX 3080 x2, 10 CPU, 40Gi)
     records it. Saving it directly skips the order: call services.recount_usage() to charge
     the tenant for it."""
+    package = PackageFactory(save=False)
     claim_name = manifests.claim_name_for(name)
     fields = {
         "tenant": tenant,
         "name": name,
         "namespace": tenant.namespace,
         "operation_id": f"op-{name}",
-        "package_id": "gpu-rtx3080-2x-cpu10-mem40g",
-        "spec_name": "gpu.rtx3080.2x.10c.40g",
-        "cpu": "10",
-        "memory": "40Gi",
-        "cpu_millicores": 10_000,
-        "memory_bytes": 40 * 2**30,
-        "gpu": 2,
-        "device_class_name": "nvidia-rtx-3080",
+        "package_id": package.id,
+        "spec_name": package.spec_name,
+        "cpu": package.cpu,
+        "memory": package.memory,
+        "cpu_millicores": package.cpu_millicores,
+        "memory_bytes": package.memory_bytes,
+        "gpu": package.gpu,
+        "device_class_name": package.device_class_name,
         "claim_name": claim_name,
-        "claim_request_name": "gpu",
-        "count": 2,
+        "claim_request_name": package.claim_request_name,
+        "count": package.count,
         "image": "python:3.12",
         "dra": {"claimName": claim_name, "allocated": False, "devices": []},
     }
