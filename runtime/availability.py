@@ -27,7 +27,7 @@ def for_tenant(tenant: Tenant, packages: Iterable[Package]) -> dict[str, dict]:
     """`{package id: {placeableNow, freeDevices, reason, asOf, stale}}` in three queries."""
     cluster = inventory_selectors.list_package_availability()
     freshness = inventory_selectors.get_freshness()
-    usage = selectors.get_tenant_usage(tenant=tenant)
+    usage = selectors.usage_of(tenant)
     as_of = freshness.as_of.isoformat() if freshness.as_of else None
     result = {}
     for package in packages:

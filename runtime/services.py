@@ -409,9 +409,7 @@ def recount_usage() -> list[str]:
             tenant = Tenant.objects.select_for_update().get(pk=pk)
             # A statement after the lock: it sees every order committed before it.
             usage = selectors.count_tenant_usage(tenant=tenant).get(pk, nothing)
-            charged = selectors.TenantUsage(
-                tenant.used_cpu_millicores, tenant.used_memory_bytes, tenant.used_claims
-            )
+            charged = selectors.usage_of(tenant)
             if usage == charged:
                 continue
             Tenant.objects.filter(pk=pk).update(

@@ -48,8 +48,9 @@ def test_list_query_count_does_not_grow_with_the_catalog(auth_client, packages):
     with CaptureQueriesContext(connection) as queries:
         response = auth_client.get("/api/v1/packages")
     assert len(response.json()["data"]) == packages
-    # key + tenant, packages, cluster availability, last sync run, snapshot time, tenant usage
-    assert len(queries) == 6
+    # key + tenant (with its usage counters), packages, cluster availability, last sync run,
+    # snapshot time
+    assert len(queries) == 5
 
 
 def test_retrieve_is_case_insensitive(auth_client):
