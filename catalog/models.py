@@ -8,7 +8,7 @@ from django.db import models
 from django.db.models.functions import Lower
 
 from catalog import validation
-from controlplane.kube import quantity
+from dracel import quantity
 
 # Model field -> the path customers and ops see in JSON and YAML.
 FIELD_PATHS = {

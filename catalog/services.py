@@ -9,7 +9,7 @@ from django.db import transaction
 
 from catalog import yaml_io
 from catalog.models import FIELD_PATHS, Package
-from controlplane.kube.quantity import same_value
+from dracel.quantity import same_value
 
 _QUANTITY_FIELDS = {"cpu", "memory"}
 _COMPARED_FIELDS = [

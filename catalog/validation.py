@@ -9,7 +9,7 @@ import re
 from collections.abc import Iterable
 
 import dracel
-from controlplane.kube import quantity
+from dracel import quantity
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")

@@ -18,7 +18,8 @@ from typing import Any
 
 import cel
 from cel.stdlib import add_stdlib_to_context
-from kubernetes.utils import parse_quantity
+
+from dracel import quantity
 
 logger = logging.getLogger(__name__)
 
@@ -110,7 +111,7 @@ def _entry_names(driver: str, read: tuple[Read, ...]) -> tuple[tuple[str, tuple[
 def quantity_value(text: str) -> dict[str, str]:
     """The CEL representation of a Kubernetes Quantity string such as "40Gi" or "500m"."""
     try:
-        amount = parse_quantity(text)
+        amount = quantity.parse(text)
     except ValueError as exc:
         raise ValueError(f"invalid quantity {text!r}") from exc
     return _quantity_of(amount)
@@ -176,14 +177,6 @@ def _is_semver(text: str, normalize: bool = False) -> bool:
     return True
 
 
-def _is_quantity(text: str) -> bool:
-    try:
-        parse_quantity(text)
-    except ValueError:
-        return False
-    return True
-
-
 def _as_integer(value: Any) -> int:
     amount = _as_decimal(value)
     if amount != amount.to_integral_value():
@@ -214,7 +207,7 @@ def _version_part(index: int) -> Any:
 
 _KUBERNETES_FUNCTIONS: dict[str, Any] = {
     "quantity": quantity_value,
-    "isQuantity": _is_quantity,
+    "isQuantity": quantity.is_quantity,
     "compareTo": _compare,
     "isGreaterThan": lambda a, b: _compare(a, b) > 0,
     "isLessThan": lambda a, b: _compare(a, b) < 0,

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 import orjson
 
 import dracel
-from controlplane.kube import quantity
+from dracel import quantity
 
 NVIDIA_PRODUCT = "productName"
 

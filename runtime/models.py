@@ -11,7 +11,7 @@ from django.db import models
 from django.db.models import Q
 
 from catalog import validation
-from controlplane.kube import quantity
+from dracel import quantity
 
 
 class Tenant(models.Model):

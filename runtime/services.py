@@ -20,7 +20,7 @@ from django.utils import timezone
 from catalog import validation as catalog_validation
 from catalog.models import Package
 from controlplane import sql
-from controlplane.kube import quantity
+from dracel import quantity
 from runtime import manifests, selectors, validation
 from runtime.errors import (
     InsufficientCapacity,

@@ -6,11 +6,11 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from decimal import ROUND_CEILING, Decimal
+from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-from kubernetes.utils import parse_quantity
-
+from dracel.quantity import format_quantity
+from dracel.quantity import parse as parse_quantity
 from simcluster.errors import ApiError, qualified
 
 if TYPE_CHECKING:
@@ -33,7 +33,6 @@ _CONTAINER_KEYS = {
 }
 _GROUPS = {"pods": "", "resourceclaims": RESOURCE_GROUP}
 _BINARY_SUFFIXES = ("Ki", "Mi", "Gi", "Ti", "Pi", "Ei")
-_DECIMAL_SUFFIXES = {-9: "n", -6: "u", -3: "m", 0: "", 3: "k", 6: "M", 9: "G", 12: "T", 15: "P"}
 
 
 @dataclass(frozen=True)
@@ -59,25 +58,6 @@ class Quantity:
 ZERO = Quantity(Decimal(0))
 ONE = Quantity(Decimal(1))
 Usage = dict[str, Quantity]
-
-
-def format_quantity(amount: Decimal, *, binary: bool = False) -> str:
-    """Canonical Quantity text as the API server prints it: "40Gi", "1536Mi", "500m", "2", "1k"."""
-    if binary and amount == amount.to_integral_value() and abs(amount) >= 1024:
-        number, suffix = int(amount), ""
-        for candidate in _BINARY_SUFFIXES:
-            if number % 1024:
-                break
-            number, suffix = number // 1024, candidate
-        return f"{number}{suffix}"
-    # Quantities carry at most nano precision and round up to it.
-    number = int((amount * 10**9).to_integral_value(rounding=ROUND_CEILING))
-    if number == 0:
-        return "0"
-    exponent = -9
-    while number % 1000 == 0 and exponent < 15:
-        number, exponent = number // 1000, exponent + 3
-    return f"{number}{_DECIMAL_SUFFIXES[exponent]}"
 
 
 def add_usage(total: Usage, delta: Mapping[str, Quantity]) -> None:

@@ -11,10 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from kubernetes.utils import parse_quantity
 
 from dracel import CelCompileError, compile_selector
-from simcluster.quota import format_quantity
+from dracel.quantity import format_quantity
+from dracel.quantity import parse as parse_quantity
 
 SAMPLE_TOPOLOGY = Path(__file__).parent / "topologies" / "sample.yaml"
 DRIVER = "gpu.nvidia.com"

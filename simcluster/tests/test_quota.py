@@ -1,9 +1,8 @@
-"""ResourceQuota: counting rules, quantity printing, the 403 wording of the admission plugin and
+"""ResourceQuota: counting rules, the 403 wording of the admission plugin and
 status.used maintenance, against an in-process store."""
 
 from __future__ import annotations
 
-from decimal import Decimal
 from typing import Any
 
 import pytest
@@ -13,7 +12,6 @@ from simcluster.quota import (
     Quantity,
     QuotaController,
     claim_usage,
-    format_quantity,
     pod_usage,
 )
 from simcluster.store import Store
@@ -70,26 +68,6 @@ def _pod(name: str, cpu: str | None = "2", memory: str | None = "8Gi") -> dict[s
 
 def _used(store: Store, name: str = "gpu-quota") -> dict[str, str]:
     return store.get("resourcequotas", "team", name)["status"]["used"]
-
-
-@pytest.mark.parametrize(
-    ("amount", "binary", "text"),
-    [
-        (Decimal("42949672960"), True, "40Gi"),
-        (Decimal(1536 * 2**20), True, "1536Mi"),
-        (Decimal(2**40), True, "1Ti"),
-        (Decimal(1000), True, "1k"),
-        (Decimal("0.5"), False, "500m"),
-        (Decimal("2.5"), False, "2500m"),
-        (Decimal(10), False, "10"),
-        (Decimal(0), True, "0"),
-        (Decimal("0.0000000001"), False, "1n"),
-    ],
-)
-def test_format_quantity_prints_like_the_api_server(
-    amount: Decimal, binary: bool, text: str
-) -> None:
-    assert format_quantity(amount, binary=binary) == text
 
 
 def test_sum_keeps_the_format_of_the_first_quantity() -> None:

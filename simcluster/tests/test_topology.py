@@ -7,9 +7,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from kubernetes.utils import parse_quantity
 
-from dracel import compile_selector, device_env, device_matches
+from dracel import compile_selector, device_env, device_matches, quantity
 from simcluster.allocator import (
     Allocator,
     ClaimRequest,
@@ -48,7 +47,7 @@ def _node_states(nodes: list[dict]) -> list[NodeState]:
 
 
 def _bytes(text: str) -> int:
-    return int(parse_quantity(text))
+    return quantity.parse_bytes(text)
 
 
 def test_sample_topology_has_catalog_classes_when_loaded_without_source() -> None:
