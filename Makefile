@@ -12,7 +12,7 @@ DEVSTACK := $(PY) -m devstack exec --
 help:
 	@echo "make run    - set up and serve the product on 127.0.0.1:$${PORT:-8000} (Ctrl-C stops)"
 	@echo "make test   - lint, then the whole test suite"
-	@echo "make lint   - ruff, Django checks, migrations check, OpenAPI schema"
+	@echo "make lint   - ruff, Django checks, migrations check, OpenAPI schema, import contract, mypy"
 	@echo "make test-reliability - only the fault, load and hostile-input scenarios"
 	@echo "make bench  - the benchmarks; writes docs/benchmarks.md"
 
@@ -46,9 +46,11 @@ lint-checks:
 	$(PY) manage.py check --fail-level WARNING
 	$(PY) manage.py makemigrations --check --dry-run
 	$(PY) manage.py spectacular --validate --fail-on-warn --file /dev/null
+	$(VENV)/bin/lint-imports --no-cache --no-logo
+	$(VENV)/bin/mypy
 
 pytest:
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 clean:
-	rm -rf $(VENV) .devdata .pytest_cache .ruff_cache
+	rm -rf $(VENV) .devdata .pytest_cache .ruff_cache .mypy_cache

@@ -22,7 +22,7 @@ def api_client():
 
 @pytest.fixture
 def tenant(db):
-    from runtime.tests.factories import TenantFactory
+    from tenancy.tests.factories import TenantFactory
 
     return TenantFactory()
 
@@ -32,7 +32,7 @@ def auth_client(tenant):
     """An API client that sends a key of `tenant`."""
     from rest_framework.test import APIClient
 
-    from runtime.tests.factories import key_for
+    from tenancy.tests.factories import key_for
 
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {key_for(tenant)}")
@@ -126,3 +126,43 @@ def celery_worker(django_db_setup, django_db_blocker, cluster):
     process = start_worker("session")
     yield process
     stop_worker(process)
+
+
+class StatementLog:
+    """The SQL statements a block of code ran, recorded by a Django execute_wrapper: the hook
+    every cursor runs through, the prepared cursor of runtime/orders.py included, so unlike
+    CaptureQueriesContext it leaves the production cursor path in place."""
+
+    def __init__(self) -> None:
+        self.sql: list[str] = []
+
+    def __call__(self, execute, sql, params, many, context):
+        self.sql.append(sql)
+        return execute(sql, params, many, context)
+
+    @property
+    def statements(self) -> list[str]:
+        """What the server plans and runs: savepoints of nested atomic blocks left out."""
+        return [
+            sql
+            for sql in self.sql
+            if not sql.lstrip()
+            .upper()
+            .startswith(("SAVEPOINT", "RELEASE SAVEPOINT", "ROLLBACK TO SAVEPOINT"))
+        ]
+
+
+@pytest.fixture
+def record_statements():
+    """`with record_statements() as log:` ... `log.statements`."""
+    import contextlib
+
+    from django.db import connection
+
+    @contextlib.contextmanager
+    def record():
+        log = StatementLog()
+        with connection.execute_wrapper(log):
+            yield log
+
+    return record

@@ -408,7 +408,7 @@ def ratio(numerator: float, denominator: float, digits: int = 2) -> float:
 
 def make_tenant(slug: str, *, operator: bool = False) -> tuple[Any, str]:
     """A tenant with a quota nothing in the bench reaches, and one API key."""
-    from runtime import services
+    from tenancy import services
 
     tenant = services.create_tenant(
         slug=slug,

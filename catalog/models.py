@@ -8,6 +8,7 @@ from django.db import models
 from django.db.models.functions import Lower
 
 from catalog import validation
+from controlplane.validation import dns_label, dns_subdomain, positive_quantity
 from dracel import quantity
 
 # Model field -> the path customers and ops see in JSON and YAML.
@@ -101,11 +102,11 @@ class Package(models.Model):
             self.selectors = [s.strip() if isinstance(s, str) else s for s in self.selectors]
 
         errors: dict[str, str | None] = {
-            "id": validation.dns_label(self.id),
-            "cpu": validation.positive_quantity(self.cpu, resource="cpu"),
-            "memory": validation.positive_quantity(self.memory, resource="memory"),
-            "device_class_name": validation.dns_subdomain(self.device_class_name),
-            "claim_request_name": validation.dns_label(self.claim_request_name),
+            "id": dns_label(self.id),
+            "cpu": positive_quantity(self.cpu, resource="cpu"),
+            "memory": positive_quantity(self.memory, resource="memory"),
+            "device_class_name": dns_subdomain(self.device_class_name),
+            "claim_request_name": dns_label(self.claim_request_name),
             "capacity": validation.capacity_requests(self.capacity),
         }
         if not isinstance(self.selectors, list):

@@ -2,8 +2,8 @@
 
 from django.db.models import QuerySet
 
-from catalog import validation
 from catalog.models import Package
+from controlplane.validation import dns_label
 
 
 def list_active_packages() -> QuerySet[Package]:
@@ -12,6 +12,6 @@ def list_active_packages() -> QuerySet[Package]:
 
 def get_active_package(package_id: str) -> Package | None:
     package_id = package_id.strip().lower()
-    if validation.dns_label(package_id):
+    if dns_label(package_id):
         return None  # cannot exist; never send it to the database
     return Package.objects.filter(active=True, id=package_id).first()

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.db.models import QuerySet
 
 from catalog import yaml_io
 from catalog.models import FIELD_PATHS, Package
@@ -163,7 +164,7 @@ def import_catalog(*, text: str, prune: bool = False, dry_run: bool = False) -> 
     return plan
 
 
-def export_catalog(*, packages=None) -> str:
+def export_catalog(*, packages: QuerySet[Package] | None = None) -> str:
     """The catalog (or the given packages) as a `packages:` document, sorted by ID."""
     selected = Package.objects.all() if packages is None else packages
     return yaml_io.dump_document([yaml_io.package_to_entry(p) for p in selected.order_by("id")])

@@ -18,6 +18,10 @@ def beat_schedule() -> dict[str, dict]:
             "task": "runtime.reconcile_units",
             "schedule": settings.RECONCILE_INTERVAL_SECONDS,
         },
+        "runtime.recount_usage": {
+            "task": "runtime.recount_usage",
+            "schedule": settings.RECONCILE_INTERVAL_SECONDS,
+        },
         "runtime.sweep_operations": {
             "task": "runtime.sweep_operations",
             "schedule": settings.SWEEP_INTERVAL_SECONDS,

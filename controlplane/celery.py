@@ -4,6 +4,8 @@ import os
 
 from celery import Celery
 
+from controlplane.beat import beat_schedule
+
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
 
 app = Celery("controlplane")
@@ -14,6 +16,4 @@ app.autodiscover_tasks()
 
 @app.on_after_finalize.connect
 def _install_beat_schedule(sender: Celery, **_kwargs: object) -> None:
-    from controlplane.beat import beat_schedule
-
     sender.conf.beat_schedule = beat_schedule()

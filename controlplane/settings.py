@@ -46,6 +46,7 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "controlplane",
+    "tenancy",
     "catalog",
     "inventory",
     "runtime",
@@ -91,13 +92,13 @@ if not env.str("DATABASE_URL", default=""):
 DATABASES = {"default": env.db_url("DATABASE_URL")}
 DATABASES["default"]["CONN_MAX_AGE"] = env.int("DB_CONN_MAX_AGE", default=60)
 DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
-# The hand-written statements of hot paths (controlplane/sql.py) are prepared on the server once
+# The hand-written statements of hot paths (runtime/orders.py) are prepared on the server once
 # per connection. Turn off behind a pooler in transaction mode that cannot keep them (PgBouncer
 # before 1.21, or without max_prepared_statements).
 DB_PREPARED_STATEMENTS = env.bool("DB_PREPARED_STATEMENTS", default=True)
 if DB_PREPARED_STATEMENTS:
     # psycopg prepares nothing when this is None (Django's default). Django's own cursors bind
-    # on the client and never prepare; only statements asked to (sql.cursor) are, so the
+    # on the client and never prepare; only statements asked to (orders.cursor) are, so the
     # automatic threshold is set out of reach.
     DATABASES["default"].setdefault("OPTIONS", {})["prepare_threshold"] = 2**31 - 1
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
@@ -149,12 +150,12 @@ X_FRAME_OPTIONS = "DENY"
 REST_FRAMEWORK = {
     "DEFAULT_RENDERER_CLASSES": ["controlplane.api.renderers.EnvelopeJSONRenderer"],
     "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
-    "DEFAULT_AUTHENTICATION_CLASSES": ["runtime.auth.ApiKeyAuthentication"],
-    "DEFAULT_PERMISSION_CLASSES": ["controlplane.api.permissions.IsTenant"],
+    "DEFAULT_AUTHENTICATION_CLASSES": ["tenancy.auth.ApiKeyAuthentication"],
+    "DEFAULT_PERMISSION_CLASSES": ["tenancy.permissions.IsTenant"],
     "EXCEPTION_HANDLER": "controlplane.api.exceptions.envelope_exception_handler",
     "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
     "UNAUTHENTICATED_USER": None,
-    "DEFAULT_THROTTLE_CLASSES": ["runtime.throttling.ApiKeyRateThrottle"],
+    "DEFAULT_THROTTLE_CLASSES": ["tenancy.throttling.ApiKeyRateThrottle"],
 }
 # Requests per API key (all web processes together, counted in the Redis cache).
 API_THROTTLE_RATE = env.str("API_THROTTLE_RATE", default="1200/min")
@@ -241,7 +242,3 @@ IMAGE_REGISTRY_ALLOWLIST = env.list("IMAGE_REGISTRY_ALLOWLIST", default=[])
 # Inventory: how often beat mirrors the cluster's DRA state, and when the mirror counts as stale.
 INVENTORY_SYNC_INTERVAL_SECONDS = env.float("INVENTORY_SYNC_INTERVAL_SECONDS", default=10.0)
 INVENTORY_STALE_AFTER_SECONDS = env.float("INVENTORY_STALE_AFTER_SECONDS", default=60.0)
-# Extra health checks from apps above controlplane (name -> dotted path of a callable).
-HEALTH_CHECKS = {"inventory": "inventory.health.check_inventory"}
-# Who computes `availability` for GET /packages (it needs the inventory and the tenant quota).
-PACKAGE_AVAILABILITY = "runtime.availability.for_request"

@@ -8,7 +8,8 @@ from django.contrib.auth.models import AbstractBaseUser
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
-from runtime.models import GPUUnit, Tenant
+from runtime.models import GPUUnit
+from tenancy.models import Tenant
 
 # The session remembers which tenant a user linked to several tenants acts for.
 SESSION_TENANT = "dashboard_tenant_id"

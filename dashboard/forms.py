@@ -9,9 +9,10 @@ from django import forms
 from django.db.models import QuerySet
 
 from dashboard.queries import PackageRow
-from runtime.models import Tenant, UnitPhase
+from runtime.models import UnitPhase
 from runtime.serializers import CreateUnitSerializer
 from runtime.validation import UNIT_NAME_MAX
+from tenancy.models import Tenant
 
 # The API's field names -> this form's, so the API's messages land next to the right field.
 API_FIELDS = {"name": "name", "packageID": "package", "image": "image"}

@@ -1,5 +1,6 @@
 """Dashboard pages: every view resolves the caller's scope first, then reads through
-dashboard.queries and writes only through runtime.services, as the API does."""
+dashboard.queries and writes only through the runtime's services (orders, lifecycle), as the
+API does."""
 
 from __future__ import annotations
 
@@ -36,7 +37,7 @@ from dashboard.charts import NARROW, utilisation_chart
 from dashboard.forms import UnitCreateForm, UnitFilterForm, new_operation_id
 from dashboard.reasons import explain
 from inventory import selectors as inventory_selectors
-from runtime import manifests, services
+from runtime import lifecycle, manifests, orders
 from runtime.errors import InsufficientCapacity, InvalidRequest, NameConflict, OperationConflict
 from runtime.models import UnitPhase
 
@@ -257,7 +258,7 @@ class UnitCreateView(DashboardView):
             data = form.cleaned_data
             tenant = data["tenant"] if self.scope.is_staff else self.scope.tenant
             try:
-                result = services.create_unit(
+                result = orders.create_unit(
                     tenant=tenant,
                     operation_id=data["operation_id"],
                     name=data["name"],
@@ -324,7 +325,7 @@ class UnitDeleteView(DashboardView):
             return self.not_found("unit")
         if unit.phase in UnitPhase.LIVE:
             # By uid too: if this unit ends meanwhile, a newer one of its name is not touched.
-            services.request_unit_deletion(tenant=unit.tenant, name=unit.name, uid=unit.uid)
+            lifecycle.request_unit_deletion(tenant=unit.tenant, name=unit.name, uid=unit.uid)
             messages.success(request, f"Deletion of {unit.name} requested.")
         return HttpResponseRedirect(reverse("dashboard:unit-detail", args=[unit.uid]))
 

@@ -28,10 +28,8 @@ def get_freshness() -> Freshness:
     too_old = as_of is None or timezone.now() - as_of > timedelta(
         seconds=settings.INVENTORY_STALE_AFTER_SECONDS
     )
-    failed = latest is not None and bool(latest.error)
-    return Freshness(
-        as_of=as_of, stale=too_old or failed, last_error=latest.error if failed else ""
-    )
+    last_error = latest.error if latest is not None else ""
+    return Freshness(as_of=as_of, stale=too_old or bool(last_error), last_error=last_error)
 
 
 # The stored document this process served last, by its snapshot's as_of: it only changes with a

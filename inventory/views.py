@@ -6,9 +6,9 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.views import APIView
 
-from controlplane.api.permissions import IsOperator
 from controlplane.api.schema import envelope, error_responses
 from inventory import selectors
+from tenancy.permissions import IsOperator
 
 _device = inline_serializer(
     name="DraDevice",

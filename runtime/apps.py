@@ -1,4 +1,5 @@
 from django.apps import AppConfig
+from django.core import checks
 
 
 class RuntimeConfig(AppConfig):
@@ -6,4 +7,9 @@ class RuntimeConfig(AppConfig):
     verbose_name = "GPU units"
 
     def ready(self) -> None:
-        from runtime import schema  # noqa: F401  (registers the OpenAPI auth extension)
+        from runtime import orders
+        from tenancy import auth
+
+        # Lower layers cannot import runtime; it hands them what they need from here.
+        auth.register_key_lookup(orders.find_api_key)
+        checks.register(orders.check_order_models)

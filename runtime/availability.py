@@ -7,11 +7,11 @@ from collections.abc import Iterable
 
 from catalog.models import Package
 from inventory import selectors as inventory_selectors
-from runtime import selectors
-from runtime.models import Tenant
+from tenancy.models import Tenant
+from tenancy.selectors import TenantUsage, usage_of
 
 
-def headroom(tenant: Tenant, package: Package, usage: selectors.TenantUsage) -> int:
+def headroom(tenant: Tenant, package: Package, usage: TenantUsage) -> int:
     """More units of `package` the tenant's quota admits."""
     return max(
         0,
@@ -27,7 +27,7 @@ def for_tenant(tenant: Tenant, packages: Iterable[Package]) -> dict[str, dict]:
     """`{package id: {placeableNow, freeDevices, reason, asOf, stale}}` in three queries."""
     cluster = inventory_selectors.list_package_availability()
     freshness = inventory_selectors.get_freshness()
-    usage = selectors.usage_of(tenant)
+    usage = usage_of(tenant)
     as_of = freshness.as_of.isoformat() if freshness.as_of else None
     result = {}
     for package in packages:
@@ -50,8 +50,3 @@ def for_tenant(tenant: Tenant, packages: Iterable[Package]) -> dict[str, dict]:
             "stale": freshness.stale,
         }
     return result
-
-
-def for_request(request, packages: Iterable[Package]) -> dict[str, dict]:
-    """The catalog API's hook (settings.PACKAGE_AVAILABILITY): the caller's tenant."""
-    return for_tenant(request.user.tenant, packages)

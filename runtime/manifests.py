@@ -1,7 +1,9 @@
-"""Pure builders of the three Kubernetes objects behind a unit: dict in, dict out, no I/O."""
+"""Pure builders of the Kubernetes objects behind a unit and its tenant, and the pure checks
+that tell an object of ours from a foreign one of the same name: dict in, dict out, no I/O."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 GROUP = "runtime.lokiwager.io"
@@ -59,6 +61,36 @@ def labels(contract: UnitContract) -> dict[str, str]:
         LABEL_UNIT: contract.name,
         LABEL_TENANT: contract.tenant,
     }
+
+
+def labelled_for(obj: dict, *, tenant: str, unit: str) -> bool:
+    """Whether the object carries our labels for this tenant's unit."""
+    found = (obj.get("metadata") or {}).get("labels") or {}
+    return (
+        found.get(LABEL_MANAGED_BY) == MANAGED_BY
+        and found.get(LABEL_UNIT) == unit
+        and found.get(LABEL_TENANT) == tenant
+    )
+
+
+def is_unit_object(obj: dict, contract: UnitContract) -> bool:
+    """Whether the object is the GPUUnit of this unit: our labels and its operation."""
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    return labelled_for(obj, tenant=contract.tenant, unit=contract.name) and (
+        annotations.get(ANNOTATION_OPERATION) == contract.operation_id
+    )
+
+
+def owned_by(owner_uid: str, contract: UnitContract) -> Callable[[dict], bool]:
+    """A check that an object is this unit's and owned by the GPUUnit with `owner_uid`."""
+
+    def check(obj: dict) -> bool:
+        owners = (obj.get("metadata") or {}).get("ownerReferences") or []
+        return labelled_for(obj, tenant=contract.tenant, unit=contract.name) and any(
+            owner.get("uid") == owner_uid for owner in owners
+        )
+
+    return check
 
 
 def owner_reference(contract: UnitContract, owner_uid: str) -> dict:

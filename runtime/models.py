@@ -1,97 +1,17 @@
-"""Tenants and their API keys, GPU units, the operations that change them, and unit timelines."""
+"""GPU units, the operations that change them, and unit timelines."""
 
 from __future__ import annotations
 
 import enum
 import uuid
+from typing import Any
 
-from django.conf import settings
-from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
 
-from catalog import validation
-from dracel import quantity
-
-
-class Tenant(models.Model):
-    """A customer: owns one Kubernetes namespace and a quota there."""
-
-    slug = models.SlugField(max_length=63, unique=True, help_text="Short ID, a DNS label.")
-    display_name = models.CharField(max_length=200, blank=True)
-    namespace = models.CharField(
-        max_length=63, unique=True, help_text="Kubernetes namespace holding the tenant's units."
-    )
-    quota_cpu = models.CharField("CPU quota", max_length=32, default="160")
-    quota_memory = models.CharField("memory quota", max_length=32, default="256Gi")
-    quota_claims = models.PositiveIntegerField("claim quota", default=64)
-    is_operator = models.BooleanField(
-        default=False, help_text="Operator keys may read the cluster-wide inventory."
-    )
-    # What the tenant's live (not Terminated) units hold against the quota, kept like a
-    # ResourceQuota's status.used: the order that creates a unit charges it under the tenant row
-    # lock, the unit's termination gives it back, and reconcile_units recounts it should it
-    # ever drift. Orders read one row instead of summing every live unit.
-    used_cpu_millicores = models.BigIntegerField(default=0, editable=False)
-    used_memory_bytes = models.BigIntegerField(default=0, editable=False)
-    used_claims = models.IntegerField(default=0, editable=False)
-    users = models.ManyToManyField(
-        settings.AUTH_USER_MODEL,
-        blank=True,
-        related_name="tenants",
-        help_text="Dashboard users who act for this tenant.",
-    )
-    created_at = models.DateTimeField(auto_now_add=True)
-
-    class Meta:
-        ordering = ["slug"]
-
-    def __str__(self) -> str:
-        return self.slug
-
-    def clean(self) -> None:
-        self.slug = (self.slug or "").strip().lower()
-        self.namespace = (self.namespace or "").strip().lower()
-        errors = {
-            "slug": validation.dns_label(self.slug),
-            "namespace": validation.dns_label(self.namespace),
-            "quota_cpu": validation.positive_quantity(self.quota_cpu, resource="cpu"),
-            "quota_memory": validation.positive_quantity(self.quota_memory, resource="memory"),
-        }
-        problems = {field: message for field, message in errors.items() if message}
-        if problems:
-            raise ValidationError(problems)
-
-    @property
-    def quota_cpu_millicores(self) -> int:
-        return quantity.parse_cpu(self.quota_cpu)
-
-    @property
-    def quota_memory_bytes(self) -> int:
-        return quantity.parse_bytes(self.quota_memory)
-
-
-class ApiKey(models.Model):
-    """A tenant's API key. Only a SHA-256 of the secret is stored; the key is shown once."""
-
-    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="api_keys")
-    name = models.CharField(max_length=100, blank=True, help_text="What the key is used for.")
-    prefix = models.CharField(max_length=16, unique=True, editable=False)
-    key_hash = models.CharField(max_length=64, editable=False)
-    created_at = models.DateTimeField(auto_now_add=True)
-    last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
-    revoked_at = models.DateTimeField(null=True, blank=True)
-
-    class Meta:
-        ordering = ["-created_at"]
-        verbose_name = "API key"
-
-    def __str__(self) -> str:
-        return f"{self.prefix}… ({self.tenant})"
-
-    @property
-    def is_active(self) -> bool:
-        return self.revoked_at is None
+from catalog.models import Package
+from runtime import manifests
+from tenancy.models import Tenant
 
 
 class UnitPhase(models.TextChoices):
@@ -171,13 +91,53 @@ class GPUUnit(models.Model):
     def __str__(self) -> str:
         return f"{self.namespace}/{self.name}"
 
-    @property
-    def pod_name(self) -> str:
-        return f"unit-{self.name}"
+    @staticmethod
+    def contract_fields(package: Package, *, name: str) -> dict[str, Any]:
+        """The package contract a new unit named `name` snapshots: these fields never change
+        afterwards, whatever becomes of the package."""
+        claim_name = manifests.claim_name_for(name)
+        return {
+            "package_id": package.id,
+            "spec_name": package.spec_name,
+            "cpu": package.cpu,
+            "memory": package.memory,
+            "cpu_millicores": package.cpu_millicores,
+            "memory_bytes": package.memory_bytes,
+            "gpu": package.gpu,
+            "device_class_name": package.device_class_name,
+            "claim_name": claim_name,
+            "claim_request_name": package.claim_request_name,
+            "count": package.count,
+            "selectors": list(package.selectors),
+            "capacity": dict(package.capacity),
+            "dra": {"claimName": claim_name, "allocated": False, "devices": []},
+        }
 
-    @property
-    def is_live(self) -> bool:
-        return self.phase in UnitPhase.LIVE
+    def contract(self, *, request_hash: str) -> manifests.UnitContract:
+        """What the manifest builders need to know about this unit (its tenant loaded)."""
+        template = self.template or {}
+        return manifests.UnitContract(
+            name=self.name,
+            namespace=self.namespace,
+            tenant=self.tenant.slug,
+            operation_id=self.operation_id,
+            request_hash=request_hash,
+            package_id=self.package_id,
+            spec_name=self.spec_name,
+            image=self.image,
+            cpu=self.cpu,
+            memory=self.memory,
+            gpu=self.gpu,
+            device_class_name=self.device_class_name,
+            claim_name=self.claim_name,
+            claim_request_name=self.claim_request_name,
+            count=self.count,
+            selectors=list(self.selectors or []),
+            capacity=dict(self.capacity or {}),
+            command=list(template.get("command") or []),
+            args=list(template.get("args") or []),
+            env=list(template.get("env") or []),
+        )
 
 
 class OperationKind(models.TextChoices):

@@ -10,20 +10,12 @@ from django.utils import timezone
 
 from controlplane import kube
 from controlplane.kube.errors import KubeError
-from runtime import manifests, services
+from runtime import lifecycle, manifests, provisioning, selectors
 from runtime.models import EventType, GPUUnit, UnitPhase
-from runtime.provisioning import contract_of, create_or_adopt, mark_terminated, owned_by
 from runtime.status import Observed, observe
 
 logger = logging.getLogger(__name__)
 
-_WATCHED = [
-    UnitPhase.PROVISIONING,
-    UnitPhase.PENDING,
-    UnitPhase.RUNNING,
-    UnitPhase.FAILED,
-    UnitPhase.TERMINATING,
-]
 _HEALTHY_REASONS = {"Running", "Starting", "WaitingForAllocation", "ContainersNotReady"}
 
 
@@ -75,11 +67,11 @@ def _apply(unit: GPUUnit, observed: Observed) -> bool:
     allocated_now = observed.dra.get("allocated") and not (unit.dra or {}).get("allocated")
     if allocated_now:
         devices = ", ".join(f"{d['pool']}/{d['device']}" for d in observed.dra["devices"])
-        services.record_event(
+        lifecycle.record_event(
             unit, reason="Allocated", message=f"Claim {unit.claim_name} allocated: {devices}."
         )
     problem = observed.phase == UnitPhase.FAILED or observed.reason not in _HEALTHY_REASONS
-    return services.transition_unit(
+    return lifecycle.transition_unit(
         unit,
         to=observed.phase,
         reason=observed.reason,
@@ -92,11 +84,7 @@ def _apply(unit: GPUUnit, observed: Observed) -> bool:
 
 def reconcile_units() -> ReconcileResult:
     result = ReconcileResult()
-    units = [
-        unit
-        for unit in GPUUnit.objects.filter(phase__in=_WATCHED).select_related("tenant")
-        if unit.unit_k8s_uid or unit.phase == UnitPhase.TERMINATING
-    ]
+    units = selectors.list_units_to_reconcile()
     if not units:
         return result
     selector = f"{manifests.LABEL_MANAGED_BY}={manifests.MANAGED_BY}"
@@ -120,14 +108,14 @@ def reconcile_units() -> ReconcileResult:
         pod = pods.get((unit.namespace, manifests.pod_name_for(unit.name)))
         if unit.phase == UnitPhase.TERMINATING:
             if custom_object is None and claim is None and pod is None:
-                mark_terminated(unit)
+                lifecycle.mark_unit_terminated(unit)
                 result.terminated += 1
             continue
         result.observed += 1
         synced.append(unit.pk)
         if custom_object is None:
             if unit.phase != UnitPhase.FAILED:
-                services.transition_unit(
+                lifecycle.transition_unit(
                     unit,
                     to=UnitPhase.FAILED,
                     reason="ObjectDeleted",
@@ -142,30 +130,13 @@ def reconcile_units() -> ReconcileResult:
         if _apply(unit, observe(claim_name=unit.claim_name, claim=claim, pod=pod)):
             result.changed += 1
         _sync_custom_object_status(unit, custom_object)
-    GPUUnit.objects.filter(pk__in=synced).update(last_sync_at=timezone.now())
+    lifecycle.mark_units_synced(synced)
     return result
 
 
 def _recreate_pod(unit: GPUUnit, custom_object: dict) -> dict | None:
-    owner_uid = custom_object["metadata"]["uid"]
-    annotations = custom_object["metadata"].get("annotations") or {}
-    contract = contract_of(
-        unit, request_hash=annotations.get(manifests.ANNOTATION_REQUEST_HASH, "")
-    )
     try:
-        pod = create_or_adopt(
-            kube.POD,
-            manifests.build_pod(contract, owner_uid=owner_uid),
-            ours=owned_by(owner_uid, unit),
-        )
+        return provisioning.recreate_pod(unit, custom_object)
     except KubeError as exc:
         logger.warning("could not recreate pod of %s: %s", unit, exc)
         return None
-    services.record_event(
-        unit,
-        reason="PodRecreated",
-        message=f"Pod {manifests.pod_name_for(unit.name)} was missing and has been recreated.",
-        type=EventType.WARNING,
-    )
-    GPUUnit.objects.filter(pk=unit.pk).update(pod_k8s_uid=pod["metadata"]["uid"])
-    return pod

@@ -1,12 +1,15 @@
-"""Runtime reads, always scoped to a tenant: another tenant's unit simply does not exist."""
+"""Runtime reads. The ones behind customer requests take the tenant: another tenant's unit
+simply does not exist for them."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from datetime import datetime
 
 from django.db.models import Count, QuerySet, Sum
 
-from runtime.models import GPUUnit, Operation, Tenant, UnitEvent, UnitPhase
+from runtime.models import GPUUnit, Operation, OperationStatus, UnitEvent, UnitPhase
+from tenancy.models import Tenant
+from tenancy.selectors import TenantUsage
 
 
 def list_units(
@@ -43,21 +46,6 @@ def name_in_use(*, tenant: Tenant, name: str) -> bool:
     return GPUUnit.objects.filter(tenant=tenant, name=name, phase__in=UnitPhase.LIVE).exists()
 
 
-@dataclass(frozen=True)
-class TenantUsage:
-    """What a tenant's live units hold against its quota."""
-
-    cpu_millicores: int
-    memory_bytes: int
-    claims: int
-
-
-def usage_of(tenant: Tenant) -> TenantUsage:
-    """The tenant's usage counters (the ones orders charge) as read with the tenant: a request
-    has just read it to authenticate, so this asks the database nothing."""
-    return TenantUsage(tenant.used_cpu_millicores, tenant.used_memory_bytes, tenant.used_claims)
-
-
 def count_tenant_usage(*, tenant: Tenant | None = None) -> dict[int, TenantUsage]:
     """What every tenant's (or one tenant's) live units hold, summed from the units themselves
     (`{tenant id: usage}`, tenants without live units left out): the truth the counters are
@@ -71,3 +59,36 @@ def count_tenant_usage(*, tenant: Tenant | None = None) -> dict[int, TenantUsage
         .values_list("tenant_id", "cpu", "memory", "claims")
     )
     return {tenant_id: TenantUsage(*usage) for tenant_id, *usage in rows}
+
+
+def list_tenant_counters() -> QuerySet[Tenant]:
+    """Every tenant with only its usage counters loaded (what recount_usage compares)."""
+    return Tenant.objects.only("pk", "used_cpu_millicores", "used_memory_bytes", "used_claims")
+
+
+def list_stale_operations(*, older_than: datetime, limit: int) -> list[Operation]:
+    """Open operations nobody has touched since `older_than`, oldest first."""
+    return list(
+        Operation.objects.filter(status__in=OperationStatus.OPEN, updated_at__lt=older_than)
+        .select_related("unit")
+        .order_by("id")[:limit]
+    )
+
+
+# Phases a reconcile pass compares with the cluster (Accepted units have no objects yet).
+_RECONCILED = (
+    UnitPhase.PROVISIONING,
+    UnitPhase.PENDING,
+    UnitPhase.RUNNING,
+    UnitPhase.FAILED,
+    UnitPhase.TERMINATING,
+)
+
+
+def list_units_to_reconcile() -> list[GPUUnit]:
+    """Units whose objects exist (or are being deleted), with their tenants."""
+    return [
+        unit
+        for unit in GPUUnit.objects.filter(phase__in=_RECONCILED).select_related("tenant")
+        if unit.unit_k8s_uid or unit.phase == UnitPhase.TERMINATING
+    ]

@@ -1,17 +1,24 @@
-"""Customer API for GPU units and operations: serializers validate, services act."""
+"""Customer API for packages (with the tenant's availability), GPU units and operations:
+serializers validate, services act."""
 
 from __future__ import annotations
 
-from drf_spectacular.utils import OpenApiResponse, extend_schema
+from collections.abc import Iterable
+
+from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
+from rest_framework import viewsets
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from catalog import selectors as catalog_selectors
+from catalog.models import Package
+from catalog.serializers import PackageSerializer
 from controlplane.api.errors import NotFound
 from controlplane.api.pagination import paginate
-from controlplane.api.permissions import IsTenant
 from controlplane.api.schema import envelope, error_responses
-from runtime import selectors, services, validation
+from runtime import availability, lifecycle, orders, selectors, validation
+from runtime.models import GPUUnit
 from runtime.serializers import (
     CreateUnitSerializer,
     OperationSerializer,
@@ -19,6 +26,8 @@ from runtime.serializers import (
     UnitListQuerySerializer,
     UnitSerializer,
 )
+from tenancy.models import Tenant
+from tenancy.permissions import tenant_of
 
 _UNIT = envelope(UnitSerializer, name="UnitResponse")
 # One UnitSerializer renders every single unit: building a ModelSerializer's fields costs more
@@ -28,20 +37,71 @@ _REPLAYED = "Idempotent-Replayed"
 
 
 class TenantView(APIView):
-    permission_classes = [IsTenant]
+    """A view acting for the tenant behind the request's key (IsTenant, the default
+    permission, has refused requests without one)."""
 
     @property
-    def tenant(self):
-        return self.request.user.tenant
+    def tenant(self) -> Tenant:
+        tenant = tenant_of(self.request)
+        assert tenant is not None
+        return tenant
 
 
-def _unit_or_404(tenant, name: str):
+def _unit_or_404(tenant: Tenant, name: str) -> GPUUnit:
     name = name.strip().lower()
     # A name that could never exist is simply not found (and never reaches the database).
     unit = None if validation.unit_name(name) else selectors.get_unit(tenant=tenant, name=name)
     if unit is None:
         raise NotFound(f"gpu unit {name} not found.")
     return unit
+
+
+@extend_schema_view(
+    list=extend_schema(
+        summary="Active packages with availability",
+        responses={
+            200: envelope(PackageSerializer, name="PackageList", many=True),
+            **error_responses(401),
+        },
+    ),
+    retrieve=extend_schema(
+        summary="One active package",
+        responses={
+            200: envelope(PackageSerializer, name="PackageDetail"),
+            **error_responses(401, 404),
+        },
+    ),
+)
+class PackageViewSet(viewsets.ReadOnlyModelViewSet):
+    """What the tenant can order, and how many units of each fit now (the cluster's free
+    devices from the inventory mirror, bounded by the tenant's quota)."""
+
+    serializer_class = PackageSerializer
+    lookup_value_regex = "[^/]+"
+
+    def get_queryset(self):
+        return catalog_selectors.list_active_packages()
+
+    def get_object(self) -> Package:
+        package = catalog_selectors.get_active_package(self.kwargs["pk"])
+        if package is None:
+            raise NotFound(f'Package "{self.kwargs["pk"]}" does not exist or is not on sale.')
+        return package
+
+    def _render(self, packages: Iterable[Package], *, many: bool) -> Response:
+        packages = list(packages)
+        tenant = tenant_of(self.request)
+        assert tenant is not None
+        context = {"availability": availability.for_tenant(tenant, packages)}
+        return Response(
+            PackageSerializer(packages if many else packages[0], many=many, context=context).data
+        )
+
+    def list(self, request: Request, *args, **kwargs) -> Response:
+        return self._render(self.get_queryset(), many=True)
+
+    def retrieve(self, request: Request, *args, **kwargs) -> Response:
+        return self._render([self.get_object()], many=False)
 
 
 class UnitListView(TenantView):
@@ -86,7 +146,7 @@ class UnitListView(TenantView):
         serializer = CreateUnitSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
-        result = services.create_unit(
+        result = orders.create_unit(
             tenant=self.tenant,
             operation_id=data["operationID"],
             name=data["name"],
@@ -110,7 +170,7 @@ class UnitDetailView(TenantView):
         responses={202: _UNIT, **error_responses(401, 404)},
     )
     def delete(self, request: Request, name: str) -> Response:
-        unit = services.request_unit_deletion(
+        unit = lifecycle.request_unit_deletion(
             tenant=self.tenant, name=_unit_or_404(self.tenant, name).name
         )
         return Response(_render_unit(unit), status=202)

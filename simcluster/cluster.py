@@ -2,34 +2,20 @@
 
 from __future__ import annotations
 
-import importlib
-import logging
 import threading
 from pathlib import Path
-from types import ModuleType
-from typing import Any
 
 import yaml
 
 from simcluster.faults import FaultInjector, RequestLog
 from simcluster.persistence import Persister
+from simcluster.quota import QuotaController
+from simcluster.scheduler import Scheduler
 from simcluster.server import SimServer
 from simcluster.store import Store
-
-logger = logging.getLogger(__name__)
+from simcluster.topology import load_topology
 
 SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
-
-
-def _optional_module(name: str) -> ModuleType | None:
-    """The DRA modules are developed separately; a missing one means that part is off."""
-    try:
-        return importlib.import_module(name)
-    except ModuleNotFoundError as error:
-        if error.name != name:
-            raise
-        logger.warning("simcluster: %s is not available, skipping it", name)
-        return None
 
 
 class SimCluster:
@@ -53,8 +39,8 @@ class SimCluster:
         self.requests = RequestLog()
         self._persister = Persister(self.store, persist_path) if persist_path else None
         self._run_scheduler = scheduler
-        self.scheduler: Any = None
-        self.quota: Any = None
+        self.scheduler: Scheduler | None = None
+        self.quota: QuotaController | None = None
         self._server: SimServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -67,10 +53,8 @@ class SimCluster:
             self._persister.load()
         self._seed_namespaces()
         self._seed_topology()
-        quota = _optional_module("simcluster.quota")
-        if quota is not None:
-            self.quota = quota.QuotaController(self.store)
-            self.quota.install()
+        self.quota = QuotaController(self.store)
+        self.quota.install()
         if self._persister:
             self._persister.start()
         self._server = SimServer((self.host, self.port), self.store, self.faults, self.requests)
@@ -83,10 +67,8 @@ class SimCluster:
         )
         self._thread.start()
         if self._run_scheduler:
-            scheduler = _optional_module("simcluster.scheduler")
-            if scheduler is not None:
-                self.scheduler = scheduler.Scheduler(self.store)
-                self.scheduler.start()
+            self.scheduler = Scheduler(self.store)
+            self.scheduler.start()
         return self
 
     def stop(self) -> None:
@@ -142,10 +124,7 @@ class SimCluster:
                 self.store.create("namespaces", {"metadata": {"name": name}}, internal=True)
 
     def _seed_topology(self) -> None:
-        topology = _optional_module("simcluster.topology")
-        if topology is None:
-            return
-        for resource, obj in topology.load_topology(self.topology):
+        for resource, obj in load_topology(self.topology):
             metadata = obj.get("metadata") or {}
             # A restored cluster keeps its objects (and their allocations); only fill gaps.
             if (

@@ -15,10 +15,12 @@ from django.conf import settings
 
 from catalog.tests.factories import PackageFactory
 from controlplane import kube
-from runtime import provisioning, services
-from runtime.models import Operation, Tenant
+from runtime import orders, provisioning
+from runtime.models import Operation
 from runtime.tests.helpers import wait_for_phase
 from simcluster.cluster import SimCluster
+from tenancy import services as tenancy_services
+from tenancy.models import Tenant
 from tests.test_manifests import K8S
 
 pytestmark = [
@@ -88,7 +90,7 @@ def control_plane_on(kubeconfig: Path) -> Iterator[None]:
 
 def _default_tenant() -> Tenant:
     # The data migration creates it; transactional tests elsewhere may have flushed it.
-    return Tenant.objects.filter(slug="default").first() or services.create_tenant(
+    return Tenant.objects.filter(slug="default").first() or tenancy_services.create_tenant(
         slug="default", namespace="runtime-instance"
     )
 
@@ -107,8 +109,8 @@ def test_applied_manifests_are_all_a_unit_needs_to_run(sim, kubectl, control_pla
     assert all(line.endswith(" unchanged") for line in kubectl("apply", *files).splitlines())
 
     tenant = _default_tenant()
-    PackageFactory()
-    unit = services.create_unit(
+    PackageFactory(article=True)
+    unit = orders.create_unit(
         tenant=tenant,
         operation_id="deploy-apply-1",
         name="applied",

@@ -22,9 +22,9 @@ from rest_framework.test import APIClient
 from catalog.tests.factories import PackageFactory
 from controlplane import kube
 from inventory import sync
-from runtime import services
 from runtime.models import GPUUnit, Operation, OperationStatus
 from runtime.tests.helpers import remove_namespace_objects, wait_for_phase
+from tenancy import services as tenancy_services
 from tests.test_manifests import kustomize, kustomize_with_tenant_provisioning, needs_kubectl
 
 # The flows commit their rows (a real worker reads them); the marker gets the test database set up.
@@ -174,10 +174,12 @@ def recorded(cluster, celery_worker, django_db_blocker) -> dict[str, list]:
     """Run the product's flows and return the request log entries of each, by flow."""
     flows: dict[str, list] = {}
     with django_db_blocker.unblock():
-        tenant = services.create_tenant(slug="deploy-rbac", namespace=TENANT_NAMESPACE)
+        tenant = tenancy_services.create_tenant(slug="deploy-rbac", namespace=TENANT_NAMESPACE)
         package = PackageFactory(id="deploy-rbac-rtx3080-1x", spec_name="rbac", gpu=1, count=1)
         client = APIClient()
-        client.credentials(HTTP_AUTHORIZATION=f"Bearer {services.create_api_key(tenant=tenant)[1]}")
+        client.credentials(
+            HTTP_AUTHORIZATION=f"Bearer {tenancy_services.create_api_key(tenant=tenant)[1]}"
+        )
         # The tenant's namespace and quota exist but are not what the control plane wants,
         # so provisioning also takes its get-and-patch paths for both.
         kube.create(kube.NAMESPACE, None, {"metadata": {"name": TENANT_NAMESPACE}})

@@ -51,7 +51,7 @@ def test_add_shows_each_field_error_inline_and_saves_nothing(admin_client):
 
 
 def test_change_keeps_id_read_only_and_validates(admin_client):
-    package = PackageFactory()
+    package = PackageFactory(article=True)
     url = reverse("admin:catalog_package_change", args=[package.pk])
     page = admin_client.get(url)
     assert 'name="id"' not in page.content.decode()
@@ -68,7 +68,7 @@ def test_change_keeps_id_read_only_and_validates(admin_client):
 
 
 def test_list_searches_and_filters(admin_client):
-    PackageFactory()
+    PackageFactory(article=True)
     PackageFactory(id="gpu-h100-1x", spec_name="h100", gpu=1, count=1, active=False)
     found = admin_client.get(LIST_URL, {"q": "h100"})
     assert list(found.context["cl"].result_list) == [Package.objects.get(id="gpu-h100-1x")]
@@ -77,7 +77,7 @@ def test_list_searches_and_filters(admin_client):
 
 
 def test_export_action_downloads_selected_packages_as_yaml(admin_client):
-    PackageFactory()
+    PackageFactory(article=True)
     PackageFactory(id="gpu-h100-1x", spec_name="h100", gpu=1, count=1)
     response = admin_client.post(
         LIST_URL, {"action": "export_yaml", "_selected_action": ["gpu-h100-1x"]}
@@ -88,7 +88,7 @@ def test_export_action_downloads_selected_packages_as_yaml(admin_client):
 
 
 def test_deactivate_action(admin_client):
-    PackageFactory()
+    PackageFactory(article=True)
     admin_client.post(
         LIST_URL,
         {"action": "deactivate", "_selected_action": ["gpu-rtx3080-2x-cpu10-mem40g"]},

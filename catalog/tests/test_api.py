@@ -10,7 +10,7 @@ pytestmark = pytest.mark.django_db
 
 
 def test_list_returns_active_packages_in_article_shape(auth_client):
-    PackageFactory(selectors=['device.driver == "gpu.nvidia.com"'])
+    PackageFactory(article=True, selectors=['device.driver == "gpu.nvidia.com"'])
     PackageFactory(id="gpu-retired", spec_name="old", gpu=1, count=1, active=False)
     response = auth_client.get("/api/v1/packages")
     assert response.status_code == 200
@@ -54,7 +54,7 @@ def test_list_query_count_does_not_grow_with_the_catalog(auth_client, packages):
 
 
 def test_retrieve_is_case_insensitive(auth_client):
-    PackageFactory()
+    PackageFactory(article=True)
     response = auth_client.get("/api/v1/packages/GPU-RTX3080-2X-CPU10-MEM40G")
     assert response.status_code == 200
     assert response.json()["data"]["id"] == "gpu-rtx3080-2x-cpu10-mem40g"

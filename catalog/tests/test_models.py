@@ -17,7 +17,7 @@ def errors_of(package: Package) -> dict[str, list[str]]:
 
 
 def test_article_package_is_valid_and_defaults_claim_request_name():
-    package = PackageFactory(save=False, claim_request_name="")
+    package = PackageFactory.build(claim_request_name="")
     package.full_clean()
     assert package.claim_request_name == "gpu"
 
@@ -31,12 +31,12 @@ def test_id_is_stored_lower_case_when_given_mixed_case():
     "bad_id", ["has_underscore", "-leading", "trailing-", "a" * 64, "dot.ted", ""]
 )
 def test_id_rejected_when_not_a_dns_label(bad_id):
-    assert "id" in errors_of(PackageFactory(save=False, id=bad_id))
+    assert "id" in errors_of(PackageFactory.build(id=bad_id))
 
 
 def test_id_unique_ignoring_case():
-    PackageFactory()
-    errors = errors_of(PackageFactory(save=False, id="GPU-RTX3080-2x-cpu10-mem40g"))
+    PackageFactory(article=True)
+    errors = errors_of(PackageFactory.build(id="GPU-RTX3080-2x-cpu10-mem40g"))
     assert errors["id"] == ["A package with this ID already exists."]
 
 
@@ -55,12 +55,12 @@ def test_id_unique_ignoring_case():
     ],
 )
 def test_quantity_rejected_when_invalid_or_not_positive(field, value):
-    assert field in errors_of(PackageFactory(save=False, **{field: value}))
+    assert field in errors_of(PackageFactory.build(**{field: value}))
 
 
 @pytest.mark.parametrize(("cpu", "memory"), [("10000m", "40960Mi"), ("0.5", "1e9"), ("1", "1Ti")])
 def test_quantity_accepted_in_every_kubernetes_notation(cpu, memory):
-    PackageFactory(save=False, cpu=cpu, memory=memory).full_clean()
+    PackageFactory.build(cpu=cpu, memory=memory).full_clean()
 
 
 @pytest.mark.parametrize(
@@ -72,43 +72,43 @@ def test_quantity_accepted_in_every_kubernetes_notation(cpu, memory):
     ],
 )
 def test_quantities_as_numbers_for_quota_sums(cpu, memory, millicores, size):
-    package = PackageFactory(save=False, cpu=cpu, memory=memory)
+    package = PackageFactory.build(cpu=cpu, memory=memory)
     assert (package.cpu_millicores, package.memory_bytes) == (millicores, size)
 
 
 def test_gpu_must_be_positive():
-    errors = errors_of(PackageFactory(save=False, gpu=0, count=0))
+    errors = errors_of(PackageFactory.build(gpu=0, count=0))
     assert "gpu" in errors
     assert "count" in errors
 
 
 def test_count_must_equal_gpu():
-    errors = errors_of(PackageFactory(save=False, gpu=2, count=4))
+    errors = errors_of(PackageFactory.build(gpu=2, count=4))
     assert errors == {"count": ["allocation.count (4) must equal gpu (2)."]}
 
 
 def test_count_equal_gpu_enforced_by_database_too():
-    PackageFactory()
+    PackageFactory(article=True)
     with pytest.raises(IntegrityError), transaction.atomic():
         Package.objects.update(count=3)
 
 
 @pytest.mark.parametrize("bad", ["Nvidia_RTX", "UPPER", "a..b", "-x", "x" * 254])
 def test_device_class_name_must_be_dns_subdomain(bad):
-    assert "device_class_name" in errors_of(PackageFactory(save=False, device_class_name=bad))
+    assert "device_class_name" in errors_of(PackageFactory.build(device_class_name=bad))
 
 
 def test_device_class_name_accepts_dotted_subdomain():
-    PackageFactory(save=False, device_class_name="gpu.nvidia.com").full_clean()
+    PackageFactory.build(device_class_name="gpu.nvidia.com").full_clean()
 
 
 @pytest.mark.parametrize("bad", ["GPU", "gpu.0", "g_pu", "x" * 64])
 def test_claim_request_name_must_be_dns_label(bad):
-    assert "claim_request_name" in errors_of(PackageFactory(save=False, claim_request_name=bad))
+    assert "claim_request_name" in errors_of(PackageFactory.build(claim_request_name=bad))
 
 
 def test_selectors_must_compile_as_cel():
-    errors = errors_of(PackageFactory(save=False, selectors=["device.driver == ", "ok == true"]))
+    errors = errors_of(PackageFactory.build(selectors=["device.driver == ", "ok == true"]))
     assert len(errors["selectors"]) == 1
     assert "selector 0 does not compile as CEL" in errors["selectors"][0]
 
@@ -120,11 +120,11 @@ def test_selectors_that_compile_are_kept():
 
 
 def test_capacity_keys_and_values_checked():
-    errors = errors_of(PackageFactory(save=False, capacity={"bad key!": "x"}))
+    errors = errors_of(PackageFactory.build(capacity={"bad key!": "x"}))
     assert "not a qualified name" in errors["capacity"][0]
     assert "is not a Kubernetes quantity" in errors["capacity"][0]
 
 
 def test_every_failing_field_reported_at_once():
-    errors = errors_of(PackageFactory(save=False, id="Bad_Id", cpu="0", memory="x", gpu=1, count=2))
+    errors = errors_of(PackageFactory.build(id="Bad_Id", cpu="0", memory="x", gpu=1, count=2))
     assert {"id", "cpu", "memory", "count"} <= set(errors)

@@ -64,7 +64,7 @@ def test_inactive_package_round_trips_with_active_false():
 
 
 def test_dry_run_prints_plan_and_writes_nothing():
-    PackageFactory()  # unchanged
+    PackageFactory(article=True)  # unchanged
     PackageFactory(id="gpu-old-1x", spec_name="old", gpu=1, count=1)  # pruned
     PackageFactory(id="gpu-h100-1x-cpu16-mem128g", spec_name="h100", cpu="8", gpu=1, count=1)
     out = run_command("import_catalog", str(SAMPLE), "--dry-run", "--prune")
@@ -136,14 +136,14 @@ def test_unknown_fields_and_wrong_shape_rejected():
 
 
 def test_if_empty_skips_when_catalog_has_packages():
-    PackageFactory()
+    PackageFactory(article=True)
     out = run_command("import_catalog", str(SAMPLE), "--if-empty")
     assert "not imported" in out
     assert Package.objects.count() == 1
 
 
 def test_export_command_writes_file(tmp_path):
-    PackageFactory()
+    PackageFactory(article=True)
     target = tmp_path / "out.yaml"
     run_command("export_catalog", "-o", str(target))
     assert yaml.safe_load(target.read_text())["packages"][0]["id"] == "gpu-rtx3080-2x-cpu10-mem40g"

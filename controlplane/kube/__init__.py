@@ -1,4 +1,5 @@
-"""The only package that imports the `kubernetes` client: connection, errors, helpers."""
+"""The only package that imports the `kubernetes` client: connection, errors, and the
+create-or-adopt and ensure idioms."""
 
 from controlplane.kube.client import (
     CRD,
@@ -21,6 +22,7 @@ from controlplane.kube.client import (
     version,
 )
 from controlplane.kube.errors import KubeError, PermanentError, TemporaryError
+from controlplane.kube.objects import create_or_adopt, ensure
 
 __all__ = [
     "CRD",
@@ -37,7 +39,9 @@ __all__ = [
     "PermanentError",
     "TemporaryError",
     "create",
+    "create_or_adopt",
     "delete",
+    "ensure",
     "get",
     "list_objects",
     "merge_patch",

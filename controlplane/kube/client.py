@@ -121,10 +121,10 @@ def _call(
         raise classify(exc) from exc
     payload = response.read()
     if not 200 <= response.status < 300:
-        exc = ApiException(status=response.status, reason=response.reason)
-        exc.body = payload.decode("utf-8", "replace") if isinstance(payload, bytes) else payload
-        exc.headers = response.headers
-        raise classify(exc)
+        failure = ApiException(status=response.status, reason=response.reason)
+        failure.body = payload.decode("utf-8", "replace") if isinstance(payload, bytes) else payload
+        failure.headers = response.headers
+        raise classify(failure)
     return orjson.loads(payload) if payload else {}
 
 

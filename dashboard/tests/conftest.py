@@ -9,9 +9,11 @@ from django.contrib.auth.models import User
 from django.test import Client
 
 from catalog.tests.factories import PackageFactory
-from runtime import services
-from runtime.models import GPUUnit, Tenant, UnitEvent
-from runtime.tests.factories import TenantFactory, UnitFactory
+from runtime import lifecycle
+from runtime.models import GPUUnit, UnitEvent
+from runtime.tests.factories import UnitFactory
+from tenancy.models import Tenant
+from tenancy.tests.factories import TenantFactory
 
 _users = itertools.count(1)
 PASSWORD = "a-long-test-password"
@@ -32,16 +34,15 @@ def client_for(user: User, **kwargs) -> Client:
 
 def make_unit(tenant: Tenant, name: str, *, phase: str = "Running", **fields) -> GPUUnit:
     """A unit row as the runtime leaves it, without going through the cluster."""
-    unit = UnitFactory(tenant, name, phase=phase, **fields)
-    unit.save()
+    unit = UnitFactory(tenant=tenant, name=name, phase=phase, **fields)
     UnitEvent.objects.create(unit=unit, reason="Accepted", message="Ordered.")
-    services.recount_usage()  # charge the tenant for it, as an order would have
+    lifecycle.recount_usage()  # charge the tenant for it, as an order would have
     return unit
 
 
 @pytest.fixture
 def package(db):
-    return PackageFactory()
+    return PackageFactory(article=True)
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from django.utils import timezone
 from dashboard.tests.conftest import PASSWORD, client_for, make_unit, make_user
 from inventory.models import Device, InventorySnapshot, Node, PackageAvailability, SyncRun
 from runtime.models import GPUUnit, Operation, UnitPhase
-from runtime.tests.factories import TenantFactory
+from tenancy.tests.factories import TenantFactory
 
 pytestmark = pytest.mark.django_db
 

@@ -17,10 +17,10 @@ from catalog.tests.factories import PackageFactory
 from controlplane import kube
 from inventory.models import Device, DevicePool, SyncRun
 from inventory.sync import sync_inventory
-from runtime import services
-from runtime.tests.factories import TenantFactory, key_for
+from runtime import orders
 from runtime.tests.helpers import remove_namespace_objects, wait_for_phase
 from simcluster.cluster import SimCluster
+from tenancy.tests.factories import TenantFactory, key_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -101,7 +101,7 @@ def as_article(data: dict) -> dict:
 @pytest.mark.usefixtures("celery_worker")
 def test_inventory_follows_units_and_frees_devices_on_delete(cluster, operator_client):
     tenant = TenantFactory(quota_cpu="1000", quota_memory="8Ti")  # only the cluster binds
-    PackageFactory()
+    PackageFactory(article=True)
     PackageFactory(
         id="gpu-h100-1x",
         spec_name="h100",
@@ -119,7 +119,7 @@ def test_inventory_follows_units_and_frees_devices_on_delete(cluster, operator_c
         before = {p["id"]: p["availability"] for p in before}
 
         units = [
-            services.create_unit(
+            orders.create_unit(
                 tenant=tenant, operation_id=f"op-{n}", name=n, package_id=p, image="python:3.12"
             ).unit
             for n, p in (("a", "gpu-rtx3080-2x-cpu10-mem40g"), ("b", "gpu-h100-1x"))
@@ -185,7 +185,7 @@ def test_package_no_node_fits_is_zero_with_reason(cluster, auth_client):
 
 
 def test_quota_headroom_bounds_availability(cluster, tenant):
-    PackageFactory()
+    PackageFactory(article=True)
     tenant.quota_cpu = "15"
     tenant.save()
     client = APIClient()

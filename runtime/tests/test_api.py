@@ -10,9 +10,9 @@ from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
 from catalog.tests.factories import PackageFactory
-from runtime import services
+from runtime import lifecycle, orders
 from runtime.models import GPUUnit, Operation, UnitPhase
-from runtime.tests.factories import TenantFactory, key_for
+from tenancy.tests.factories import TenantFactory, key_for
 
 pytestmark = pytest.mark.django_db
 
@@ -21,7 +21,7 @@ URL = "/api/v1/gpu-units"
 
 @pytest.fixture(autouse=True)
 def package(db):
-    return PackageFactory()
+    return PackageFactory(article=True)
 
 
 def body(**overrides) -> dict:
@@ -138,8 +138,8 @@ class TestCreate:
         client = client_for(tenant)
         client.post(URL, body(), format="json")
         assert client.post(URL, body(operationID="b", name="b"), format="json").status_code == 409
-        unit = services.request_unit_deletion(tenant=tenant, name="demo-instance")
-        assert services.terminate(unit, reason="Terminated", message="gone")
+        unit = lifecycle.request_unit_deletion(tenant=tenant, name="demo-instance")
+        assert lifecycle.mark_unit_terminated(unit)
         assert client.post(URL, body(operationID="b", name="b"), format="json").status_code == 201
 
     def test_an_order_costs_the_same_statements_however_many_units_the_tenant_has(self, tenant):
@@ -158,7 +158,7 @@ class TestCreate:
 
         first = order("first")
         for index in range(40):
-            services.create_unit(
+            orders.create_unit(
                 tenant=tenant,
                 operation_id=f"op-{index}",
                 name=f"unit-{index}",
@@ -184,20 +184,20 @@ class TestCreate:
             80 * 2**30,
             2,
         )
-        unit = services.request_unit_deletion(tenant=tenant, name="b")
-        assert services.terminate(unit, reason="Terminated", message="gone")
-        assert not services.terminate(unit, reason="Terminated", message="again")
+        unit = lifecycle.request_unit_deletion(tenant=tenant, name="b")
+        assert lifecycle.mark_unit_terminated(unit)
+        assert not lifecycle.mark_unit_terminated(unit)
         tenant.refresh_from_db()
         assert (tenant.used_cpu_millicores, tenant.used_claims) == (10_000, 1)
-        assert services.recount_usage() == []
+        assert lifecycle.recount_usage() == []
 
     def test_deletion_by_uid_never_touches_a_newer_unit_of_the_same_name(self, tenant):
         client = client_for(tenant)
         client.post(URL, body(), format="json")
-        old = services.request_unit_deletion(tenant=tenant, name="demo-instance")
-        services.terminate(old, reason="Terminated", message="gone")
+        old = lifecycle.request_unit_deletion(tenant=tenant, name="demo-instance")
+        lifecycle.mark_unit_terminated(old)
         client.post(URL, body(operationID="again"), format="json")
-        again = services.request_unit_deletion(tenant=tenant, name="demo-instance", uid=old.uid)
+        again = lifecycle.request_unit_deletion(tenant=tenant, name="demo-instance", uid=old.uid)
         assert (again.pk, again.phase) == (old.pk, UnitPhase.TERMINATED)
         newer = GPUUnit.objects.get(tenant=tenant, operation_id="again")
         assert newer.phase == UnitPhase.ACCEPTED
@@ -206,7 +206,7 @@ class TestCreate:
         client_for(tenant).post(URL, body(), format="json")
         other = TenantFactory()
         GPUUnit.objects.update(phase=UnitPhase.TERMINATED)  # behind the order path's back
-        assert services.recount_usage() == [tenant.slug]
+        assert lifecycle.recount_usage() == [tenant.slug]
         tenant.refresh_from_db()
         assert (tenant.used_cpu_millicores, tenant.used_memory_bytes, tenant.used_claims) == (
             0,
@@ -215,7 +215,7 @@ class TestCreate:
         )
         other.refresh_from_db()
         assert other.used_claims == 0
-        assert services.recount_usage() == []
+        assert lifecycle.recount_usage() == []
 
     @pytest.mark.parametrize(
         ("overrides", "field"),
@@ -276,7 +276,7 @@ class TestCreate:
 class TestListAndGet:
     def make_units(self, tenant, count: int, **overrides) -> None:
         for index in range(count):
-            services.create_unit(
+            orders.create_unit(
                 tenant=tenant,
                 operation_id=f"op-{index}",
                 name=f"unit-{index}",
@@ -298,7 +298,7 @@ class TestListAndGet:
     def test_list_filters_by_phase_and_package(self, auth_client, tenant):
         PackageFactory(id="gpu-h100-1x", spec_name="h", gpu=1, count=1)
         self.make_units(tenant, 2)
-        services.create_unit(
+        orders.create_unit(
             tenant=tenant, operation_id="h", name="h", package_id="gpu-h100-1x", image="busybox"
         )
         GPUUnit.objects.filter(name="unit-0").update(phase=UnitPhase.RUNNING)
@@ -377,7 +377,7 @@ class TestTenantIsolation:
     @pytest.fixture
     def foreign(self):
         owner = TenantFactory()
-        services.create_unit(
+        orders.create_unit(
             tenant=owner,
             operation_id="theirs",
             name="theirs",

@@ -11,19 +11,20 @@ from django.utils import timezone
 
 from catalog.tests.factories import PackageFactory
 from controlplane import kube
-from runtime import manifests, reconcile, services
+from runtime import lifecycle, manifests, orders, reconcile
 from runtime.models import GPUUnit, Operation, OperationStatus
 from runtime.provisioning import ensure_tenant_namespace, provision_unit
 from runtime.tasks import sweep_operations
-from runtime.tests.factories import TenantFactory, UnitFactory
+from runtime.tests.factories import UnitFactory
 from runtime.tests.helpers import remove_namespace_objects, unit_objects, wait_for_phase
+from tenancy.tests.factories import TenantFactory
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("celery_worker")]
 
 
 @pytest.fixture(autouse=True)
 def _package_and_cleanup(tenant, cluster):
-    PackageFactory()
+    PackageFactory(article=True)
     yield
     cluster.faults.clear()
     remove_namespace_objects(tenant.namespace)
@@ -31,17 +32,16 @@ def _package_and_cleanup(tenant, cluster):
 
 def unqueued_order(tenant, name: str) -> tuple[GPUUnit, Operation]:
     """A committed unit and create operation whose message never reached a worker."""
-    unit = UnitFactory(tenant, name, image="busybox")
-    unit.save()
+    unit = UnitFactory(tenant=tenant, name=name, image="busybox")
     operation = Operation.objects.create(
         tenant=tenant, operation_id=f"op-{name}", kind="create", fingerprint="x" * 64, unit=unit
     )
-    services.recount_usage()  # charge the tenant for it, as an order would have
+    lifecycle.recount_usage()  # charge the tenant for it, as an order would have
     return unit, operation
 
 
 def create(tenant, name: str = "demo") -> GPUUnit:
-    return services.create_unit(
+    return orders.create_unit(
         tenant=tenant,
         operation_id=f"op-{name}",
         name=name,

@@ -33,7 +33,7 @@ def order(client, name: str, package: str = "gpu-rtx3080-2x-cpu10-mem40g", **ext
 
 
 def test_unit_runs_with_allocated_devices_then_terminates(auth_client, tenant):
-    PackageFactory()
+    PackageFactory(article=True)
     response = order(auth_client, "demo-instance")
     assert response.status_code == 201
     assert response.json()["data"]["phase"] == "Accepted"
@@ -136,7 +136,7 @@ def test_cluster_quota_rejection_fails_the_unit_and_leaves_nothing_behind(auth_c
             },
         },
     )
-    PackageFactory()
+    PackageFactory(article=True)
     order(auth_client, "over-quota")
     unit = wait_for_phase(GPUUnit.objects.get(), "Failed")
     assert unit.reason == "QuotaExceeded"

@@ -17,8 +17,8 @@ from catalog.tests.factories import PackageFactory
 from dashboard.tests.conftest import PASSWORD, make_unit, make_user
 from inventory.sync import sync_inventory
 from runtime import reconcile
-from runtime.tests.factories import TenantFactory
 from runtime.tests.helpers import remove_namespace_objects
+from tenancy.tests.factories import TenantFactory
 
 CHROMIUM = Path("/usr/bin/chromium")
 CHROMIUM_FLAGS = [
@@ -116,7 +116,7 @@ def log_in(page, username: str) -> None:
 def test_order_watch_inspect_and_delete_a_unit(page, beat, live_server):
     from playwright.sync_api import expect
 
-    package = PackageFactory()
+    package = PackageFactory(article=True)
     tenant = TenantFactory()
     stranger = TenantFactory()
     make_unit(stranger, "strangers-unit")

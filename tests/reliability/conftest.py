@@ -13,11 +13,11 @@ import pytest
 from rest_framework.test import APIClient
 
 from catalog.tests.factories import PackageFactory
-from runtime import reconcile, services
+from runtime import orders, reconcile
 from runtime.models import GPUUnit
 from runtime.tasks import sweep_operations
-from runtime.tests.factories import TenantFactory, key_for
 from runtime.tests.helpers import remove_namespace_objects
+from tenancy.tests.factories import TenantFactory, key_for
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 _figures: dict[str, dict] = {}
@@ -67,7 +67,7 @@ def customer(cluster):
 def order_units(tenant, package_id: str, count: int) -> None:
     """Order `count` units unit-0..unit-<count-1> through the service, as the API would."""
     for index in range(count):
-        services.create_unit(
+        orders.create_unit(
             tenant=tenant,
             operation_id=f"op-{index}",
             name=f"unit-{index}",

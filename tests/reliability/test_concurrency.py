@@ -7,9 +7,9 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from controlplane import kube
-from runtime import services
+from runtime import lifecycle
 from runtime.models import GPUUnit, Operation, UnitPhase
-from runtime.tests.factories import key_for
+from tenancy.tests.factories import key_for
 from tests.reliability.conftest import order_units, post_json, wait_until_settled
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("celery_worker")]
@@ -86,7 +86,7 @@ def test_quota_freed_by_deletions_goes_to_exactly_that_many_concurrent_orders(
     order_units(tenant, h100.id, 10)
     wait_until_settled(tenant, {"Running", "Pending"})
     for index in range(4):
-        services.request_unit_deletion(tenant=tenant, name=f"unit-{index}")
+        lifecycle.request_unit_deletion(tenant=tenant, name=f"unit-{index}")
     wait_until_settled(tenant, {"Running", "Pending", "Terminated"})
     tenant.refresh_from_db()
     assert (tenant.used_cpu_millicores, tenant.used_claims) == (60_000, 6)
@@ -104,7 +104,7 @@ def test_quota_freed_by_deletions_goes_to_exactly_that_many_concurrent_orders(
     live = GPUUnit.objects.filter(tenant=tenant, phase__in=UnitPhase.LIVE).count()
     tenant.refresh_from_db()
     assert (tenant.used_cpu_millicores, tenant.used_claims, live) == (100_000, 10, 10)
-    assert services.recount_usage() == []  # the counters agree with the units
+    assert lifecycle.recount_usage() == []  # the counters agree with the units
     record(
         ordered_then_deleted=4,
         concurrent_requests=20,

@@ -15,10 +15,10 @@ from django.db import connection
 from controlplane import kube
 from controlplane.celery import app
 from devstack.services import free_port
-from runtime import reconcile, services
+from runtime import orders, reconcile
 from runtime.models import GPUUnit, Operation
-from runtime.tests.factories import key_for
 from runtime.tests.helpers import wait_for_phase
+from tenancy.tests.factories import key_for
 from tests.reliability.conftest import order_units, post_json, wait_until_settled
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("celery_worker")]
@@ -167,7 +167,7 @@ def test_thirty_percent_of_cluster_calls_fail_or_time_out(
 def test_unreachable_cluster_keeps_status_and_resumes(customer, h100, cluster, settings, record):
     tenant = customer.tenant
     settings.KUBE_REQUEST_TIMEOUT = 2
-    first = services.create_unit(
+    first = orders.create_unit(
         tenant=tenant, operation_id="op-a", name="a", package_id=h100.id, image="busybox"
     ).unit
     first = wait_for_phase(first, "Running")

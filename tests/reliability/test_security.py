@@ -9,9 +9,10 @@ import pytest
 from rest_framework.test import APIClient
 
 from catalog.tests.factories import PackageFactory
-from runtime import manifests, services
-from runtime.tests.factories import TenantFactory, key_for
+from runtime import manifests, orders
 from runtime.tests.test_manifests import CONTRACT
+from tenancy import services as tenancy_services
+from tenancy.tests.factories import TenantFactory, key_for
 
 pytestmark = pytest.mark.django_db
 
@@ -30,9 +31,9 @@ ENDPOINTS = [
 
 @pytest.fixture
 def victim(db):
-    PackageFactory()
+    PackageFactory(article=True)
     tenant = TenantFactory(is_operator=False)
-    services.create_unit(
+    orders.create_unit(
         tenant=tenant,
         operation_id="op-victim",
         name="victim",
@@ -72,8 +73,8 @@ BAD_HEADERS = {
 def test_every_endpoint_refuses_bad_keys(victim, method, path, credential):
     client = APIClient()
     if credential == "revoked":
-        api_key, key = services.create_api_key(tenant=victim)
-        services.revoke_api_key(api_key=api_key)
+        api_key, key = tenancy_services.create_api_key(tenant=victim)
+        tenancy_services.revoke_api_key(api_key=api_key)
         client.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
     elif BAD_HEADERS[credential]:
         client.credentials(HTTP_AUTHORIZATION=BAD_HEADERS[credential])
@@ -86,11 +87,11 @@ def test_every_endpoint_refuses_bad_keys(victim, method, path, credential):
 
 
 def test_only_the_keys_hash_is_stored(victim):
-    api_key, key = services.create_api_key(tenant=victim)
+    api_key, key = tenancy_services.create_api_key(tenant=victim)
     stored = " ".join(str(v) for v in type(api_key).objects.values_list().get(pk=api_key.pk))
     assert key not in stored
     assert key.split("_", 2)[2] not in stored
-    assert services.hash_key(key) in stored
+    assert tenancy_services.hash_key(key) in stored
 
 
 @pytest.mark.parametrize(("method", "path"), [e for e in ENDPOINTS if "victim" in e[1]])
@@ -109,7 +110,7 @@ def test_inventory_is_for_operators_only(victim):
 
 
 def test_keys_are_never_logged(victim, caplog):
-    api_key, key = services.create_api_key(tenant=victim)
+    api_key, key = tenancy_services.create_api_key(tenant=victim)
     caplog.set_level(logging.DEBUG)
     good = APIClient()
     good.credentials(HTTP_AUTHORIZATION=f"Bearer {key}")
@@ -159,7 +160,7 @@ def test_rate_limiter_fails_open_when_its_redis_is_gone(victim, monkeypatch):
     import redis
 
     from devstack.services import free_port
-    from runtime import throttling
+    from tenancy import throttling
 
     dead = redis.Redis(host="127.0.0.1", port=free_port(), socket_connect_timeout=0.2)
     monkeypatch.setattr(throttling, "_client", dead)

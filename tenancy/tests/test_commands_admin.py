@@ -1,4 +1,4 @@
-"""Management commands and admin pages for tenants, keys and units."""
+"""Management commands and admin pages for tenants and keys."""
 
 from io import StringIO
 
@@ -7,8 +7,8 @@ from django.core.management import CommandError, call_command
 from django.urls import reverse
 from rest_framework.test import APIClient
 
-from runtime.models import ApiKey, Tenant
-from runtime.tests.factories import TenantFactory
+from tenancy.models import ApiKey, Tenant
+from tenancy.tests.factories import TenantFactory
 
 pytestmark = pytest.mark.django_db
 
@@ -65,10 +65,10 @@ def test_create_api_key_prints_a_working_key_on_its_last_line():
 
 def test_admin_pages_render(admin_client):
     tenant = TenantFactory()
-    for name in ("tenant", "apikey", "gpuunit", "operation"):
-        assert admin_client.get(reverse(f"admin:runtime_{name}_changelist")).status_code == 200
+    for name in ("tenant", "apikey"):
+        assert admin_client.get(reverse(f"admin:tenancy_{name}_changelist")).status_code == 200
     assert (
-        admin_client.get(reverse("admin:runtime_tenant_change", args=[tenant.pk])).status_code
+        admin_client.get(reverse("admin:tenancy_tenant_change", args=[tenant.pk])).status_code
         == 200
     )
 
@@ -76,7 +76,7 @@ def test_admin_pages_render(admin_client):
 def test_admin_shows_the_tenant_usage_but_does_not_take_it_from_the_form(admin_client):
     tenant = TenantFactory()
     Tenant.objects.filter(pk=tenant.pk).update(used_cpu_millicores=2500, used_claims=3)
-    url = reverse("admin:runtime_tenant_change", args=[tenant.pk])
+    url = reverse("admin:tenancy_tenant_change", args=[tenant.pk])
     page = admin_client.get(url).content.decode()
     assert "Used cpu millicores" in page
     assert 'name="used_claims"' not in page
@@ -100,7 +100,7 @@ def test_admin_shows_the_tenant_usage_but_does_not_take_it_from_the_form(admin_c
 def test_admin_creates_a_key_once_and_revokes(admin_client):
     tenant = TenantFactory()
     response = admin_client.post(
-        reverse("admin:runtime_tenant_changelist"),
+        reverse("admin:tenancy_tenant_changelist"),
         {"action": "create_key", "_selected_action": [tenant.pk]},
         follow=True,
     )
@@ -109,7 +109,7 @@ def test_admin_creates_a_key_once_and_revokes(admin_client):
     api_key = ApiKey.objects.get(tenant=tenant)
     assert key.startswith(f"gcp_{api_key.prefix}_")
     admin_client.post(
-        reverse("admin:runtime_apikey_changelist"),
+        reverse("admin:tenancy_apikey_changelist"),
         {"action": "revoke", "_selected_action": [api_key.pk]},
     )
     api_key.refresh_from_db()

@@ -4,7 +4,7 @@ from drf_spectacular.extensions import OpenApiAuthenticationExtension
 
 
 class ApiKeyAuthenticationScheme(OpenApiAuthenticationExtension):
-    target_class = "runtime.auth.ApiKeyAuthentication"
+    target_class = "tenancy.auth.ApiKeyAuthentication"
     name = "apiKey"
 
     def get_security_definition(self, auto_schema):

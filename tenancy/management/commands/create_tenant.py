@@ -3,8 +3,7 @@
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from runtime import services
-from runtime.models import Tenant
+from tenancy import selectors, services
 
 
 class Command(BaseCommand):
@@ -23,7 +22,7 @@ class Command(BaseCommand):
         )
 
     def handle(self, *args, slug: str, **options) -> None:
-        if options["if_missing"] and Tenant.objects.filter(slug=slug.lower()).exists():
+        if options["if_missing"] and selectors.get_tenant(slug=slug) is not None:
             self.stdout.write(f"tenant {slug} exists")
             return
         try:

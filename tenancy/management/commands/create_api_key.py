@@ -2,8 +2,7 @@
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
-from runtime import services
-from runtime.models import Tenant
+from tenancy import selectors, services
 
 
 class Command(BaseCommand):
@@ -14,7 +13,7 @@ class Command(BaseCommand):
         parser.add_argument("--name", default="", help="what the key is for")
 
     def handle(self, *args, tenant: str, name: str, **options) -> None:
-        found = Tenant.objects.filter(slug=tenant.lower()).first()
+        found = selectors.get_tenant(slug=tenant)
         if found is None:
             raise CommandError(f"no tenant {tenant!r}")
         api_key, key = services.create_api_key(tenant=found, name=name)

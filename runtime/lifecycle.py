@@ -1,0 +1,194 @@
+"""A unit's life on the database side: phase transitions and their timeline, deletion requests,
+termination with the quota given back, and what provisioning and reconciling learn about it.
+
+Phases move only by compare-and-set (`transition_unit`): a writer that read a stale phase
+loses, and nothing is recorded for it. Cluster work lives in provisioning.py and reconcile.py.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Iterable
+from typing import Any
+
+from django.db import transaction
+from django.db.models import F
+from django.utils import timezone
+
+from runtime import manifests, outbox, selectors
+from runtime.errors import NotFound
+from runtime.models import (
+    EventType,
+    GPUUnit,
+    Operation,
+    OperationKind,
+    UnitEvent,
+    UnitPhase,
+)
+from tenancy.models import Tenant
+from tenancy.selectors import NO_USAGE, usage_of
+
+logger = logging.getLogger(__name__)
+
+
+def record_event(
+    unit: GPUUnit, *, reason: str, message: str = "", type: str = EventType.NORMAL
+) -> UnitEvent:
+    """Append to the unit's timeline; the same reason and message as the latest entry bumps it."""
+    latest = UnitEvent.objects.filter(unit=unit).order_by("-id").first()
+    now = timezone.now()
+    if latest and latest.reason == reason and latest.message == message and latest.type == type:
+        UnitEvent.objects.filter(pk=latest.pk).update(count=F("count") + 1, last_seen=now)
+        latest.count += 1
+        latest.last_seen = now
+        return latest
+    return UnitEvent.objects.create(unit=unit, type=type, reason=reason, message=message)
+
+
+def transition_unit(
+    unit: GPUUnit,
+    *,
+    to: str,
+    reason: str = "",
+    message: str = "",
+    allowed_from: Iterable[str] | None = None,
+    event_type: str = EventType.NORMAL,
+    **fields: Any,
+) -> bool:
+    """Move a unit to phase `to` only if it is still in the phase we read (or one of
+    `allowed_from`); record the change on its timeline. Returns False if someone else won."""
+    sources = set(allowed_from) if allowed_from is not None else {unit.phase}
+    now = timezone.now()
+    updated = GPUUnit.objects.filter(pk=unit.pk, phase__in=sources).update(
+        phase=to, reason=reason, message=message, updated_at=now, **fields
+    )
+    if not updated:
+        return False
+    changed = unit.phase != to or unit.reason != reason
+    unit.phase, unit.reason, unit.message, unit.updated_at = to, reason, message, now
+    for name, value in fields.items():
+        setattr(unit, name, value)
+    if changed:
+        record_event(unit, reason=reason or to, message=message, type=event_type)
+    return True
+
+
+def record_provisioned(
+    unit: GPUUnit, *, unit_k8s_uid: str, claim_k8s_uid: str, pod_k8s_uid: str
+) -> None:
+    """The unit's GPUUnit, ResourceClaim and Pod exist: remember their UIDs."""
+    GPUUnit.objects.filter(pk=unit.pk).update(
+        unit_k8s_uid=unit_k8s_uid, claim_k8s_uid=claim_k8s_uid, pod_k8s_uid=pod_k8s_uid
+    )
+    unit.unit_k8s_uid, unit.claim_k8s_uid, unit.pod_k8s_uid = (
+        unit_k8s_uid,
+        claim_k8s_uid,
+        pod_k8s_uid,
+    )
+    record_event(
+        unit,
+        reason="Provisioned",
+        message=f"Created GPUUnit {unit.name}, ResourceClaim {unit.claim_name} and Pod "
+        f"{manifests.pod_name_for(unit.name)}.",
+    )
+
+
+def record_pod_recreated(unit: GPUUnit, *, pod_k8s_uid: str) -> None:
+    """The unit's pod had gone and a new one was created in its place."""
+    GPUUnit.objects.filter(pk=unit.pk).update(pod_k8s_uid=pod_k8s_uid)
+    unit.pod_k8s_uid = pod_k8s_uid
+    record_event(
+        unit,
+        reason="PodRecreated",
+        message=f"Pod {manifests.pod_name_for(unit.name)} was missing and has been recreated.",
+        type=EventType.WARNING,
+    )
+
+
+def mark_units_synced(unit_pks: Iterable[int]) -> None:
+    """Stamp the units a reconcile pass compared with the cluster."""
+    GPUUnit.objects.filter(pk__in=list(unit_pks)).update(last_sync_at=timezone.now())
+
+
+def request_unit_deletion(*, tenant: Tenant, name: str, uid: str | None = None) -> GPUUnit:
+    """Mark the unit Terminating and queue its teardown. Repeating it changes nothing. With
+    `uid`, only that unit: a page that shows one unit never deletes a newer one of its name."""
+    with transaction.atomic():
+        units = GPUUnit.objects.select_for_update().filter(tenant=tenant, name=name)
+        if uid is not None:
+            units = units.filter(uid=uid)
+        unit = units.order_by("-id").first()
+        if unit is None:
+            raise NotFound(f"gpu unit {name} not found.")
+        if unit.phase in (UnitPhase.TERMINATING, UnitPhase.TERMINATED):
+            return unit
+        operation = Operation.objects.create(
+            tenant=tenant,
+            operation_id=outbox.delete_operation_id(unit),
+            kind=OperationKind.DELETE,
+            fingerprint=outbox.fingerprint({"delete": str(unit.uid)}),
+            unit=unit,
+        )
+        transition_unit(
+            unit,
+            to=UnitPhase.TERMINATING,
+            reason="DeletionRequested",
+            message="Deletion requested.",
+        )
+        transaction.on_commit(lambda: outbox.enqueue(operation))
+    return unit
+
+
+def mark_unit_terminated(unit: GPUUnit) -> bool:
+    """Move a Terminating unit whose objects are gone to Terminated, its devices released, and
+    give its share of the quota back, in one transaction. The tenant row is locked first, as
+    orders do, so an order waiting on this unit's name never holds the lock this needs.
+    False when the unit was not Terminating (someone else finished it)."""
+    with transaction.atomic():
+        list(Tenant.objects.select_for_update().filter(pk=unit.tenant_id).values_list("pk"))
+        terminated = transition_unit(
+            unit,
+            to=UnitPhase.TERMINATED,
+            reason="Terminated",
+            message="The unit's objects are gone and its devices released.",
+            allowed_from={UnitPhase.TERMINATING},
+            terminated_at=timezone.now(),
+            dra={**(unit.dra or {}), "allocated": False, "devices": []},
+        )
+        if terminated:
+            Tenant.objects.filter(pk=unit.tenant_id).update(
+                used_cpu_millicores=F("used_cpu_millicores") - unit.cpu_millicores,
+                used_memory_bytes=F("used_memory_bytes") - unit.memory_bytes,
+                used_claims=F("used_claims") - 1,
+            )
+    return terminated
+
+
+def recount_usage() -> list[str]:
+    """Set the usage counters of tenants whose counters disagree with their live units (a
+    bug, or units written outside the order path) to what the units hold; returns their slugs.
+    Counters are compared without locks, so an order committing in between only costs a
+    recount under the tenant lock, which finds nothing to fix."""
+    counted = selectors.count_tenant_usage()
+    suspects = [
+        tenant.pk
+        for tenant in selectors.list_tenant_counters()
+        if usage_of(tenant) != counted.get(tenant.pk, NO_USAGE)
+    ]
+    fixed = []
+    for pk in suspects:
+        with transaction.atomic():
+            tenant = Tenant.objects.select_for_update().get(pk=pk)
+            # A statement after the lock: it sees every order committed before it.
+            usage = selectors.count_tenant_usage(tenant=tenant).get(pk, NO_USAGE)
+            charged = usage_of(tenant)
+            if usage == charged:
+                continue
+            Tenant.objects.filter(pk=pk).update(
+                used_cpu_millicores=usage.cpu_millicores,
+                used_memory_bytes=usage.memory_bytes,
+                used_claims=usage.claims,
+            )
+            logger.warning("tenant %s usage recounted: %s -> %s", tenant.slug, charged, usage)
+            fixed.append(tenant.slug)
+    return fixed

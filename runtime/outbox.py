@@ -1,0 +1,115 @@
+"""The operation outbox: every change a customer asks for is an Operation row, written in the
+request's transaction and handed to a worker after commit. A row stays open (pending, running)
+until a worker finishes it, so a lost message or a broker outage only delays it: the sweeper
+sends open rows nobody touched for a while again. Workers claim a row by compare-and-set."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from datetime import timedelta
+
+from celery import current_app
+from django.conf import settings
+from django.db.models import F
+from django.utils import timezone
+
+from runtime import selectors, validation
+from runtime.errors import OperationConflict
+from runtime.models import GPUUnit, Operation, OperationKind, OperationStatus
+
+logger = logging.getLogger(__name__)
+
+# The task that carries out each kind of operation, sent by name: runtime/tasks.py sits above
+# this module and registers them under these names.
+PROVISION_TASK = "runtime.provision_unit"
+DELETE_TASK = "runtime.delete_unit"
+TASK_FOR_KIND: dict[str, str] = {
+    OperationKind.CREATE: PROVISION_TASK,
+    OperationKind.DELETE: DELETE_TASK,
+}
+SWEEP_BATCH = 500
+
+
+def fingerprint(payload: dict) -> str:
+    """SHA-256 over canonical JSON: key order and whitespace never change the hash."""
+    canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def check_replay(operation: Operation, *, kind: str, request_hash: str) -> None:
+    """An earlier operation under the same operationID is a replay only if it is the same
+    request; anything else is a conflict."""
+    if operation.kind != kind or operation.fingerprint != request_hash:
+        raise OperationConflict(
+            f"operation {operation.operation_id} already exists with a different request payload.",
+            details={"operationID": operation.operation_id},
+        )
+
+
+def delete_operation_id(unit: GPUUnit) -> str:
+    """The operationID the service gives a unit's deletion (clients cannot use '@')."""
+    return f"{validation.DELETE_OPERATION_PREFIX}{unit.uid}"
+
+
+def enqueue(operation: Operation) -> None:
+    """Hand the operation to a worker. If the broker is down the operation stays pending in
+    the database and the sweeper sends it later, so the caller's request still succeeds."""
+    try:
+        current_app.send_task(TASK_FOR_KIND[operation.kind], args=[operation.pk], retry=False)
+    except Exception:  # the broker being unreachable must not fail the accepted request
+        logger.warning(
+            "could not enqueue operation %s; the sweeper will", operation.pk, exc_info=True
+        )
+
+
+def claim_operation(operation_pk: int) -> Operation | None:
+    """Compare-and-set an open operation to running, counting the attempt; None when it is
+    finished (or gone)."""
+    now = timezone.now()
+    claimed = Operation.objects.filter(pk=operation_pk, status__in=OperationStatus.OPEN).update(
+        status=OperationStatus.RUNNING, attempts=F("attempts") + 1, updated_at=now
+    )
+    if not claimed:
+        return None
+    return Operation.objects.select_related("unit", "unit__tenant", "tenant").get(pk=operation_pk)
+
+
+def finish_operation(
+    operation: Operation, *, error_code: str = "", error_message: str = ""
+) -> None:
+    """Close the operation: failed with a code a customer can read, or succeeded."""
+    status = OperationStatus.FAILED if error_code else OperationStatus.SUCCEEDED
+    now = timezone.now()
+    Operation.objects.filter(pk=operation.pk).update(
+        status=status,
+        error_code=error_code,
+        error_message=error_message,
+        finished_at=now,
+        updated_at=now,
+    )
+    operation.status, operation.error_code, operation.error_message = (
+        status,
+        error_code,
+        error_message,
+    )
+
+
+def note_operation_retry(*, operation_pk: int, message: str) -> None:
+    """Say why the operation is waiting for its next attempt (shown by GET /operations)."""
+    Operation.objects.filter(pk=operation_pk).update(
+        error_message=message, updated_at=timezone.now()
+    )
+
+
+def sweep_operations() -> int:
+    """Send again the open operations nobody has touched for OPERATION_STALE_SECONDS (a lost
+    message, a broker outage, a worker killed mid-task); returns how many."""
+    threshold = timezone.now() - timedelta(seconds=settings.OPERATION_STALE_SECONDS)
+    stale = selectors.list_stale_operations(older_than=threshold, limit=SWEEP_BATCH)
+    for operation in stale:
+        # Touched first, so the next sweep leaves it alone while this message is on its way.
+        Operation.objects.filter(pk=operation.pk).update(updated_at=timezone.now())
+        enqueue(operation)
+    return len(stale)

@@ -1,0 +1,93 @@
+"""Tenants (a customer, its namespace, quota and usage counters), their API keys and the
+dashboard users who act for them."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.core.exceptions import ValidationError
+from django.db import models
+
+from controlplane.validation import dns_label, positive_quantity
+from dracel import quantity
+
+
+class Tenant(models.Model):
+    """A customer: owns one Kubernetes namespace and a quota there."""
+
+    slug = models.SlugField(max_length=63, unique=True, help_text="Short ID, a DNS label.")
+    display_name = models.CharField(max_length=200, blank=True)
+    namespace = models.CharField(
+        max_length=63, unique=True, help_text="Kubernetes namespace holding the tenant's units."
+    )
+    quota_cpu = models.CharField("CPU quota", max_length=32, default="160")
+    quota_memory = models.CharField("memory quota", max_length=32, default="256Gi")
+    quota_claims = models.PositiveIntegerField("claim quota", default=64)
+    is_operator = models.BooleanField(
+        default=False, help_text="Operator keys may read the cluster-wide inventory."
+    )
+    # What the tenant's live (not Terminated) units hold against the quota, kept like a
+    # ResourceQuota's status.used: the order that creates a unit charges it under the tenant row
+    # lock, the unit's termination gives it back, and reconcile_units recounts it should it
+    # ever drift. Orders read one row instead of summing every live unit.
+    used_cpu_millicores = models.BigIntegerField(default=0, editable=False)
+    used_memory_bytes = models.BigIntegerField(default=0, editable=False)
+    used_claims = models.IntegerField(default=0, editable=False)
+    users = models.ManyToManyField(
+        settings.AUTH_USER_MODEL,
+        blank=True,
+        related_name="tenants",
+        help_text="Dashboard users who act for this tenant.",
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["slug"]
+
+    def __str__(self) -> str:
+        return self.slug
+
+    def clean(self) -> None:
+        self.slug = (self.slug or "").strip().lower()
+        self.namespace = (self.namespace or "").strip().lower()
+        self.quota_cpu = (self.quota_cpu or "").strip()
+        self.quota_memory = (self.quota_memory or "").strip()
+        errors = {
+            "slug": dns_label(self.slug),
+            "namespace": dns_label(self.namespace),
+            "quota_cpu": positive_quantity(self.quota_cpu, resource="cpu"),
+            "quota_memory": positive_quantity(self.quota_memory, resource="memory"),
+        }
+        problems = {field: message for field, message in errors.items() if message}
+        if problems:
+            raise ValidationError(problems)
+
+    @property
+    def quota_cpu_millicores(self) -> int:
+        return quantity.parse_cpu(self.quota_cpu)
+
+    @property
+    def quota_memory_bytes(self) -> int:
+        return quantity.parse_bytes(self.quota_memory)
+
+
+class ApiKey(models.Model):
+    """A tenant's API key. Only a SHA-256 of the secret is stored; the key is shown once."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="api_keys")
+    name = models.CharField(max_length=100, blank=True, help_text="What the key is used for.")
+    prefix = models.CharField(max_length=16, unique=True, editable=False)
+    key_hash = models.CharField(max_length=64, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    last_used_at = models.DateTimeField(null=True, blank=True, editable=False)
+    revoked_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        verbose_name = "API key"
+
+    def __str__(self) -> str:
+        return f"{self.prefix}… ({self.tenant})"
+
+    @property
+    def is_active(self) -> bool:
+        return self.revoked_at is None

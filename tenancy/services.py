@@ -1,0 +1,84 @@
+"""Tenant, API key and dashboard user writes. Usage counters are charged and given back by the
+runtime's orders and terminations, never here."""
+
+from __future__ import annotations
+
+import hashlib
+import secrets
+
+from django.contrib.auth import get_user_model
+from django.contrib.auth.models import AbstractBaseUser
+from django.db import transaction
+from django.utils import timezone
+
+from tenancy.models import ApiKey, Tenant
+
+KEY_PREFIX = "gcp"
+
+
+def hash_key(key: str) -> str:
+    # Keys are 256-bit random secrets, so a fast hash is enough: there is nothing to brute-force.
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def create_api_key(*, tenant: Tenant, name: str = "") -> tuple[ApiKey, str]:
+    """Create a key and return it with its secret, which is never stored and never shown again."""
+    prefix = secrets.token_hex(6)
+    key = f"{KEY_PREFIX}_{prefix}_{secrets.token_urlsafe(32)}"
+    api_key = ApiKey(tenant=tenant, name=name, prefix=prefix, key_hash=hash_key(key))
+    api_key.full_clean()
+    api_key.save()
+    return api_key, key
+
+
+def revoke_api_key(*, api_key: ApiKey) -> None:
+    ApiKey.objects.filter(pk=api_key.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
+
+
+def note_api_key_used(*, api_key: ApiKey) -> None:
+    """Stamp the key's last use (a hint for ops, written at most once a minute by callers)."""
+    now = timezone.now()
+    ApiKey.objects.filter(pk=api_key.pk).update(last_used_at=now)
+    api_key.last_used_at = now
+
+
+@transaction.atomic
+def create_tenant(
+    *,
+    slug: str,
+    namespace: str,
+    display_name: str = "",
+    quota_cpu: str = "160",
+    quota_memory: str = "256Gi",
+    quota_claims: int = 64,
+    is_operator: bool = False,
+) -> Tenant:
+    tenant = Tenant(
+        slug=slug,
+        namespace=namespace,
+        display_name=display_name,
+        quota_cpu=quota_cpu,
+        quota_memory=quota_memory,
+        quota_claims=quota_claims,
+        is_operator=is_operator,
+    )
+    tenant.full_clean()
+    tenant.save()
+    return tenant
+
+
+@transaction.atomic
+def ensure_tenant_user(
+    *, tenant: Tenant, username: str, password: str = ""
+) -> tuple[AbstractBaseUser, str | None]:
+    """The dashboard user `username`, acting for `tenant`: created when missing (with
+    `password`, or a random one) and returned with the password it got, or with None when it
+    already existed (its password is left alone)."""
+    user_model = get_user_model()
+    user = user_model.objects.filter(username=username).first()
+    created_with = None
+    if user is None:
+        created_with = password or secrets.token_urlsafe(12)
+        user = user_model.objects.create_user(username=username, password=created_with)
+    tenant.users.add(user)
+    return user, created_with
