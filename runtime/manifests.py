@@ -23,7 +23,7 @@ RUN_AS_USER = 65532
 
 @dataclass(frozen=True)
 class UnitContract:
-    """What the builders need to know about a unit; built from the model by the services."""
+    """What the builders need to know about a unit (GPUUnit.contract() builds it)."""
 
     name: str
     namespace: str

@@ -1,13 +1,13 @@
 from django.urls import path
-from rest_framework.routers import SimpleRouter
 
 from runtime import views
 
-router = SimpleRouter(trailing_slash=False)
-router.register("packages", views.PackageViewSet, basename="package")
+packages = views.PackageViewSet.as_view({"get": "list"})
+package = views.PackageViewSet.as_view({"get": "retrieve"})
 
 urlpatterns = [
-    *router.urls,
+    path("packages", packages, name="package-list"),
+    path("packages/<str:pk>", package, name="package-detail"),
     path("gpu-units", views.UnitListView.as_view(), name="unit-list"),
     path("gpu-units/<str:name>", views.UnitDetailView.as_view(), name="unit-detail"),
     path("gpu-units/<str:name>/events", views.UnitEventsView.as_view(), name="unit-events"),

@@ -27,7 +27,7 @@ from runtime.serializers import (
     UnitSerializer,
 )
 from tenancy.models import Tenant
-from tenancy.permissions import tenant_of
+from tenancy.permissions import IsTenant, tenant_of
 
 _UNIT = envelope(UnitSerializer, name="UnitResponse")
 # One UnitSerializer renders every single unit: building a ModelSerializer's fields costs more
@@ -37,8 +37,9 @@ _REPLAYED = "Idempotent-Replayed"
 
 
 class TenantView(APIView):
-    """A view acting for the tenant behind the request's key (IsTenant, the default
-    permission, has refused requests without one)."""
+    """A view acting for the tenant behind the request's key."""
+
+    permission_classes = [IsTenant]
 
     @property
     def tenant(self) -> Tenant:
@@ -77,7 +78,7 @@ class PackageViewSet(viewsets.ReadOnlyModelViewSet):
     devices from the inventory mirror, bounded by the tenant's quota)."""
 
     serializer_class = PackageSerializer
-    lookup_value_regex = "[^/]+"
+    permission_classes = [IsTenant]
 
     def get_queryset(self):
         return catalog_selectors.list_active_packages()

@@ -25,11 +25,11 @@ def test_the_committed_document_is_the_rendering_of_its_own_figures():
 def test_floor_verdicts_follow_the_figures():
     figures = copy.deepcopy(committed_figures())
     create, inventory = figures["api_create"], figures["inventory"]
-    create["create_ratio"], inventory["d10000_cold_ratio"] = 0.34, 3.01
+    create["create_ratio"], inventory["d10000_cold_ratio"] = 0.19, 3.01
     failing = report.render(figures)
-    assert "| ≥ 0.35: **not met** |" in failing
+    assert "| ≥ 0.2: **not met** |" in failing
     assert "cold 3.01× **not met**" in failing  # noqa: RUF001
-    create["create_ratio"], inventory["d10000_cold_ratio"] = 0.35, 3.0
+    create["create_ratio"], inventory["d10000_cold_ratio"] = 0.2, 3.0
     passing = report.render(figures)
-    assert "| ≥ 0.35: met |" in passing
+    assert "| ≥ 0.2: met |" in passing
     assert "cold 3.0× met" in passing  # noqa: RUF001

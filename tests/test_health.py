@@ -8,17 +8,24 @@ from django.test import override_settings
 
 from controlplane import health
 from devstack.services import free_port
+from tests.endpoints import EndpointTest
 
 pytestmark = pytest.mark.django_db
 
 
-def test_health_reports_database_and_broker_up(api_client):
-    response = api_client.get("/api/v1/health")
-    assert response.status_code == 200
-    checks = response.json()["data"]["checks"]
-    assert checks["database"]["ok"] is True
-    assert checks["broker"]["ok"] is True
-    assert checks["database"]["latencyMs"] >= 0
+class TestHealth(EndpointTest):
+    path = "/api/v1/health"
+
+    def test_database_and_broker_up_without_a_key(self, api_client):
+        checks = self.get_success_response(api_client).json()["data"]["checks"]
+        assert checks["database"]["ok"] is True
+        assert checks["broker"]["ok"] is True
+        assert checks["database"]["latencyMs"] >= 0
+        assert set(checks) == {"database", "broker", "cluster", "worker", "inventory"}
+
+    def test_statements_are_the_baseline(self, api_client):
+        # SELECT 1, then the inventory's last sync run and snapshot time.
+        self.assert_statement_count(api_client)
 
 
 def test_health_is_degraded_but_ready_when_broker_is_down(api_client):

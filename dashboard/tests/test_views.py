@@ -7,15 +7,14 @@ import html
 from datetime import timedelta
 
 import pytest
-from django.db import connection
 from django.test import Client
-from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
 from dashboard.tests.conftest import PASSWORD, client_for, make_unit, make_user
 from inventory.models import Device, InventorySnapshot, Node, PackageAvailability, SyncRun
 from runtime.models import GPUUnit, Operation, UnitPhase
 from tenancy.tests.factories import TenantFactory
+from tests.endpoints import recording
 
 pytestmark = pytest.mark.django_db
 
@@ -523,10 +522,10 @@ class TestPackages:
 
 
 def count_queries(client: Client, path: str) -> int:
-    with CaptureQueriesContext(connection) as queries:
+    with recording() as log:
         response = client.get(path)
     assert response.status_code == 200, response
-    return len(queries)
+    return len(log.statements)
 
 
 class TestQueryCounts:

@@ -9,8 +9,6 @@ import json
 import pytest
 from django.apps import apps
 from django.conf import settings
-from django.db import connection
-from django.test.utils import CaptureQueriesContext
 from rest_framework.test import APIClient
 
 from catalog.tests.factories import PackageFactory
@@ -21,6 +19,7 @@ from runtime import orders
 from runtime.tests.helpers import remove_namespace_objects, wait_for_phase
 from simcluster.cluster import SimCluster
 from tenancy.tests.factories import TenantFactory, key_for
+from tests.endpoints import recording
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -152,20 +151,20 @@ def test_inventory_follows_units_and_frees_devices_on_delete(cluster, operator_c
 
 
 def test_the_endpoint_reads_the_stored_document_once_per_sync(cluster, operator_client):
-    def reads_document(queries) -> bool:
-        return any('"document"' in query["sql"] for query in queries.captured_queries)
+    def reads_document(log) -> bool:
+        return any('"document"' in sql for sql in log.statements)
 
     sync_inventory()
-    with CaptureQueriesContext(connection) as queries:
+    with recording() as log:
         first = inventory(operator_client)
-    assert reads_document(queries)
-    with CaptureQueriesContext(connection) as queries:
+    assert reads_document(log)
+    with recording() as log:
         assert inventory(operator_client) == first
-    assert not reads_document(queries)
+    assert not reads_document(log)
     sync_inventory()
-    with CaptureQueriesContext(connection) as queries:
+    with recording() as log:
         second = inventory(operator_client)
-    assert reads_document(queries)
+    assert reads_document(log)
     assert second["asOf"] != first["asOf"]
     assert as_article(second) == expected_from_cluster()
 
@@ -238,12 +237,12 @@ def test_statements_per_sync_do_not_grow_with_devices(tmp_path):
         ):
             for model in apps.get_app_config("inventory").get_models():
                 model.objects.all().delete()  # start from an empty mirror each time
-            with CaptureQueriesContext(connection) as first:
+            with recording() as first:
                 sync_inventory()
-            with CaptureQueriesContext(connection) as steady:
+            with recording() as steady:
                 sync_inventory()
             assert Device.objects.count() == nodes * gpus
-            return len(first), len(steady)
+            return len(first.statements), len(steady.statements)
 
     assert statements(2, 5) == statements(125, 8)
 
@@ -264,19 +263,6 @@ def test_failed_sync_keeps_the_mirror_and_marks_it_stale(cluster, operator_clien
     }
     sync_inventory()
     assert inventory(operator_client)["stale"] is False
-
-
-def test_operator_endpoint_needs_an_operator_key(auth_client, api_client, operator_client):
-    never_synced = inventory(operator_client)
-    assert (never_synced["stale"], never_synced["asOf"], never_synced["totalGpuAllocatable"]) == (
-        True,
-        None,
-        0,
-    )
-    forbidden = auth_client.get("/api/v1/operator/inventory")
-    assert forbidden.status_code == 403
-    assert forbidden.json()["error"]["code"] == "forbidden"
-    assert api_client.get("/api/v1/operator/inventory").status_code == 401
 
 
 def test_one_sync_at_a_time(cluster):

@@ -1,18 +1,17 @@
-"""Every GPU unit endpoint: success, each error code, tenant isolation, query counts.
-Database only: no cluster and no worker (commands are queued after commit, which these
-transaction-wrapped tests never reach)."""
+"""The GPU unit and operation endpoints, one test class each: success, each error code, the
+statement-count baseline; then tenant isolation across them. Database only: no cluster and no
+worker (commands are queued after commit, which these transaction-wrapped tests never reach).
+The usage counters behind the quota are tested in test_usage_counters.py."""
 
 from __future__ import annotations
 
 import pytest
-from django.db import connection
-from django.test.utils import CaptureQueriesContext
-from rest_framework.test import APIClient
 
-from catalog.tests.factories import PackageFactory
+from catalog.tests.factories import ARTICLE_PACKAGE_ID, PackageFactory
 from runtime import lifecycle, orders
 from runtime.models import GPUUnit, Operation, UnitPhase
-from tenancy.tests.factories import TenantFactory, key_for
+from tenancy.tests.factories import TenantFactory
+from tests.endpoints import EndpointTest, client_for, recording
 
 pytestmark = pytest.mark.django_db
 
@@ -28,23 +27,40 @@ def body(**overrides) -> dict:
     return {
         "operationID": "unit-demo-001",
         "name": "demo-instance",
-        "packageID": "gpu-rtx3080-2x-cpu10-mem40g",
+        "packageID": ARTICLE_PACKAGE_ID,
         "image": "python:3.12",
         **overrides,
     }
-
-
-def client_for(tenant) -> APIClient:
-    client = APIClient()
-    client.credentials(HTTP_AUTHORIZATION=f"Bearer {key_for(tenant)}")
-    return client
 
 
 def error_code(response) -> str:
     return response.json()["error"]["code"]
 
 
-class TestCreate:
+def make_units(tenant, count: int) -> None:
+    for index in range(count):
+        orders.create_unit(
+            tenant=tenant,
+            operation_id=f"op-{index}",
+            name=f"unit-{index}",
+            package_id=ARTICLE_PACKAGE_ID,
+            image="busybox",
+        )
+
+
+def roomy(tenant):
+    """The tenant with a quota a test's many units never reach."""
+    type(tenant).objects.filter(pk=tenant.pk).update(
+        quota_cpu="2000", quota_memory="8Ti", quota_claims=1000
+    )
+    tenant.refresh_from_db()
+    return tenant
+
+
+class TestUnitCreate(EndpointTest):
+    method = "post"
+    path = "/api/v1/gpu-units"
+
     def test_creates_unit_with_package_contract_and_operation(self, auth_client, tenant):
         response = auth_client.post(URL, body(name="  Demo-Instance "), format="json")
         assert response.status_code == 201
@@ -86,16 +102,17 @@ class TestCreate:
         assert auth_client.post(URL, body(), format="json").status_code == 200
 
     def test_same_operation_different_payload_is_operation_conflict(self, auth_client):
-        auth_client.post(URL, body(), format="json")
-        response = auth_client.post(URL, body(image="python:3.13"), format="json")
-        assert response.status_code == 409
-        assert error_code(response) == "operation_conflict"
+        self.get_success_response(auth_client, data=body(), status=201)
+        self.get_error_response(
+            auth_client, data=body(image="python:3.13"), status=409, code="operation_conflict"
+        )
 
     def test_name_held_by_live_unit_is_name_conflict(self, auth_client):
-        auth_client.post(URL, body(), format="json")
-        response = auth_client.post(URL, body(operationID="other"), format="json")
-        assert response.status_code == 409
-        assert error_code(response) == "name_conflict"
+        self.get_success_response(auth_client, data=body(), status=201)
+        error = self.get_error_response(
+            auth_client, data=body(operationID="other"), status=409, code="name_conflict"
+        )
+        assert error["details"] == {"name": "demo-instance"}
         assert Operation.objects.count() == 1
 
     def test_name_reusable_after_termination(self, auth_client):
@@ -107,11 +124,13 @@ class TestCreate:
         tenant.quota_cpu = "15"
         tenant.save()
         client = client_for(tenant)
-        assert client.post(URL, body(), format="json").status_code == 201
-        response = client.post(URL, body(operationID="b", name="b"), format="json")
-        assert response.status_code == 409
-        error = response.json()["error"]
-        assert error["code"] == "insufficient_capacity"
+        self.get_success_response(client, data=body(), status=201)
+        error = self.get_error_response(
+            client,
+            data=body(operationID="b", name="b"),
+            status=409,
+            code="insufficient_capacity",
+        )
         assert "requests.cpu" in error["message"]
         assert error["details"] == {
             "limit": "requests.cpu",
@@ -142,80 +161,21 @@ class TestCreate:
         assert lifecycle.mark_unit_terminated(unit)
         assert client.post(URL, body(operationID="b", name="b"), format="json").status_code == 201
 
-    def test_an_order_costs_the_same_statements_however_many_units_the_tenant_has(self, tenant):
-        type(tenant).objects.filter(pk=tenant.pk).update(
-            quota_cpu="2000", quota_memory="8Ti", quota_claims=1000
-        )
-        tenant.refresh_from_db()
-        client = client_for(tenant)
+    def test_an_order_costs_the_baseline_statements_however_many_units_the_tenant_has(self, tenant):
+        client = client_for(roomy(tenant))
         client.get(URL)  # stamp the key's last use, which a first request also writes
-
-        def order(name: str) -> list[str]:
-            with CaptureQueriesContext(connection) as queries:
-                response = client.post(URL, body(operationID=name, name=name), format="json")
-            assert response.status_code == 201, response.content
-            return [query["sql"] for query in queries.captured_queries]
-
-        first = order("first")
-        for index in range(40):
-            orders.create_unit(
-                tenant=tenant,
-                operation_id=f"op-{index}",
-                name=f"unit-{index}",
-                package_id="gpu-rtx3080-2x-cpu10-mem40g",
-                image="busybox",
-            )
-        later = order("later")
-        assert len(later) == len(first)
+        first = self.assert_statement_count(client, data=body(operationID="first", name="first"))
+        make_units(tenant, 40)
+        later = self.assert_statement_count(client, data=body(operationID="later", name="later"))
+        assert len(later) == len(first)  # key + tenant, lookup, tenant lock, the order
         # The quota check reads the tenant's counters; nothing sums the tenant's units.
         assert not [sql for sql in later if "sum(" in sql.lower() or "count(" in sql.lower()]
-        statements = [sql for sql in later if "SAVEPOINT" not in sql.upper()]
-        assert len(statements) == 4  # key + tenant, lookup, tenant lock, the order
 
-    def test_orders_charge_and_termination_releases_the_tenant_usage(self, tenant):
-        client = client_for(tenant)
-        client.post(URL, body(), format="json")
-        client.post(URL, body(operationID="b", name="b"), format="json")
-        client.post(URL, body(), format="json")  # a replay charges nothing
-        tenant.refresh_from_db()
-        # The package: 10 CPUs, 40Gi.
-        assert (tenant.used_cpu_millicores, tenant.used_memory_bytes, tenant.used_claims) == (
-            20_000,
-            80 * 2**30,
-            2,
-        )
-        unit = lifecycle.request_unit_deletion(tenant=tenant, name="b")
-        assert lifecycle.mark_unit_terminated(unit)
-        assert not lifecycle.mark_unit_terminated(unit)
-        tenant.refresh_from_db()
-        assert (tenant.used_cpu_millicores, tenant.used_claims) == (10_000, 1)
-        assert lifecycle.recount_usage() == []
-
-    def test_deletion_by_uid_never_touches_a_newer_unit_of_the_same_name(self, tenant):
-        client = client_for(tenant)
-        client.post(URL, body(), format="json")
-        old = lifecycle.request_unit_deletion(tenant=tenant, name="demo-instance")
-        lifecycle.mark_unit_terminated(old)
-        client.post(URL, body(operationID="again"), format="json")
-        again = lifecycle.request_unit_deletion(tenant=tenant, name="demo-instance", uid=old.uid)
-        assert (again.pk, again.phase) == (old.pk, UnitPhase.TERMINATED)
-        newer = GPUUnit.objects.get(tenant=tenant, operation_id="again")
-        assert newer.phase == UnitPhase.ACCEPTED
-
-    def test_recount_repairs_counters_that_disagree_with_the_units(self, tenant):
-        client_for(tenant).post(URL, body(), format="json")
-        other = TenantFactory()
-        GPUUnit.objects.update(phase=UnitPhase.TERMINATED)  # behind the order path's back
-        assert lifecycle.recount_usage() == [tenant.slug]
-        tenant.refresh_from_db()
-        assert (tenant.used_cpu_millicores, tenant.used_memory_bytes, tenant.used_claims) == (
-            0,
-            0,
-            0,
-        )
-        other.refresh_from_db()
-        assert other.used_claims == 0
-        assert lifecycle.recount_usage() == []
+    def test_a_replay_costs_fewer_statements_than_an_order(self, auth_client):
+        self.get_success_response(auth_client, data=body(), status=201)
+        with recording() as log:
+            self.get_success_response(auth_client, data=body(), status=200)
+        assert len(log.statements) == 3  # key + tenant, lookup, the unit
 
     @pytest.mark.parametrize(
         ("overrides", "field"),
@@ -236,10 +196,10 @@ class TestCreate:
         ],
     )
     def test_bad_input_is_400_per_field_and_creates_nothing(self, auth_client, overrides, field):
-        response = auth_client.post(URL, body(**overrides), format="json")
-        assert response.status_code == 400
-        assert error_code(response) == "invalid_request"
-        assert field in response.json()["error"]["details"]["fields"]
+        error = self.get_error_response(
+            auth_client, data=body(**overrides), status=400, code="invalid_request"
+        )
+        assert field in error["details"]["fields"]
         assert not GPUUnit.objects.exists()
         assert not Operation.objects.exists()
 
@@ -273,76 +233,94 @@ class TestCreate:
         assert GPUUnit.objects.count() == 2
 
 
-class TestListAndGet:
-    def make_units(self, tenant, count: int, **overrides) -> None:
-        for index in range(count):
-            orders.create_unit(
-                tenant=tenant,
-                operation_id=f"op-{index}",
-                name=f"unit-{index}",
-                package_id="gpu-rtx3080-2x-cpu10-mem40g",
-                image="busybox",
-                **overrides,
-            )
+class TestUnitList(EndpointTest):
+    path = "/api/v1/gpu-units"
 
     def test_list_paginates_newest_first_with_cursor(self, auth_client, tenant):
-        self.make_units(tenant, 5)
-        first = auth_client.get(URL, {"limit": 2}).json()
+        make_units(tenant, 5)
+        first = self.get_success_response(auth_client, query={"limit": 2}).json()
         assert [u["name"] for u in first["data"]] == ["unit-4", "unit-3"]
-        second = auth_client.get(URL, {"limit": 2, "cursor": first["meta"]["nextCursor"]}).json()
+        cursor = first["meta"]["nextCursor"]
+        second = self.get_success_response(auth_client, query={"limit": 2, "cursor": cursor})
+        second = second.json()
         assert [u["name"] for u in second["data"]] == ["unit-2", "unit-1"]
-        third = auth_client.get(URL, {"limit": 2, "cursor": second["meta"]["nextCursor"]}).json()
+        cursor = second["meta"]["nextCursor"]
+        third = self.get_success_response(auth_client, query={"limit": 2, "cursor": cursor})
+        third = third.json()
         assert [u["name"] for u in third["data"]] == ["unit-0"]
         assert third["meta"]["nextCursor"] is None
 
     def test_list_filters_by_phase_and_package(self, auth_client, tenant):
         PackageFactory(id="gpu-h100-1x", spec_name="h", gpu=1, count=1)
-        self.make_units(tenant, 2)
+        make_units(tenant, 2)
         orders.create_unit(
             tenant=tenant, operation_id="h", name="h", package_id="gpu-h100-1x", image="busybox"
         )
         GPUUnit.objects.filter(name="unit-0").update(phase=UnitPhase.RUNNING)
-        running = auth_client.get(URL, {"phase": "Running"}).json()["data"]
-        assert [u["name"] for u in running] == ["unit-0"]
-        h100 = auth_client.get(URL, {"packageID": "GPU-H100-1X"}).json()["data"]
-        assert [u["name"] for u in h100] == ["h"]
+        running = self.get_success_response(auth_client, query={"phase": "Running"})
+        assert [u["name"] for u in running.json()["data"]] == ["unit-0"]
+        h100 = self.get_success_response(auth_client, query={"packageID": "GPU-H100-1X"})
+        assert [u["name"] for u in h100.json()["data"]] == ["h"]
 
     @pytest.mark.parametrize(
         "query", [{"phase": "Sleeping"}, {"limit": "0"}, {"limit": "101"}, {"cursor": "!!!"}]
     )
     def test_list_rejects_bad_query(self, auth_client, query):
-        response = auth_client.get(URL, query)
-        assert response.status_code == 400
-        assert error_code(response) == "invalid_request"
+        self.get_error_response(auth_client, query=query, status=400, code="invalid_request")
+
+    def test_list_needs_a_key(self, api_client):
+        self.get_error_response(api_client, status=401, code="unauthenticated")
 
     @pytest.mark.parametrize("limit", [10, 100])
-    def test_list_query_count_is_flat_in_page_size(self, auth_client, tenant, limit):
-        type(tenant).objects.filter(pk=tenant.pk).update(
-            quota_cpu="2000", quota_memory="8Ti", quota_claims=1000
-        )
-        tenant.refresh_from_db()
-        self.make_units(tenant, 100)
-        auth_client.get(URL)  # warm the key's last-used stamp
-        with CaptureQueriesContext(connection) as queries:
-            response = auth_client.get(URL, {"limit": limit})
-        assert len(response.json()["data"]) == limit
-        assert len(queries) == 2  # the key with its tenant, and one page of units
+    def test_statements_are_the_baseline_whatever_the_page_size(self, tenant, limit):
+        make_units(roomy(tenant), 100)
+        client = client_for(tenant)
+        client.get(URL)  # warm the key's last-used stamp
+        self.assert_statement_count(client, query={"limit": limit})
+        assert len(client.get(URL, {"limit": limit}).json()["data"]) == limit
 
-    def test_get_one_and_404_for_unknown(self, auth_client, tenant):
-        self.make_units(tenant, 1)
-        assert auth_client.get(f"{URL}/unit-0").json()["data"]["name"] == "unit-0"
-        response = auth_client.get(f"{URL}/nope")
-        assert response.status_code == 404
-        assert error_code(response) == "not_found"
+
+class TestUnitDetail(EndpointTest):
+    path = "/api/v1/gpu-units/{name}"
+
+    def test_one_unit_by_name_case_insensitively(self, auth_client, tenant):
+        make_units(tenant, 1)
+        data = self.get_success_response(auth_client, name="UNIT-0").json()["data"]
+        assert (data["name"], data["phase"]) == ("unit-0", "Accepted")
+
+    @pytest.mark.parametrize("name", ["nope", "not_a_label", "x" * 60])
+    def test_unknown_or_impossible_name_is_404(self, auth_client, name):
+        self.get_error_response(auth_client, name=name, status=404, code="not_found")
+
+    def test_statements_are_the_baseline(self, auth_client, tenant):
+        make_units(tenant, 1)
+        auth_client.get(URL)  # warm the key's last-used stamp
+        self.assert_statement_count(auth_client, name="unit-0")
+
+
+class TestUnitEvents(EndpointTest):
+    path = "/api/v1/gpu-units/{name}/events"
 
     def test_events_are_the_timeline(self, auth_client, tenant):
-        self.make_units(tenant, 1)
-        events = auth_client.get(f"{URL}/unit-0/events").json()["data"]
+        make_units(tenant, 1)
+        events = self.get_success_response(auth_client, name="unit-0").json()["data"]
         assert [(e["type"], e["reason"], e["count"]) for e in events] == [("Normal", "Accepted", 1)]
 
+    def test_unknown_unit_is_404(self, auth_client):
+        self.get_error_response(auth_client, name="nope", status=404, code="not_found")
+
+    def test_statements_are_the_baseline(self, auth_client, tenant):
+        make_units(tenant, 1)
+        auth_client.get(URL)  # warm the key's last-used stamp
+        self.assert_statement_count(auth_client, name="unit-0")
+
+
+class TestOperationDetail(EndpointTest):
+    path = "/api/v1/operations/{operation_id}"
+
     def test_operation_status(self, auth_client, tenant):
-        self.make_units(tenant, 1)
-        data = auth_client.get("/api/v1/operations/op-0").json()["data"]
+        make_units(tenant, 1)
+        data = self.get_success_response(auth_client, operation_id="op-0").json()["data"]
         assert data == {
             **data,
             "operationID": "op-0",
@@ -351,24 +329,39 @@ class TestListAndGet:
             "unitName": "unit-0",
             "error": None,
         }
-        assert auth_client.get("/api/v1/operations/missing").status_code == 404
+
+    @pytest.mark.parametrize("operation_id", ["missing", "has space"])
+    def test_unknown_operation_is_404(self, auth_client, operation_id):
+        self.get_error_response(
+            auth_client, operation_id=operation_id, status=404, code="not_found"
+        )
+
+    def test_statements_are_the_baseline(self, auth_client, tenant):
+        make_units(tenant, 1)
+        auth_client.get(URL)  # warm the key's last-used stamp
+        self.assert_statement_count(auth_client, operation_id="op-0")
 
 
-class TestDelete:
+class TestUnitDelete(EndpointTest):
+    method = "delete"
+    path = "/api/v1/gpu-units/{name}"
+
     def test_delete_is_202_terminating_and_repeatable(self, auth_client):
         auth_client.post(URL, body(), format="json")
-        first = auth_client.delete(f"{URL}/demo-instance")
-        assert first.status_code == 202
+        first = self.get_success_response(auth_client, name="demo-instance", status=202)
         assert first.json()["data"]["phase"] == "Terminating"
-        again = auth_client.delete(f"{URL}/demo-instance")
-        assert again.status_code == 202
+        self.get_success_response(auth_client, name="demo-instance", status=202)
         assert Operation.objects.filter(kind="delete").count() == 1
         operation = Operation.objects.get(kind="delete")
         status = auth_client.get(f"/api/v1/operations/{operation.operation_id}").json()["data"]
         assert (status["kind"], status["unitName"]) == ("delete", "demo-instance")
 
     def test_delete_unknown_is_404(self, auth_client):
-        assert error_code(auth_client.delete(f"{URL}/nope")) == "not_found"
+        self.get_error_response(auth_client, name="nope", status=404, code="not_found")
+
+    def test_statements_are_the_baseline(self, auth_client):
+        auth_client.post(URL, body(), format="json")
+        self.assert_statement_count(auth_client, name="demo-instance")
 
 
 class TestTenantIsolation:
@@ -381,7 +374,7 @@ class TestTenantIsolation:
             tenant=owner,
             operation_id="theirs",
             name="theirs",
-            package_id="gpu-rtx3080-2x-cpu10-mem40g",
+            package_id=ARTICLE_PACKAGE_ID,
             image="busybox",
         )
         return owner

@@ -15,6 +15,7 @@ from runtime.models import GPUUnit, Operation, UnitEvent
 from tenancy import services as tenancy_services
 from tenancy.models import ApiKey, Tenant
 from tenancy.tests.factories import TenantFactory
+from tests.endpoints import recording
 
 pytestmark = pytest.mark.django_db
 
@@ -123,8 +124,8 @@ def test_prepared_statements_can_be_turned_off(settings):
     assert _prepared("unprepared_probe") == 0
 
 
-def test_statement_logs_see_the_prepared_cursor(record_statements):
-    with record_statements() as log, orders.cursor() as cursor:
+def test_statement_logs_see_the_prepared_cursor():
+    with recording() as log, orders.cursor() as cursor:
         cursor.execute("SELECT 1 AS seen_probe")
     assert log.statements == ["SELECT 1 AS seen_probe"]
     assert _prepared("seen_probe") == 1  # recorded on the production (prepared) path
