@@ -36,7 +36,7 @@ def capacity_requests(capacity: object) -> str | None:
         if key_error:
             problems.append(key_error)
         try:
-            quantity.parse(str(value))
+            quantity.parse(str(value).strip())  # the API server trims JSON quantities too
         except ValueError as exc:
             problems.append(f"capacity {key}: {exc}")
     return " ".join(problems) or None

@@ -4,7 +4,9 @@ The one home of quantity parsing for the catalog, inventory, runtime, the CEL he
 simulated cluster. It loads neither Django nor the Kubernetes API client: the official client's
 `kubernetes.utils.parse_quantity` cannot be imported without `kubernetes/__init__` loading the
 whole client, and it is laxer than the apiserver ("1K", "inf", " 1" pass), so the grammar of
-apimachinery's `resource.ParseQuantity` is implemented here and tested against it.
+apimachinery's `resource.ParseQuantity` is implemented here, and its values are tested equal
+to the official client's on generated quantities both accept. Like ParseQuantity it takes no
+surrounding spaces (the API server trims them from JSON before parsing; callers do the same).
 """
 
 from __future__ import annotations

@@ -73,11 +73,11 @@ def labelled_for(obj: dict, *, tenant: str, unit: str) -> bool:
     )
 
 
-def is_unit_object(obj: dict, contract: UnitContract) -> bool:
+def is_unit_object(obj: dict, *, tenant: str, unit: str, operation_id: str) -> bool:
     """Whether the object is the GPUUnit of this unit: our labels and its operation."""
     annotations = (obj.get("metadata") or {}).get("annotations") or {}
-    return labelled_for(obj, tenant=contract.tenant, unit=contract.name) and (
-        annotations.get(ANNOTATION_OPERATION) == contract.operation_id
+    return labelled_for(obj, tenant=tenant, unit=unit) and (
+        annotations.get(ANNOTATION_OPERATION) == operation_id
     )
 
 

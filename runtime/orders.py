@@ -153,7 +153,7 @@ def _replayed(operation: Operation, request_hash: str) -> CreateResult:
     """The unit of an earlier identical request; a different request under the same
     operationID is a conflict."""
     outbox.check_replay(operation, kind=OperationKind.CREATE, request_hash=request_hash)
-    return CreateResult(unit=GPUUnit.objects.get(pk=operation.unit_id), created=False)
+    return CreateResult(unit=operation.unit, created=False)
 
 
 def quota_problem(

@@ -72,7 +72,9 @@ def provision_objects(contract: manifests.UnitContract) -> tuple[dict, dict, dic
     gpuunit = kube.create_or_adopt(
         kube.GPUUNIT,
         manifests.build_gpuunit(contract),
-        ours=lambda found: manifests.is_unit_object(found, contract),
+        ours=lambda found: manifests.is_unit_object(
+            found, tenant=contract.tenant, unit=contract.name, operation_id=contract.operation_id
+        ),
     )
     owner_uid = gpuunit["metadata"]["uid"]
     ours = manifests.owned_by(owner_uid, contract)
@@ -107,19 +109,24 @@ def _unit_objects(unit: GPUUnit) -> list[tuple[kube.Kind, str]]:
     ]
 
 
-def _is_ours(kind: kube.Kind, found: dict, contract: manifests.UnitContract) -> bool:
+def _labelled_for(found: dict, unit: GPUUnit) -> bool:
+    return manifests.labelled_for(found, tenant=unit.tenant.slug, unit=unit.name)
+
+
+def _is_ours(kind: kube.Kind, found: dict, unit: GPUUnit) -> bool:
     if kind == kube.GPUUNIT:
-        return manifests.is_unit_object(found, contract)
-    return manifests.labelled_for(found, tenant=contract.tenant, unit=contract.name)
+        return manifests.is_unit_object(
+            found, tenant=unit.tenant.slug, unit=unit.name, operation_id=unit.operation_id
+        )
+    return _labelled_for(found, unit)
 
 
 def remove_objects(unit: GPUUnit, *, propagation: str = "Background") -> None:
     """Delete whatever of the unit's objects exist and are ours (pod, claim, then the GPUUnit,
     with `propagation`)."""
-    contract = unit.contract(request_hash="")
     for kind, name in _unit_objects(unit):
         found = kube.get(kind, unit.namespace, name)
-        if found is not None and _is_ours(kind, found, contract):
+        if found is not None and _is_ours(kind, found, unit):
             policy = propagation if kind == kube.GPUUNIT else "Background"
             kube.delete(kind, unit.namespace, name, propagation=policy)
 
@@ -201,12 +208,11 @@ def delete_unit(*, operation_pk: int) -> None:
         return
     unit = operation.unit
     remove_objects(unit, propagation="Foreground")
-    contract = unit.contract(request_hash="")
     remaining = [
         f"{kind.kind} {name}"
         for kind, name in reversed(_unit_objects(unit))
         if (found := kube.get(kind, unit.namespace, name)) is not None
-        and manifests.labelled_for(found, tenant=contract.tenant, unit=contract.name)
+        and _labelled_for(found, unit)
     ]
     if remaining:
         raise TemporaryError(f"waiting for {', '.join(remaining)} to be deleted", delay=1)

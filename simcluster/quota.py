@@ -46,6 +46,8 @@ class Quantity:
     @classmethod
     def parse(cls, text: Any) -> Quantity:
         text = str(text)
+        # Quantity.UnmarshalJSON trims surrounding spaces before it parses, as here.
+        text = text.strip()
         return cls(parse_quantity(text), text.endswith(_BINARY_SUFFIXES))
 
     def __add__(self, other: Quantity) -> Quantity:

@@ -40,7 +40,7 @@ class TenantAdmin(admin.ModelAdmin):
 
     def get_readonly_fields(self, request: HttpRequest, obj: Tenant | None = None):
         # Units live in the namespace: moving a tenant would orphan them. The usage counters
-        # are kept by orders and terminations (and recounted by reconcile_units), never typed.
+        # are kept by orders and terminations (and recounted by recount_usage), never typed.
         if obj is None:
             return ()
         return ("namespace", "used_cpu_millicores", "used_memory_bytes", "used_claims")

@@ -27,7 +27,7 @@ class Tenant(models.Model):
     )
     # What the tenant's live (not Terminated) units hold against the quota, kept like a
     # ResourceQuota's status.used: the order that creates a unit charges it under the tenant row
-    # lock, the unit's termination gives it back, and reconcile_units recounts it should it
+    # lock, the unit's termination gives it back, and recount_usage (beat) recounts it should it
     # ever drift. Orders read one row instead of summing every live unit.
     used_cpu_millicores = models.BigIntegerField(default=0, editable=False)
     used_memory_bytes = models.BigIntegerField(default=0, editable=False)

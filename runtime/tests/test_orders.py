@@ -24,7 +24,9 @@ pytestmark = pytest.mark.django_db
 def package():
     # Values that make a round trip interesting: a fractional cpu, a CEL selector.
     return PackageFactory(
-        cpu="500m", selectors=["device.attributes['gpu.nvidia.com'].productName == 'x'"]
+        cpu="500m",
+        selectors=["device.attributes['gpu.nvidia.com'].productName == 'x'"],
+        capacity={"memory": "20Gi"},
     )
 
 
@@ -42,6 +44,8 @@ def _order(tenant: Tenant, package) -> orders.CreateResult:
 def test_the_rows_an_order_writes_read_back_equal_through_the_orm(package):
     tenant = TenantFactory()
     unit = _order(tenant, package).unit
+    # The package was read by hand-written SQL: its JSON fields arrived decoded.
+    assert (unit.selectors, unit.capacity) == (package.selectors, {"memory": "20Gi"})
     stored = GPUUnit.objects.get(pk=unit.pk)
     for field in GPUUnit._meta.concrete_fields:
         assert getattr(stored, field.attname) == getattr(unit, field.attname), field.name

@@ -43,7 +43,7 @@ def _check_the_move(old, django_user_model) -> None:
     old_tenant = old.get_model("runtime", "Tenant").objects.create(
         slug="acme",
         namespace="acme-ns",
-        quota_cpu="32",
+        quota_cpu=" 32 ",  # the old parser took surrounding spaces
         used_cpu_millicores=10_000,
         used_memory_bytes=42949672960,
         used_claims=1,
@@ -87,6 +87,7 @@ def _check_the_move(old, django_user_model) -> None:
     assert not {"runtime_tenant", "runtime_apikey", "runtime_tenant_users"} & _tables()
     tenant = Tenant.objects.get(slug="acme")
     assert (tenant.pk, tenant.namespace, tenant.quota_cpu) == (old_tenant.pk, "acme-ns", "32")
+    assert tenant.quota_cpu_millicores == 32_000
     assert (tenant.used_cpu_millicores, tenant.used_memory_bytes, tenant.used_claims) == (
         10_000,
         42949672960,
@@ -100,3 +101,21 @@ def _check_the_move(old, django_user_model) -> None:
     assert django_user_model.objects.get(username="ops").has_perm("tenancy.change_tenant")
     # New rows get fresh ids from the sequences the tables kept.
     assert Tenant.objects.create(slug="next", namespace="next-ns").pk > tenant.pk
+    # The pattern indexes Django drops by name carry the names it would give them now.
+    with connection.schema_editor() as editor:
+        expected = {
+            editor._create_index_name(table, [column], suffix="_like")
+            for table, column in (
+                ("tenancy_tenant", "slug"),
+                ("tenancy_tenant", "namespace"),
+                ("tenancy_apikey", "prefix"),
+            )
+        }
+    with connection.cursor() as cursor:
+        found = {
+            name
+            for table in ("tenancy_tenant", "tenancy_apikey")
+            for name in connection.introspection.get_constraints(cursor, table)
+            if name.endswith("_like")
+        }
+    assert found == expected
