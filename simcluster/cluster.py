@@ -30,6 +30,7 @@ class SimCluster:
         persist_path: str | Path | None = None,
         scheduler: bool = True,
         seed: int = 0,
+        bookmark_interval: float = 60.0,
     ) -> None:
         self.topology = topology
         self.host = host
@@ -39,6 +40,7 @@ class SimCluster:
         self.requests = RequestLog()
         self._persister = Persister(self.store, persist_path) if persist_path else None
         self._run_scheduler = scheduler
+        self.bookmark_interval = bookmark_interval
         self.scheduler: Scheduler | None = None
         self.quota: QuotaController | None = None
         self._server: SimServer | None = None
@@ -58,6 +60,7 @@ class SimCluster:
         if self._persister:
             self._persister.start()
         self._server = SimServer((self.host, self.port), self.store, self.faults, self.requests)
+        self._server.bookmark_interval = self.bookmark_interval
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(
             target=self._server.serve_forever,

@@ -74,6 +74,9 @@ class SimServer(ThreadingHTTPServer):
         self.faults = faults
         self.requests = requests
         self.stopping = threading.Event()
+        # How often a watch with allowWatchBookmarks gets a BOOKMARK (the real server: about
+        # once a minute).
+        self.bookmark_interval = 60.0
 
 
 def media_ranges(accept: str) -> list[tuple[str, dict[str, str]]]:
@@ -420,25 +423,36 @@ class Handler(BaseHTTPRequestHandler):
 
     def _list(self, target: RequestTarget, body: bytes, content_type: str, accept: str) -> None:
         rtype = target.rtype
-        items, resource_version = self.server.store.list_shared(
+        try:
+            limit = int(self._query.get("limit") or 0)
+        except ValueError:
+            raise ApiError.bad_request("invalid limit") from None
+        items, resource_version, continue_token, remaining = self.server.store.list_page(
             rtype.key,
             target.namespace,
             label_selector=self._query.get("labelSelector"),
             field_selector=self._query.get("fieldSelector"),
+            limit=max(limit, 0),
+            continue_token=self._query.get("continue") or None,
         )
         items = [self._versioned(rtype, obj) for obj in items]
+        metadata: dict[str, Any] = {"resourceVersion": resource_version}
+        if continue_token:
+            metadata["continue"] = continue_token
+            if remaining is not None:
+                metadata["remainingItemCount"] = remaining
         if _negotiate_table(accept):
             include = self._query.get("includeObject", "Metadata")
-            self._send_json(
-                200, tables.table(rtype, items, resource_version, include_object=include)
-            )
+            table = tables.table(rtype, items, resource_version, include_object=include)
+            table["metadata"] = {**table.get("metadata", {}), **metadata}
+            self._send_json(200, table)
             return
         self._send_json(
             200,
             {
                 "kind": rtype.list_kind,
                 "apiVersion": rtype.api_version,
-                "metadata": {"resourceVersion": resource_version},
+                "metadata": metadata,
                 "items": items,
             },
         )
@@ -697,6 +711,23 @@ class Handler(BaseHTTPRequestHandler):
         except OSError:
             return True
 
+    def _write_bookmark(self, rtype: Any, watcher: Any) -> None:
+        """A BOOKMARK at the newest version this watch has seen everything up to: the events
+        still queued for it are newer, so it may not claim the store's version past them."""
+        version = self.server.store.bookmark_version(watcher)
+        if version <= watcher.sent_version:
+            return
+        watcher.sent_version = version
+        bookmark = {
+            "kind": rtype.kind,
+            "apiVersion": rtype.api_version,
+            "metadata": {"resourceVersion": str(version)},
+        }
+        self._write_chunk(
+            json.dumps({"type": "BOOKMARK", "object": bookmark}, separators=(",", ":")).encode()
+            + b"\n"
+        )
+
     def _watch(self, target: RequestTarget, body: bytes, content_type: str, accept: str) -> None:
         store = self.server.store
         rtype = target.rtype
@@ -727,6 +758,8 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Cache-Control", "no-cache, private")
         self.end_headers()
         deadline = time.monotonic() + min(timeout, MAX_WATCH_SECONDS)
+        bookmarks = self._query.get("allowWatchBookmarks") in ("true", "1")
+        next_bookmark = time.monotonic() + self.server.bookmark_interval
         first_table = True
         connected = True
         try:
@@ -738,11 +771,18 @@ class Handler(BaseHTTPRequestHandler):
                 return
             assert watcher is not None
             while not self.server.stopping.is_set():
-                remaining = deadline - time.monotonic()
+                now = time.monotonic()
+                remaining = deadline - now
                 if remaining <= 0:
+                    if bookmarks:  # as the real server does before it ends a watch on timeout
+                        self._write_bookmark(rtype, watcher)
                     break
+                if bookmarks and now >= next_bookmark:
+                    self._write_bookmark(rtype, watcher)
+                    next_bookmark = now + self.server.bookmark_interval
+                wait = min(1.0, remaining, max(next_bookmark - now, 0.0) if bookmarks else 1.0)
                 try:
-                    event = watcher.events.get(timeout=min(1.0, remaining))
+                    event = watcher.events.get(timeout=wait)
                 except queue.Empty:
                     if self._client_gone():
                         connected = False
@@ -756,6 +796,7 @@ class Handler(BaseHTTPRequestHandler):
                         rtype, [obj], str(event.resource_version), with_columns=first_table
                     )
                     first_table = False
+                watcher.sent_version = max(watcher.sent_version, event.resource_version)
                 self._write_chunk(
                     json.dumps({"type": event.type, "object": obj}, separators=(",", ":")).encode()
                     + b"\n"

@@ -3,12 +3,14 @@ collection, namespaces, CRD registration), admission hooks, listeners and watch 
 
 from __future__ import annotations
 
+import base64
 import datetime as dt
+import json
 import queue
 import random
 import threading
 import uuid
-from collections import deque
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,6 +22,15 @@ from simcluster.selectors import Predicate, parse_field_selector, parse_label_se
 
 FOREGROUND_FINALIZER = "foregroundDeletion"
 HISTORY_SIZE = 50_000
+# Paginated lists kept for their continue tokens (each holds references, not copies).
+LIST_SNAPSHOTS = 64
+_CONTINUE_TOO_OLD = (
+    "The provided continue parameter is too old to display a consistent list result. You can "
+    "start a new list without the continue parameter, or use the continue token in this "
+    "response to retrieve the remainder of the results. Continuing with the provided token "
+    "results in an inconsistent list - objects that were created, modified, or deleted between "
+    "the time the first chunk was returned and now may show up in the list."
+)
 _NAME_SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 
 # Server-owned metadata a client cannot set or change.
@@ -97,6 +108,8 @@ class Watcher:
     namespace: str | None
     predicate: Predicate | None
     events: queue.SimpleQueue = field(default_factory=queue.SimpleQueue)
+    # The newest version of an event delivered to the client (the HTTP layer keeps it).
+    sent_version: int = 0
 
     def matches(self, obj: dict[str, Any] | None) -> bool:
         return obj is not None and (self.predicate is None or self.predicate(obj))
@@ -136,6 +149,7 @@ class Store:
         self._watchers: set[Watcher] = set()
         self._admission: list[Callable[[AdmissionRequest], None]] = []
         self._listeners: list[Callable[[str, str, dict], None]] = []
+        self._snapshots: OrderedDict[str, list[dict[str, Any]]] = OrderedDict()
         self._gc_queue: deque[tuple[str, tuple[str, str, str]]] = deque()
         self._draining = False
         self._random = random.Random(seed)
@@ -206,6 +220,65 @@ class Store:
                 if (labels is None or labels(obj)) and (fields is None or fields(obj))
             ]
             return items, self.resource_version
+
+    def list_page(
+        self,
+        resource: str,
+        namespace: str | None = None,
+        *,
+        label_selector: str | None = None,
+        field_selector: str | None = None,
+        limit: int = 0,
+        continue_token: str | None = None,
+    ) -> tuple[list[dict], str, str | None, int | None]:
+        """One page of a list as the API server serves `limit` and `continue`: every page of a
+        list comes from the snapshot its first page was taken from (stored objects are never
+        mutated, so the snapshot holds references). Returns (items, resourceVersion, continue
+        token or None, remainingItemCount or None). 410 Expired when the token's version has
+        been compacted away; 400 when the token is not one of ours."""
+        with self.lock:
+            if continue_token:
+                snapshot_id, version, start = _decode_continue(continue_token)
+                if version < self._compacted_floor() or snapshot_id not in self._snapshots:
+                    raise ApiError.gone(_CONTINUE_TOO_OLD)
+                items = self._snapshots[snapshot_id]
+                resource_version = str(version)
+            else:
+                items, resource_version = self.list_shared(
+                    resource,
+                    namespace,
+                    label_selector=label_selector,
+                    field_selector=field_selector,
+                )
+                snapshot_id, start = uuid.uuid4().hex, 0
+            if limit <= 0 or start + limit >= len(items):
+                self._snapshots.pop(snapshot_id, None)
+                return items[start:], resource_version, None, None
+            self._snapshots[snapshot_id] = items
+            self._snapshots.move_to_end(snapshot_id)
+            while len(self._snapshots) > LIST_SNAPSHOTS:
+                self._snapshots.popitem(last=False)
+            end = start + limit
+            token = _encode_continue(snapshot_id, int(resource_version), end)
+            # Like the real server, the count of what is left is only given without selectors.
+            remaining = None if label_selector or field_selector else len(items) - end
+            return items[start:end], resource_version, token, remaining
+
+    def compact(self, revision: int | None = None) -> None:
+        """Forget the history up to `revision` (default: now), as etcd compaction does:
+        watches and continue tokens from before it answer 410 Gone."""
+        with self.lock:
+            floor = self._resource_version if revision is None else revision
+            while self._history and self._history[0].resource_version <= floor:
+                self._history.popleft()
+            self._history_start = max(self._history_start, floor)
+
+    def _compacted_floor(self) -> int:
+        """The newest version a watch can no longer start from."""
+        floor = self._history_start
+        if len(self._history) == self._history.maxlen:
+            floor = max(floor, self._history[0].resource_version - 1)
+        return floor
 
     def list(
         self,
@@ -443,9 +516,7 @@ class Store:
         with self.lock:
             since = int(resource_version) if resource_version and resource_version.isdigit() else 0
             if since and not send_initial_events:
-                floor = self._history_start
-                if len(self._history) == self._history.maxlen:
-                    floor = self._history[0].resource_version - 1
+                floor = self._compacted_floor()
                 if since < floor:
                     raise ApiError.gone(f"too old resource version: {since} ({floor})")
                 for entry in self._history:
@@ -475,6 +546,14 @@ class Store:
                 watcher.events.put(WatchEvent("BOOKMARK", bookmark, self._resource_version))
             self._watchers.add(watcher)
         return watcher
+
+    def bookmark_version(self, watcher: Watcher) -> int:
+        """The version a BOOKMARK may carry for `watcher`: the store's, unless events are still
+        queued for it (then the one before the oldest of them)."""
+        with self.lock:
+            if watcher.events.empty():
+                return self._resource_version
+            return watcher.sent_version
 
     def stop_watch(self, watcher: Watcher) -> None:
         with self.lock:
@@ -899,3 +978,18 @@ class Store:
                 self._remove(crd_name, obj)
         self._objects.pop(crd_name, None)
         self.registry.unregister(crd_name)
+
+
+def _encode_continue(snapshot_id: str, resource_version: int, start: int) -> str:
+    """An opaque continue token, base64 JSON as the real server's are."""
+    payload = {"v": "meta.k8s.io/v1", "rv": resource_version, "start": start, "id": snapshot_id}
+    return base64.urlsafe_b64encode(json.dumps(payload).encode()).decode().rstrip("=")
+
+
+def _decode_continue(token: str) -> tuple[str, int, int]:
+    try:
+        padded = token + "=" * (-len(token) % 4)
+        payload = json.loads(base64.urlsafe_b64decode(padded))
+        return str(payload["id"]), int(payload["rv"]), int(payload["start"])
+    except (ValueError, KeyError, TypeError):
+        raise ApiError.bad_request("continue key is not valid") from None
