@@ -43,6 +43,17 @@ class FaultInjector:
         self._rules: dict[tuple[str | None, str | None], FaultRule] = {}
         self._random = random.Random(seed)
         self._unreachable = False
+        self._watch_drops = 0
+
+    @property
+    def watch_drops(self) -> int:
+        return self._watch_drops
+
+    def drop_watches(self) -> None:
+        """Cut every open watch stream as a failing network would: the socket closes mid-stream,
+        without the chunked body's end."""
+        with self._lock:
+            self._watch_drops += 1
 
     def set(
         self,

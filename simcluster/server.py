@@ -3,6 +3,7 @@ injection."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import queue
@@ -759,6 +760,7 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         deadline = time.monotonic() + min(timeout, MAX_WATCH_SECONDS)
         bookmarks = self._query.get("allowWatchBookmarks") in ("true", "1")
+        drops = self.server.faults.watch_drops
         next_bookmark = time.monotonic() + self.server.bookmark_interval
         first_table = True
         connected = True
@@ -771,6 +773,11 @@ class Handler(BaseHTTPRequestHandler):
                 return
             assert watcher is not None
             while not self.server.stopping.is_set():
+                if self.server.faults.watch_drops != drops:
+                    connected = False
+                    with contextlib.suppress(OSError):
+                        self.connection.shutdown(socket.SHUT_RDWR)
+                    return
                 now = time.monotonic()
                 remaining = deadline - now
                 if remaining <= 0:
@@ -780,7 +787,7 @@ class Handler(BaseHTTPRequestHandler):
                 if bookmarks and now >= next_bookmark:
                     self._write_bookmark(rtype, watcher)
                     next_bookmark = now + self.server.bookmark_interval
-                wait = min(1.0, remaining, max(next_bookmark - now, 0.0) if bookmarks else 1.0)
+                wait = min(0.2, remaining, max(next_bookmark - now, 0.0) if bookmarks else 0.2)
                 try:
                     event = watcher.events.get(timeout=wait)
                 except queue.Empty:

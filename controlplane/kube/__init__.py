@@ -16,6 +16,7 @@ from controlplane.kube.client import (
     delete,
     get,
     list_objects,
+    list_page,
     merge_patch,
     replace,
     reset,
@@ -23,6 +24,7 @@ from controlplane.kube.client import (
 )
 from controlplane.kube.errors import KubeError, PermanentError, TemporaryError
 from controlplane.kube.objects import create_or_adopt, ensure
+from controlplane.kube.watch import Event, Gone, Informer, list_all
 
 __all__ = [
     "CRD",
@@ -34,6 +36,9 @@ __all__ = [
     "RESOURCECLAIM",
     "RESOURCEQUOTA",
     "RESOURCESLICE",
+    "Event",
+    "Gone",
+    "Informer",
     "Kind",
     "KubeError",
     "PermanentError",
@@ -43,7 +48,9 @@ __all__ = [
     "delete",
     "ensure",
     "get",
+    "list_all",
     "list_objects",
+    "list_page",
     "merge_patch",
     "replace",
     "reset",

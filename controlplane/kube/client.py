@@ -9,16 +9,19 @@ from __future__ import annotations
 
 import os
 import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlencode
 
 import orjson
+import urllib3
 from django.conf import settings
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
+from kubernetes.watch.watch import iter_resp_lines
 
-from controlplane.kube.errors import KubeError, classify
+from controlplane.kube.errors import KubeError, TemporaryError, classify
 
 
 @dataclass(frozen=True)
@@ -142,6 +145,63 @@ def list_objects(
 ) -> list[dict]:
     query = {"labelSelector": label_selector} if label_selector else None
     return _call("GET", _path(kind, namespace), query=query).get("items", [])
+
+
+def list_page(
+    kind: Kind,
+    *,
+    namespace: str | None = None,
+    label_selector: str = "",
+    limit: int = 0,
+    continue_token: str = "",
+) -> dict:
+    """One page of a list: the List object with its `metadata.continue` when more follow."""
+    query = {"labelSelector": label_selector, "limit": str(limit or ""), "continue": continue_token}
+    return _call("GET", _path(kind, namespace), query={k: v for k, v in query.items() if v})
+
+
+def stream(
+    path: str,
+    *,
+    query: dict[str, str],
+    read_timeout: float,
+    on_open: Callable[[Any], None] | None = None,
+) -> Iterator[str]:
+    """The lines of a streamed GET (a watch), as they arrive. `on_open` gets the response
+    once it is open, so another thread can shut it down. A refused request raises its
+    classified KubeError; a connection that drops mid-stream raises a TemporaryError."""
+    api = api_client()
+    url = api.configuration.host + path + "?" + urlencode(query)
+    headers = {"Accept": "application/json"}
+    api.update_params_for_auth(headers, None, ["BearerToken"], path, "GET", None)
+    try:
+        # The client's REST layer never preloads bodies: `.response` is the open urllib3 one.
+        response = api.rest_client.request(
+            "GET",
+            url,
+            headers=headers,
+            _request_timeout=(settings.KUBE_REQUEST_TIMEOUT, read_timeout),
+        ).response
+    except Exception as exc:
+        raise classify(exc) from exc
+    try:
+        if not 200 <= response.status < 300:
+            failure = ApiException(status=response.status, reason=response.reason)
+            failure.body = response.data.decode("utf-8", "replace")
+            failure.headers = response.headers
+            raise classify(failure)
+        if on_open is not None:
+            on_open(response)
+        try:
+            yield from iter_resp_lines(response)
+        except (urllib3.exceptions.HTTPError, OSError, AttributeError, ValueError) as exc:
+            # Whatever ends a stream early (a reset, a read timeout, our own shutdown()
+            # from another thread) is a dropped connection to resume from.
+            raise TemporaryError(
+                f"stream of {path} dropped: {exc}", reason="StreamDropped"
+            ) from exc
+    finally:
+        response.release_conn()
 
 
 def create(kind: Kind, namespace: str | None, body: dict) -> dict:
