@@ -126,3 +126,31 @@ def celery_worker(django_db_setup, django_db_blocker, cluster):
     process = start_worker("session")
     yield process
     stop_worker(process)
+
+
+def start_observer(name: str) -> subprocess.Popen:
+    """Start `manage.py observe` on the test database, Redis and cluster, and wait until it
+    leads and has listed the cluster (its status in Redis says so)."""
+    from django.conf import settings
+
+    from runtime.observer import read_status
+
+    env = dict(os.environ)
+    test_db = settings.DATABASES["default"]["NAME"]
+    base, _, query = os.environ["DATABASE_URL"].partition("?")
+    env["DATABASE_URL"] = base.rsplit("/", 1)[0] + "/" + test_db + (f"?{query}" if query else "")
+    env["OBSERVER_LEAD_RETRY_SECONDS"] = "0.5"
+    process = subprocess.Popen(
+        [sys.executable, "manage.py", "observe"], cwd=ROOT, env=env, start_new_session=True
+    )
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"observer {name} exited with {process.returncode}")
+        status = read_status() or {}
+        ours = status.get("identity", "").endswith(f":{process.pid}")
+        if ours and status.get("leading") and status.get("synced"):
+            return process
+        time.sleep(0.1)
+    process.kill()
+    raise RuntimeError(f"observer {name} did not lead within 60 s")

@@ -231,14 +231,31 @@ HEALTH_CLUSTER_TIMEOUT = env.float("HEALTH_CLUSTER_TIMEOUT", default=2.0)
 # tenant-provisioning). Off: an admin creates namespaces; a missing one fails the unit.
 TENANT_NAMESPACE_PROVISIONING = env.bool("TENANT_NAMESPACE_PROVISIONING", default=True)
 
-# Runtime: how often beat reconciles units and sweeps operations, and when to give up.
-RECONCILE_INTERVAL_SECONDS = env.float("RECONCILE_INTERVAL_SECONDS", default=5.0)
+# Runtime: how often beat reconciles every unit (the backstop behind the observer) and sweeps
+# operations, and when to give up.
+RECONCILE_INTERVAL_SECONDS = env.float("RECONCILE_INTERVAL_SECONDS", default=30.0)
 SWEEP_INTERVAL_SECONDS = env.float("SWEEP_INTERVAL_SECONDS", default=30.0)
 OPERATION_STALE_SECONDS = env.float("OPERATION_STALE_SECONDS", default=60.0)
 OPERATION_MAX_ATTEMPTS = env.int("OPERATION_MAX_ATTEMPTS", default=20)
 # Registries customers may pull from (e.g. "docker.io,ghcr.io"); empty allows any.
 IMAGE_REGISTRY_ALLOWLIST = env.list("IMAGE_REGISTRY_ALLOWLIST", default=[])
 
-# Inventory: how often beat mirrors the cluster's DRA state, and when the mirror counts as stale.
-INVENTORY_SYNC_INTERVAL_SECONDS = env.float("INVENTORY_SYNC_INTERVAL_SECONDS", default=10.0)
-INVENTORY_STALE_AFTER_SECONDS = env.float("INVENTORY_STALE_AFTER_SECONDS", default=60.0)
+# Inventory: how often beat mirrors the cluster's DRA state in full (the backstop behind the
+# observer), and when the mirror counts as stale.
+INVENTORY_SYNC_INTERVAL_SECONDS = env.float("INVENTORY_SYNC_INTERVAL_SECONDS", default=30.0)
+INVENTORY_STALE_AFTER_SECONDS = env.float("INVENTORY_STALE_AFTER_SECONDS", default=90.0)
+
+# The observer (`manage.py observe`): events are taken in batches this wide; the inventory
+# mirror is recomputed from the watches at most this often; without changes the mirror's time
+# is moved on this often; status for health is published this often and lives this long.
+OBSERVER_BATCH_SECONDS = env.float("OBSERVER_BATCH_SECONDS", default=0.005)
+OBSERVER_INVENTORY_SECONDS = env.float("OBSERVER_INVENTORY_SECONDS", default=0.25)
+OBSERVER_TOUCH_SECONDS = env.float("OBSERVER_TOUCH_SECONDS", default=10.0)
+OBSERVER_STATUS_SECONDS = env.float("OBSERVER_STATUS_SECONDS", default=1.0)
+OBSERVER_STATUS_TTL_SECONDS = env.int("OBSERVER_STATUS_TTL_SECONDS", default=10)
+OBSERVER_WATCH_TIMEOUT_SECONDS = env.int("OBSERVER_WATCH_TIMEOUT_SECONDS", default=300)
+# A replica without the lead tries to take it this often.
+OBSERVER_LEAD_RETRY_SECONDS = env.float("OBSERVER_LEAD_RETRY_SECONDS", default=2.0)
+# Events about a unit whose row does not yet have its objects (its provisioning is still
+# recording them) are looked at again with backoff for this long; then the backstop has it.
+OBSERVER_RETRY_GIVE_UP_SECONDS = env.float("OBSERVER_RETRY_GIVE_UP_SECONDS", default=30.0)

@@ -22,6 +22,9 @@ _check = inline_serializer(
         "error": serializers.CharField(required=False),
         "lastHeartbeat": serializers.DateTimeField(required=False, allow_null=True),
         "lastSync": serializers.DateTimeField(required=False, allow_null=True),
+        "leader": serializers.CharField(required=False, allow_null=True),
+        "lastEvent": serializers.DateTimeField(required=False, allow_null=True),
+        "lagSeconds": serializers.FloatField(required=False, allow_null=True),
     },
 )
 _health = inline_serializer(

@@ -1,5 +1,5 @@
-"""`make run`: services, simulated cluster, migrations, sample data, then web + worker + beat
-until Ctrl-C."""
+"""`make run`: services, simulated cluster, migrations, sample data, then web + worker +
+observer + beat until Ctrl-C."""
 
 from __future__ import annotations
 
@@ -162,6 +162,7 @@ def run(*, data_root: Path) -> int:
                     ],
                     env,
                 ),
+                _start("observer", [python, "manage.py", "observe"], env),
                 _start(
                     "beat",
                     [

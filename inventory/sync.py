@@ -178,7 +178,8 @@ def _collector_paused() -> Iterator[None]:
 
 
 def sync_inventory() -> SyncRun | None:
-    """Mirror the cluster. Returns the run, or None when another sync holds the lock."""
+    """Mirror the cluster (beat's full sync, the backstop behind the observer): list every
+    kind, then apply. Returns the run, or None when another sync holds the lock."""
     with _collector_paused(), _exclusive() as acquired:
         if not acquired:
             return None
@@ -194,38 +195,63 @@ def sync_inventory() -> SyncRun | None:
             run.save(update_fields=["error", "finished_at", "duration_ms"])
             logger.warning("inventory sync failed: %s", exc)
             return run
-        packages = package_specs()
-        # Read the device mirror once: it feeds both CEL reuse and the diff below.
-        devices_now = _current(Device, ["driver", "pool", "name"])
-        previous = {
-            key: (row["content_hash"], row["device_classes"], row["packages"])
-            for key, row in devices_now.items()
+        _observe_and_apply(raw, run=run, started=started)
+        return run
+
+
+def apply_observed(raw: dict[str, list[dict]]) -> dict | None:
+    """Apply objects the caller already holds (the observer's informers: every node, device
+    class, slice, claim, pod and quota) to the mirror, exactly as a sync would, without a
+    SyncRun row. Returns what was applied, or None when a sync holds the lock."""
+    with _collector_paused(), _exclusive() as acquired:
+        if not acquired:
+            return None
+        _observation, _document, applied = _observe_and_apply(raw)
+        return applied
+
+
+def touch_snapshot() -> None:
+    """Mark the mirror current as of now: a caller that watches every kind and saw nothing
+    change says so (the mirror counts as stale when it is old)."""
+    InventorySnapshot.objects.filter(pk=1).update(as_of=timezone.now())
+
+
+def _observe_and_apply(
+    raw: dict[str, list[dict]], *, run: SyncRun | None = None, started: float | None = None
+) -> tuple[observe.Observation, dict, dict]:
+    """The pure observation of `raw`, applied in one transaction with a fixed number of
+    statements; `run`, when given, records it."""
+    packages = package_specs()
+    # Read the device mirror once: it feeds both CEL reuse and the diff below.
+    devices_now = _current(Device, ["driver", "pool", "name"])
+    previous = {
+        key: (row["content_hash"], row["device_classes"], row["packages"])
+        for key, row in devices_now.items()
+    }
+    observation = observe.observe(**raw, packages=packages, previous_membership=previous)
+    document = observe.build_document(observation)
+    availability = observe.package_availability(observation, packages)
+    with transaction.atomic():
+        applied = {
+            "nodes": _apply(Node, ["name"], _keyed(observation.nodes)),
+            "deviceClasses": _apply(DeviceClass, ["name"], _keyed(observation.classes)),
+            "pools": _apply(DevicePool, ["driver", "name"], observation.pools),
+            "devices": _apply(Device, ["driver", "pool", "name"], observation.devices, devices_now),
+            "claims": _apply(Claim, ["namespace", "name"], observation.claims),
+            "quotas": _apply(Quota, ["namespace", "name"], observation.quotas),
+            "packages": _apply(
+                PackageAvailability,
+                ["package_id"],
+                {(pid,): {"package_id": pid, **row} for pid, row in availability.items()},
+            ),
         }
-        observation = observe.observe(**raw, packages=packages, previous_membership=previous)
-        document = observe.build_document(observation)
-        availability = observe.package_availability(observation, packages)
-        with transaction.atomic():
-            applied = {
-                "nodes": _apply(Node, ["name"], _keyed(observation.nodes)),
-                "deviceClasses": _apply(DeviceClass, ["name"], _keyed(observation.classes)),
-                "pools": _apply(DevicePool, ["driver", "name"], observation.pools),
-                "devices": _apply(
-                    Device, ["driver", "pool", "name"], observation.devices, devices_now
-                ),
-                "claims": _apply(Claim, ["namespace", "name"], observation.claims),
-                "quotas": _apply(Quota, ["namespace", "name"], observation.quotas),
-                "packages": _apply(
-                    PackageAvailability,
-                    ["package_id"],
-                    {(pid,): {"package_id": pid, **row} for pid, row in availability.items()},
-                ),
-            }
-            now = timezone.now()
-            InventorySnapshot.objects.update_or_create(
-                pk=1, defaults={"as_of": now, "document": json.dumps(document)}
-            )
+        now = timezone.now()
+        InventorySnapshot.objects.update_or_create(
+            pk=1, defaults={"as_of": now, "document": json.dumps(document)}
+        )
+        if run is not None:
             run.finished_at = now
-            run.duration_ms = int((time.perf_counter() - started) * 1000)
+            run.duration_ms = int((time.perf_counter() - (started or 0.0)) * 1000)
             run.total_devices = document["totalGpuAllocatable"]
             run.allocated_devices = sum(
                 1 for d in observation.devices.values() if d["pool_complete"] and d["allocated"]
@@ -239,4 +265,4 @@ def sync_inventory() -> SyncRun | None:
                 "applied": applied,
             }
             run.save()
-        return run
+    return observation, document, applied

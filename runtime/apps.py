@@ -7,9 +7,11 @@ class RuntimeConfig(AppConfig):
     verbose_name = "GPU units"
 
     def ready(self) -> None:
-        from runtime import orders
+        from controlplane import health
+        from runtime import observer, orders
         from tenancy import auth
 
         # Lower layers cannot import runtime; it hands them what they need from here.
         auth.register_key_lookup(orders.find_api_key)
+        health.register("observer", observer.check_observer)
         checks.register(orders.check_order_models)

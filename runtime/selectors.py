@@ -3,6 +3,7 @@ simply does not exist for them."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from datetime import datetime
 
 from django.db.models import Count, QuerySet, Sum
@@ -92,3 +93,17 @@ def list_units_to_reconcile() -> list[GPUUnit]:
         for unit in GPUUnit.objects.filter(phase__in=_RECONCILED).select_related("tenant")
         if unit.unit_k8s_uid or unit.phase == UnitPhase.TERMINATING
     ]
+
+
+def list_live_units_by_key(keys: Iterable[tuple[str, str]]) -> list[GPUUnit]:
+    """The live units with these (namespace, name) keys, with their tenants, in one query
+    whatever the number of units in the database."""
+    wanted = set(keys)
+    if not wanted:
+        return []
+    units = GPUUnit.objects.filter(
+        namespace__in={namespace for namespace, _ in wanted},
+        name__in={name for _, name in wanted},
+        phase__in=UnitPhase.LIVE,
+    ).select_related("tenant")
+    return [unit for unit in units if (unit.namespace, unit.name) in wanted]

@@ -2,8 +2,9 @@
 
 The product's real flows run against the simulated cluster — the health endpoint, a unit
 ordered through the API and provisioned by a real Celery worker to Running, deleted to
-Terminated, reconcile_units (run as beat would, while waiting for each phase), and the
-inventory sync — while the cluster's request log records every call. Each call, turned into
+Terminated, reconcile_units (run as beat would, while waiting for each phase), the inventory
+sync, and the observer taking a unit to Running and Terminated on its own — while the
+cluster's request log records every call. Each call, turned into
 its RBAC attributes (verb, API group, resource/subresource, namespace or cluster-wide), must be
 granted to the control plane's ServiceAccount by the (Cluster)Roles and bindings that
 `kubectl kustomize` renders (k8s/ plus the opt-in tenant-provisioning component); and every
@@ -11,18 +12,21 @@ permission granted there must be used by some call."""
 
 from __future__ import annotations
 
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from django.apps import apps
 from django.db import transaction
 from rest_framework.test import APIClient
 
 from catalog.tests.factories import PackageFactory
 from controlplane import kube
 from inventory import sync
-from runtime.models import GPUUnit, Operation, OperationStatus
+from runtime.models import GPUUnit, Operation, OperationStatus, UnitPhase
+from runtime.observer import Observer
 from runtime.tests.helpers import remove_namespace_objects, wait_for_phase
 from tenancy import services as tenancy_services
 from tests.test_manifests import kustomize, kustomize_with_tenant_provisioning, needs_kubectl
@@ -212,6 +216,10 @@ def recorded(cluster, celery_worker, django_db_blocker) -> dict[str, list]:
                 assert not run.error, run.error
                 transaction.set_rollback(True)
             flows["inventory"] = cluster.requests.entries()
+
+            cluster.requests.clear()
+            _observer_flow(client, tenant, package)
+            flows["observer"] = cluster.requests.entries()
             yield flows
         finally:
             remove_namespace_objects(TENANT_NAMESPACE)
@@ -219,6 +227,42 @@ def recorded(cluster, celery_worker, django_db_blocker) -> dict[str, list]:
             GPUUnit.objects.filter(tenant=tenant).delete()
             tenant.delete()
             package.delete()
+
+
+def _observer_flow(client, tenant, package) -> None:
+    """An in-process observer takes a second unit to Running and Terminated (the worker
+    provisions and tears down): its lists, watches and status patches are what moves it."""
+    observer = Observer()
+    thread = threading.Thread(target=observer.run, daemon=True)
+    thread.start()
+    try:
+        _wait(observer.synced, "the observer to list the cluster")
+        body = {
+            "operationID": "deploy-rbac-2",
+            "name": "rbac-watched",
+            "packageID": package.id,
+            "image": "python:3.12",
+        }
+        assert client.post("/api/v1/gpu-units", body, format="json").status_code == 201
+        unit = GPUUnit.objects.filter(tenant=tenant, name="rbac-watched")
+        _wait(lambda: unit.get().phase == UnitPhase.RUNNING, "Running by the observer")
+        assert client.delete("/api/v1/gpu-units/rbac-watched").status_code == 202
+        _wait(lambda: unit.get().phase == UnitPhase.TERMINATED, "Terminated by the observer")
+        _wait_for_operations(tenant)
+    finally:
+        observer.stop()
+        thread.join(10)
+        # The observer committed the inventory mirror from its own connection: leave none of
+        # it to later tests.
+        for model in apps.get_app_config("inventory").get_models():
+            model.objects.all().delete()
+
+
+def _wait(predicate, what: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
 
 
 def _calls(entries: list) -> set[Call]:
@@ -269,8 +313,28 @@ def test_control_plane_calls_no_other_paths_than_public_ones(recorded):
     assert paths <= PUBLIC_PATHS
 
 
+def test_the_observer_lists_and_watches_cluster_wide_and_is_granted(recorded, rbac_objects):
+    calls = _calls(recorded["observer"])
+    watched = {(c.resource, c.namespace) for c in calls if c.verb == "watch"}
+    assert watched == {
+        (resource, None)
+        for resource in (
+            "gpuunits",
+            "nodes",
+            "deviceclasses",
+            "resourceslices",
+            "resourceclaims",
+            "pods",
+            "resourcequotas",
+        )
+    }
+    assert ("patch", "gpuunits/status") in {(c.verb, c.resource) for c in calls}
+    denied = _denied(calls, grants_for(rbac_objects))
+    assert not denied, "not granted by k8s/:\n" + "\n".join(denied)
+
+
 def test_every_granted_permission_is_used_by_some_call(recorded, rbac_objects):
-    calls = _calls(recorded["runtime"]) | _calls(recorded["inventory"])
+    calls = set().union(*(_calls(entries) for entries in recorded.values()))
     unused = sorted(
         f"{g.verb} {g.group or 'core'}/{g.resource} ({g.role})"
         for g in grants_for(rbac_objects)

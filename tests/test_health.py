@@ -21,7 +21,7 @@ class TestHealth(EndpointTest):
         assert checks["database"]["ok"] is True
         assert checks["broker"]["ok"] is True
         assert checks["database"]["latencyMs"] >= 0
-        assert set(checks) == {"database", "broker", "cluster", "worker", "inventory"}
+        assert set(checks) == {"database", "broker", "cluster", "worker", "inventory", "observer"}
 
     def test_statements_are_the_baseline(self, api_client):
         # SELECT 1, then the inventory's last sync run and snapshot time.

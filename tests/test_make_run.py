@@ -1,4 +1,5 @@
-"""`make run` end to end: embedded services, sample data, web/worker/beat; Ctrl-C stops all."""
+"""`make run` end to end: embedded services, sample data, web/worker/observer/beat; Ctrl-C
+stops all."""
 
 from __future__ import annotations
 
@@ -71,7 +72,7 @@ def stop_with_ctrl_c(process: subprocess.Popen) -> dict[int, str]:
 
 
 def order_and_wait_for_running(base: str, key: str) -> dict:
-    """What the printed curl example does, then poll until beat has reconciled it."""
+    """What the printed curl example does, then poll until the observer has seen it run."""
     request = urllib.request.Request(
         f"{base}/api/v1/gpu-units",
         data=json.dumps(
@@ -96,7 +97,7 @@ def order_and_wait_for_running(base: str, key: str) -> dict:
 
 
 def wait_for_inventory(base: str, key: str) -> dict:
-    """Beat's inventory sync mirrors the demo unit's allocation."""
+    """The observer mirrors the demo unit's allocation into the inventory."""
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         status, body = get(f"{base}/api/v1/operator/inventory", key)
@@ -126,12 +127,14 @@ def test_make_run_serves_api_and_admin_and_stops_on_ctrl_c(tmp_path):
         operator_key = (data / "operator-api-key").read_text().strip()
         inventory = wait_for_inventory(base, operator_key)
         assert inventory["totalGpuAllocatable"] == 24  # the sample topology: 3 nodes x 8
+        observer = json.loads(get(f"{base}/api/v1/health")[1])["data"]["checks"]["observer"]
+        assert observer["ok"] is True, observer
         children = stop_with_ctrl_c(process)
     finally:
         if process.poll() is None:
             process.kill()
     commands = " | ".join(children.values())
-    for expected in ("redis-server", "simcluster", "gunicorn", "worker", "beat"):
+    for expected in ("redis-server", "simcluster", "gunicorn", "worker", "observe", "beat"):
         assert expected in commands
     assert not [pid for pid in children if psutil.pid_exists(pid)]
     with pytest.raises(urllib.error.URLError, match="refused"):

@@ -1,0 +1,26 @@
+"""`manage.py observe`: the observer (runtime/observer.py) until SIGTERM or Ctrl-C."""
+
+import logging
+import signal
+
+from django.core.management.base import BaseCommand
+
+from runtime.observer import Observer
+
+logger = logging.getLogger(__name__)
+
+
+class Command(BaseCommand):
+    help = "Watch the cluster and keep units and the inventory mirror current (one replica leads)."
+
+    def handle(self, *args, **options) -> None:
+        observer = Observer()
+
+        def stop(_signum: int, _frame: object) -> None:
+            observer.stop()
+
+        signal.signal(signal.SIGTERM, stop)
+        signal.signal(signal.SIGINT, stop)
+        logger.info("observer %s starting", observer.identity)
+        observer.run()
+        logger.info("observer %s stopped", observer.identity)

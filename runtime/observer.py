@@ -1,0 +1,405 @@
+"""The observer: watches the cluster and brings units and the inventory mirror up to date
+within a fraction of a second (ARCHITECTURE §13).
+
+It is a thin shell around what beat's backstop already does: every event marks the unit it
+concerns (or the inventory) dirty; a loop takes the dirty units in batches a few milliseconds
+wide and runs the reconcile steps of runtime/reconcile.py on each, with the objects from the
+informers' memory instead of cluster-wide lists, and it applies the informers' view of slices,
+claims, pods, nodes and quotas to the inventory mirror through the sync's own apply path. What
+one event costs does not depend on how many units exist.
+
+Several replicas may run: the one holding a PostgreSQL advisory lock (on a connection of its
+own) leads, the others wait for it. A dead observer costs latency only; the backstop catches
+up.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import psycopg
+import redis
+from django.conf import settings
+from django.db import close_old_connections, connection, transaction
+
+from controlplane import kube
+from controlplane.kube.watch import Event, Informer, Key
+from inventory import sync
+from runtime import lifecycle, manifests, reconcile, selectors
+from runtime.models import GPUUnit, UnitPhase
+
+logger = logging.getLogger(__name__)
+
+STATUS_KEY = "controlplane:observer"
+# pg_try_advisory_lock key of the observer's lead (the inventory sync's is 0x1A7E_5C00).
+LEAD_KEY = 0x0B5E_77E0
+OURS = f"{manifests.LABEL_MANAGED_BY}={manifests.MANAGED_BY}"
+# What the inventory mirror is computed from, by the name sync.observe takes it under.
+INVENTORY_KINDS = {
+    "nodes": kube.NODE,
+    "device_classes": kube.DEVICECLASS,
+    "slices": kube.RESOURCESLICE,
+    "claims": kube.RESOURCECLAIM,
+    "pods": kube.POD,
+    "quotas": kube.RESOURCEQUOTA,
+}
+
+
+@dataclass
+class Stats:
+    """What the observer has done, for health, metrics and tests."""
+
+    events: int = 0
+    batches: int = 0
+    units_reconciled: int = 0
+    inventory_applies: int = 0
+    last_event_at: float = 0.0
+    last_lag: float = 0.0  # seconds from an event's arrival to its batch committed
+    requeued: int = 0
+    by_kind: dict[str, int] = field(default_factory=dict)
+
+
+class Observer:
+    """Informers on the seven kinds, a dirty set fed by their events, and the loop that works
+    it off. `run()` blocks until `stop()`."""
+
+    def __init__(
+        self,
+        *,
+        batch_seconds: float | None = None,
+        inventory_seconds: float | None = None,
+    ) -> None:
+        self.batch_seconds = (
+            settings.OBSERVER_BATCH_SECONDS if batch_seconds is None else batch_seconds
+        )
+        self.inventory_seconds = (
+            settings.OBSERVER_INVENTORY_SECONDS if inventory_seconds is None else inventory_seconds
+        )
+        self.identity = f"{socket.gethostname()}:{os.getpid()}"
+        self.stats = Stats()
+        self._stop = threading.Event()
+        self._wake = threading.Condition()
+        self._dirty_units: dict[Key, float] = {}  # unit key -> when its first event arrived
+        self._retry: dict[Key, tuple[float, float]] = {}  # unit key -> (not before, delay)
+        self._inventory_dirty_since = 0.0
+        self._last_inventory = 0.0
+        self._last_touch = 0.0
+        self._last_status = 0.0
+        self._generations: dict[Key, tuple] = {}
+        self.informers: dict[kube.Kind, Informer] = {}
+        self._lead: psycopg.Connection | None = None
+        self.leading = threading.Event()
+
+    # ------------------------------------------------------------------ events (informer threads)
+
+    def replaced(self, kind: kube.Kind, objects: dict[Key, dict]) -> None:
+        """A (re)list: anything may have changed, so every unit it shows is looked at again."""
+        now = time.monotonic()
+        keys = [key for obj in objects.values() if (key := self._unit_key(kind, obj))]
+        with self._wake:
+            for key in keys:
+                self._dirty_units.setdefault(key, now)
+            if kind in INVENTORY_KINDS.values():
+                self._inventory_dirty_since = self._inventory_dirty_since or now
+            self._wake.notify()
+
+    def changed(self, kind: kube.Kind, event: Event) -> None:
+        now = time.monotonic()
+        self.stats.events += 1
+        self.stats.last_event_at = time.time()
+        self.stats.by_kind[kind.plural] = self.stats.by_kind.get(kind.plural, 0) + 1
+        key = self._unit_key(kind, event.object)
+        if key and kind == kube.GPUUNIT and not self._gpuunit_changed(key, event):
+            key = None  # our own status write coming back: nothing to reconcile
+        with self._wake:
+            if key:
+                self._dirty_units.setdefault(key, now)
+            if kind in INVENTORY_KINDS.values():
+                self._inventory_dirty_since = self._inventory_dirty_since or now
+            self._wake.notify()
+
+    @staticmethod
+    def _unit_key(kind: kube.Kind, obj: dict) -> Key | None:
+        metadata = obj.get("metadata") or {}
+        labels = metadata.get("labels") or {}
+        if labels.get(manifests.LABEL_MANAGED_BY) != manifests.MANAGED_BY:
+            return None
+        name = metadata.get("name") if kind == kube.GPUUNIT else labels.get(manifests.LABEL_UNIT)
+        if kind not in (kube.GPUUNIT, kube.RESOURCECLAIM, kube.POD) or not name:
+            return None
+        return metadata.get("namespace") or "", name
+
+    def _gpuunit_changed(self, key: Key, event: Event) -> bool:
+        """Whether a GPUUnit event is more than a status write (which moves no generation)."""
+        metadata = event.object.get("metadata") or {}
+        seen = (metadata.get("uid"), metadata.get("generation"), metadata.get("deletionTimestamp"))
+        if event.type == "DELETED":
+            self._generations.pop(key, None)
+            return True
+        previous = self._generations.get(key)
+        self._generations[key] = seen
+        return previous != seen
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start_informers(self) -> None:
+        kinds = [kube.GPUUNIT, *INVENTORY_KINDS.values()]
+        for kind in kinds:
+            selector = OURS if kind == kube.GPUUNIT else ""
+            self.informers[kind] = Informer(
+                kind,
+                self,
+                label_selector=selector,
+                timeout_seconds=settings.OBSERVER_WATCH_TIMEOUT_SECONDS,
+            ).start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        with self._wake:
+            self._wake.notify()
+
+    def run(self) -> None:
+        """Wait for the lead, then work events off until stopped."""
+        try:
+            while not self._stop.is_set():
+                if not self._hold_lead():
+                    self._publish_status()
+                    self._stop.wait(settings.OBSERVER_LEAD_RETRY_SECONDS)
+                    continue
+                if not self.informers:
+                    self.start_informers()
+                self._step()
+        finally:
+            for informer in self.informers.values():
+                informer.stop()
+            self._release_lead()
+            self._publish_status(stopping=True)
+
+    def synced(self) -> bool:
+        return bool(self.informers) and all(i.synced.is_set() for i in self.informers.values())
+
+    # ------------------------------------------------------------------ the lead
+
+    def _hold_lead(self) -> bool:
+        """Whether this process holds the lead (taking it when it is free)."""
+        if self._lead is not None:
+            try:
+                self._lead.execute("SELECT 1")
+                return True
+            except psycopg.Error:
+                logger.warning("observer lost its lead connection; stepping down")
+                self._lead = None
+                self.leading.clear()
+                self._stop_informers()
+                return False
+        params = connection.get_connection_params()
+        params.pop("cursor_factory", None)
+        try:
+            lead = psycopg.connect(**params, autocommit=True)
+        except psycopg.Error:
+            logger.warning("observer cannot reach the database", exc_info=True)
+            return False
+        if lead.execute("SELECT pg_try_advisory_lock(%s)", [LEAD_KEY]).fetchone()[0]:
+            self._lead = lead
+            self.leading.set()
+            logger.info("observer %s holds the lead", self.identity)
+            return True
+        lead.close()
+        return False
+
+    def _release_lead(self) -> None:
+        if self._lead is not None:
+            self._lead.close()  # the advisory lock goes with the session
+            self._lead = None
+        self.leading.clear()
+
+    def _stop_informers(self) -> None:
+        for informer in self.informers.values():
+            informer.stop()
+        self.informers = {}
+
+    # ------------------------------------------------------------------ the loop
+
+    def _step(self) -> None:
+        with self._wake:
+            self._wake.wait_for(self._has_work, timeout=self._next_wake())
+        if self._stop.is_set():
+            return
+        # Under a burst more events arrive within milliseconds: take them in the same batch.
+        if self.batch_seconds:
+            time.sleep(self.batch_seconds)
+        close_old_connections()
+        now = time.monotonic()
+        with self._wake:
+            due = dict(self._dirty_units)
+            self._dirty_units.clear()
+            for key, (not_before, _delay) in list(self._retry.items()):
+                if not_before <= now and key not in due:
+                    due[key] = now
+        if due:
+            self._reconcile_batch(due)
+        if self._inventory_due(now):
+            self._apply_inventory()
+        elif self.synced() and now - self._last_touch > settings.OBSERVER_TOUCH_SECONDS:
+            # Nothing changed, and the watches say so: the mirror is current as of now.
+            sync.touch_snapshot()
+            self._last_touch = now
+        self._publish_status()
+
+    def _has_work(self) -> bool:
+        return (
+            self._stop.is_set() or bool(self._dirty_units) or self._inventory_due(time.monotonic())
+        )
+
+    def _next_wake(self) -> float:
+        now = time.monotonic()
+        waits = [settings.OBSERVER_STATUS_SECONDS]
+        waits += [not_before - now for not_before, _ in self._retry.values()]
+        if self._inventory_dirty_since:
+            waits.append(self._last_inventory + self.inventory_seconds - now)
+        return max(0.0, min(waits))
+
+    def _inventory_due(self, now: float) -> bool:
+        return (
+            bool(self._inventory_dirty_since)
+            and (now - self._last_inventory >= self.inventory_seconds)
+            and self.synced()
+        )
+
+    def _objects(self, kind: kube.Kind) -> dict[Key, dict]:
+        informer = self.informers.get(kind)
+        return informer.snapshot() if informer else {}
+
+    def _reconcile_batch(self, due: dict[Key, float]) -> None:
+        """One batch: units loaded in one query, pods recreated, rows written in one
+        transaction (a savepoint per unit), then GPUUnit statuses patched."""
+        gpuunits = self._objects(kube.GPUUNIT)
+        claims = self._objects(kube.RESOURCECLAIM)
+        pods = self._objects(kube.POD)
+        units = selectors.list_live_units_by_key(due)
+        seen = {(unit.namespace, unit.name) for unit in units}
+        for key in due:
+            if key not in seen:
+                self._retry.pop(key, None)  # no live unit of that name: nothing to do
+        result = reconcile.ReconcileResult()
+        planned: list[tuple[GPUUnit, dict | None, dict | None, dict | None]] = []
+        for unit in units:
+            key = (unit.namespace, unit.name)
+            if not unit.unit_k8s_uid and unit.phase != UnitPhase.TERMINATING:
+                self._requeue(key)  # its provisioning has not recorded the objects yet
+                continue
+            self._retry.pop(key, None)
+            gpuunit = reconcile.own_gpuunit(unit, gpuunits.get(key))
+            claim = claims.get((unit.namespace, unit.claim_name))
+            pod = pods.get((unit.namespace, manifests.pod_name_for(unit.name)))
+            recreated = reconcile.recreate_missing_pod(unit, gpuunit=gpuunit, claim=claim, pod=pod)
+            if recreated is not pod:
+                result.recreated += 1 if recreated else 0
+                pod = recreated
+            planned.append((unit, gpuunit, claim, pod))
+        to_patch: list[tuple[GPUUnit, dict]] = []
+        if planned:
+            with transaction.atomic():
+                for unit, gpuunit, claim, pod in planned:
+                    try:
+                        with transaction.atomic():
+                            if reconcile.apply_observation(
+                                unit, gpuunit=gpuunit, claim=claim, pod=pod, result=result
+                            ):
+                                assert gpuunit is not None
+                                to_patch.append((unit, gpuunit))
+                    except Exception:  # one unit's trouble must not hold the others back
+                        logger.exception("observer could not reconcile %s", unit)
+                lifecycle.mark_units_synced(
+                    unit.pk for unit, *_ in planned if unit.phase != UnitPhase.TERMINATING
+                )
+        for unit, gpuunit in to_patch:
+            reconcile.sync_gpuunit_status(unit, gpuunit)
+        committed = time.monotonic()
+        self.stats.batches += 1
+        self.stats.units_reconciled += len(planned)
+        if due:
+            self.stats.last_lag = committed - min(due.values())
+
+    def _requeue(self, key: Key) -> None:
+        """Look at a unit again shortly: its objects are there, its row not yet."""
+        _not_before, delay = self._retry.get(key, (0.0, 0.025))
+        if delay > settings.OBSERVER_RETRY_GIVE_UP_SECONDS:
+            self._retry.pop(key, None)  # the backstop has it from here
+            return
+        self._retry[key] = (time.monotonic() + delay, delay * 2)
+        self.stats.requeued += 1
+
+    def _apply_inventory(self) -> None:
+        raw = {name: list(self._objects(kind).values()) for name, kind in INVENTORY_KINDS.items()}
+        self._inventory_dirty_since = 0.0
+        self._last_inventory = time.monotonic()
+        if sync.apply_observed(raw) is None:
+            # The backstop sync holds the lock and writes the same: come back after it.
+            self._inventory_dirty_since = time.monotonic()
+            return
+        self._last_touch = self._last_inventory
+        self.stats.inventory_applies += 1
+
+    # ------------------------------------------------------------------ status for health
+
+    def _publish_status(self, *, stopping: bool = False) -> None:
+        now = time.monotonic()
+        if not stopping and now - self._last_status < settings.OBSERVER_STATUS_SECONDS:
+            return
+        self._last_status = now
+        status = {
+            "identity": self.identity,
+            "leading": self.leading.is_set() and not stopping,
+            "synced": self.synced(),
+            "lastEventAt": (
+                datetime.fromtimestamp(self.stats.last_event_at, UTC).isoformat()
+                if self.stats.last_event_at
+                else None
+            ),
+            "lagSeconds": round(self.stats.last_lag, 4),
+            "events": self.stats.events,
+            "updatedAt": datetime.now(UTC).isoformat(),
+        }
+        try:
+            client = _redis()
+            if status["leading"] or stopping:
+                client.set(STATUS_KEY, json.dumps(status), ex=settings.OBSERVER_STATUS_TTL_SECONDS)
+        except redis.RedisError:
+            logger.debug("observer status not published", exc_info=True)
+
+
+def _redis() -> redis.Redis:
+    return redis.Redis.from_url(
+        settings.CELERY_BROKER_URL, socket_connect_timeout=1, socket_timeout=1
+    )
+
+
+def read_status() -> dict | None:
+    """The lead observer's last published status, or None when none is running."""
+    try:
+        raw = _redis().get(STATUS_KEY)
+    except redis.RedisError:
+        return None
+    return json.loads(raw) if raw else None
+
+
+def check_observer() -> dict:
+    """The observer's part of /api/v1/health: a replica leads, its watches are listed, when it
+    last saw an event and how long its last batch took from event to commit."""
+    status = read_status()
+    if status is None:
+        return {"ok": False, "error": "no observer holds the lead"}
+    return {
+        "ok": bool(status.get("leading") and status.get("synced")),
+        "leader": status.get("identity"),
+        "lastEvent": status.get("lastEventAt"),
+        "lagSeconds": status.get("lagSeconds"),
+    }

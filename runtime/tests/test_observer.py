@@ -1,0 +1,156 @@
+"""The observer against the simulated cluster, a real Celery worker and the database: units
+reach Running and Terminated, and the inventory follows, with no reconcile or sync call; what
+one event costs does not grow with the units in the database; one replica of several leads."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+
+import pytest
+from django.db import connection
+
+from catalog.tests.factories import ARTICLE_PACKAGE_ID, PackageFactory
+from inventory.models import Claim, InventorySnapshot
+from runtime import reconcile
+from runtime.models import GPUUnit, UnitPhase
+from runtime.observer import Observer
+from runtime.tests.factories import UnitFactory
+from runtime.tests.helpers import remove_namespace_objects
+from tests.endpoints import client_for, recording
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("celery_worker")]
+
+
+@pytest.fixture(autouse=True)
+def _free_devices_after(tenant):
+    yield
+    remove_namespace_objects(tenant.namespace)
+
+
+@pytest.fixture
+def forbid_backstop(monkeypatch):
+    """The full reconcile must not be what moves units in these tests."""
+
+    def refuse() -> None:
+        raise AssertionError("reconcile_units ran; the observer should have done it")
+
+    monkeypatch.setattr(reconcile, "reconcile_units", refuse)
+
+
+def running(observer: Observer) -> threading.Thread:
+    thread = threading.Thread(target=_run, args=(observer,), daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while not observer.synced():
+        assert time.monotonic() < deadline, "the observer did not list the cluster"
+        time.sleep(0.02)
+    return thread
+
+
+def _run(observer: Observer) -> None:
+    try:
+        observer.run()
+    finally:
+        connection.close()  # this thread's own database connection
+
+
+@pytest.fixture
+def observer() -> Iterator[Observer]:
+    instance = Observer()
+    thread = running(instance)
+    yield instance
+    instance.stop()
+    thread.join(10)
+
+
+def wait_for(predicate, timeout: float = 20.0, what: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what or predicate}"
+        time.sleep(0.02)
+
+
+def phase_of(name: str) -> str:
+    return GPUUnit.objects.filter(name=name).order_by("-id").values_list("phase", flat=True)[0]
+
+
+@pytest.mark.usefixtures("forbid_backstop")
+def test_a_unit_reaches_running_and_terminated_by_events_alone(observer, tenant):
+    PackageFactory(article=True)
+    client = client_for(tenant)
+    body = {"operationID": "o-1", "name": "watched", "packageID": ARTICLE_PACKAGE_ID}
+    response = client.post("/api/v1/gpu-units", {**body, "image": "busybox"}, format="json")
+    assert response.status_code == 201
+    wait_for(lambda: phase_of("watched") == UnitPhase.RUNNING, what="Running")
+    unit = GPUUnit.objects.get(name="watched")
+    assert unit.dra["allocated"] is True
+    assert unit.last_sync_at is not None
+    reasons = list(unit.events.values_list("reason", flat=True))
+    assert {"Provisioned", "Allocated", "Running"} <= set(reasons)
+    assert len(reasons) == len(set(reasons)), reasons  # no entry twice
+    # The inventory mirror followed the allocation with no sync.
+    wait_for(
+        lambda: Claim.objects.filter(name=unit.claim_name, allocated=True).exists(),
+        what="the mirror to show the claim allocated",
+    )
+    as_of = InventorySnapshot.objects.get().as_of
+    assert client.delete("/api/v1/gpu-units/watched").status_code == 202
+    wait_for(lambda: phase_of("watched") == UnitPhase.TERMINATED, what="Terminated")
+    wait_for(lambda: not Claim.objects.filter(name=unit.claim_name).exists(), what="claim gone")
+    assert InventorySnapshot.objects.get().as_of > as_of
+    assert observer.stats.units_reconciled > 0
+
+
+def test_an_event_costs_the_same_however_many_units_the_database_holds(
+    observer, tenant, cluster, django_db_blocker
+):
+    PackageFactory(article=True)
+    client = client_for(tenant)
+    body = {"operationID": "o-1", "name": "costed", "packageID": ARTICLE_PACKAGE_ID}
+    client.post("/api/v1/gpu-units", {**body, "image": "busybox"}, format="json")
+    wait_for(lambda: phase_of("costed") == UnitPhase.RUNNING, what="Running")
+    observer.stop()
+    unit = GPUUnit.objects.get(name="costed")
+    key = (unit.namespace, unit.name)
+
+    def one_event() -> tuple[int, int]:
+        # As after an event about the unit: one batch, the unit's row changed meanwhile so
+        # the observation writes it back and patches the GPUUnit status.
+        GPUUnit.objects.filter(pk=unit.pk).update(phase=UnitPhase.PENDING, reason="Probe")
+        cluster.requests.clear()
+        with recording() as log:
+            observer._reconcile_batch({key: time.monotonic()})
+        assert phase_of("costed") == UnitPhase.RUNNING
+        return len(log.statements), len(cluster.requests.entries())
+
+    few = one_event()
+    UnitFactory.create_batch(2_000, tenant=tenant, phase=UnitPhase.RUNNING)
+    many = one_event()
+    assert few == many
+    statements, calls = few
+    # The GPUUnit status already says Running (the informer holds it): nothing to patch.
+    assert calls == 0
+    # The units, the transition, the timeline's latest entry and the new one, the sync stamp.
+    assert statements == 5
+
+
+def test_one_replica_leads_and_another_takes_over(tenant):
+    first, second = Observer(), Observer()
+    threads = [running(first)]
+    try:
+        threads.append(threading.Thread(target=_run, args=(second,), daemon=True))
+        threads[-1].start()
+        time.sleep(1.0)
+        assert first.leading.is_set()
+        assert not second.leading.is_set()
+        first.stop()
+        threads[0].join(10)
+        wait_for(second.leading.is_set, timeout=15, what="the second replica to lead")
+        wait_for(second.synced, what="the new leader to list the cluster")
+    finally:
+        first.stop()
+        second.stop()
+        for thread in threads:
+            thread.join(10)
