@@ -60,7 +60,7 @@ def cluster(tmp_path_factory):
     kube.reset()
 
 
-def start_worker(name: str) -> subprocess.Popen:
+def start_worker(name: str, **extra_env: str) -> subprocess.Popen:
     """Start a real `celery worker` subprocess on the test database, Redis and cluster, and
     wait until it answers a ping. Its node name is `<name>@<host>`."""
     from django.conf import settings
@@ -76,6 +76,7 @@ def start_worker(name: str) -> subprocess.Popen:
     env.setdefault("KUBE_REQUEST_TIMEOUT", "2")
     # Fault scenarios test convergence; the attempt cap has its own test.
     env.setdefault("OPERATION_MAX_ATTEMPTS", "50")
+    env.update(extra_env)
     process = subprocess.Popen(
         [
             sys.executable,

@@ -3,7 +3,10 @@
 import os
 
 from celery import Celery
+from celery.signals import worker_init
+from django.conf import settings
 
+from controlplane import metrics
 from controlplane.beat import beat_schedule
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
@@ -17,3 +20,11 @@ app.autodiscover_tasks()
 @app.on_after_finalize.connect
 def _install_beat_schedule(sender: Celery, **_kwargs: object) -> None:
     sender.conf.beat_schedule = beat_schedule()
+
+
+@worker_init.connect
+def _serve_metrics(**_kwargs: object) -> None:
+    """The worker's /metrics (WORKER_METRICS_PORT), from its main process; with the prefork
+    pool, PROMETHEUS_MULTIPROC_DIR makes it show what the pool's children did."""
+    if settings.WORKER_METRICS_PORT:
+        metrics.serve(settings.WORKER_METRICS_PORT)

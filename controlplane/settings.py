@@ -54,6 +54,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    "controlplane.api.middleware.MetricsMiddleware",
+    "controlplane.api.middleware.ApiMetricsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "controlplane.api.middleware.ApiBodyLimitMiddleware",
@@ -216,6 +218,12 @@ LOGGING = {
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
     "loggers": {"django.db.backends": {"level": "INFO"}},
 }
+
+# Prometheus metrics: /metrics on web (a bearer token when METRICS_TOKEN is set), and on these
+# ports for the Celery worker and the observer (0: not served).
+METRICS_TOKEN = env.str("METRICS_TOKEN", default="")
+WORKER_METRICS_PORT = env.int("WORKER_METRICS_PORT", default=0)
+OBSERVER_METRICS_PORT = env.int("OBSERVER_METRICS_PORT", default=0)
 
 # Beat runs the heartbeat; the worker's last heartbeat shows in /api/v1/health.
 HEARTBEAT_INTERVAL_SECONDS = env.int("HEARTBEAT_INTERVAL_SECONDS", default=15)

@@ -4,6 +4,7 @@ observer + beat until Ctrl-C."""
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -127,6 +128,7 @@ def run(*, data_root: Path) -> int:
             demo_key = _ensure_key(env, "default", data_root / "demo-api-key")
             _ensure_key(env, "ops", data_root / "operator-api-key")
             python = sys.executable
+            ports = _metrics_ports(int(port))
             processes += [
                 _start(
                     "web",
@@ -144,7 +146,7 @@ def run(*, data_root: Path) -> int:
                         "--access-logfile",
                         "-",
                     ],
-                    env,
+                    _metrics_env(env, data_root, "web"),
                 ),
                 _start(
                     "worker",
@@ -160,9 +162,13 @@ def run(*, data_root: Path) -> int:
                         "--loglevel",
                         "INFO",
                     ],
-                    env,
+                    _metrics_env(env, data_root, "worker", WORKER_METRICS_PORT=ports["worker"]),
                 ),
-                _start("observer", [python, "manage.py", "observe"], env),
+                _start(
+                    "observer",
+                    [python, "manage.py", "observe"],
+                    {**env, "OBSERVER_METRICS_PORT": ports["observer"]},
+                ),
                 _start(
                     "beat",
                     [
@@ -180,7 +186,7 @@ def run(*, data_root: Path) -> int:
                     env,
                 ),
             ]
-            _print_welcome(f"http://127.0.0.1:{port}", data_root, demo_key)
+            _print_welcome(f"http://127.0.0.1:{port}", data_root, demo_key, ports)
             while all(process.poll() is None for _name, process in processes):
                 time.sleep(0.5)
             failed = [name for name, process in processes if process.poll() is not None]
@@ -196,12 +202,28 @@ def run(*, data_root: Path) -> int:
             _stop(processes)
 
 
-def _print_welcome(base: str, data_root: Path, demo_key: str) -> None:
+def _metrics_ports(port: int) -> dict[str, str]:
+    """The worker's and the observer's /metrics ports: the two after the web port."""
+    return {"worker": str(port + 1), "observer": str(port + 2)}
+
+
+def _metrics_env(env: dict[str, str], data_root: Path, process: str, **extra: str) -> dict:
+    """`env` for a process that forks workers: an empty PROMETHEUS_MULTIPROC_DIR of its own,
+    so its /metrics sums its children (and never a previous run's)."""
+    directory = data_root / "metrics" / process
+    shutil.rmtree(directory, ignore_errors=True)
+    directory.mkdir(parents=True)
+    return {**env, "PROMETHEUS_MULTIPROC_DIR": str(directory), **extra}
+
+
+def _print_welcome(base: str, data_root: Path, demo_key: str, ports: dict[str, str]) -> None:
     relative = os.path.relpath(data_root)
     print(
         "\nGPU control plane is up:\n"
         f"  API health   {base}/api/v1/health\n"
         f"  API docs     {base}/api/docs/\n"
+        f"  metrics      {base}/metrics (web), http://127.0.0.1:{ports['worker']}/metrics "
+        f"(worker), http://127.0.0.1:{ports['observer']}/metrics (observer)\n"
         f"  dashboard    {base}/  (user demo: tenant default; admin: everything)\n"
         f"  admin        {base}/admin/  (user admin)\n"
         f"  API keys     {relative}/demo-api-key (tenant default), "

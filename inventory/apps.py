@@ -6,7 +6,8 @@ class InventoryConfig(AppConfig):
     verbose_name = "Cluster inventory"
 
     def ready(self) -> None:
-        from controlplane import health
-        from inventory.health import check_inventory
+        from controlplane import health, metrics
+        from inventory.health import check_inventory, collect_gauges
 
         health.register("inventory", check_inventory)
+        metrics.register_collector(collect_gauges)

@@ -19,7 +19,7 @@ from django.utils import timezone
 from psycopg.types.json import Jsonb
 
 from catalog.models import Package
-from controlplane import kube
+from controlplane import kube, metrics
 from controlplane.kube.errors import KubeError
 from inventory import observe
 from inventory.models import (
@@ -195,7 +195,8 @@ def sync_inventory() -> SyncRun | None:
             run.save(update_fields=["error", "finished_at", "duration_ms"])
             logger.warning("inventory sync failed: %s", exc)
             return run
-        _observe_and_apply(raw, run=run, started=started)
+        with metrics.INVENTORY_SYNC_SECONDS.labels("sync").time():
+            _observe_and_apply(raw, run=run, started=started)
         return run
 
 
@@ -206,7 +207,8 @@ def apply_observed(raw: dict[str, list[dict]]) -> dict | None:
     with _collector_paused(), _exclusive() as acquired:
         if not acquired:
             return None
-        _observation, _document, applied = _observe_and_apply(raw)
+        with metrics.INVENTORY_SYNC_SECONDS.labels("observer").time():
+            _observation, _document, applied = _observe_and_apply(raw)
         return applied
 
 

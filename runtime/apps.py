@@ -7,11 +7,12 @@ class RuntimeConfig(AppConfig):
     verbose_name = "GPU units"
 
     def ready(self) -> None:
-        from controlplane import health
-        from runtime import observer, orders
+        from controlplane import health, metrics
+        from runtime import gauges, observer, orders
         from tenancy import auth
 
         # Lower layers cannot import runtime; it hands them what they need from here.
         auth.register_key_lookup(orders.find_api_key)
         health.register("observer", observer.check_observer)
+        metrics.register_collector(gauges.collect)
         checks.register(orders.check_order_models)

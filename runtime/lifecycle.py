@@ -15,6 +15,7 @@ from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
+from controlplane import metrics
 from runtime import manifests, outbox, selectors
 from runtime.errors import NotFound
 from runtime.models import (
@@ -64,6 +65,8 @@ def transition_unit(
     )
     if not updated:
         return False
+    if to == UnitPhase.RUNNING and unit.phase != UnitPhase.RUNNING and unit.created_at:
+        metrics.UNIT_TIME_TO_RUNNING.observe((now - unit.created_at).total_seconds())
     changed = unit.phase != to or unit.reason != reason
     unit.phase, unit.reason, unit.message, unit.updated_at = to, reason, message, now
     for name, value in fields.items():

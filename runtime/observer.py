@@ -29,7 +29,7 @@ import redis
 from django.conf import settings
 from django.db import close_old_connections, connection, transaction
 
-from controlplane import kube
+from controlplane import kube, metrics
 from controlplane.kube.watch import Event, Informer, Key
 from inventory import sync
 from runtime import lifecycle, manifests, reconcile, selectors
@@ -114,6 +114,7 @@ class Observer:
         now = time.monotonic()
         self.stats.events += 1
         self.stats.last_event_at = time.time()
+        metrics.OBSERVER_EVENTS.labels(kind.plural).inc()
         self.stats.by_kind[kind.plural] = self.stats.by_kind.get(kind.plural, 0) + 1
         key = self._unit_key(kind, event.object)
         if key and kind == kube.GPUUNIT and not self._gpuunit_changed(key, event):
@@ -197,6 +198,7 @@ class Observer:
                 logger.warning("observer lost its lead connection; stepping down")
                 self._lead = None
                 self.leading.clear()
+                metrics.OBSERVER_LEADING.set(0)
                 self._stop_informers()
                 return False
         params = connection.get_connection_params()
@@ -209,6 +211,7 @@ class Observer:
         if lead.execute("SELECT pg_try_advisory_lock(%s)", [LEAD_KEY]).fetchone()[0]:
             self._lead = lead
             self.leading.set()
+            metrics.OBSERVER_LEADING.set(1)
             logger.info("observer %s holds the lead", self.identity)
             return True
         lead.close()
@@ -219,6 +222,7 @@ class Observer:
             self._lead.close()  # the advisory lock goes with the session
             self._lead = None
         self.leading.clear()
+        metrics.OBSERVER_LEADING.set(0)
 
     def _stop_informers(self) -> None:
         for informer in self.informers.values():
@@ -327,6 +331,7 @@ class Observer:
         self.stats.units_reconciled += len(planned)
         if due:
             self.stats.last_lag = committed - min(due.values())
+            metrics.OBSERVER_LAG_SECONDS.observe(self.stats.last_lag)
 
     def _requeue(self, key: Key) -> None:
         """Look at a unit again shortly: its objects are there, its row not yet."""

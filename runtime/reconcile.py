@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from django.utils import timezone
 
-from controlplane import kube
+from controlplane import kube, metrics
 from controlplane.kube.errors import KubeError
 from runtime import lifecycle, manifests, provisioning, selectors
 from runtime.models import EventType, GPUUnit, UnitPhase
@@ -153,6 +153,11 @@ def sync_gpuunit_status(unit: GPUUnit, gpuunit: dict) -> bool:
 def reconcile_units() -> ReconcileResult:
     """The full pass (beat's backstop behind the observer): one list call per kind, then each
     unit as the observer would handle an event about it."""
+    with metrics.RECONCILE_SECONDS.time():
+        return _reconcile_units()
+
+
+def _reconcile_units() -> ReconcileResult:
     result = ReconcileResult()
     units = selectors.list_units_to_reconcile()
     if not units:

@@ -107,3 +107,25 @@ def list_live_units_by_key(keys: Iterable[tuple[str, str]]) -> list[GPUUnit]:
         phase__in=UnitPhase.LIVE,
     ).select_related("tenant")
     return [unit for unit in units if (unit.namespace, unit.name) in wanted]
+
+
+def count_units_by_phase() -> list[tuple[str, int]]:
+    """(phase, count) of every phase but Terminated (one indexed aggregate)."""
+    return list(
+        GPUUnit.objects.exclude(phase=UnitPhase.TERMINATED)
+        .values("phase")
+        .annotate(count=Count("id"))
+        .values_list("phase", "count")
+        .order_by("phase")
+    )
+
+
+def count_operations_by_status() -> list[tuple[str, str, int]]:
+    """(kind, status, count) of the open and the failed operations."""
+    return list(
+        Operation.objects.filter(status__in=[*OperationStatus.OPEN, OperationStatus.FAILED])
+        .values("kind", "status")
+        .annotate(count=Count("id"))
+        .values_list("kind", "status", "count")
+        .order_by("kind", "status")
+    )

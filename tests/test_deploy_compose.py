@@ -15,8 +15,8 @@ from tests.test_manifests import K8S
 ROOT = K8S.parent
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
 SERVICES = COMPOSE["services"]
-APPS = ("migrate", "web", "worker", "beat")
-LONG_RUNNING = ("postgres", "redis", "simcluster", "web", "worker", "beat")
+APPS = ("migrate", "web", "worker", "observer", "beat")
+LONG_RUNNING = ("postgres", "redis", "simcluster", "web", "worker", "observer", "beat")
 DOCKERFILE = (ROOT / "Dockerfile").read_text()
 
 
@@ -45,6 +45,7 @@ def test_services_run_the_right_image_and_command():
     assert command("web").startswith("gunicorn controlplane.wsgi:application --bind=0.0.0.0:8000")
     assert command("worker").startswith("celery --app=controlplane worker")
     assert command("beat").startswith("celery --app=controlplane beat")
+    assert command("observer") == "python manage.py observe"
     assert "--schedule=/tmp/" in command("beat")
     assert "python manage.py migrate --noinput" in command("migrate")
     assert "python -m simcluster --host 0.0.0.0" in command("simcluster")
@@ -71,7 +72,7 @@ def test_app_services_wait_for_healthy_backing_services_and_migrations():
         depends = SERVICES[name]["depends_on"]
         for backing in ("postgres", "redis", "simcluster"):
             assert depends[backing] == {"condition": "service_healthy"}, (name, backing)
-    for name in ("web", "worker", "beat"):
+    for name in ("web", "worker", "observer", "beat"):
         migrate = SERVICES[name]["depends_on"]["migrate"]
         assert migrate == {"condition": "service_completed_successfully"}
     for name, service in SERVICES.items():

@@ -55,6 +55,8 @@ def test_everything_lives_in_the_control_plane_namespace():
 def test_web_scales_out_and_beat_is_a_singleton_that_never_overlaps():
     assert WORKLOADS["web"]["spec"]["replicas"] >= 2
     assert WORKLOADS["worker"]["spec"]["replicas"] >= 1
+    # Observers take turns on one lead: a second replica only stands by.
+    assert WORKLOADS["observer"]["spec"]["replicas"] == 2
     beat = WORKLOADS["beat"]["spec"]
     assert beat["replicas"] == 1
     assert beat["strategy"] == {"type": "Recreate"}
@@ -92,6 +94,17 @@ def test_celery_processes_are_probed_by_pinging_their_own_node(name, node):
         assert "--enable-remote-control" in container["command"]
 
 
+def test_the_metrics_service_reaches_the_worker_and_observer_ports():
+    service = OBJECTS[("Service", "metrics")]["spec"]
+    assert service["clusterIP"] == "None"
+    (port,) = service["ports"]
+    for name in ("worker", "observer"):
+        pod_labels = WORKLOADS[name]["spec"]["template"]["metadata"]["labels"]
+        assert service["selector"].items() <= pod_labels.items()
+        ports = {p["name"] for c in _pod(name)["containers"] for p in c.get("ports", [])}
+        assert port["targetPort"] in ports
+
+
 def test_the_service_routes_to_web_pods():
     service = OBJECTS[("Service", "web")]["spec"]
     web = WORKLOADS["web"]["spec"]
@@ -114,9 +127,12 @@ def test_pods_run_restricted_with_a_read_only_root_and_a_tmp_volume(name):
         assert context["readOnlyRootFilesystem"] is True
         assert context["capabilities"] == {"drop": ["ALL"]}
         assert "privileged" not in context
-        (mount,) = container["volumeMounts"]
-        assert mount["mountPath"] == "/tmp"
-        assert "emptyDir" in volumes[mount["name"]]
+        mounts = {mount["mountPath"]: mount["name"] for mount in container["volumeMounts"]}
+        assert "/tmp" in mounts
+        # Writable places are emptyDirs: /tmp, and the metrics directory of forking servers.
+        assert set(mounts) <= {"/tmp", "/var/run/metrics"}
+        for volume in mounts.values():
+            assert "emptyDir" in volumes[volume]
 
 
 @pytest.mark.parametrize("name", sorted(WORKLOADS))
@@ -126,12 +142,21 @@ def test_containers_have_requests_and_limits(name):
         assert set(resources["requests"]) == set(resources["limits"]) == {"cpu", "memory"}
 
 
+# Set per Deployment, not shared through the ConfigMap: each process type has its own metrics
+# port, and forking servers their own PROMETHEUS_MULTIPROC_DIR (read by prometheus_client at
+# import, so it must be in the environment, and each must be a directory the pod mounts).
+PER_PROCESS = {"WORKER_METRICS_PORT", "OBSERVER_METRICS_PORT", "PROMETHEUS_MULTIPROC_DIR"}
+
+
 @pytest.mark.parametrize("name", sorted(WORKLOADS))
 def test_configuration_comes_from_the_configmap_and_secrets_by_reference(name):
     for container in _containers(name):
         assert container["envFrom"] == [{"configMapRef": {"name": CONFIGMAP}}]
         secret_refs = {}
         for variable in container["env"]:
+            if variable["name"] in PER_PROCESS:
+                assert "valueFrom" not in variable
+                continue
             assert "value" not in variable, f"literal value for {variable['name']}"
             ref = variable["valueFrom"]["secretKeyRef"]
             assert ref["name"] == SECRET
@@ -146,12 +171,24 @@ def test_configmap_holds_only_settings_the_app_reads_and_no_secrets():
     assert CONFIG["DJANGO_DEBUG"] == "0"
 
 
-def test_only_the_worker_runs_as_the_service_account_with_rbac_rights():
+def test_per_process_settings_are_read_and_the_metrics_directory_mounted():
+    for name in WORKLOADS:
+        for container in _containers(name):
+            for variable in container.get("env", []):
+                if variable["name"] == "PROMETHEUS_MULTIPROC_DIR":
+                    mounts = {mount["mountPath"] for mount in container["volumeMounts"]}
+                    assert variable["value"] in mounts, (name, container["name"])
+                elif variable["name"] in PER_PROCESS:
+                    assert re.search(rf"""["']{variable["name"]}["']""", SETTINGS)
+
+
+def test_only_the_worker_and_observer_run_as_the_service_account_with_rbac_rights():
     for name in ("gpu-control-plane", "gpu-control-plane-unprivileged"):
         assert OBJECTS[("ServiceAccount", name)]["automountServiceAccountToken"] is False
     accounts = {name: _pod(name)["serviceAccountName"] for name in WORKLOADS}
     assert accounts == {
         "worker": "gpu-control-plane",
+        "observer": "gpu-control-plane",
         "web": "gpu-control-plane-unprivileged",
         "beat": "gpu-control-plane-unprivileged",
         "migrate": "gpu-control-plane-unprivileged",
@@ -159,7 +196,7 @@ def test_only_the_worker_runs_as_the_service_account_with_rbac_rights():
     # Web mounts its (unbound) token for the health check's GET /version; beat and migrate
     # never call the Kubernetes API.
     tokens = {name for name in WORKLOADS if _pod(name)["automountServiceAccountToken"]}
-    assert tokens == {"worker", "web"}
+    assert tokens == {"worker", "observer", "web"}
     bound = {
         subject["name"]
         for (kind, _), obj in OBJECTS.items()

@@ -129,6 +129,12 @@ def test_make_run_serves_api_and_admin_and_stops_on_ctrl_c(tmp_path):
         assert inventory["totalGpuAllocatable"] == 24  # the sample topology: 3 nodes x 8
         observer = json.loads(get(f"{base}/api/v1/health")[1])["data"]["checks"]["observer"]
         assert observer["ok"] is True, observer
+        # /metrics on web, worker (web port + 1) and observer (+ 2), as the banner says.
+        assert 'controlplane_units{phase="Running"} 1.0' in get(f"{base}/metrics")[1].decode()
+        worker_metrics = get(f"http://127.0.0.1:{port + 1}/metrics")[1].decode()
+        assert 'controlplane_kube_requests_total{outcome="ok",verb="create"}' in worker_metrics
+        observer_metrics = get(f"http://127.0.0.1:{port + 2}/metrics")[1].decode()
+        assert "controlplane_observer_leading 1.0" in observer_metrics
         children = stop_with_ctrl_c(process)
     finally:
         if process.poll() is None:

@@ -1,12 +1,16 @@
-"""Refuse oversized API bodies before anything reads them."""
+"""Middleware: /metrics, request latency for it, and oversized API bodies refused before
+anything reads them."""
 
 from __future__ import annotations
 
+import hmac
+import time
 from collections.abc import Callable
 
 from django.conf import settings
 from django.http import HttpRequest, HttpResponse
 
+from controlplane import metrics
 from controlplane.api.errors import error_response
 
 
@@ -27,3 +31,45 @@ class ApiBodyLimitMiddleware:
                     f"Request bodies are limited to {settings.API_MAX_BODY_BYTES} bytes.",
                 )
         return self.get_response(request)
+
+
+class MetricsMiddleware:
+    """Answers GET /metrics (Prometheus text: every web process's samples and the gauges read
+    at scrape time) first of all, before host validation and the https redirect, so a
+    scraper reaches each pod by its IP. With METRICS_TOKEN set it wants that bearer token."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if request.path != "/metrics":
+            return self.get_response(request)
+        if request.method not in ("GET", "HEAD"):
+            return HttpResponse("GET /metrics\n", status=405, headers={"Allow": "GET, HEAD"})
+        if settings.METRICS_TOKEN:
+            sent = request.headers.get("Authorization", "").removeprefix("Bearer ").strip()
+            if not hmac.compare_digest(sent.encode(), settings.METRICS_TOKEN.encode()):
+                return HttpResponse("metrics need the bearer token\n", status=401)
+        return HttpResponse(
+            metrics.exposition(with_scrape_time=True), content_type=metrics.CONTENT_TYPE
+        )
+
+
+class ApiMetricsMiddleware:
+    """Times every API request by its route (the URL pattern, so a unit's name never becomes
+    a label), method and status."""
+
+    def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
+        self.get_response = get_response
+
+    def __call__(self, request: HttpRequest) -> HttpResponse:
+        if not request.path.startswith("/api/"):
+            return self.get_response(request)
+        started = time.perf_counter()
+        response = self.get_response(request)
+        match = getattr(request, "resolver_match", None)
+        route = "/" + match.route if match is not None and match.route else "unmatched"
+        metrics.API_REQUEST_SECONDS.labels(
+            route, request.method, str(response.status_code)
+        ).observe(time.perf_counter() - started)
+        return response

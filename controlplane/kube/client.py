@@ -21,6 +21,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
+from controlplane import metrics
 from controlplane.kube.errors import KubeError, TemporaryError, classify
 
 
@@ -96,10 +97,21 @@ def _path(kind: Kind, namespace: str | None, name: str | None = None, sub: str =
     return base
 
 
+def _outcome(status: int) -> str:
+    if 200 <= status < 300:
+        return "ok"
+    if status == 0:
+        return "unreachable"
+    return {404: "not_found", 409: "conflict"}.get(
+        status, "server_error" if status >= 500 or status == 429 else "client_error"
+    )
+
+
 def _call(
     method: str,
     path: str,
     *,
+    verb: str,
     body: Any = None,
     query: dict[str, str] | None = None,
     content_type: str = "application/json",
@@ -121,8 +133,10 @@ def _call(
             _request_timeout=timeout or settings.KUBE_REQUEST_TIMEOUT,
         )
     except Exception as exc:
+        metrics.KUBE_REQUESTS.labels(verb, "unreachable").inc()
         raise classify(exc) from exc
     payload = response.read()
+    metrics.KUBE_REQUESTS.labels(verb, _outcome(response.status)).inc()
     if not 200 <= response.status < 300:
         failure = ApiException(status=response.status, reason=response.reason)
         failure.body = payload.decode("utf-8", "replace") if isinstance(payload, bytes) else payload
@@ -133,7 +147,7 @@ def _call(
 
 def get(kind: Kind, namespace: str | None, name: str) -> dict | None:
     try:
-        return _call("GET", _path(kind, namespace, name))
+        return _call("GET", _path(kind, namespace, name), verb="get")
     except KubeError as exc:
         if exc.status == 404:
             return None
@@ -144,7 +158,7 @@ def list_objects(
     kind: Kind, *, namespace: str | None = None, label_selector: str = ""
 ) -> list[dict]:
     query = {"labelSelector": label_selector} if label_selector else None
-    return _call("GET", _path(kind, namespace), query=query).get("items", [])
+    return _call("GET", _path(kind, namespace), query=query, verb="list").get("items", [])
 
 
 def list_page(
@@ -157,7 +171,9 @@ def list_page(
 ) -> dict:
     """One page of a list: the List object with its `metadata.continue` when more follow."""
     query = {"labelSelector": label_selector, "limit": str(limit or ""), "continue": continue_token}
-    return _call("GET", _path(kind, namespace), query={k: v for k, v in query.items() if v})
+    return _call(
+        "GET", _path(kind, namespace), query={k: v for k, v in query.items() if v}, verb="list"
+    )
 
 
 def stream(
@@ -183,7 +199,9 @@ def stream(
             _request_timeout=(settings.KUBE_REQUEST_TIMEOUT, read_timeout),
         ).response
     except Exception as exc:
+        metrics.KUBE_REQUESTS.labels("watch", "unreachable").inc()
         raise classify(exc) from exc
+    metrics.KUBE_REQUESTS.labels("watch", _outcome(response.status)).inc()
     try:
         if not 200 <= response.status < 300:
             failure = ApiException(status=response.status, reason=response.reason)
@@ -205,7 +223,7 @@ def stream(
 
 
 def create(kind: Kind, namespace: str | None, body: dict) -> dict:
-    return _call("POST", _path(kind, namespace), body=body)
+    return _call("POST", _path(kind, namespace), body=body, verb="create")
 
 
 def merge_patch(kind: Kind, namespace: str | None, name: str, patch: dict, sub: str = "") -> dict:
@@ -214,11 +232,12 @@ def merge_patch(kind: Kind, namespace: str | None, name: str, patch: dict, sub: 
         _path(kind, namespace, name, sub),
         body=patch,
         content_type="application/merge-patch+json",
+        verb="patch",
     )
 
 
 def replace(kind: Kind, namespace: str | None, name: str, body: dict) -> dict:
-    return _call("PUT", _path(kind, namespace, name), body=body)
+    return _call("PUT", _path(kind, namespace, name), body=body, verb="update")
 
 
 def delete(
@@ -230,6 +249,7 @@ def delete(
             "DELETE",
             _path(kind, namespace, name),
             body={"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation},
+            verb="delete",
         )
     except KubeError as exc:
         if exc.status == 404:
@@ -239,4 +259,4 @@ def delete(
 
 
 def version(*, timeout: float | None = None) -> dict:
-    return _call("GET", "/version", timeout=timeout)
+    return _call("GET", "/version", timeout=timeout, verb="version")

@@ -3,8 +3,10 @@
 import logging
 import signal
 
+from django.conf import settings
 from django.core.management.base import BaseCommand
 
+from controlplane import metrics
 from runtime.observer import Observer
 
 logger = logging.getLogger(__name__)
@@ -21,6 +23,8 @@ class Command(BaseCommand):
 
         signal.signal(signal.SIGTERM, stop)
         signal.signal(signal.SIGINT, stop)
+        if settings.OBSERVER_METRICS_PORT:
+            metrics.serve(settings.OBSERVER_METRICS_PORT)
         logger.info("observer %s starting", observer.identity)
         observer.run()
         logger.info("observer %s stopped", observer.identity)
