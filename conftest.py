@@ -155,3 +155,21 @@ def start_observer(name: str) -> subprocess.Popen:
         time.sleep(0.1)
     process.kill()
     raise RuntimeError(f"observer {name} did not lead within 60 s")
+
+
+@pytest.fixture
+def session_worker_paused():
+    """Only the workers a test starts may take tasks while it runs: the session's worker (if
+    one is up) stops consuming until the test ends."""
+    from controlplane.celery import app
+
+    def session_nodes() -> list[str]:
+        replies = app.control.ping(timeout=1)
+        return [host for reply in replies for host in reply if host.startswith("session@")]
+
+    nodes = session_nodes()
+    if nodes:
+        app.control.cancel_consumer("celery", destination=nodes, reply=True)
+    yield
+    if nodes:
+        app.control.add_consumer("celery", destination=nodes, reply=True)

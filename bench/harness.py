@@ -48,6 +48,8 @@ _REDIS_DB = {
     "inventory": 3,
     "end_to_end": 4,
     "profile": 5,
+    "time_to_running": 6,
+    "observer_cost": 7,
 }
 
 
@@ -171,9 +173,19 @@ def gunicorn() -> Iterator[int]:
     )
     try:
         _wait_http(port, "/bench/units?tenant=0&limit=1", timeout=60, process=process)
+        _servers[port] = process
         yield port
     finally:
+        _servers.pop(port, None)
         _stop(process)
+
+
+_servers: dict[int, subprocess.Popen] = {}
+
+
+def gunicorn_pid(port: int) -> int:
+    """The pid of the gunicorn master serving `port` (its workers are its children)."""
+    return _servers[port].pid
 
 
 @contextlib.contextmanager
@@ -185,6 +197,29 @@ def celery(*args: str) -> Iterator[subprocess.Popen]:
         env=dict(os.environ),
     )
     try:
+        yield process
+    finally:
+        _stop(process)
+
+
+@contextlib.contextmanager
+def observer() -> Iterator[subprocess.Popen]:
+    """`manage.py observe` with the bench environment, once it leads and has listed the
+    cluster."""
+    from runtime.observer import read_status
+
+    process = subprocess.Popen(
+        [sys.executable, "manage.py", "observe"], cwd=ROOT, env=dict(os.environ)
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            status = read_status() or {}
+            if status.get("identity", "").endswith(f":{process.pid}") and status.get("synced"):
+                break
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("the observer did not lead and list the cluster within 60 s")
+            time.sleep(0.1)
         yield process
     finally:
         _stop(process)
@@ -438,3 +473,63 @@ def make_package(package_id: str = "bench-h100-1x", *, cpu: str = "1", memory: s
     package.full_clean()
     package.save()
     return package
+
+
+def wait_for_worker() -> None:
+    """Until a Celery worker answers a ping."""
+    from controlplane.celery import app
+
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if app.control.ping(timeout=0.5):
+            return
+    raise RuntimeError("no celery worker answered within 60 s")
+
+
+def direct_objects(package: Any, name: str, namespace: str) -> tuple[dict, dict]:
+    """The claim and pod a unit of `package` named `name` gets, without its GPUUnit owner:
+    what the direct baselines create straight against the cluster."""
+    from runtime import manifests
+
+    contract = manifests.UnitContract(
+        name=name,
+        namespace=namespace,
+        tenant="bench",
+        operation_id=name,
+        request_hash="-",
+        package_id=package.id,
+        spec_name=package.spec_name,
+        image="ghcr.io/example/worker:1.0",
+        cpu=package.cpu,
+        memory=package.memory,
+        gpu=package.gpu,
+        device_class_name=package.device_class_name,
+        claim_name=manifests.claim_name_for(name),
+        claim_request_name=package.claim_request_name,
+        count=package.count,
+    )
+    claim = manifests.build_resource_claim(contract, owner_uid="-")
+    pod = manifests.build_pod(contract, owner_uid="-")
+    for obj in (claim, pod):
+        obj["metadata"].pop("ownerReferences", None)
+    return claim, pod
+
+
+def tenant_with_namespace(slug: str, namespace: str) -> Any:
+    """The tenant `slug` in `namespace`, created with a quota nothing in the bench reaches."""
+    from tenancy import services
+    from tenancy.models import Tenant
+
+    return Tenant.objects.filter(slug=slug).first() or services.create_tenant(
+        slug=slug,
+        namespace=namespace,
+        quota_cpu="1000000",
+        quota_memory="100000Ti",
+        quota_claims=1_000_000,
+    )
+
+
+def api_key(tenant: Any) -> str:
+    from tenancy import services
+
+    return services.create_api_key(tenant=tenant, name="bench")[1]

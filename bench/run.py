@@ -12,7 +12,15 @@ from datetime import UTC, datetime
 
 from bench import harness, report
 
-SCRIPTS = ("api_create", "api_list", "inventory", "end_to_end", "sim_scheduler")
+SCRIPTS = (
+    "api_create",
+    "api_list",
+    "inventory",
+    "end_to_end",
+    "time_to_running",
+    "observer_cost",
+    "sim_scheduler",
+)
 TIMEOUT_SECONDS = 900
 
 

@@ -257,7 +257,7 @@ INVENTORY_STALE_AFTER_SECONDS = env.float("INVENTORY_STALE_AFTER_SECONDS", defau
 # mirror is recomputed from the watches at most this often; without changes the mirror's time
 # is moved on this often; status for health is published this often and lives this long.
 OBSERVER_BATCH_SECONDS = env.float("OBSERVER_BATCH_SECONDS", default=0.005)
-OBSERVER_INVENTORY_SECONDS = env.float("OBSERVER_INVENTORY_SECONDS", default=0.25)
+OBSERVER_INVENTORY_SECONDS = env.float("OBSERVER_INVENTORY_SECONDS", default=1.0)
 OBSERVER_TOUCH_SECONDS = env.float("OBSERVER_TOUCH_SECONDS", default=10.0)
 OBSERVER_STATUS_SECONDS = env.float("OBSERVER_STATUS_SECONDS", default=1.0)
 OBSERVER_STATUS_TTL_SECONDS = env.int("OBSERVER_STATUS_TTL_SECONDS", default=10)

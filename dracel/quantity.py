@@ -11,6 +11,7 @@ surrounding spaces (the API server trims them from JSON before parsing; callers 
 
 from __future__ import annotations
 
+import functools
 import re
 from decimal import ROUND_CEILING, Decimal
 
@@ -26,7 +27,15 @@ _DECIMAL_SUFFIXES = {exponent: suffix for suffix, exponent in _DECIMAL.items()} 
 
 def parse(value: str) -> Decimal:
     """Exact value of a quantity string; ValueError with a readable message when invalid."""
-    match = _QUANTITY.fullmatch(value) if isinstance(value, str) else None
+    if not isinstance(value, str):
+        raise ValueError(f'"{value}" is not a Kubernetes quantity (examples: "10", "500m", "40Gi")')
+    return _parse(value)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse(value: str) -> Decimal:
+    # The same few quantities ("1", "40Gi") come back all the time: parsed once each.
+    match = _QUANTITY.fullmatch(value)
     if match is None:
         raise ValueError(f'"{value}" is not a Kubernetes quantity (examples: "10", "500m", "40Gi")')
     number = Decimal(match["number"])

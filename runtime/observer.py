@@ -281,12 +281,13 @@ class Observer:
         informer = self.informers.get(kind)
         return informer.snapshot() if informer else {}
 
+    def _object(self, kind: kube.Kind, key: Key) -> dict | None:
+        informer = self.informers.get(kind)
+        return informer.get(key) if informer else None
+
     def _reconcile_batch(self, due: dict[Key, float]) -> None:
         """One batch: units loaded in one query, pods recreated, rows written in one
         transaction (a savepoint per unit), then GPUUnit statuses patched."""
-        gpuunits = self._objects(kube.GPUUNIT)
-        claims = self._objects(kube.RESOURCECLAIM)
-        pods = self._objects(kube.POD)
         units = selectors.list_live_units_by_key(due)
         seen = {(unit.namespace, unit.name) for unit in units}
         for key in due:
@@ -300,9 +301,9 @@ class Observer:
                 self._requeue(key)  # its provisioning has not recorded the objects yet
                 continue
             self._retry.pop(key, None)
-            gpuunit = reconcile.own_gpuunit(unit, gpuunits.get(key))
-            claim = claims.get((unit.namespace, unit.claim_name))
-            pod = pods.get((unit.namespace, manifests.pod_name_for(unit.name)))
+            gpuunit = reconcile.own_gpuunit(unit, self._object(kube.GPUUNIT, key))
+            claim = self._object(kube.RESOURCECLAIM, (unit.namespace, unit.claim_name))
+            pod = self._object(kube.POD, (unit.namespace, manifests.pod_name_for(unit.name)))
             recreated = reconcile.recreate_missing_pod(unit, gpuunit=gpuunit, claim=claim, pod=pod)
             if recreated is not pod:
                 result.recreated += 1 if recreated else 0

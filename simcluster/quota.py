@@ -4,7 +4,7 @@ and `exceeded quota` wording of the kube-apiserver's quota plugin and the quota 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
@@ -53,6 +53,9 @@ class Quantity:
     def __add__(self, other: Quantity) -> Quantity:
         return Quantity(self.amount + other.amount, self.binary)
 
+    def __sub__(self, other: Quantity) -> Quantity:
+        return Quantity(self.amount - other.amount, self.binary)
+
     def __str__(self) -> str:
         return format_quantity(self.amount, binary=self.binary)
 
@@ -65,6 +68,15 @@ Usage = dict[str, Quantity]
 def add_usage(total: Usage, delta: Mapping[str, Quantity]) -> None:
     for key, quantity in delta.items():
         total[key] = total[key] + quantity if key in total else quantity
+
+
+def subtract_usage(total: Usage, delta: Mapping[str, Quantity]) -> None:
+    for key, quantity in delta.items():
+        left = total.get(key, ZERO) - quantity
+        if left.amount:
+            total[key] = left
+        else:
+            total.pop(key, None)
 
 
 def container_resources(container: Mapping[str, Any]) -> dict[str, dict[str, Quantity]]:
@@ -132,17 +144,6 @@ def requested_devices(request: Mapping[str, Any]) -> int:
     if mode == "All":
         return ALL_DEVICES_CHARGE
     return 0
-
-
-def namespace_usage(
-    pods: Iterable[Mapping[str, Any]], claims: Iterable[Mapping[str, Any]]
-) -> Usage:
-    total: Usage = {}
-    for pod in pods:
-        add_usage(total, pod_usage(pod))
-    for claim in claims:
-        add_usage(total, claim_usage(claim))
-    return total
 
 
 def quota_status(quota: Mapping[str, Any], usage: Usage) -> dict[str, dict[str, str]]:
@@ -226,16 +227,39 @@ def _forbidden(resource: str, name: str, reason: str) -> ApiError:
 
 class QuotaController:
     """The admission plugin (on create of pods and ResourceClaims) plus the controller that
-    keeps every ResourceQuota's status.hard/status.used current."""
+    keeps every ResourceQuota's status.hard/status.used current.
+
+    What each namespace uses is kept as a running total of what each pod and claim charges
+    (added when it comes, taken off when it goes or a pod finishes), as the real quota system
+    works from status.used plus the request's delta instead of summing the namespace on every
+    create, which made a burst of creates in one namespace quadratic."""
 
     def __init__(self, store: Store) -> None:
         self.store = store
         # Our own status writes come back through the listener; this flag stops the echo.
         self._local = threading.local()
+        self._charged: dict[tuple[str, str, str], Usage] = {}  # (resource, ns, name) -> usage
+        self._totals: dict[str, Usage] = {}
 
     def install(self) -> None:
+        with self.store.lock:
+            for resource, usage_of in (("pods", pod_usage), ("resourceclaims", claim_usage)):
+                objects, _ = self.store.list_shared(resource)
+                for obj in objects:
+                    self._charge(resource, obj, usage_of(obj))
         self.store.add_admission(self.admit)
         self.store.add_listener(self.on_change)
+
+    def _charge(self, resource: str, obj: Mapping[str, Any], usage: Usage) -> None:
+        """Record what `obj` charges now, moving its namespace's total by the difference."""
+        metadata = obj.get("metadata") or {}
+        namespace = metadata.get("namespace") or ""
+        key = (resource, namespace, metadata.get("name") or "")
+        total = self._totals.setdefault(namespace, {})
+        subtract_usage(total, self._charged.pop(key, {}))
+        if usage:
+            self._charged[key] = usage
+            add_usage(total, usage)
 
     def admit(self, request: AdmissionRequest) -> None:
         if request.operation != "CREATE" or request.subresource or request.obj is None:
@@ -264,6 +288,13 @@ class QuotaController:
     def on_change(self, event_type: str, resource: str, obj: dict[str, Any]) -> None:
         if getattr(self._local, "syncing", False) or not _changes_usage(event_type, resource, obj):
             return
+        if resource in ("pods", "resourceclaims"):
+            if event_type == "DELETED":
+                usage: Usage = {}
+            else:
+                usage = pod_usage(obj) if resource == "pods" else claim_usage(obj)
+            with self.store.lock:
+                self._charge(resource, obj, usage)
         namespace = (obj.get("metadata") or {}).get("namespace")
         if namespace:
             self.sync_namespace(namespace)
@@ -287,10 +318,7 @@ class QuotaController:
                 self._local.syncing = False
 
     def _usage(self, namespace: str) -> Usage:
-        # Read-only references: a deep copy of every pod per write would dominate large namespaces.
-        pods, _ = self.store.list_shared("pods", namespace)
-        claims, _ = self.store.list_shared("resourceclaims", namespace)
-        return namespace_usage(pods, claims)
+        return dict(self._totals.get(namespace, {}))
 
 
 def _changes_usage(event_type: str, resource: str, obj: Mapping[str, Any]) -> bool:

@@ -71,6 +71,9 @@ class Scheduler:
         # Bumped by changes that may make an unschedulable pod fit; guarded by store.lock.
         self._generation = 0
         self._attempts: dict[str, tuple[int, float]] = {}
+        # What each pod version requests (cpu millicores, memory bytes), by (uid, version):
+        # stored objects never change in place, so a version's requests never change either.
+        self._requests: dict[tuple[str, str], tuple[int, int]] = {}
         self._events: dict[str, str] = {}
         self._next_retry: float | None = None
         store.add_listener(self._on_change)
@@ -162,7 +165,7 @@ class Scheduler:
         allocator = Allocator(
             Inventory(store.list_shared("resourceslices")[0], self._cache),
             {c["metadata"]["name"]: c for c in store.list_shared("deviceclasses")[0]},
-            _node_states(nodes.values(), pods),
+            _node_states(nodes.values(), pods, self._requests),
             allocated_devices(claims.values()),
         )
         pending = sorted((pod for pod in pods if _is_pending(pod)), key=_queue_order)
@@ -487,9 +490,13 @@ def _queue_order(pod: Mapping[str, Any]) -> tuple[int, str, str, str]:
 
 
 def _node_states(
-    nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]
+    nodes: Iterable[Mapping[str, Any]],
+    pods: Iterable[Mapping[str, Any]],
+    requests: dict[tuple[str, str], tuple[int, int]] | None = None,
 ) -> list[NodeState]:
-    """Free CPU, memory and pod slots: allocatable minus what the node's live pods request."""
+    """Free CPU, memory and pod slots: allocatable minus what the node's live pods request
+    (`requests` remembers each pod version's, so a pass does not parse every pod again)."""
+    requests = {} if requests is None else requests
     states: dict[str, NodeState] = {}
     for node in nodes:
         status = node.get("status") or {}
@@ -507,16 +514,26 @@ def _node_states(
             unschedulable=bool((node.get("spec") or {}).get("unschedulable")),
             ready=ready,
         )
+    seen: set[tuple[str, str]] = set()
     for pod in pods:
         state = states.get((pod.get("spec") or {}).get("nodeName") or "")
         if state is None or pod_is_terminal(pod):
             continue
-        usage = pod_usage(pod)
+        metadata = pod["metadata"]
+        key = (metadata.get("uid", ""), metadata.get("resourceVersion", ""))
+        seen.add(key)
+        if key not in requests:
+            usage = pod_usage(pod)
+            requests[key] = (
+                _milli(usage["requests.cpu"]) if "requests.cpu" in usage else 0,
+                _whole(usage["requests.memory"]) if "requests.memory" in usage else 0,
+            )
+        cpu, memory = requests[key]
         state.pods_free -= 1
-        if "requests.cpu" in usage:
-            state.cpu_free -= _milli(usage["requests.cpu"])
-        if "requests.memory" in usage:
-            state.memory_free -= _whole(usage["requests.memory"])
+        state.cpu_free -= cpu
+        state.memory_free -= memory
+    for gone in set(requests) - seen:  # versions no longer bound to a node
+        del requests[gone]
     return list(states.values())
 
 

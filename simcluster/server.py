@@ -724,10 +724,7 @@ class Handler(BaseHTTPRequestHandler):
             "apiVersion": rtype.api_version,
             "metadata": {"resourceVersion": str(version)},
         }
-        self._write_chunk(
-            json.dumps({"type": "BOOKMARK", "object": bookmark}, separators=(",", ":")).encode()
-            + b"\n"
-        )
+        self._write_chunk(orjson.dumps({"type": "BOOKMARK", "object": bookmark}) + b"\n")
 
     def _watch(self, target: RequestTarget, body: bytes, content_type: str, accept: str) -> None:
         store = self.server.store
@@ -804,10 +801,7 @@ class Handler(BaseHTTPRequestHandler):
                     )
                     first_table = False
                 watcher.sent_version = max(watcher.sent_version, event.resource_version)
-                self._write_chunk(
-                    json.dumps({"type": event.type, "object": obj}, separators=(",", ":")).encode()
-                    + b"\n"
-                )
+                self._write_chunk(orjson.dumps({"type": event.type, "object": obj}) + b"\n")
         except (BrokenPipeError, ConnectionResetError):
             connected = False
         finally:

@@ -161,7 +161,9 @@ class Store:
         self._admission.append(fn)
 
     def add_listener(self, fn: Callable[[str, str, dict], None]) -> None:
-        """Register fn(event_type, resource, obj), run under the lock after each committed write."""
+        """Register fn(event_type, resource, obj), run under the lock after each committed write.
+        `obj` is the stored object itself (stored objects are never changed in place): read
+        it, never write it."""
         self._listeners.append(fn)
 
     # ------------------------------------------------------------------ reads
@@ -789,10 +791,8 @@ class Store:
                 translated = watcher.translate(event_type, obj, old)
                 if translated:
                     watcher.events.put(WatchEvent(translated, obj, self._resource_version))
-        if self._listeners:
-            snapshot = clone(obj)
-            for listener in self._listeners:
-                listener(event_type, resource, snapshot)
+        for listener in self._listeners:
+            listener(event_type, resource, obj)
 
     def _remove(
         self, resource: str, current: dict[str, Any], final: dict[str, Any] | None = None

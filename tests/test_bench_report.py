@@ -32,4 +32,13 @@ def test_floor_verdicts_follow_the_figures():
     create["create_ratio"], inventory["d10000_cold_ratio"] = 0.2, 3.0
     passing = report.render(figures)
     assert "| ≥ 0.2: met |" in passing
+    burst, idle = figures["end_to_end"], figures["time_to_running"]
+    burst["units_per_s_ratio"], idle["overhead_p50_s"] = 0.59, 0.51
+    failing = report.render(figures)
+    assert "units/s ≥ 0.6 of direct: **not met**" in failing
+    assert "overhead p50 ≤ 0.5 s: **not met**" in failing
+    burst["units_per_s_ratio"], idle["overhead_p50_s"] = 0.6, 0.5
+    passing = report.render(figures)
+    assert "units/s ≥ 0.6 of direct: met" in passing
+    assert "overhead p50 ≤ 0.5 s: met" in passing
     assert "cold 3.0× met" in passing  # noqa: RUF001

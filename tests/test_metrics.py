@@ -112,6 +112,7 @@ def test_a_process_serves_its_own_metrics_on_a_port():
 
 
 @pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("session_worker_paused")
 def test_the_worker_serves_what_its_pool_did(cluster, tmp_path):
     port = free_port()
     worker = start_worker(

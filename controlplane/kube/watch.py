@@ -163,6 +163,11 @@ class Informer:
         with self._lock:
             return dict(self.objects)
 
+    def get(self, key: Key) -> dict | None:
+        """The object with this (namespace, name) as last seen, or None."""
+        with self._lock:
+            return self.objects.get(key)
+
     def run(self) -> None:
         failures = 0
         while not self._stop.is_set():

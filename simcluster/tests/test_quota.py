@@ -6,11 +6,14 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from simcluster.errors import ApiError
 from simcluster.quota import (
     Quantity,
     QuotaController,
+    add_usage,
     claim_usage,
     pod_usage,
 )
@@ -219,3 +222,47 @@ def test_terminal_pods_stop_counting_when_they_finish(store: Store) -> None:
     store.update("pods", pod, subresource="status", internal=True)
     assert _used(store) == {"pods": "0"}
     store.create("pods", _pod("next"))
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    steps=st.lists(
+        st.tuples(
+            st.sampled_from(["pod", "claim", "delete", "finish"]),
+            st.integers(0, 5),
+            st.sampled_from(["1", "500m", "2"]),
+        ),
+        max_size=30,
+    )
+)
+def test_the_running_total_is_the_sum_over_what_is_there(steps) -> None:
+    """However pods and claims come, finish and go, what the controller charges a namespace
+    equals pod_usage + claim_usage summed over the objects the store holds."""
+    store = Store()
+    store.create(
+        "namespaces",
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "team"}},
+        internal=True,
+    )
+    controller = QuotaController(store)
+    controller.install()
+    for action, index, cpu in steps:
+        name = f"o-{index}"
+        if action == "pod" and store.get("pods", "team", name) is None:
+            store.create("pods", _pod(name, cpu=cpu), internal=True)
+        elif action == "claim" and store.get("resourceclaims", "team", name) is None:
+            store.create("resourceclaims", _claim(name, count=index + 1), internal=True)
+        elif action == "finish" and (pod := store.get("pods", "team", name)) is not None:
+            pod["status"] = {"phase": "Succeeded"}
+            store.update("pods", pod, subresource="status", internal=True)
+        elif action == "delete":
+            for resource in ("pods", "resourceclaims"):
+                if store.get(resource, "team", name) is not None:
+                    store.delete(resource, "team", name)
+    expected: dict[str, Quantity] = {}
+    for pod in store.list("pods", "team"):
+        add_usage(expected, pod_usage(pod))
+    for claim in store.list("resourceclaims", "team"):
+        add_usage(expected, claim_usage(claim))
+    charged = controller._usage("team")
+    assert {k: v.amount for k, v in charged.items()} == {k: v.amount for k, v in expected.items()}

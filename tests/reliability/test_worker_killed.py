@@ -11,25 +11,11 @@ import pytest
 
 from conftest import start_worker, stop_worker
 from controlplane import kube
-from controlplane.celery import app
 from runtime.models import Operation
 from tests.reliability.conftest import order_units, wait_until_settled
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("celery_worker")]
 UNITS = 6
-
-
-@pytest.fixture
-def session_worker_paused():
-    """Only the workers this test starts may take tasks while it runs."""
-    app.control.cancel_consumer("celery", destination=[_session_node()], reply=True)
-    yield
-    app.control.add_consumer("celery", destination=[_session_node()], reply=True)
-
-
-def _session_node() -> str:
-    replies = app.control.ping(timeout=1)
-    return next(host for reply in replies for host in reply if host.startswith("session@"))
 
 
 def test_worker_killed_mid_provisioning(

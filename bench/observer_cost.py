@@ -1,0 +1,196 @@
+"""What observing costs as the fleet grows: at 10 and 10,000 units (each with its GPUUnit, claim
+and pod, allocated and running, on a simulated cluster with 10,000 H100s), the SQL statements
+and cluster calls of one observed change, the duration of beat's full backstop reconcile, and
+the resident memory of the web, worker and observer processes. Prints one JSON line.
+
+One observed change: the unit's row and its GPUUnit's status are put behind its objects (Pending
+while its pod runs), as just before the event that its pod runs, and the observer's batch brings
+them up: the units it loads, the transition, the timeline entry, the sync stamp, and the
+GPUUnit status patch."""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Iterator
+
+import psutil
+
+from bench import harness
+from bench.simserver import UNIT_NAMESPACE, UNIT_TENANT, unit_contract
+
+SIZES = (10, 10_000)
+NODES, GPUS_PER_NODE = 1250, 8  # 10,000 devices
+
+
+def _seed_rows(tenant, gpuunits: list[dict]) -> None:
+    """The database rows of units whose objects the cluster already has (as provisioning
+    would have recorded them), in one bulk insert."""
+    from catalog.models import Package
+    from runtime.models import GPUUnit, UnitPhase
+
+    package = Package.objects.get(pk="bench-h100-1x")
+    rows = []
+    for gpuunit in gpuunits:
+        index = int(gpuunit["metadata"]["name"].removeprefix("unit-"))
+        contract = unit_contract(index)
+        rows.append(
+            GPUUnit(
+                tenant=tenant,
+                name=contract.name,
+                namespace=UNIT_NAMESPACE,
+                operation_id=contract.operation_id,
+                image=contract.image,
+                phase=UnitPhase.PROVISIONING,
+                unit_k8s_uid=gpuunit["metadata"]["uid"],
+                **GPUUnit.contract_fields(package, name=contract.name),
+            )
+        )
+    GPUUnit.objects.bulk_create(rows, batch_size=2_000)
+
+
+def _kube_calls() -> float:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from controlplane import metrics
+
+    text = metrics.exposition(with_scrape_time=False).decode()
+    return sum(
+        sample.value
+        for family in text_string_to_metric_families(text)
+        if family.name == "controlplane_kube_requests"
+        for sample in family.samples
+        if sample.name.endswith("_total")
+    )
+
+
+@contextlib.contextmanager
+def _observer_thread() -> Iterator:
+    from django.db import connection
+
+    from runtime.observer import Observer
+
+    observer = Observer()
+
+    def run() -> None:
+        try:
+            observer.run()
+        finally:
+            connection.close()
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 300
+    while not observer.synced():
+        if time.monotonic() > deadline:
+            raise RuntimeError("the observer did not list the cluster")
+        time.sleep(0.05)
+    try:
+        yield observer
+    finally:
+        observer.stop()
+        thread.join(30)
+
+
+def _one_event(observer, unit) -> tuple[int, float]:
+    from django.db import connection
+
+    from controlplane import kube
+    from runtime.models import GPUUnit, UnitPhase
+
+    # Before the change: the row and the GPUUnit's status both say Pending.
+    GPUUnit.objects.filter(pk=unit.pk).update(phase=UnitPhase.PENDING, reason="Probe")
+    informer = observer.informers[kube.GPUUNIT]
+    key = (unit.namespace, unit.name)
+    with informer._lock:
+        cached = informer.objects[key]
+        informer.objects[key] = {**cached, "status": {**cached["status"], "phase": "Pending"}}
+    statements: list[str] = []
+
+    def count(execute, sql, params, many, context):
+        statements.append(sql)
+        return execute(sql, params, many, context)
+
+    before = _kube_calls()
+    with connection.execute_wrapper(count):
+        observer._reconcile_batch({key: time.monotonic()})
+    calls = _kube_calls() - before
+    if GPUUnit.objects.get(pk=unit.pk).phase != UnitPhase.RUNNING:
+        raise RuntimeError("the batch did not bring the unit back to Running")
+    prefixes = ("SAVEPOINT", "RELEASE SAVEPOINT")
+    return sum(1 for sql in statements if not sql.upper().startswith(prefixes)), calls
+
+
+def _rss_mb(process: psutil.Process) -> float:
+    return round(process.memory_info().rss / 2**20, 1)
+
+
+def measure(units: int) -> dict:
+    from controlplane import kube
+    from runtime import reconcile
+    from runtime.models import GPUUnit
+
+    GPUUnit.objects.all().delete()
+    tenant = harness.tenant_with_namespace(UNIT_TENANT, UNIT_NAMESPACE)
+    args = ("--nodes", str(NODES), "--gpus-per-node", str(GPUS_PER_NODE), "--units", str(units))
+    with harness.simcluster(*args, module="bench.simserver") as kubeconfig:
+        harness.use_cluster(kubeconfig)
+        gpuunits, _version = kube.list_all(kube.GPUUNIT)
+        _seed_rows(tenant, gpuunits)
+        reconcile.reconcile_units()  # Provisioning -> Running, statuses patched: steady after
+        started = time.perf_counter()
+        steady = reconcile.reconcile_units()
+        backstop_s = time.perf_counter() - started
+        if steady.changed:
+            raise RuntimeError(f"the second reconcile still changed units: {steady}")
+        unit = GPUUnit.objects.order_by("id").first()
+        with _observer_thread() as observer:
+            one = [_one_event(observer, unit) for _ in range(3)]
+        statements, calls = one[-1]
+        with (
+            harness.gunicorn() as port,
+            harness.celery("worker", "--pool", "prefork", "--concurrency", "2") as worker,
+            harness.observer() as observer_process,
+        ):
+            harness.wait_for_worker()
+            key = harness.api_key(tenant)
+            list_request = harness.json_request("GET", "/api/v1/gpu-units?limit=100", None, key)
+            harness.run_load(port, lambda _i, _w: list_request, concurrency=2, total=50).check(200)
+            web = psutil.Process(harness.gunicorn_pid(port))
+            web_mb = max(_rss_mb(child) for child in web.children())
+            worker_mb = max(
+                [_rss_mb(psutil.Process(worker.pid))]
+                + [_rss_mb(c) for c in psutil.Process(worker.pid).children()]
+            )
+            observer_mb = _rss_mb(psutil.Process(observer_process.pid))
+    return {
+        f"u{units}_event_statements": statements,
+        f"u{units}_event_cluster_calls": calls,
+        f"u{units}_backstop_reconcile_s": round(backstop_s, 4),
+        f"u{units}_web_rss_mb": web_mb,
+        f"u{units}_worker_rss_mb": worker_mb,
+        f"u{units}_observer_rss_mb": observer_mb,
+    }
+
+
+def main() -> None:
+    harness.setup("observer_cost", KUBE_REQUEST_TIMEOUT="30")
+    harness.make_package()
+    figures: dict = {"bench": "observer_cost", "devices": NODES * GPUS_PER_NODE}
+    for units in SIZES:
+        harness.log(f"observer_cost: {units} units")
+        figures.update(measure(units))
+    small, large = SIZES
+    figures["event_cost_flat"] = (
+        figures[f"u{small}_event_statements"] == figures[f"u{large}_event_statements"]
+        and figures[f"u{small}_event_cluster_calls"] == figures[f"u{large}_event_cluster_calls"]
+    )
+    figures["backstop_ratio"] = harness.ratio(
+        figures[f"u{large}_backstop_reconcile_s"], figures[f"u{small}_backstop_reconcile_s"]
+    )
+    harness.emit(figures)
+
+
+if __name__ == "__main__":
+    main()
