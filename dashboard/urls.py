@@ -9,6 +9,7 @@ app_name = "dashboard"
 
 urlpatterns = [
     path("", views.OverviewView.as_view(), name="overview"),
+    path("live/", views.OverviewView.as_view(live=True), name="overview-live"),
     path("units/", views.UnitListView.as_view(), name="unit-list"),
     path("units/live/", views.UnitListView.as_view(live=True), name="unit-rows"),
     path("units/new", views.UnitCreateView.as_view(), name="unit-create"),
@@ -16,6 +17,7 @@ urlpatterns = [
     path("units/<uuid:uid>/live/", views.UnitDetailView.as_view(live=True), name="unit-live"),
     path("units/<uuid:uid>/delete/", views.UnitDeleteView.as_view(), name="unit-delete"),
     path("packages/", views.PackageListView.as_view(), name="package-list"),
+    path("packages/live/", views.PackageListView.as_view(live=True), name="package-live"),
     path("tenant/", views.ChooseTenantView.as_view(), name="choose-tenant"),
     path(
         "accounts/login/",

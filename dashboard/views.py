@@ -113,25 +113,58 @@ class DashboardView(LoginRequiredMixin, View):
         return self.page("dashboard/not_found.html", {"what": what}, status=404)
 
 
-class OverviewView(DashboardView):
+class LivePage(DashboardView):
+    """A page whose body refreshes itself: `live=True` serves only the body for polling, or
+    204 when the body the poller holds (named by its digest in `since`) is still current."""
+
+    live = False
+    template = ""
+    body_template = ""
+    name = ""  # the ids of the live region, its digest input and its announcement
+    announcement = ""
+
+    def body_context(self) -> dict:
+        raise NotImplementedError
+
     def get(self, request: HttpRequest) -> HttpResponse:
+        body = render_to_string(
+            self.body_template, {"scope": self.scope, **self.body_context()}, request
+        )
+        live = {
+            "body": body,
+            "digest": digest(body),
+            "since_id": f"{self.name}-since",
+            "announce_id": f"{self.name}-announce",
+        }
+        if self.live:
+            if request.GET.get("since") == live["digest"]:
+                return HttpResponse(status=204)
+            live["announcement"] = f"{self.announcement} {timezone.now():%H:%M:%S} UTC."
+            return render(request, "dashboard/_live_body.html", {"live": live})
+        return self.page(self.template, {"live": live})
+
+
+class OverviewView(LivePage):
+    template = "dashboard/overview.html"
+    body_template = "dashboard/_overview_body.html"
+    name = "overview"
+    announcement = "Figures updated at"
+
+    def body_context(self) -> dict:
         now = timezone.now()
         freshness = inventory_selectors.get_freshness()
         samples = queries.utilisation_samples()
-        return self.page(
-            "dashboard/overview.html",
-            {
-                "freshness": freshness,
-                "sync_age": age(freshness.as_of, now),
-                "stale_after": int(settings.INVENTORY_STALE_AFTER_SECONDS),
-                "phases": queries.units_by_phase(self.scope.units()),
-                "device_classes": queries.device_totals_by_class(),
-                "nodes": queries.device_totals_by_node() if self.scope.sees_cluster else None,
-                "chart": utilisation_chart(samples),
-                "phone_chart": utilisation_chart(samples, width=NARROW[0], height=NARROW[1]),
-                "packages": queries.package_rows(self.scope),
-            },
-        )
+        return {
+            "freshness": freshness,
+            "sync_age": age(freshness.as_of, now),
+            "stale_after": int(settings.INVENTORY_STALE_AFTER_SECONDS),
+            "phases": queries.units_by_phase(self.scope.units()),
+            "device_classes": queries.device_totals_by_class(),
+            "nodes": queries.device_totals_by_node() if self.scope.sees_cluster else None,
+            "chart": utilisation_chart(samples),
+            "phone_chart": utilisation_chart(samples, width=NARROW[0], height=NARROW[1]),
+            "packages": queries.package_rows(self.scope),
+        }
 
 
 class UnitListView(DashboardView):
@@ -330,18 +363,20 @@ class UnitDeleteView(DashboardView):
         return HttpResponseRedirect(reverse("dashboard:unit-detail", args=[unit.uid]))
 
 
-class PackageListView(DashboardView):
-    def get(self, request: HttpRequest) -> HttpResponse:
+class PackageListView(LivePage):
+    template = "dashboard/packages.html"
+    body_template = "dashboard/_packages_body.html"
+    name = "packages"
+    announcement = "Availability updated at"
+
+    def body_context(self) -> dict:
         freshness = inventory_selectors.get_freshness()
-        return self.page(
-            "dashboard/packages.html",
-            {
-                "packages": queries.package_rows(self.scope, include_inactive=self.scope.is_staff),
-                "freshness": freshness,
-                "sync_age": age(freshness.as_of, timezone.now()),
-                "stale_after": int(settings.INVENTORY_STALE_AFTER_SECONDS),
-            },
-        )
+        return {
+            "packages": queries.package_rows(self.scope, include_inactive=self.scope.is_staff),
+            "freshness": freshness,
+            "sync_age": age(freshness.as_of, timezone.now()),
+            "stale_after": int(settings.INVENTORY_STALE_AFTER_SECONDS),
+        }
 
 
 class ChooseTenantView(LoginRequiredMixin, View):

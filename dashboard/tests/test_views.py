@@ -436,6 +436,45 @@ def seed_inventory(*, synced_ago: timedelta = timedelta(seconds=5), error: str =
     InventorySnapshot.objects.create(pk=1, as_of=now - synced_ago, document="{}")
 
 
+LIVE_PAGES = [(OVERVIEW, "/live/"), (PACKAGES, "/packages/live/")]
+
+
+class TestLivePages:
+    """The overview and the packages page refresh themselves like the unit pages."""
+
+    @pytest.mark.parametrize(
+        ("page", "live"), [(OVERVIEW, "/live/"), (PACKAGES, "/packages/live/")]
+    )
+    def test_page_polls_its_live_body(self, member_client, page, live):
+        body = member_client.get(page).content.decode()
+        assert f'hx-get="{live}"' in body
+        assert 'hx-trigger="every 3s' in body
+        assert 'aria-live="polite"' in body
+
+    @pytest.mark.parametrize(
+        ("page", "live"), [(OVERVIEW, "/live/"), (PACKAGES, "/packages/live/")]
+    )
+    def test_live_body_answers_204_until_availability_moves(
+        self, member_client, package, page, live
+    ):
+        seed_inventory(synced_ago=timedelta(hours=2))  # an age that reads the same all test
+        row = PackageAvailability.objects.create(
+            package_id=package.id, placeable=1, free_devices=2, reason=""
+        )
+        since = member_client.get(page).context["live"]["digest"]
+        assert member_client.get(live, {"since": since}).status_code == 204
+        row.placeable, row.free_devices = 0, 0
+        row.reason = "no node has 2 free devices"
+        row.save()
+        changed = member_client.get(live, {"since": since})
+        assert changed.status_code == 200
+        body = changed.content.decode()
+        assert "<html" not in body
+        assert "no node has 2 free devices" in body
+        assert 'hx-swap-oob="innerHTML"' in body
+        assert changed.context["live"]["digest"] != since
+
+
 class TestOverview:
     def test_shows_devices_phases_packages_and_chart(self, staff_client, tenant, package):
         seed_inventory()
