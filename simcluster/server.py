@@ -727,6 +727,9 @@ class Handler(BaseHTTPRequestHandler):
         self._write_chunk(orjson.dumps({"type": "BOOKMARK", "object": bookmark}) + b"\n")
 
     def _watch(self, target: RequestTarget, body: bytes, content_type: str, accept: str) -> None:
+        # Taken before the client can see the response: a drop asked for once the client knows
+        # its watch is open always cuts it.
+        drops = self.server.faults.watch_drops
         store = self.server.store
         rtype = target.rtype
         as_table = _negotiate_table(accept)
@@ -757,7 +760,6 @@ class Handler(BaseHTTPRequestHandler):
         self.end_headers()
         deadline = time.monotonic() + min(timeout, MAX_WATCH_SECONDS)
         bookmarks = self._query.get("allowWatchBookmarks") in ("true", "1")
-        drops = self.server.faults.watch_drops
         next_bookmark = time.monotonic() + self.server.bookmark_interval
         first_table = True
         connected = True
