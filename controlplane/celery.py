@@ -27,4 +27,5 @@ def _serve_metrics(**_kwargs: object) -> None:
     """The worker's /metrics (WORKER_METRICS_PORT), from its main process; with the prefork
     pool, PROMETHEUS_MULTIPROC_DIR makes it show what the pool's children did."""
     if settings.WORKER_METRICS_PORT:
+        metrics.clear_multiprocess_directory()  # before the pool's children start writing
         metrics.serve(settings.WORKER_METRICS_PORT)

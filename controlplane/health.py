@@ -19,12 +19,14 @@ from controlplane import kube
 HEARTBEAT_KEY = "controlplane:heartbeat"
 
 # name -> a callable returning {"ok": bool, ...}; filled by apps' ready().
-_registered: dict[str, Callable[[], dict]] = {}
+_registered: dict[str, tuple[Callable[[], dict], bool]] = {}
 
 
-def register(name: str, check: Callable[[], dict]) -> None:
-    """Report `check()` under `name` in every health report."""
-    _registered[name] = check
+def register(name: str, check: Callable[[], dict], *, beside: bool = False) -> None:
+    """Report `check()` under `name` in every health report. With `beside`, it runs next to
+    the database check, on a thread of its own (for checks that wait on the network, not on
+    Django's database connection, which belongs to the request's thread)."""
+    _registered[name] = (check, beside)
 
 
 @dataclass(frozen=True)
@@ -88,7 +90,7 @@ def last_heartbeat() -> datetime | None:
 
 # Redis and the cluster are probed next to the database check, so one probe takes as long as
 # the slowest dependency rather than all of them together (each has its own timeout).
-_probes = ThreadPoolExecutor(max_workers=4, thread_name_prefix="health")
+_probes = ThreadPoolExecutor(max_workers=6, thread_name_prefix="health")
 
 
 def _broker_and_heartbeat() -> tuple[Check, datetime | None]:
@@ -100,6 +102,9 @@ def report() -> tuple[bool, dict]:
     """Return (ready, body). Only the database decides readiness: with the broker or the
     cluster down the API still accepts work (it is recorded and carried out later)."""
     redis_probe = _probes.submit(_broker_and_heartbeat)
+    alongside = {
+        name: _probes.submit(check) for name, (check, beside) in _registered.items() if beside
+    }
     cluster_probe = _probes.submit(check_cluster)
     database = check_database()  # Django's connection belongs to this thread
     broker, beat = redis_probe.result()
@@ -111,8 +116,8 @@ def report() -> tuple[bool, dict]:
     stale_after = settings.HEARTBEAT_INTERVAL_SECONDS * 3
     worker_ok = beat is not None and (datetime.now(UTC) - beat).total_seconds() <= stale_after
     checks["worker"] = {"ok": worker_ok, "lastHeartbeat": beat.isoformat() if beat else None}
-    for name, check in _registered.items():
-        checks[name] = check()
+    for name, (check, beside) in _registered.items():
+        checks[name] = alongside[name].result() if beside else check()
     if not database.ok:
         status = "down"
     elif all(check["ok"] for check in checks.values()):

@@ -12,10 +12,12 @@ web process reports the same truth instead of each counting what it happened to 
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from collections.abc import Callable, Iterable
 from http.server import ThreadingHTTPServer
+from pathlib import Path
 
 import redis
 from django.conf import settings
@@ -32,6 +34,7 @@ from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.exposition import MetricsHandler
 from prometheus_client.registry import REGISTRY, Collector
 
+logger = logging.getLogger(__name__)
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 _SECONDS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 _TO_RUNNING = (0.25, 0.5, 1, 2, 3, 5, 10, 20, 30, 60, 120, 300, 600)
@@ -114,7 +117,12 @@ class _ThisProcess(Collector):
 class _ScrapeTime(Collector):
     def collect(self) -> Iterable[Metric]:
         for collect in _scrape_collectors:
-            yield from collect()
+            try:
+                families = list(collect())
+            except Exception:  # the database down: its gauges are absent, /metrics still answers
+                logger.warning("metrics collector %s failed", collect.__qualname__, exc_info=True)
+                continue
+            yield from families
 
 
 def registry(*, with_scrape_time: bool) -> CollectorRegistry:
@@ -142,3 +150,20 @@ def serve(port: int, *, with_scrape_time: bool = False) -> ThreadingHTTPServer:
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
     return server
+
+
+def clear_multiprocess_directory() -> None:
+    """Empty PROMETHEUS_MULTIPROC_DIR (when set) before a forking server starts its children:
+    prometheus-client wants it empty at start, and a container restarted in the same pod
+    finds the files of its previous run there."""
+    directory = os.environ.get("PROMETHEUS_MULTIPROC_DIR")
+    if not directory:
+        return
+    for path in Path(directory).glob("*.db"):
+        path.unlink(missing_ok=True)
+
+
+def mark_process_dead(pid: int) -> None:
+    """A forked child exited: its live gauges no longer count (gunicorn's child_exit)."""
+    if os.environ.get("PROMETHEUS_MULTIPROC_DIR"):
+        multiprocess.mark_process_dead(pid)

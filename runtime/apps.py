@@ -13,6 +13,6 @@ class RuntimeConfig(AppConfig):
 
         # Lower layers cannot import runtime; it hands them what they need from here.
         auth.register_key_lookup(orders.find_api_key)
-        health.register("observer", observer.check_observer)
+        health.register("observer", observer.check_observer, beside=True)
         metrics.register_collector(gauges.collect)
         checks.register(orders.check_order_models)

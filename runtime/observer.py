@@ -112,14 +112,14 @@ class Observer:
 
     def changed(self, kind: kube.Kind, event: Event) -> None:
         now = time.monotonic()
-        self.stats.events += 1
-        self.stats.last_event_at = time.time()
         metrics.OBSERVER_EVENTS.labels(kind.plural).inc()
-        self.stats.by_kind[kind.plural] = self.stats.by_kind.get(kind.plural, 0) + 1
         key = self._unit_key(kind, event.object)
-        if key and kind == kube.GPUUNIT and not self._gpuunit_changed(key, event):
-            key = None  # our own status write coming back: nothing to reconcile
-        with self._wake:
+        with self._wake:  # seven informer threads call this
+            self.stats.events += 1
+            self.stats.last_event_at = time.time()
+            self.stats.by_kind[kind.plural] = self.stats.by_kind.get(kind.plural, 0) + 1
+            if key and kind == kube.GPUUNIT and not self._gpuunit_changed(key, event):
+                key = None  # our own status write coming back: nothing to reconcile
             if key:
                 self._dirty_units.setdefault(key, now)
             if kind in INVENTORY_KINDS.values():
@@ -151,15 +151,18 @@ class Observer:
     # ------------------------------------------------------------------ lifecycle
 
     def start_informers(self) -> None:
-        kinds = [kube.GPUUNIT, *INVENTORY_KINDS.values()]
-        for kind in kinds:
-            selector = OURS if kind == kube.GPUUNIT else ""
-            self.informers[kind] = Informer(
+        informers = {
+            kind: Informer(
                 kind,
                 self,
-                label_selector=selector,
+                label_selector=OURS if kind == kube.GPUUNIT else "",
                 timeout_seconds=settings.OBSERVER_WATCH_TIMEOUT_SECONDS,
-            ).start()
+            )
+            for kind in (kube.GPUUNIT, *INVENTORY_KINDS.values())
+        }
+        self.informers = informers  # all seven at once: synced() never sees a part of them
+        for informer in informers.values():
+            informer.start()
 
     def stop(self) -> None:
         self._stop.set()
@@ -176,15 +179,30 @@ class Observer:
                     continue
                 if not self.informers:
                     self.start_informers()
-                self._step()
+                try:
+                    self._step()
+                except Exception:  # a database blip, say: the observer goes on after it
+                    logger.exception("observer step failed; going on")
+                    close_old_connections()
+                    self._stop.wait(1.0)
         finally:
-            for informer in self.informers.values():
-                informer.stop()
+            was_leading = self.leading.is_set()
+            self._stop_informers()
             self._release_lead()
-            self._publish_status(stopping=True)
+            if was_leading:
+                self._publish_status(stopping=True)
 
     def synced(self) -> bool:
-        return bool(self.informers) and all(i.synced.is_set() for i in self.informers.values())
+        """Every informer listed and watching: what they hold is the cluster as of now."""
+        return bool(self.informers) and all(i.healthy for i in self.informers.values())
+
+    def _units_observable(self) -> bool:
+        """The kinds a unit is reconciled from are listed and watching: an object missing
+        from them is missing from the cluster, not just not seen yet."""
+        return all(
+            (informer := self.informers.get(kind)) is not None and informer.healthy
+            for kind in (kube.GPUUNIT, kube.RESOURCECLAIM, kube.POD)
+        )
 
     # ------------------------------------------------------------------ the lead
 
@@ -203,6 +221,16 @@ class Observer:
                 return False
         params = connection.get_connection_params()
         params.pop("cursor_factory", None)
+        # The lock lives as long as this session: a peer that vanished must end it in seconds
+        # (keepalives, a TCP user timeout), not when the kernel gives up hours later.
+        params.update(
+            connect_timeout=5,
+            keepalives=1,
+            keepalives_idle=10,
+            keepalives_interval=5,
+            keepalives_count=3,
+            tcp_user_timeout=20_000,
+        )
         try:
             lead = psycopg.connect(**params, autocommit=True)
         except psycopg.Error:
@@ -241,14 +269,22 @@ class Observer:
             time.sleep(self.batch_seconds)
         close_old_connections()
         now = time.monotonic()
-        with self._wake:
-            due = dict(self._dirty_units)
-            self._dirty_units.clear()
+        due: dict[Key, float] = {}
+        if self._units_observable():
+            with self._wake:
+                due = dict(self._dirty_units)
+                self._dirty_units.clear()
             for key, (not_before, _delay) in list(self._retry.items()):
                 if not_before <= now and key not in due:
                     due[key] = now
         if due:
-            self._reconcile_batch(due)
+            try:
+                self._reconcile_batch(due)
+            except Exception:
+                with self._wake:  # look at them again on the next step
+                    for key, at in due.items():
+                        self._dirty_units.setdefault(key, at)
+                raise
         if self._inventory_due(now):
             self._apply_inventory()
         elif self.synced() and now - self._last_touch > settings.OBSERVER_TOUCH_SECONDS:
@@ -259,7 +295,9 @@ class Observer:
 
     def _has_work(self) -> bool:
         return (
-            self._stop.is_set() or bool(self._dirty_units) or self._inventory_due(time.monotonic())
+            self._stop.is_set()
+            or (bool(self._dirty_units) and self._units_observable())
+            or self._inventory_due(time.monotonic())
         )
 
     def _next_wake(self) -> float:
@@ -287,7 +325,8 @@ class Observer:
 
     def _reconcile_batch(self, due: dict[Key, float]) -> None:
         """One batch: units loaded in one query, pods recreated, rows written in one
-        transaction (a savepoint per unit), then GPUUnit statuses patched."""
+        transaction (a savepoint per unit; units that may end each in their own), then GPUUnit
+        statuses patched."""
         units = selectors.list_live_units_by_key(due)
         seen = {(unit.namespace, unit.name) for unit in units}
         for key in due:
@@ -310,21 +349,33 @@ class Observer:
                 pod = recreated
             planned.append((unit, gpuunit, claim, pod))
         to_patch: list[tuple[GPUUnit, dict]] = []
-        if planned:
+        synced: list[int] = []
+
+        def apply(unit: GPUUnit, gpuunit: dict | None, claim: dict | None, pod: dict | None):
+            try:
+                with transaction.atomic():
+                    if reconcile.apply_observation(
+                        unit, gpuunit=gpuunit, claim=claim, pod=pod, result=result
+                    ):
+                        assert gpuunit is not None
+                        to_patch.append((unit, gpuunit))
+            except Exception:  # one unit's trouble must not hold the others back
+                logger.exception("observer could not reconcile %s", unit)
+                return
+            if unit.phase != UnitPhase.TERMINATING:
+                synced.append(unit.pk)
+
+        # Units that may end now take their tenant's lock (to give the quota back), which
+        # orders take first: each in a transaction of its own, never inside the batch's.
+        ending = [p for p in planned if p[0].phase == UnitPhase.TERMINATING]
+        others = [p for p in planned if p[0].phase != UnitPhase.TERMINATING]
+        if others:
             with transaction.atomic():
-                for unit, gpuunit, claim, pod in planned:
-                    try:
-                        with transaction.atomic():
-                            if reconcile.apply_observation(
-                                unit, gpuunit=gpuunit, claim=claim, pod=pod, result=result
-                            ):
-                                assert gpuunit is not None
-                                to_patch.append((unit, gpuunit))
-                    except Exception:  # one unit's trouble must not hold the others back
-                        logger.exception("observer could not reconcile %s", unit)
-                lifecycle.mark_units_synced(
-                    unit.pk for unit, *_ in planned if unit.phase != UnitPhase.TERMINATING
-                )
+                for planned_unit in others:
+                    apply(*planned_unit)
+                lifecycle.mark_units_synced(synced)
+        for planned_unit in ending:
+            apply(*planned_unit)
         for unit, gpuunit in to_patch:
             reconcile.sync_gpuunit_status(unit, gpuunit)
         committed = time.monotonic()
@@ -344,12 +395,14 @@ class Observer:
         self.stats.requeued += 1
 
     def _apply_inventory(self) -> None:
+        with self._wake:  # a change from now on marks it dirty again
+            self._inventory_dirty_since = 0.0
         raw = {name: list(self._objects(kind).values()) for name, kind in INVENTORY_KINDS.items()}
-        self._inventory_dirty_since = 0.0
         self._last_inventory = time.monotonic()
         if sync.apply_observed(raw) is None:
             # The backstop sync holds the lock and writes the same: come back after it.
-            self._inventory_dirty_since = time.monotonic()
+            with self._wake:
+                self._inventory_dirty_since = self._inventory_dirty_since or time.monotonic()
             return
         self._last_touch = self._last_inventory
         self.stats.inventory_applies += 1

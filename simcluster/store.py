@@ -23,13 +23,10 @@ from simcluster.selectors import Predicate, parse_field_selector, parse_label_se
 FOREGROUND_FINALIZER = "foregroundDeletion"
 HISTORY_SIZE = 50_000
 # Paginated lists kept for their continue tokens (each holds references, not copies).
-LIST_SNAPSHOTS = 64
+LIST_SNAPSHOTS = 1024
 _CONTINUE_TOO_OLD = (
     "The provided continue parameter is too old to display a consistent list result. You can "
-    "start a new list without the continue parameter, or use the continue token in this "
-    "response to retrieve the remainder of the results. Continuing with the provided token "
-    "results in an inconsistent list - objects that were created, modified, or deleted between "
-    "the time the first chunk was returned and now may show up in the list."
+    "start a new list without the continue parameter."
 )
 _NAME_SUFFIX_ALPHABET = "bcdfghjklmnpqrstvwxz2456789"
 
@@ -239,8 +236,11 @@ class Store:
         token or None, remainingItemCount or None). 410 Expired when the token's version has
         been compacted away; 400 when the token is not one of ours."""
         with self.lock:
+            scope = _list_scope(resource, namespace, label_selector, field_selector)
             if continue_token:
-                snapshot_id, version, start = _decode_continue(continue_token)
+                snapshot_id, version, start, token_scope = _decode_continue(continue_token)
+                if token_scope != scope:  # a token of another list
+                    raise ApiError.bad_request("continue key is not valid")
                 if version < self._compacted_floor() or snapshot_id not in self._snapshots:
                     raise ApiError.gone(_CONTINUE_TOO_OLD)
                 items = self._snapshots[snapshot_id]
@@ -261,7 +261,7 @@ class Store:
             while len(self._snapshots) > LIST_SNAPSHOTS:
                 self._snapshots.popitem(last=False)
             end = start + limit
-            token = _encode_continue(snapshot_id, int(resource_version), end)
+            token = _encode_continue(snapshot_id, int(resource_version), end, scope)
             # Like the real server, the count of what is left is only given without selectors.
             remaining = None if label_selector or field_selector else len(items) - end
             return items[start:end], resource_version, token, remaining
@@ -980,16 +980,30 @@ class Store:
         self.registry.unregister(crd_name)
 
 
-def _encode_continue(snapshot_id: str, resource_version: int, start: int) -> str:
+def _list_scope(
+    resource: str, namespace: str | None, label_selector: str | None, field_selector: str | None
+) -> str:
+    """What a continue token belongs to: like the real server's key prefix, it is valid only
+    for the list (kind, namespace, selectors) that issued it."""
+    return "\x00".join((resource, namespace or "", label_selector or "", field_selector or ""))
+
+
+def _encode_continue(snapshot_id: str, resource_version: int, start: int, scope: str) -> str:
     """An opaque continue token, base64 JSON as the real server's are."""
-    payload = {"v": "meta.k8s.io/v1", "rv": resource_version, "start": start, "id": snapshot_id}
+    payload = {
+        "v": "meta.k8s.io/v1",
+        "rv": resource_version,
+        "start": start,
+        "id": snapshot_id,
+        "scope": scope,
+    }
     return base64.urlsafe_b64encode(json.dumps(payload).encode()).decode().rstrip("=")
 
 
-def _decode_continue(token: str) -> tuple[str, int, int]:
+def _decode_continue(token: str) -> tuple[str, int, int, str]:
     try:
         padded = token + "=" * (-len(token) % 4)
         payload = json.loads(base64.urlsafe_b64decode(padded))
-        return str(payload["id"]), int(payload["rv"]), int(payload["start"])
+        return str(payload["id"]), int(payload["rv"]), int(payload["start"]), str(payload["scope"])
     except (ValueError, KeyError, TypeError):
         raise ApiError.bad_request("continue key is not valid") from None

@@ -98,14 +98,23 @@ def test_kube_calls_are_counted_by_verb_and_outcome(cluster):
     assert delta("list", "ok") == 1
 
 
-def test_a_process_serves_its_own_metrics_on_a_port():
+def test_a_process_serves_its_own_metrics_on_a_port(cluster):
+    from controlplane import kube
+
     port = free_port()
     server = metrics.serve(port)
     try:
-        metrics.OBSERVER_EVENTS.labels("pods").inc()
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
-            text = response.read().decode()
-        assert (value(text, "controlplane_observer_events_total", kind="pods") or 0) >= 1
+
+        def scrape() -> str:
+            url = f"http://127.0.0.1:{port}/metrics"
+            with urllib.request.urlopen(url, timeout=5) as response:
+                return response.read().decode()
+
+        before = value(scrape(), "controlplane_kube_requests_total", verb="list", outcome="ok")
+        kube.list_objects(kube.NODE)  # what this process does shows in what it serves
+        text = scrape()
+        after = value(text, "controlplane_kube_requests_total", verb="list", outcome="ok")
+        assert (after or 0) == (before or 0) + 1
         assert "controlplane_units" not in text  # scrape-time gauges are web's alone
     finally:
         server.shutdown()

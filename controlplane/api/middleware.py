@@ -55,6 +55,10 @@ class MetricsMiddleware:
         )
 
 
+# Any token is a method to HTTP: only these become label values (the rest are "other").
+_METHODS = {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"}
+
+
 class ApiMetricsMiddleware:
     """Times every API request by its route (the URL pattern, so a unit's name never becomes
     a label), method and status."""
@@ -69,7 +73,8 @@ class ApiMetricsMiddleware:
         response = self.get_response(request)
         match = getattr(request, "resolver_match", None)
         route = "/" + match.route if match is not None and match.route else "unmatched"
-        metrics.API_REQUEST_SECONDS.labels(
-            route, request.method, str(response.status_code)
-        ).observe(time.perf_counter() - started)
+        method = request.method if request.method in _METHODS else "other"
+        metrics.API_REQUEST_SECONDS.labels(route, method, str(response.status_code)).observe(
+            time.perf_counter() - started
+        )
         return response

@@ -102,7 +102,8 @@ def watch_events(
 
 class Handler(Protocol):
     def replaced(self, kind: Kind, objects: dict[Key, dict]) -> None:
-        """A list replaced everything known of `kind` (after a start, a 410 or an error)."""
+        """A list replaced everything known of `kind` (after a start, a 410 or an error).
+        Objects it no longer shows have each been reported as DELETED just before."""
 
     def changed(self, kind: Kind, event: Event) -> None:
         """One object of `kind` was added, modified or deleted."""
@@ -130,6 +131,9 @@ class Informer:
         self.objects: dict[Key, dict] = {}
         self.resource_version = ""
         self.synced = threading.Event()  # set once the first list is in
+        # Whether the last attempt to watch failed (cleared when a watch opens): while it is
+        # set, what the informer holds may be behind the cluster.
+        self.failing = False
         self.lists = 0  # how many lists it took (1 + one per 410 or failure)
         self.watches = 0  # how many watches it opened
         self._lock = threading.Lock()
@@ -159,6 +163,11 @@ class Informer:
         except Exception:  # a stream that is already gone needs no closing
             logger.debug("closing the watch of %s", self.kind.plural, exc_info=True)
 
+    @property
+    def healthy(self) -> bool:
+        """Listed, and its watch up: what it holds is the cluster as of a moment ago."""
+        return self.synced.is_set() and not self.failing
+
     def snapshot(self) -> dict[Key, dict]:
         with self._lock:
             return dict(self.objects)
@@ -182,6 +191,7 @@ class Informer:
             except Exception as exc:  # the informer outlives any failure; it backs off
                 if self._stop.is_set():
                     return
+                self.failing = True
                 failures += 1
                 delay = min(self.max_backoff, 0.2 * 2**failures) * random.uniform(0.5, 1.0)
                 logger.warning(
@@ -196,17 +206,25 @@ class Informer:
         items, version = list_all(
             self.kind, label_selector=self.label_selector, page_size=self.page_size
         )
+        if self._stop.is_set():
+            return
         objects = {key_of(obj): obj for obj in items}
         with self._lock:
+            gone = [obj for key, obj in self.objects.items() if key not in objects]
             self.objects = objects
             self.resource_version = version
         self.lists += 1
+        # What went while the watch was down shows only as an absence: say so, as client-go's
+        # Replace does, so the handler hears of every deletion.
+        for obj in gone:
+            self.handler.changed(self.kind, Event("DELETED", obj))
         self.handler.replaced(self.kind, dict(objects))
         self.synced.set()
 
     def _opened(self, response: Any) -> None:
         self._response = response
         self.watches += 1
+        self.failing = False
         if self._stop.is_set():  # stopped while this watch was being opened
             self._shut(response)
 

@@ -13,7 +13,6 @@ from django.db import connection
 
 from catalog.tests.factories import ARTICLE_PACKAGE_ID, PackageFactory
 from inventory.models import Claim, InventorySnapshot
-from runtime import reconcile
 from runtime.models import GPUUnit, UnitPhase
 from runtime.observer import Observer
 from runtime.tests.factories import UnitFactory
@@ -27,16 +26,6 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("
 def _free_devices_after(tenant):
     yield
     remove_namespace_objects(tenant.namespace)
-
-
-@pytest.fixture
-def forbid_backstop(monkeypatch):
-    """The full reconcile must not be what moves units in these tests."""
-
-    def refuse() -> None:
-        raise AssertionError("reconcile_units ran; the observer should have done it")
-
-    monkeypatch.setattr(reconcile, "reconcile_units", refuse)
 
 
 def running(observer: Observer) -> threading.Thread:
@@ -76,8 +65,8 @@ def phase_of(name: str) -> str:
     return GPUUnit.objects.filter(name=name).order_by("-id").values_list("phase", flat=True)[0]
 
 
-@pytest.mark.usefixtures("forbid_backstop")
 def test_a_unit_reaches_running_and_terminated_by_events_alone(observer, tenant):
+    # No beat runs in the test session: only the observer moves the unit.
     PackageFactory(article=True)
     client = client_for(tenant)
     body = {"operationID": "o-1", "name": "watched", "packageID": ARTICLE_PACKAGE_ID}
@@ -103,15 +92,20 @@ def test_a_unit_reaches_running_and_terminated_by_events_alone(observer, tenant)
     assert observer.stats.units_reconciled > 0
 
 
-def test_an_event_costs_the_same_however_many_units_the_database_holds(
-    observer, tenant, cluster, django_db_blocker
-):
+def test_an_event_costs_the_same_however_many_units_the_database_holds(tenant, cluster):
     PackageFactory(article=True)
     client = client_for(tenant)
     body = {"operationID": "o-1", "name": "costed", "packageID": ARTICLE_PACKAGE_ID}
+    observer = Observer()
+    thread = running(observer)
     client.post("/api/v1/gpu-units", {**body, "image": "busybox"}, format="json")
     wait_for(lambda: phase_of("costed") == UnitPhase.RUNNING, what="Running")
     observer.stop()
+    thread.join(10)
+    # Measured on this thread alone: an observer's informers without its loop.
+    observer = Observer()
+    observer.start_informers()
+    wait_for(observer.synced, what="the informers to list the cluster")
     unit = GPUUnit.objects.get(name="costed")
     key = (unit.namespace, unit.name)
 
@@ -125,9 +119,12 @@ def test_an_event_costs_the_same_however_many_units_the_database_holds(
         assert phase_of("costed") == UnitPhase.RUNNING
         return len(log.statements), len(cluster.requests.entries())
 
-    few = one_event()
-    UnitFactory.create_batch(2_000, tenant=tenant, phase=UnitPhase.RUNNING)
-    many = one_event()
+    try:
+        few = one_event()
+        UnitFactory.create_batch(2_000, tenant=tenant, phase=UnitPhase.RUNNING)
+        many = one_event()
+    finally:
+        observer._stop_informers()
     assert few == many
     statements, calls = few
     # The GPUUnit status already says Running (the informer holds it): nothing to patch.
@@ -154,3 +151,24 @@ def test_one_replica_leads_and_another_takes_over(tenant):
         second.stop()
         for thread in threads:
             thread.join(10)
+
+
+def test_a_lost_lead_connection_steps_down_and_takes_the_lead_again(observer, tenant):
+    """The lead is a session lock: when the database drops that session, the observer stops
+    acting, takes the lead again (no other replica wants it), lists afresh and goes on."""
+    first_informers = dict(observer.informers)
+    lead_pid = observer._lead.info.backend_pid
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_terminate_backend(%s)", [lead_pid])
+    wait_for(
+        lambda: observer._lead is None or observer._lead.info.backend_pid != lead_pid,
+        what="the observer to notice its lead connection is gone",
+    )
+    wait_for(observer.leading.is_set, what="the lead taken again")
+    wait_for(observer.synced, what="the informers listed again")
+    assert observer._lead.info.backend_pid != lead_pid
+    assert all(observer.informers[k] is not first_informers[k] for k in first_informers)
+    PackageFactory(article=True)
+    body = {"operationID": "o-2", "name": "after", "packageID": ARTICLE_PACKAGE_ID}
+    client_for(tenant).post("/api/v1/gpu-units", {**body, "image": "busybox"}, format="json")
+    wait_for(lambda: phase_of("after") == UnitPhase.RUNNING, what="Running after the new lead")

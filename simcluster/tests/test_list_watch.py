@@ -99,6 +99,19 @@ def test_a_forged_continue_token_is_400(kube_api: client.ApiClient, namespace: s
     assert refused.value.status == 400
 
 
+def test_a_continue_token_serves_only_the_list_that_issued_it(
+    kube_api: client.ApiClient, namespace: str
+) -> None:
+    core = _events(kube_api, namespace, 3)
+    token = core.list_namespaced_event(namespace, limit=1).metadata._continue
+    with pytest.raises(ApiException) as other_selector:
+        core.list_namespaced_event(namespace, limit=1, _continue=token, label_selector="app=x")
+    assert other_selector.value.status == 400
+    with pytest.raises(ApiException) as other_kind:
+        client.CoreV1Api(kube_api).list_namespaced_pod(namespace, limit=1, _continue=token)
+    assert other_kind.value.status == 400
+
+
 def _watch(url: str) -> list[dict]:
     with urllib.request.urlopen(url, timeout=10) as response:
         return [json.loads(line) for line in response.read().splitlines() if line.strip()]
