@@ -59,7 +59,8 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
         if not header:
             return None
         scheme, _, key = header.partition(" ")
-        if scheme != self.keyword or not key.strip():
+        # RFC 9110 §11.1: the authentication scheme is case-insensitive.
+        if scheme.lower() != self.keyword.lower() or not key.strip():
             raise exceptions.AuthenticationFailed("Use 'Authorization: Bearer <api key>'.")
         key = key.strip()
         parts = key.split("_", 2)
