@@ -120,6 +120,7 @@ class UnitSerializer(serializers.ModelSerializer):
     class Meta:
         model = GPUUnit
         fields = [
+            "uid",
             "name",
             "namespace",
             "operationID",

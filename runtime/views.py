@@ -5,8 +5,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from drf_spectacular.utils import OpenApiResponse, extend_schema, extend_schema_view
-from rest_framework import viewsets
+from drf_spectacular.utils import (
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_view,
+    inline_serializer,
+)
+from rest_framework import serializers, viewsets
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
@@ -17,7 +22,7 @@ from catalog.serializers import PackageSerializer
 from controlplane.api.errors import NotFound
 from controlplane.api.pagination import paginate
 from controlplane.api.schema import envelope, error_responses
-from runtime import availability, lifecycle, orders, selectors, validation
+from runtime import availability, lifecycle, orders, outbox, selectors, validation
 from runtime.models import GPUUnit
 from runtime.serializers import (
     CreateUnitSerializer,
@@ -167,14 +172,33 @@ class UnitDetailView(TenantView):
         return Response(_render_unit(_unit_or_404(self.tenant, name)))
 
     @extend_schema(
-        summary="Delete a GPU unit (repeatable)",
-        responses={202: _UNIT, **error_responses(401, 404)},
+        summary="Delete a GPU unit (repeatable); meta.operationID names the deletion",
+        responses={
+            202: envelope(
+                UnitSerializer,
+                name="UnitDeletionResponse",
+                meta=inline_serializer(
+                    name="DeletionMeta",
+                    fields={"operationID": serializers.CharField()},
+                ),
+            ),
+            **error_responses(401, 404),
+        },
     )
     def delete(self, request: Request, name: str) -> Response:
         unit = lifecycle.request_unit_deletion(
             tenant=self.tenant, name=_unit_or_404(self.tenant, name).name
         )
-        return Response(_render_unit(unit), status=202)
+        # The unit's operationID is its order's: the deletion's own is named beside it.
+        response = Response(
+            {
+                "data": _render_unit(unit),
+                "meta": {"operationID": outbox.delete_operation_id(unit)},
+            },
+            status=202,
+        )
+        response.enveloped = True
+        return response
 
 
 class UnitEventsView(TenantView):

@@ -16,10 +16,17 @@ class ErrorSerializer(serializers.Serializer):
     error = ErrorDetailSerializer()
 
 
-def envelope(serializer: serializers.Serializer | type, *, name: str, many: bool = False):
-    """A schema component `{"data": <serializer>}` named `name`."""
+def envelope(
+    serializer: serializers.Serializer | type,
+    *,
+    name: str,
+    many: bool = False,
+    meta: serializers.Serializer | None = None,
+):
+    """A schema component `{"data": <serializer>}` (and `meta`, when given) named `name`."""
     data = serializer(many=many) if isinstance(serializer, type) else serializer
-    wrapper = inline_serializer(name=name, fields={"data": data})
+    fields = {"data": data} if meta is None else {"data": data, "meta": meta}
+    wrapper = inline_serializer(name=name, fields=fields)
     # The envelope itself is never a list, even on list views (where spectacular would wrap it).
     extend_schema_serializer(many=False)(type(wrapper))
     return wrapper

@@ -86,6 +86,7 @@ class TestUnitCreate(EndpointTest):
             "pending",
             "demo-instance",
         )
+        assert data["uid"] == str(operation.unit.uid)  # the one ID that never names two units
 
     def test_replay_returns_same_unit_with_200(self, auth_client):
         first = auth_client.post(URL, body(), format="json")
@@ -346,14 +347,21 @@ class TestUnitDelete(EndpointTest):
     method = "delete"
     path = "/api/v1/gpu-units/{name}"
 
-    def test_delete_is_202_terminating_and_repeatable(self, auth_client):
-        auth_client.post(URL, body(), format="json")
-        first = self.get_success_response(auth_client, name="demo-instance", status=202)
-        assert first.json()["data"]["phase"] == "Terminating"
-        self.get_success_response(auth_client, name="demo-instance", status=202)
+    def test_delete_is_202_terminating_repeatable_and_names_its_operation(self, auth_client):
+        created = auth_client.post(URL, body(), format="json").json()["data"]
+        first = self.get_success_response(auth_client, name="demo-instance", status=202).json()
+        assert first["data"]["phase"] == "Terminating"
+        assert first["data"]["uid"] == created["uid"]
+        again = self.get_success_response(auth_client, name="demo-instance", status=202).json()
         assert Operation.objects.filter(kind="delete").count() == 1
         operation = Operation.objects.get(kind="delete")
-        status = auth_client.get(f"/api/v1/operations/{operation.operation_id}").json()["data"]
+        # The response names the deletion (the unit's operationID stays its order's), and
+        # the same ID every time it is repeated.
+        assert first["meta"]["operationID"] == again["meta"]["operationID"]
+        assert first["meta"]["operationID"] == operation.operation_id == f"@delete-{created['uid']}"
+        assert first["data"]["operationID"] == "unit-demo-001"
+        status = auth_client.get(f"/api/v1/operations/{first['meta']['operationID']}")
+        status = status.json()["data"]
         assert (status["kind"], status["unitName"]) == ("delete", "demo-instance")
 
     def test_delete_unknown_is_404(self, auth_client):
