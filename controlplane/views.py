@@ -8,11 +8,11 @@ from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from controlplane import health
 from controlplane.api.errors import error_response
 from controlplane.api.schema import envelope
+from controlplane.api.views import ApiView
 
 _check = inline_serializer(
     name="HealthCheck",
@@ -36,7 +36,7 @@ _health = inline_serializer(
 )
 
 
-class HealthView(APIView):
+class HealthView(ApiView):
     """Public liveness/readiness: 200 while the database answers, 503 when it does not."""
 
     authentication_classes: list = []

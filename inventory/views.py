@@ -4,9 +4,9 @@ from django.http import HttpResponse
 from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers
 from rest_framework.request import Request
-from rest_framework.views import APIView
 
 from controlplane.api.schema import envelope, error_responses
+from controlplane.api.views import ApiView
 from inventory import selectors
 from tenancy.permissions import IsOperator
 
@@ -58,7 +58,7 @@ _inventory = inline_serializer(
 )
 
 
-class OperatorInventoryView(APIView):
+class OperatorInventoryView(ApiView):
     permission_classes = [IsOperator]
 
     @extend_schema(

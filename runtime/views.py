@@ -14,7 +14,6 @@ from drf_spectacular.utils import (
 from rest_framework import serializers, viewsets
 from rest_framework.request import Request
 from rest_framework.response import Response
-from rest_framework.views import APIView
 
 from catalog import selectors as catalog_selectors
 from catalog.models import Package
@@ -22,6 +21,7 @@ from catalog.serializers import PackageSerializer
 from controlplane.api.errors import NotFound
 from controlplane.api.pagination import paginate
 from controlplane.api.schema import envelope, error_responses
+from controlplane.api.views import ApiView, StrictQueryMixin
 from runtime import availability, lifecycle, orders, outbox, selectors, validation
 from runtime.models import GPUUnit
 from runtime.serializers import (
@@ -41,7 +41,7 @@ _render_unit = UnitSerializer().to_representation
 _REPLAYED = "Idempotent-Replayed"
 
 
-class TenantView(APIView):
+class TenantView(ApiView):
     """A view acting for the tenant behind the request's key."""
 
     permission_classes = [IsTenant]
@@ -78,7 +78,7 @@ def _unit_or_404(tenant: Tenant, name: str) -> GPUUnit:
         },
     ),
 )
-class PackageViewSet(viewsets.ReadOnlyModelViewSet):
+class PackageViewSet(StrictQueryMixin, viewsets.ReadOnlyModelViewSet):
     """What the tenant can order, and how many units of each fit now (the cluster's free
     devices from the inventory mirror, bounded by the tenant's quota)."""
 
@@ -111,6 +111,12 @@ class PackageViewSet(viewsets.ReadOnlyModelViewSet):
 
 
 class UnitListView(TenantView):
+    def allowed_query_params(self, request: Request) -> frozenset[str]:
+        # The list's filters and paging; an order takes everything in its body.
+        return (
+            frozenset(UnitListQuerySerializer().fields) if request.method == "GET" else frozenset()
+        )
+
     @extend_schema(
         summary="List the tenant's GPU units",
         operation_id="gpu_units_list",
