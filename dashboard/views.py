@@ -38,7 +38,7 @@ from dashboard.forms import UnitCreateForm, UnitFilterForm, new_operation_id
 from dashboard.reasons import explain
 from inventory import selectors as inventory_selectors
 from runtime import lifecycle, manifests, orders
-from runtime.errors import InsufficientCapacity, InvalidRequest, NameConflict, OperationConflict
+from runtime.errors import InvalidRequest, NameConflict, OperationConflict, QuotaExceeded
 from runtime.models import UnitPhase
 
 # How often open pages ask for fresh phases; tests shorten it.
@@ -316,7 +316,7 @@ class UnitCreateView(DashboardView):
                 f"A live unit named {error.details.get('name')} already exists. Choose another "
                 "name, or delete that unit first.",
             )
-        elif isinstance(error, InsufficientCapacity):
+        elif isinstance(error, QuotaExceeded):
             details = error.details
             what = QUOTA_NAMES.get(details.get("limit", ""), details.get("limit", ""))
             form.add_error(

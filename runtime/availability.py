@@ -8,7 +8,7 @@ from collections.abc import Iterable
 from catalog.models import Package
 from inventory import selectors as inventory_selectors
 from tenancy.models import Tenant
-from tenancy.selectors import TenantUsage, usage_of
+from tenancy.selectors import NO_USAGE, TenantUsage, usage_of
 
 
 def headroom(tenant: Tenant, package: Package, usage: TenantUsage) -> int:
@@ -34,7 +34,9 @@ def for_tenant(tenant: Tenant, packages: Iterable[Package]) -> dict[str, dict]:
         row = cluster.get(package.id)
         fits = row.placeable if row else 0
         quota_allows = headroom(tenant, package, usage)
-        if row is None:
+        if headroom(tenant, package, NO_USAGE) == 0:
+            reason = "larger than your quota"  # not even with every unit gone
+        elif row is None:
             reason = "not in the inventory yet"
         elif fits == 0:
             reason = row.reason

@@ -13,16 +13,19 @@ class NameConflict(ApiError):
     code = "name_conflict"
 
 
-class InsufficientCapacity(ApiError):
+class QuotaExceeded(ApiError):
+    """The tenant's own quota refuses the order (the message names the limit); the cluster
+    being full is not this."""
+
     status_code = 409
-    code = "insufficient_capacity"
+    code = "quota_exceeded"
 
 
 __all__ = [
-    "InsufficientCapacity",
     "InvalidRequest",
     "NameConflict",
     "NotFound",
     "OperationConflict",
+    "QuotaExceeded",
     "ServiceUnavailable",
 ]

@@ -30,7 +30,7 @@ from catalog.models import Package
 from controlplane.validation import dns_label
 from dracel import quantity
 from runtime import outbox, selectors
-from runtime.errors import InsufficientCapacity, InvalidRequest, NameConflict
+from runtime.errors import InvalidRequest, NameConflict, QuotaExceeded
 from runtime.models import EventType, GPUUnit, Operation, OperationKind, UnitEvent
 from tenancy.models import ApiKey, Tenant
 from tenancy.selectors import TenantUsage
@@ -134,7 +134,7 @@ def create_unit(
             operation.unit = unit
             _saved(operation, operation_pk)
             transaction.on_commit(lambda: outbox.enqueue(operation))
-    except (IntegrityError, InsufficientCapacity) as exc:
+    except (IntegrityError, QuotaExceeded) as exc:
         # An identical request that committed first (its operationID, or its unit's name, is
         # taken now) is a replay; the name being taken comes before a full quota.
         replay = selectors.get_operation(tenant=tenant, operation_id=operation_id)
@@ -158,7 +158,7 @@ def _replayed(operation: Operation, request_hash: str) -> CreateResult:
 
 def quota_problem(
     tenant: Tenant, usage: TenantUsage, *, cpu_millicores: int, memory_bytes: int
-) -> InsufficientCapacity | None:
+) -> QuotaExceeded | None:
     """Why the tenant's live units plus a new one do not fit its quota (checked under the
     tenant lock), or None when they do."""
     limits: list[tuple[str, int, int, int, Callable[[int], str]]] = [
@@ -180,7 +180,7 @@ def quota_problem(
     ]
     for limit, used, requested, hard, show in limits:
         if used + requested > hard:
-            return InsufficientCapacity(
+            return QuotaExceeded(
                 f"tenant {tenant.slug} quota would be exceeded for {limit}: "
                 f"used={show(used)} requested={show(requested)} hard={show(hard)}",
                 details={

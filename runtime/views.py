@@ -22,6 +22,7 @@ from controlplane.api.errors import NotFound
 from controlplane.api.pagination import paginate
 from controlplane.api.schema import envelope, error_responses
 from controlplane.api.views import ApiView, StrictQueryMixin
+from dracel import quantity
 from runtime import availability, lifecycle, orders, outbox, selectors, validation
 from runtime.models import GPUUnit
 from runtime.serializers import (
@@ -33,6 +34,7 @@ from runtime.serializers import (
 )
 from tenancy.models import Tenant
 from tenancy.permissions import IsTenant, tenant_of
+from tenancy.selectors import usage_of
 
 _UNIT = envelope(UnitSerializer, name="UnitResponse")
 # One UnitSerializer renders every single unit: building a ModelSerializer's fields costs more
@@ -237,3 +239,45 @@ class OperationDetailView(TenantView):
         if operation is None:
             raise NotFound(f"operation {operation_id} not found.")
         return Response(OperationSerializer(operation).data)
+
+
+_quota_line = {
+    "hard": serializers.CharField(),
+    "used": serializers.CharField(),
+    "free": serializers.CharField(),
+}
+
+
+class QuotaView(TenantView):
+    """The tenant's quota, what its live units hold of it, and what is left."""
+
+    @extend_schema(
+        summary="The tenant's quota, usage and headroom",
+        responses={
+            200: envelope(
+                inline_serializer(
+                    name="Quota",
+                    fields={
+                        name: inline_serializer(name=f"Quota_{name}", fields=_quota_line)
+                        for name in ("cpu", "memory", "claims")
+                    },
+                ),
+                name="QuotaResponse",
+            ),
+            **error_responses(401),
+        },
+    )
+    def get(self, request: Request) -> Response:
+        tenant = self.tenant
+        usage = usage_of(tenant)
+        lines = (
+            ("cpu", tenant.quota_cpu_millicores, usage.cpu_millicores, quantity.format_cpu),
+            ("memory", tenant.quota_memory_bytes, usage.memory_bytes, quantity.format_bytes),
+            ("claims", tenant.quota_claims, usage.claims, str),
+        )
+        return Response(
+            {
+                name: {"hard": show(hard), "used": show(used), "free": show(max(0, hard - used))}
+                for name, hard, used, show in lines
+            }
+        )

@@ -130,7 +130,7 @@ class TestUnitCreate(EndpointTest):
             client,
             data=body(operationID="b", name="b"),
             status=409,
-            code="insufficient_capacity",
+            code="quota_exceeded",
         )
         assert "requests.cpu" in error["message"]
         assert error["details"] == {

@@ -31,7 +31,7 @@ def test_fifty_different_creates_against_a_quota_for_ten(live_server, customer, 
     rejected = [body["error"] for status, body in results if status == 409]
     assert statuses.count(201) == 10
     assert len(rejected) == 40
-    assert {error["code"] for error in rejected} == {"insufficient_capacity"}
+    assert {error["code"] for error in rejected} == {"quota_exceeded"}
     assert all("requests.cpu" in error["message"] for error in rejected)
     assert GPUUnit.objects.filter(tenant=tenant).count() == 10
     assert Operation.objects.filter(tenant=tenant).count() == 10
@@ -42,7 +42,7 @@ def test_fifty_different_creates_against_a_quota_for_ten(live_server, customer, 
     record(
         requests=50,
         accepted=statuses.count(201),
-        rejected_insufficient_capacity=len(rejected),
+        rejected_quota_exceeded=len(rejected),
         units=10,
         claims_in_cluster=len(claims),
         phases=phases,
