@@ -4,6 +4,7 @@
 With it off, `DJANGO_SECRET_KEY` and `ALLOWED_HOSTS` must be set or the process refuses to start.
 """
 
+from datetime import timedelta
 from pathlib import Path
 
 import environ
@@ -42,6 +43,7 @@ INSTALLED_APPS = [
     "django.contrib.staticfiles",
     "django.contrib.postgres",
     "django_htmx",
+    "axes",
     "rest_framework",
     "drf_spectacular",
     "drf_spectacular_sidecar",
@@ -66,6 +68,8 @@ MIDDLEWARE = [
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
+    # Last, as django-axes asks: it turns a lockout into the lockout page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "controlplane.urls"
@@ -111,6 +115,27 @@ REDIS_URL = env.str("REDIS_URL", default="redis://127.0.0.1:6379/0")
 LOGIN_URL = "dashboard:login"
 LOGIN_REDIRECT_URL = "dashboard:overview"
 LOGOUT_REDIRECT_URL = "dashboard:login"
+
+# Logins to the dashboard and the admin are throttled by django-axes: after LOGIN_FAILURE_LIMIT
+# wrong passwords for one account, or from one client address, both are refused (a 429 page that
+# says why and for how long) until LOGIN_LOCKOUT_MINUTES pass without another failure. Attempts
+# are rows in the database, where ops see them (admin: Axes) and lift a lock by deleting them
+# or with `manage.py axes_reset_username`/`axes_reset_ip`.
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env.int("LOGIN_FAILURE_LIMIT", default=5)
+AXES_COOLOFF_TIME = timedelta(minutes=env.float("LOGIN_LOCKOUT_MINUTES", default=15.0))
+AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_HTTP_RESPONSE_CODE = 429
+AXES_LOCKOUT_CALLABLE = "tenancy.login.lockout_response"
+AXES_CLIENT_IP_CALLABLE = "tenancy.login.client_address"
+# Proxies in front of web that append to X-Forwarded-For (production sits behind an ingress, as
+# SECURE_PROXY_SSL_HEADER assumes); without them every client would share the proxy's address.
+LOGIN_TRUSTED_PROXIES = env.int("LOGIN_TRUSTED_PROXIES", default=0 if DEBUG else 1)
+# Successful logins are not logged to the database (AccessLog would grow without bound).
+AXES_DISABLE_ACCESS_LOG = True
 
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},

@@ -1,0 +1,129 @@
+"""Logins to the dashboard and the admin are throttled per account and per client address."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from django.contrib.auth import get_user_model
+from django.test import Client
+from django.urls import reverse
+
+from tenancy.login import client_address
+
+pytestmark = pytest.mark.django_db
+
+ROOT = Path(__file__).resolve().parents[2]
+PASSWORD = "a-correct-horse-battery-staple"
+DASHBOARD_LOGIN = reverse("dashboard:login")
+ADMIN_LOGIN = reverse("admin:login")
+
+
+@pytest.fixture(autouse=True)
+def failure_limit(settings):
+    settings.AXES_FAILURE_LIMIT = 3
+    return 3
+
+
+@pytest.fixture
+def user():
+    return get_user_model().objects.create_user("alice", password=PASSWORD, is_staff=True)
+
+
+def log_in(url: str, username: str, password: str, address: str = "203.0.113.7"):
+    return Client(REMOTE_ADDR=address).post(url, {"username": username, "password": password})
+
+
+def test_dashboard_login_is_refused_with_a_readable_page_when_the_account_failed_too_often(user):
+    answers = [log_in(DASHBOARD_LOGIN, "alice", "wrong").status_code for _ in range(2)]
+    assert answers == [200, 200]  # the form again, with its error
+
+    locked = log_in(DASHBOARD_LOGIN, "alice", "wrong")
+    assert locked.status_code == 429
+    assert locked["Content-Type"].startswith("text/html")
+    page = locked.content.decode()
+    assert "Too many failed logins" in page
+    assert "after 3 wrong" in page
+    assert "Try again in 15 minutes" in page
+    assert reverse("dashboard:login") in page  # a way back, in the dashboard's own layout
+
+    # The right password does not get through the lock, from this address or any other.
+    for address in ("203.0.113.7", "198.51.100.9"):
+        response = log_in(DASHBOARD_LOGIN, "alice", PASSWORD, address)
+        assert response.status_code == 429
+        assert "_auth_user_id" not in response.wsgi_request.session
+
+
+def test_login_is_refused_when_one_address_failed_too_often_for_any_accounts(user):
+    for username in ("bob", "carol", "dave"):
+        log_in(DASHBOARD_LOGIN, username, "wrong")
+
+    assert log_in(DASHBOARD_LOGIN, "alice", PASSWORD).status_code == 429
+    # Another address is not held back by this one's failures.
+    assert log_in(DASHBOARD_LOGIN, "alice", PASSWORD, "198.51.100.9").status_code == 302
+
+
+def test_admin_login_is_refused_with_an_admin_page_when_the_account_failed_too_often(user):
+    for _ in range(2):
+        assert log_in(ADMIN_LOGIN, "alice", "wrong").status_code == 200
+
+    locked = log_in(ADMIN_LOGIN, "alice", "wrong", "198.51.100.9")
+    assert locked.status_code == 429
+    page = locked.content.decode()
+    assert "Too many failed logins" in page
+    assert "Try again in 15 minutes" in page
+    assert "GPU control plane" in page
+    assert 'id="site-name"' in page
+    assert log_in(ADMIN_LOGIN, "alice", PASSWORD).status_code == 429
+
+
+def test_login_succeeds_when_failures_stay_under_the_limit(user):
+    log_in(DASHBOARD_LOGIN, "alice", "wrong")
+    log_in(DASHBOARD_LOGIN, "alice", "wrong")
+    assert log_in(DASHBOARD_LOGIN, "alice", PASSWORD).status_code == 302
+
+
+def test_client_address_is_the_one_the_outermost_trusted_proxy_saw(settings, rf):
+    forwarded = {"REMOTE_ADDR": "10.0.0.5", "HTTP_X_FORWARDED_FOR": "1.2.3.4, 203.0.113.7"}
+    settings.LOGIN_TRUSTED_PROXIES = 0
+    assert client_address(rf.post("/", **forwarded)) == "10.0.0.5"
+    settings.LOGIN_TRUSTED_PROXIES = 1
+    # The left entry is whatever the client sent; the ingress appended the right one.
+    assert client_address(rf.post("/", **forwarded)) == "203.0.113.7"
+    settings.LOGIN_TRUSTED_PROXIES = 2
+    assert client_address(rf.post("/", **forwarded)) == "1.2.3.4"
+    settings.LOGIN_TRUSTED_PROXIES = 3  # did not come through all of them: trust none
+    assert client_address(rf.post("/", **forwarded)) == "10.0.0.5"
+
+
+def test_each_client_behind_the_proxy_is_throttled_apart(settings, user):
+    settings.LOGIN_TRUSTED_PROXIES = 1
+
+    def through_ingress(username, password, client):
+        return Client(REMOTE_ADDR="10.0.0.5", HTTP_X_FORWARDED_FOR=client).post(
+            DASHBOARD_LOGIN, {"username": username, "password": password}
+        )
+
+    for username in ("bob", "carol", "dave"):
+        through_ingress(username, "wrong", "203.0.113.7")
+    assert through_ingress("alice", PASSWORD, "203.0.113.7").status_code == 429
+    assert through_ingress("alice", PASSWORD, "198.51.100.9").status_code == 302
+
+
+def test_limits_come_from_the_environment():
+    env = {**os.environ, "LOGIN_FAILURE_LIMIT": "7", "LOGIN_LOCKOUT_MINUTES": "2.5"}
+    env["LOGIN_TRUSTED_PROXIES"] = "2"
+    script = (
+        "from django.conf import settings as s; "
+        "print(s.AXES_FAILURE_LIMIT, s.AXES_COOLOFF_TIME.total_seconds(), s.LOGIN_TRUSTED_PROXIES)"
+    )
+    result = subprocess.run(
+        [sys.executable, "manage.py", "shell", "-c", script],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.stdout.splitlines()[-1].split() == ["7", "150.0", "2"], result.stderr
