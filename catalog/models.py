@@ -8,7 +8,7 @@ from django.db import models
 from django.db.models.functions import Lower
 
 from catalog import validation
-from controlplane.validation import dns_label, dns_subdomain, positive_quantity
+from controlplane.validation import dns_label, dns_subdomain, fold_case, positive_quantity
 from dracel import quantity
 
 # Model field -> the path customers and ops see in JSON and YAML.
@@ -92,7 +92,7 @@ class Package(models.Model):
 
     def clean(self) -> None:
         """Normalise, then check every rule, reporting all failing fields at once."""
-        self.id = (self.id or "").strip().lower()
+        self.id = fold_case((self.id or "").strip())
         self.spec_name = (self.spec_name or "").strip()
         self.cpu = (self.cpu or "").strip()
         self.memory = (self.memory or "").strip()

@@ -3,7 +3,7 @@
 from django.db.models import QuerySet
 
 from catalog.models import Package
-from controlplane.validation import dns_label
+from controlplane.validation import dns_label, fold_case
 
 
 def list_active_packages() -> QuerySet[Package]:
@@ -11,7 +11,7 @@ def list_active_packages() -> QuerySet[Package]:
 
 
 def get_active_package(package_id: str) -> Package | None:
-    package_id = package_id.strip().lower()
+    package_id = fold_case(package_id.strip())
     if dns_label(package_id):
         return None  # cannot exist; never send it to the database
     return Package.objects.filter(active=True, id=package_id).first()

@@ -60,7 +60,7 @@ MIDDLEWARE = [
     "controlplane.api.middleware.ApiMetricsMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
-    "controlplane.api.middleware.ApiBodyLimitMiddleware",
+    "controlplane.api.middleware.ApiEnvelopeMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
@@ -176,7 +176,7 @@ X_FRAME_OPTIONS = "DENY"
 
 REST_FRAMEWORK = {
     "DEFAULT_RENDERER_CLASSES": ["controlplane.api.renderers.EnvelopeJSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "DEFAULT_PARSER_CLASSES": ["controlplane.api.parsers.StrictJSONParser"],
     "DEFAULT_AUTHENTICATION_CLASSES": ["tenancy.auth.ApiKeyAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["tenancy.permissions.IsTenant"],
     "EXCEPTION_HANDLER": "controlplane.api.exceptions.envelope_exception_handler",

@@ -13,6 +13,13 @@ DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]
 _QUALIFIED_NAME = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
 
 
+def fold_case(value: str) -> str:
+    """Lower-case ASCII only. `str.lower` folds Unicode too (KELVIN SIGN U+212A becomes "k"),
+    which would make a name valid that the client never sent; anything non-ASCII stays as sent
+    and so fails the DNS checks below."""
+    return value.lower() if value.isascii() else value
+
+
 def dns_label(value: str) -> str | None:
     if not value:
         return "This field is required."

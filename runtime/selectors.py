@@ -8,6 +8,7 @@ from datetime import datetime
 
 from django.db.models import Count, QuerySet, Sum
 
+from controlplane.validation import fold_case
 from runtime.models import GPUUnit, Operation, OperationStatus, UnitEvent, UnitPhase
 from tenancy.models import Tenant
 from tenancy.selectors import TenantUsage
@@ -20,13 +21,13 @@ def list_units(
     if phase:
         units = units.filter(phase=phase)
     if package_id:
-        units = units.filter(package_id=package_id.strip().lower())
+        units = units.filter(package_id=fold_case(package_id.strip()))
     return units
 
 
 def get_unit(*, tenant: Tenant, name: str) -> GPUUnit | None:
     """The live unit of that name, or else the most recent one that had it."""
-    units = GPUUnit.objects.filter(tenant=tenant, name=name.strip().lower())
+    units = GPUUnit.objects.filter(tenant=tenant, name=fold_case(name.strip()))
     return units.filter(phase__in=UnitPhase.LIVE).first() or units.order_by("-id").first()
 
 

@@ -6,7 +6,9 @@ from django.conf import settings
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from controlplane.api.fields import StringField
 from controlplane.api.pagination import DEFAULT_LIMIT, MAX_LIMIT
+from controlplane.validation import fold_case
 from runtime import validation
 from runtime.models import GPUUnit, Operation, UnitEvent, UnitPhase
 
@@ -23,24 +25,54 @@ class StrictSerializer(serializers.Serializer):
 
 
 class EnvVarSerializer(serializers.Serializer):
-    name = serializers.CharField()
-    value = serializers.CharField(required=False, allow_blank=True)
+    """One environment variable of the unit's container."""
+
+    name = StringField(max_length=256, help_text="a C identifier-like name, e.g. HF_HOME")
+    value = StringField(required=False, allow_blank=True, max_length=validation.MAX_STRING)
+
+
+def _strings(help_text: str) -> serializers.ListField:
+    return serializers.ListField(
+        child=StringField(allow_blank=True, max_length=validation.MAX_STRING),
+        required=False,
+        max_length=validation.MAX_ITEMS,
+        help_text=help_text,
+    )
 
 
 class TemplateSerializer(serializers.Serializer):
-    """Optional workload settings; device classes, selectors and raw pod fields are not here."""
+    """The unit's container: command, arguments and environment (all optional; the image's
+    own entrypoint runs without them). Devices, selectors and other pod fields come from the
+    package and cannot be set here."""
 
-    command = serializers.ListField(child=serializers.CharField(), required=False)
-    args = serializers.ListField(child=serializers.CharField(), required=False)
-    env = EnvVarSerializer(many=True, required=False)
+    command = _strings('replaces the image\'s ENTRYPOINT, e.g. ["python", "-m", "http.server"]')
+    args = _strings("replaces the image's CMD")
+    env = serializers.ListField(
+        child=EnvVarSerializer(), required=False, max_length=validation.MAX_ITEMS
+    )
+
+
+@extend_schema_field(TemplateSerializer)
+class TemplateField(serializers.JSONField):
+    """`template` as the pure validator checks it, typed in the schema; its problems come back
+    as a list of strings per field path (`template.env[0].name`), like every other field's."""
+
+    def to_internal_value(self, data: object) -> dict:
+        problems = validation.template(data)
+        if problems:
+            raise serializers.ValidationError(problems)
+        assert isinstance(data, dict)
+        return {key: data[key] for key in ("command", "args", "env") if data.get(key)}
 
 
 class CreateUnitSerializer(StrictSerializer):
-    operationID = serializers.CharField(max_length=128, trim_whitespace=False)
-    name = serializers.CharField(max_length=254)
-    packageID = serializers.CharField(max_length=253)
-    image = serializers.CharField(max_length=validation.MAX_IMAGE)
-    template = serializers.JSONField(required=False)
+    """An order for one GPU unit of a package. Fields not listed here are refused."""
+
+    operationID = StringField(max_length=128, trim_whitespace=False)
+    name = StringField(max_length=validation.UNIT_NAME_MAX)
+    packageID = StringField(max_length=63)
+    image = StringField(max_length=validation.MAX_IMAGE)
+    template = TemplateField(required=False)
 
     def validate_operationID(self, value: str) -> str:
         if not validation.OPERATION_ID.fullmatch(value):
@@ -50,14 +82,14 @@ class CreateUnitSerializer(StrictSerializer):
         return value
 
     def validate_name(self, value: str) -> str:
-        value = value.strip().lower()
+        value = fold_case(value.strip())
         problem = validation.unit_name(value)
         if problem:
             raise serializers.ValidationError(problem)
         return value
 
     def validate_packageID(self, value: str) -> str:
-        return value.strip().lower()
+        return fold_case(value.strip())
 
     def validate_image(self, value: str) -> str:
         value = value.strip()
@@ -66,11 +98,22 @@ class CreateUnitSerializer(StrictSerializer):
             raise serializers.ValidationError(problem)
         return value
 
-    def validate_template(self, value: object) -> dict:
-        problems = validation.template(value)
-        if problems:
-            raise serializers.ValidationError(problems)
-        return {key: value[key] for key in ("command", "args", "env") if value.get(key)}
+    def to_internal_value(self, data):
+        # A template's problems are keyed by their own paths, beside the other fields'.
+        try:
+            return super().to_internal_value(data)
+        except serializers.ValidationError as exc:
+            raise serializers.ValidationError(_flatten_template(exc.detail)) from None
+
+
+def _flatten_template(detail):
+    """{"template": {"template.env[0].name": ["..."]}} -> {"template.env[0].name": ["..."]}."""
+    if not isinstance(detail, dict) or not isinstance(detail.get("template"), dict):
+        return detail
+    flat = {key: value for key, value in detail.items() if key != "template"}
+    for path, messages in detail["template"].items():
+        flat[path] = messages if isinstance(messages, list) else [messages]
+    return flat
 
 
 class UnitListQuerySerializer(serializers.Serializer):
@@ -117,6 +160,8 @@ class UnitSerializer(serializers.ModelSerializer):
     updatedAt = serializers.DateTimeField(source="updated_at")
     lastSyncTime = serializers.DateTimeField(source="last_sync_at", allow_null=True)
 
+    template = serializers.SerializerMethodField()
+
     class Meta:
         model = GPUUnit
         fields = [
@@ -141,6 +186,10 @@ class UnitSerializer(serializers.ModelSerializer):
             "updatedAt",
             "lastSyncTime",
         ]
+
+    @extend_schema_field(TemplateSerializer)
+    def get_template(self, unit: GPUUnit) -> dict:
+        return unit.template or {}
 
     @extend_schema_field(DraStatusSerializer)
     def get_draStatus(self, unit: GPUUnit) -> dict:

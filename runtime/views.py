@@ -22,6 +22,7 @@ from controlplane.api.errors import NotFound
 from controlplane.api.pagination import paginate
 from controlplane.api.schema import envelope, error_responses
 from controlplane.api.views import ApiView, StrictQueryMixin
+from controlplane.validation import fold_case
 from dracel import quantity
 from runtime import availability, lifecycle, orders, outbox, selectors, validation
 from runtime.models import GPUUnit
@@ -56,7 +57,7 @@ class TenantView(ApiView):
 
 
 def _unit_or_404(tenant: Tenant, name: str) -> GPUUnit:
-    name = name.strip().lower()
+    name = fold_case(name.strip())
     # A name that could never exist is simply not found (and never reaches the database).
     unit = None if validation.unit_name(name) else selectors.get_unit(tenant=tenant, name=name)
     if unit is None:

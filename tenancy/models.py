@@ -7,7 +7,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models
 
-from controlplane.validation import dns_label, positive_quantity
+from controlplane.validation import dns_label, fold_case, positive_quantity
 from dracel import quantity
 
 
@@ -47,8 +47,8 @@ class Tenant(models.Model):
         return self.slug
 
     def clean(self) -> None:
-        self.slug = (self.slug or "").strip().lower()
-        self.namespace = (self.namespace or "").strip().lower()
+        self.slug = fold_case((self.slug or "").strip())
+        self.namespace = fold_case((self.namespace or "").strip())
         self.quota_cpu = (self.quota_cpu or "").strip()
         self.quota_memory = (self.quota_memory or "").strip()
         errors = {

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from controlplane.validation import fold_case
 from tenancy.models import Tenant
 
 
@@ -26,4 +27,4 @@ def usage_of(tenant: Tenant) -> TenantUsage:
 
 
 def get_tenant(*, slug: str) -> Tenant | None:
-    return Tenant.objects.filter(slug=slug.strip().lower()).first()
+    return Tenant.objects.filter(slug=fold_case(slug.strip())).first()

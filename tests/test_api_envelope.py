@@ -71,3 +71,65 @@ def test_database_outage_is_503_service_unavailable(auth_client, monkeypatch):
     response = auth_client.get("/api/v1/gpu-units")
     assert_error(response, 503, "service_unavailable")
     assert response["Retry-After"] == "1"
+
+
+@pytest.mark.parametrize("debug", [False, True])
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/api/v1/nope",
+        "/api/v1/gpu-units/",
+        "/api/v2/gpu-units",
+        "/api/v1/operations/a%2Fb",
+        "/api/v1/packages/x/y",
+    ],
+)
+def test_no_route_is_the_404_envelope_in_debug_mode_too(auth_client, path, debug):
+    with override_settings(DEBUG=debug):
+        error = assert_error(auth_client.get(path), 404, "not_found")
+    assert "urlpatterns" not in error["message"].lower()
+
+
+@pytest.mark.parametrize("debug", [False, True])
+def test_a_disallowed_host_is_the_400_envelope(client, debug):
+    with override_settings(DEBUG=debug, ALLOWED_HOSTS=["api.example.com"]):
+        response = client.get("/api/v1/packages", HTTP_HOST="evil.example.net")
+    assert_error(response, 400, "invalid_request")
+
+
+def test_outside_api_a_disallowed_host_stays_html(client):
+    with override_settings(DEBUG=False, ALLOWED_HOSTS=["api.example.com"]):
+        response = client.get("/login/", HTTP_HOST="evil.example.net")
+    assert response.status_code == 400
+    assert not response["Content-Type"].startswith("application/json")
+
+
+@pytest.mark.parametrize("debug", [False, True])
+def test_a_lone_surrogate_key_is_a_400_not_a_500(auth_client, debug):
+    with override_settings(DEBUG=debug):
+        response = auth_client.post(
+            "/api/v1/gpu-units", data='{"\\ud800": 1}', content_type="application/json"
+        )
+    assert "surrogate" in assert_error(response, 400, "invalid_request")["message"]
+
+
+def test_a_template_nested_ten_thousand_deep_is_a_400(auth_client):
+    deep = "[" * 10_000 + "]" * 10_000
+    response = auth_client.post(
+        "/api/v1/gpu-units",
+        data='{"operationID": "o", "name": "n", "packageID": "p", "image": "i", "template": '
+        + deep
+        + "}",
+        content_type="application/json",
+    )
+    assert "nested deeper" in assert_error(response, 400, "invalid_request")["message"]
+
+
+def test_a_compressed_body_is_415_not_a_parse_error(auth_client):
+    response = auth_client.post(
+        "/api/v1/gpu-units",
+        data=b"\x1f\x8b\x08\x00",
+        content_type="application/json",
+        HTTP_CONTENT_ENCODING="gzip",
+    )
+    assert "gzip" in assert_error(response, 415, "unsupported_media_type")["message"]

@@ -23,3 +23,39 @@ def test_swagger_ui_assets_come_from_this_server_not_a_cdn(client):
     assert "/static/drf_spectacular_sidecar/" in page
     asset = client.get("/static/drf_spectacular_sidecar/swagger-ui-dist/swagger-ui-bundle.js")
     assert asset.status_code == 200
+
+
+def _example(schema: dict, components: dict):
+    """The request body Swagger UI prefills from a schema: "string" for strings, one item per
+    array, every property of an object."""
+    if "$ref" in schema:
+        return _example(components[schema["$ref"].rsplit("/", 1)[1]], components)
+    if "allOf" in schema:
+        return _example(schema["allOf"][0], components)
+    kind = schema.get("type")
+    if kind == "object":
+        return {
+            name: _example(sub, components) for name, sub in schema.get("properties", {}).items()
+        }
+    if kind == "array":
+        return [_example(schema["items"], components)]
+    return {"string": "string", "integer": 0, "boolean": True}.get(kind, "string")
+
+
+def test_the_create_schema_states_what_the_server_enforces(client, auth_client):
+    from catalog.tests.factories import ARTICLE_PACKAGE_ID, PackageFactory
+
+    PackageFactory(article=True)
+    components = yaml.safe_load(client.get("/api/schema/").content)["components"]["schemas"]
+    create = components["CreateUnitRequest"]
+    assert create["properties"]["name"]["maxLength"] == 54
+    # Swagger's own example (typed template included) is accepted once the IDs are real.
+    body = _example(create, components)
+    assert isinstance(body["template"], dict)
+    body.update(operationID="schema-1", name="n" * 54, packageID=ARTICLE_PACKAGE_ID)
+    body["image"] = "python:3.12"
+    response = auth_client.post("/api/v1/gpu-units", body, format="json")
+    assert response.status_code == 201, response.json()
+    assert response.json()["data"]["template"] == body["template"]
+    body.update(operationID="schema-2", name="n" * 55)
+    assert auth_client.post("/api/v1/gpu-units", body, format="json").status_code == 400

@@ -1,5 +1,5 @@
-"""Middleware: /metrics, request latency for it, and oversized API bodies refused before
-anything reads them."""
+"""Middleware: /metrics, request latency for it, and the API's envelope for everything under
+/api/ (oversized bodies refused before anything reads them, HTML error pages replaced)."""
 
 from __future__ import annotations
 
@@ -13,24 +13,52 @@ from django.http import HttpRequest, HttpResponse
 from controlplane import metrics
 from controlplane.api.errors import error_response
 
+# What a non-JSON answer under /api/ (Django's debug 404 page, the 400 for a disallowed Host,
+# a CSRF 403) becomes: its status kept, its body replaced by the envelope.
+_ENVELOPE_FOR_STATUS = {
+    400: ("invalid_request", "The request is invalid."),
+    403: ("forbidden", "The request is not allowed."),
+    404: ("not_found", "No API route matches this path."),
+    405: ("method_not_allowed", "The method is not allowed on this path."),
+    500: ("internal_error", "The server failed to handle this request."),
+}
 
-class ApiBodyLimitMiddleware:
+
+class ApiEnvelopeMiddleware:
+    """Everything under /api/ answers JSON in the envelope, in debug mode as in production:
+    bodies over API_MAX_BODY_BYTES are refused with 413 before anything reads them, and any
+    answer Django renders as HTML (no route, a disallowed Host, debug error pages) is replaced
+    by the envelope with the same status."""
+
     def __init__(self, get_response: Callable[[HttpRequest], HttpResponse]) -> None:
         self.get_response = get_response
 
     def __call__(self, request: HttpRequest) -> HttpResponse:
-        if request.path.startswith("/api/"):
-            try:
-                length = int(request.META.get("CONTENT_LENGTH") or 0)
-            except ValueError:
-                length = 0
-            if length > settings.API_MAX_BODY_BYTES:
-                return error_response(
-                    413,
-                    "payload_too_large",
-                    f"Request bodies are limited to {settings.API_MAX_BODY_BYTES} bytes.",
-                )
-        return self.get_response(request)
+        if not request.path.startswith("/api/"):
+            return self.get_response(request)
+        try:
+            length = int(request.META.get("CONTENT_LENGTH") or 0)
+        except ValueError:
+            length = 0
+        if length > settings.API_MAX_BODY_BYTES:
+            return error_response(
+                413,
+                "payload_too_large",
+                f"Request bodies are limited to {settings.API_MAX_BODY_BYTES} bytes.",
+            )
+        response = self.get_response(request)
+        if response.status_code >= 400 and not response.get("Content-Type", "").startswith(
+            "application/json"
+        ):
+            code, message = _ENVELOPE_FOR_STATUS.get(
+                response.status_code, ("error", "The request failed.")
+            )
+            replaced = error_response(response.status_code, code, message)
+            for header in ("Allow", "Retry-After", "WWW-Authenticate"):
+                if header in response:
+                    replaced[header] = response[header]
+            return replaced
+        return response
 
 
 class MetricsMiddleware:

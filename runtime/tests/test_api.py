@@ -5,6 +5,8 @@ The usage counters behind the quota are tested in test_usage_counters.py."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from catalog.tests.factories import ARTICLE_PACKAGE_ID, PackageFactory
@@ -190,10 +192,18 @@ class TestUnitCreate(EndpointTest):
             ({"name": "under_score"}, "name"),
             ({"image": "Not An Image"}, "image"),
             ({"image": ""}, "image"),
-            ({"template": {"env": [{"name": "GPU_COUNT", "value": "8"}]}}, "template"),
+            ({"template": {"env": [{"name": "GPU_COUNT", "value": "8"}]}}, "template.env[0].name"),
             ({"deviceClassName": "nvidia-h100"}, "deviceClassName"),
             ({"claimName": "mine"}, "claimName"),
             ({"selectors": ["true"]}, "selectors"),
+            # A JSON number or boolean is never read as a string.
+            ({"name": 1e300}, "name"),
+            ({"operationID": 12345566}, "operationID"),
+            ({"packageID": True}, "packageID"),
+            ({"image": 3.12}, "image"),
+            # Only ASCII is case-folded: KELVIN SIGN would become "k".
+            ({"name": "\u212a"}, "name"),
+            ({"image": "python@sha256:" + "A" * 64}, "image"),
         ],
     )
     def test_bad_input_is_400_per_field_and_creates_nothing(self, auth_client, overrides, field):
@@ -203,6 +213,33 @@ class TestUnitCreate(EndpointTest):
         assert field in error["details"]["fields"]
         assert not GPUUnit.objects.exists()
         assert not Operation.objects.exists()
+
+    def test_a_package_id_needing_a_unicode_fold_is_not_found(self, auth_client):
+        PackageFactory(id="kepler-1x")
+        sneaky = "\u212aepler-1x"  # KELVIN SIGN, which str.lower() makes "k"
+        response = auth_client.post(URL, body(packageID=sneaky), format="json")
+        assert response.status_code == 400
+        assert "packageID" in response.json()["error"]["details"]["fields"]
+
+    def test_template_errors_are_a_list_of_strings_per_field_path(self, auth_client):
+        template = {"command": "python", "env": [{"name": "1 bad"}], "extra": 1}
+        error = self.get_error_response(
+            auth_client, data=body(template=template), status=400, code="invalid_request"
+        )
+        fields = error["details"]["fields"]
+        assert set(fields) == {"template.command", "template.env[0].name", "template.extra"}
+        assert all(
+            isinstance(messages, list) and all(isinstance(m, str) for m in messages)
+            for messages in fields.values()
+        )
+        assert not GPUUnit.objects.exists()
+
+    def test_duplicate_keys_are_400_and_create_nothing(self, auth_client):
+        raw = json.dumps(body())[:-1] + ', "name": "other"}'
+        response = auth_client.post(URL, raw, content_type="application/json")
+        assert response.status_code == 400
+        assert "appears twice" in response.json()["error"]["message"]
+        assert not GPUUnit.objects.exists()
 
     def test_longest_name_accepted(self, auth_client):
         response = auth_client.post(URL, body(name="n" * 54), format="json")

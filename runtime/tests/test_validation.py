@@ -2,6 +2,7 @@
 
 import pytest
 
+from controlplane.validation import fold_case
 from runtime import validation
 
 
@@ -15,6 +16,13 @@ def test_valid_unit_names(name):
 )
 def test_invalid_unit_names(name):
     assert validation.unit_name(name)
+
+
+def test_only_ascii_is_case_folded():
+    # KELVIN SIGN lower-cases to "k" in Python; a name that needs that fold is refused.
+    assert fold_case("Demo-K") == "demo-k"
+    assert fold_case("\u212a") == "\u212a"
+    assert validation.unit_name(fold_case("\u212aelvin"))
 
 
 @pytest.mark.parametrize(
@@ -33,7 +41,22 @@ def test_valid_image_references(image):
 
 
 @pytest.mark.parametrize(
-    "image", ["", "Python:3.12", "python:", "a b", "http://x/y", "x@sha256:short", "é", "x" * 600]
+    "image",
+    [
+        "",
+        "Python:3.12",
+        "python:",
+        "a b",
+        "http://x/y",
+        "x@sha256:short",
+        "é",
+        "x" * 600,
+        # A digest is exactly sha256 and 64 lower-case hex digits: not 32, 65 or upper-case.
+        "python@sha256:" + "a" * 32,
+        "python@sha256:" + "a" * 65,
+        "python@sha256:" + "A" * 64,
+        "python@md5:" + "a" * 64,
+    ],
 )
 def test_invalid_image_references(image):
     assert validation.image_reference(image, allowlist=[])
