@@ -64,16 +64,19 @@ def main() -> None:
     seed_units(tenant, package)
     from django.db import connection
 
+    from controlplane.api.pagination import cursor_scope, encode_cursor
+
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE")
         cursor.execute(
-            "SELECT id FROM runtime_gpuunit WHERE tenant_id = %s ORDER BY id DESC OFFSET 5000 "
+            "SELECT uid FROM runtime_gpuunit WHERE tenant_id = %s ORDER BY id DESC OFFSET 5000 "
             "LIMIT 1",
             [tenant.pk],
         )
-        deep_cursor = cursor.fetchone()[0]
+        # The cursor the API itself would hand out after that unit (unfiltered list).
+        deep_cursor = encode_cursor(str(cursor.fetchone()[0]), cursor_scope(tenant.pk, None, ""))
 
-    def api(limit: int, cursor: int | None = None):
+    def api(limit: int, cursor: str | None = None):
         path = f"/api/v1/gpu-units?limit={limit}" + (f"&cursor={cursor}" if cursor else "")
         return lambda index, worker: harness.json_request("GET", path, key=key)
 

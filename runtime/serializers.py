@@ -121,8 +121,8 @@ class UnitListQuerySerializer(serializers.Serializer):
 
     phase = serializers.ChoiceField(choices=UnitPhase.choices, required=False)
     packageID = serializers.RegexField(r"^[A-Za-z0-9-]{1,63}$", required=False)
-    cursor = serializers.RegexField(
-        r"^[0-9]{1,18}$", required=False, help_text="meta.nextCursor of the previous page"
+    cursor = serializers.CharField(
+        max_length=512, required=False, help_text="meta.nextCursor of the previous page (opaque)"
     )
     limit = serializers.IntegerField(
         min_value=1, max_value=MAX_LIMIT, default=DEFAULT_LIMIT, help_text="page size"

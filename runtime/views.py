@@ -19,7 +19,7 @@ from catalog import selectors as catalog_selectors
 from catalog.models import Package
 from catalog.serializers import PackageSerializer
 from controlplane.api.errors import NotFound
-from controlplane.api.pagination import paginate
+from controlplane.api.pagination import cursor_scope, paginate
 from controlplane.api.schema import envelope, error_responses
 from controlplane.api.views import ApiView, StrictQueryMixin
 from controlplane.validation import fold_case
@@ -138,8 +138,11 @@ class UnitListView(TenantView):
         )
         page, next_cursor = paginate(
             units,
-            cursor=int(params["cursor"]) if params.get("cursor") else None,
+            cursor=params.get("cursor"),
             limit=params["limit"],
+            scope=cursor_scope(
+                self.tenant.pk, params.get("phase"), fold_case(params.get("packageID") or "")
+            ),
         )
         response = Response(
             {"data": UnitSerializer(page, many=True).data, "meta": {"nextCursor": next_cursor}}

@@ -1,19 +1,60 @@
 """Keyset (cursor) pagination on a descending integer key: stable under inserts, one query.
 
-The cursor is the last key of the previous page; clients treat it as opaque."""
+The cursor a client gets is opaque and bound to what it paged: it names the last row by a
+value the client already sees (its `uid`), never by the platform-wide row id (which would let
+a tenant count everyone else's orders between two pages), and it is signed with a scope (the
+tenant and the filters) so a cursor from another tenant or another filter is refused, not
+reinterpreted."""
 
 from __future__ import annotations
 
-from django.db.models import QuerySet
+from django.core import signing
+from django.db.models import QuerySet, Subquery
+from rest_framework.exceptions import ValidationError
 
 DEFAULT_LIMIT = 20
 MAX_LIMIT = 100
+_SALT = "controlplane.api.pagination"
 
 
-def paginate(queryset: QuerySet, *, cursor: int | None, limit: int, key: str = "id"):
-    """Return (page, next_cursor) for a queryset ordered by `-key`."""
-    if cursor is not None:
-        queryset = queryset.filter(**{f"{key}__lt": cursor})
+def cursor_scope(*parts: object) -> str:
+    """The scope a cursor is valid in: who pages, and through which filters."""
+    return "|".join("" if part is None else str(part) for part in parts)
+
+
+def _signer(scope: str) -> signing.Signer:
+    return signing.Signer(salt=f"{_SALT}:{scope}")
+
+
+def encode_cursor(position: str, scope: str) -> str:
+    return _signer(scope).sign_object(position)
+
+
+def decode_cursor(token: str, scope: str) -> str:
+    try:
+        position = _signer(scope).unsign_object(token)
+    except signing.BadSignature:
+        raise ValidationError(
+            {"cursor": ["Not a cursor of this list: pass meta.nextCursor with the same filters."]}
+        ) from None
+    if not isinstance(position, str):
+        raise ValidationError({"cursor": ["Not a cursor of this list."]})
+    return position
+
+
+def paginate(
+    queryset: QuerySet,
+    *,
+    cursor: str | None,
+    limit: int,
+    scope: str,
+    key: str = "id",
+    position: str = "uid",
+):
+    """(page, next_cursor) for `queryset` ordered by `-key`; cursors name rows by `position`."""
+    if cursor:
+        after = queryset.model.objects.filter(**{position: decode_cursor(cursor, scope)})
+        queryset = queryset.filter(**{f"{key}__lt": Subquery(after.values(key)[:1])})
     rows = list(queryset.order_by(f"-{key}")[: limit + 1])
     page, more = rows[:limit], len(rows) > limit
-    return page, (str(getattr(page[-1], key)) if more else None)
+    return page, (encode_cursor(str(getattr(page[-1], position)), scope) if more else None)

@@ -288,6 +288,30 @@ class TestUnitList(EndpointTest):
         assert [u["name"] for u in third["data"]] == ["unit-0"]
         assert third["meta"]["nextCursor"] is None
 
+    def test_cursors_are_opaque_and_bound_to_the_tenant_and_filters(self, auth_client, tenant):
+        make_units(tenant, 3)
+        other = TenantFactory()
+        make_units(other, 3)
+        cursor = self.get_success_response(auth_client, query={"limit": 1}).json()["meta"][
+            "nextCursor"
+        ]
+        # It says nothing about other tenants: their orders in between leave it as it was.
+        make_units(TenantFactory(), 3)
+        again = self.get_success_response(auth_client, query={"limit": 1}).json()["meta"]
+        assert again["nextCursor"] == cursor
+        assert cursor != str(GPUUnit.objects.get(tenant=tenant, name="unit-2").id)
+        for client, query in [
+            (client_for(other), {"cursor": cursor}),  # another tenant's
+            (auth_client, {"cursor": cursor, "phase": "Running"}),  # another filter's
+            (auth_client, {"cursor": cursor[:-1] + ("A" if cursor[-1] != "A" else "B")}),
+            (auth_client, {"cursor": "450"}),  # the old kind: a row id
+        ]:
+            response = client.get(self.path, query)
+            assert response.status_code == 400, query
+            assert "cursor" in response.json()["error"]["details"]["fields"]
+        same = self.get_success_response(auth_client, query={"limit": 1, "cursor": cursor})
+        assert [u["name"] for u in same.json()["data"]] == ["unit-1"]
+
     def test_list_filters_by_phase_and_package(self, auth_client, tenant):
         PackageFactory(id="gpu-h100-1x", spec_name="h", gpu=1, count=1)
         make_units(tenant, 2)
