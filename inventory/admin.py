@@ -5,6 +5,7 @@ from __future__ import annotations
 from django.contrib import admin
 from django.http import HttpRequest
 
+from controlplane.admin import readable_bytes, readable_cpu
 from inventory.models import Claim, Device, DeviceClass, DevicePool, Node, Quota, SyncRun
 
 
@@ -37,13 +38,39 @@ class NodeAdmin(ReadOnlyAdmin):
     list_display = (
         "name",
         "ready",
-        "cpu_allocatable_millicores",
-        "cpu_requested_millicores",
-        "memory_allocatable_bytes",
-        "memory_requested_bytes",
+        "cpu_allocatable",
+        "cpu_requested",
+        "memory_allocatable",
+        "memory_requested",
     )
     list_filter = ("ready",)
     search_fields = ("name",)
+    fields = (
+        "name",
+        "ready",
+        "cpu_allocatable",
+        "cpu_requested",
+        "memory_allocatable",
+        "memory_requested",
+        "labels",
+    )
+    readonly_fields = fields
+
+    @admin.display(description="CPU allocatable", ordering="cpu_allocatable_millicores")
+    def cpu_allocatable(self, node: Node) -> str:
+        return readable_cpu(node.cpu_allocatable_millicores)
+
+    @admin.display(description="CPU requested", ordering="cpu_requested_millicores")
+    def cpu_requested(self, node: Node) -> str:
+        return readable_cpu(node.cpu_requested_millicores)
+
+    @admin.display(description="memory allocatable", ordering="memory_allocatable_bytes")
+    def memory_allocatable(self, node: Node) -> str:
+        return readable_bytes(node.memory_allocatable_bytes)
+
+    @admin.display(description="memory requested", ordering="memory_requested_bytes")
+    def memory_requested(self, node: Node) -> str:
+        return readable_bytes(node.memory_requested_bytes)
 
 
 @admin.register(Device)

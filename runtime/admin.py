@@ -26,6 +26,8 @@ class GPUUnitAdmin(admin.ModelAdmin):
     search_fields = ("name", "operation_id", "tenant__slug")
     list_select_related = ("tenant",)
     inlines = [UnitEventInline]
+    # cpu and memory are shown as ordered ("10", "40Gi"); these are their integer copies.
+    exclude = ("cpu_millicores", "memory_bytes")
 
     def has_add_permission(self, request: HttpRequest) -> bool:
         return False  # units are ordered through the API or the dashboard

@@ -61,3 +61,23 @@ def test_a_mirror_row_cannot_be_changed(admin_client, mirror):
     assert admin_client.get(url).status_code == 200  # viewable
     assert admin_client.post(url, {"name": "renamed", "ready": "on"}).status_code == 403
     assert Node.objects.get().name == "n1"
+
+
+def test_node_quantities_read_as_cores_and_gib_when_stored_as_integers(admin_client):
+    node = Node.objects.create(
+        name="gpu-node-1",
+        ready=True,
+        cpu_allocatable_millicores=95_500,
+        cpu_requested_millicores=10_000,
+        memory_allocatable_bytes=249_108_103_168,
+        memory_requested_bytes=40 * 2**30,
+    )
+    changelist = admin_client.get(reverse("admin:inventory_node_changelist")).content.decode()
+    detail = admin_client.get(reverse("admin:inventory_node_change", args=[node.pk]))
+    for page in (changelist, detail.content.decode()):
+        assert "232 GiB" in page
+        assert "40 GiB" in page
+        assert "95.5 cores" in page
+        assert "10 cores" in page
+        assert "249108103168" not in page
+        assert "95500" not in page
