@@ -1,12 +1,25 @@
-"""Admin for tenants and their keys; keys are created by an action so the secret shows once."""
+"""Admin for tenants and their keys. A key is created from "API keys → Add" or a tenant action,
+through the tenancy service, and its secret is shown on the response page once: it is never
+stored, so it goes neither into the database nor into a message cookie."""
 
 from __future__ import annotations
 
 from django.contrib import admin, messages
-from django.http import HttpRequest
+from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
 
+from controlplane.admin import readable_bytes, readable_cpu
 from tenancy import services
 from tenancy.models import ApiKey, Tenant
+
+SECRET_TEMPLATE = "admin/tenancy/apikey/secret.html"
+
+
+def render_new_secrets(
+    request: HttpRequest, *, keys: list[tuple[ApiKey, str]], context: dict
+) -> HttpResponse:
+    # No cache keeps the page: the admin's views are never_cache (Cache-Control: no-store).
+    return TemplateResponse(request, SECRET_TEMPLATE, {**context, "new_keys": keys})
 
 
 class ApiKeyInline(admin.TabularInline):
@@ -18,7 +31,7 @@ class ApiKeyInline(admin.TabularInline):
     show_change_link = True
 
     def has_add_permission(self, request: HttpRequest, obj=None) -> bool:
-        return False  # keys are created by the action below, so the secret can be shown once
+        return False  # a key made inline could not show its secret: API keys → Add does
 
 
 @admin.register(Tenant)
@@ -27,9 +40,9 @@ class TenantAdmin(admin.ModelAdmin):
         "slug",
         "display_name",
         "namespace",
-        "quota_cpu",
-        "quota_memory",
-        "quota_claims",
+        "cpu_usage",
+        "memory_usage",
+        "claim_usage",
         "is_operator",
     )
     list_filter = ("is_operator",)
@@ -43,30 +56,82 @@ class TenantAdmin(admin.ModelAdmin):
         # are kept by orders and terminations (and recounted by recount_usage), never typed.
         if obj is None:
             return ()
-        return ("namespace", "used_cpu_millicores", "used_memory_bytes", "used_claims")
+        return ("namespace", "used_cpu", "used_memory", "used_claims")
+
+    @admin.display(description="CPU used")
+    def used_cpu(self, tenant: Tenant) -> str:
+        return readable_cpu(tenant.used_cpu_millicores)
+
+    @admin.display(description="memory used")
+    def used_memory(self, tenant: Tenant) -> str:
+        return readable_bytes(tenant.used_memory_bytes)
+
+    @admin.display(description="CPU used of quota", ordering="used_cpu_millicores")
+    def cpu_usage(self, tenant: Tenant) -> str:
+        used, quota = tenant.used_cpu_millicores, tenant.quota_cpu_millicores
+        return f"{readable_cpu(used)} of {readable_cpu(quota)}"
+
+    @admin.display(description="memory used of quota", ordering="used_memory_bytes")
+    def memory_usage(self, tenant: Tenant) -> str:
+        used, quota = tenant.used_memory_bytes, tenant.quota_memory_bytes
+        return f"{readable_bytes(used)} of {readable_bytes(quota)}"
+
+    @admin.display(description="claims used of quota", ordering="used_claims")
+    def claim_usage(self, tenant: Tenant) -> str:
+        return f"{tenant.used_claims} of {tenant.quota_claims}"
 
     @admin.action(description="Create an API key (shown once)")
-    def create_key(self, request: HttpRequest, queryset) -> None:
-        for tenant in queryset:
-            _api_key, key = services.create_api_key(tenant=tenant, name="admin")
-            self.message_user(
-                request,
-                f"New key for {tenant.slug} (copy it now, it is not stored): {key}",
-                messages.WARNING,
-            )
+    def create_key(self, request: HttpRequest, queryset) -> HttpResponse:
+        keys = [services.create_api_key(tenant=tenant, name="admin") for tenant in queryset]
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": ApiKey._meta,
+            "title": "New API keys",
+        }
+        return render_new_secrets(request, keys=keys, context=context)
 
 
 @admin.register(ApiKey)
 class ApiKeyAdmin(admin.ModelAdmin):
     list_display = ("prefix", "tenant", "name", "created_at", "last_used_at", "revoked_at")
     list_filter = ("tenant",)
+    list_select_related = ("tenant",)
     search_fields = ("prefix", "name", "tenant__slug")
     readonly_fields = ("tenant", "prefix", "created_at", "last_used_at", "revoked_at")
     fields = ("tenant", "name", "prefix", "created_at", "last_used_at", "revoked_at")
     actions = ["revoke"]
 
-    def has_add_permission(self, request: HttpRequest) -> bool:
-        return False
+    def get_fields(self, request: HttpRequest, obj: ApiKey | None = None):
+        if obj is None:
+            return ("tenant", "name")  # the service makes the rest
+        return self.fields
+
+    def get_readonly_fields(self, request: HttpRequest, obj: ApiKey | None = None):
+        return () if obj is None else self.readonly_fields
+
+    def save_model(self, request: HttpRequest, obj: ApiKey, form, change: bool) -> None:
+        if change:
+            super().save_model(request, obj, form, change)
+            return
+        api_key, secret = services.create_api_key(tenant=obj.tenant, name=obj.name)
+        # The admin goes on with `obj` (its history entry, the response): make it the saved key.
+        for field in ApiKey._meta.concrete_fields:
+            setattr(obj, field.attname, getattr(api_key, field.attname))
+        obj._state.adding = False
+        obj._state.db = api_key._state.db
+        # Only in memory, for response_add: the secret is never stored.
+        obj.new_secret = secret  # type: ignore[attr-defined]
+
+    def response_add(self, request: HttpRequest, obj: ApiKey, post_url_continue=None):
+        secret = getattr(obj, "new_secret", None)
+        if secret is None:
+            return super().response_add(request, obj, post_url_continue)
+        context = {
+            **self.admin_site.each_context(request),
+            "opts": self.opts,
+            "title": "New API key",
+        }
+        return render_new_secrets(request, keys=[(obj, secret)], context=context)
 
     @admin.action(description="Revoke selected keys")
     def revoke(self, request: HttpRequest, queryset) -> None:
