@@ -1,13 +1,33 @@
-"""Ops edit the catalog here: inline validation, an active toggle and YAML export."""
+"""Ops edit the catalog here: inline validation, an active toggle and YAML export. Deleting asks
+first and says how many live units were ordered from the packages."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.admin.actions import delete_selected as delete_selected_confirmed
+from django.contrib.admin.utils import unquote
 from django.http import HttpRequest, HttpResponse
+from django.template.response import TemplateResponse
 
 from catalog.models import Package
 from catalog.services import export_catalog
+
+# Units live in the runtime, above the catalog: its admin hands over how to count the live ones
+# ordered from some packages (register_live_unit_counter).
+LiveUnitCounter = Callable[[Iterable[str]], int]
+_live_unit_counter: LiveUnitCounter | None = None
+
+
+def register_live_unit_counter(counter: LiveUnitCounter) -> None:
+    global _live_unit_counter
+    _live_unit_counter = counter
+
+
+def count_live_units(package_ids: Iterable[str]) -> int:
+    return _live_unit_counter(package_ids) if _live_unit_counter is not None else 0
 
 
 class SelectorsField(forms.CharField):
@@ -65,7 +85,7 @@ class PackageAdmin(admin.ModelAdmin):
     search_fields = ("id", "spec_name", "device_class_name")
     ordering = ("id",)
     readonly_fields = ("created_at", "updated_at")
-    actions = ("export_yaml", "activate", "deactivate")
+    actions = ("export_yaml", "activate", "deactivate", "delete_selected")
     fieldsets = (
         (None, {"fields": ("id", "spec_name", "active")}),
         ("Resources", {"fields": ("cpu", "memory", "gpu")}),
@@ -89,6 +109,21 @@ class PackageAdmin(admin.ModelAdmin):
         if obj is not None:
             return ("id", *self.readonly_fields)
         return self.readonly_fields
+
+    def delete_view(self, request: HttpRequest, object_id: str, extra_context=None):
+        live_units = count_live_units([unquote(object_id)])
+        return super().delete_view(
+            request, object_id, {**(extra_context or {}), "live_units": live_units}
+        )
+
+    @admin.action(permissions=["delete"], description="Delete selected packages")
+    def delete_selected(self, request: HttpRequest, queryset):
+        # Django's own action, its confirmation page told how many live units there are.
+        response = delete_selected_confirmed(self, request, queryset)
+        if isinstance(response, TemplateResponse) and response.context_data is not None:
+            live_units = count_live_units(queryset.values_list("id", flat=True))
+            response.context_data["live_units"] = live_units
+        return response
 
     @admin.action(description="Export selected packages as YAML")
     def export_yaml(self, request: HttpRequest, queryset) -> HttpResponse:

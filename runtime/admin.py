@@ -2,10 +2,23 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from django.contrib import admin
 from django.http import HttpRequest
 
-from runtime.models import GPUUnit, Operation, UnitEvent
+from catalog import admin as catalog_admin
+from runtime.models import GPUUnit, Operation, UnitEvent, UnitPhase
+
+
+def count_live_units(package_ids: Iterable[str]) -> int:
+    return GPUUnit.objects.filter(
+        package_id__in=list(package_ids), phase__in=UnitPhase.LIVE
+    ).count()
+
+
+# The catalog's delete confirmation says how many live units a package has (catalog is below).
+catalog_admin.register_live_unit_counter(count_live_units)
 
 
 class UnitEventInline(admin.TabularInline):

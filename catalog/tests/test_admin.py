@@ -100,3 +100,52 @@ def test_admin_requires_login(client):
     response = client.get(LIST_URL)
     assert response.status_code == 302
     assert "/admin/login/" in response["Location"]
+
+
+@pytest.fixture
+def ordered_package(db):
+    """A package with two live units (Running, Terminating) and one Terminated."""
+    from runtime.models import UnitPhase
+    from runtime.tests.factories import UnitFactory
+
+    package = PackageFactory()
+    for phase in (UnitPhase.RUNNING, UnitPhase.TERMINATING, UnitPhase.TERMINATED):
+        UnitFactory(package=package, phase=phase)
+    return package
+
+
+def test_delete_asks_first_and_says_how_many_live_units_when_the_package_has_them(
+    admin_client, ordered_package
+):
+    url = reverse("admin:catalog_package_delete", args=[ordered_package.pk])
+    page = admin_client.get(url)
+    assert page.status_code == 200
+    assert page.context["live_units"] == 2
+    assert "2 live units (not Terminated) were ordered from this package" in page.content.decode()
+    assert Package.objects.filter(pk=ordered_package.pk).exists()  # asked, not done
+
+    assert admin_client.post(url, {"post": "yes"}).status_code == 302
+    assert not Package.objects.filter(pk=ordered_package.pk).exists()
+
+
+def test_delete_says_nothing_of_units_when_the_package_has_none_live(admin_client):
+    package = PackageFactory()
+    page = admin_client.get(reverse("admin:catalog_package_delete", args=[package.pk]))
+    assert page.status_code == 200
+    assert "live unit" not in page.content.decode()
+
+
+def test_bulk_delete_asks_first_and_counts_live_units_of_all_selected(
+    admin_client, ordered_package
+):
+    other = PackageFactory()
+    selected = {"action": "delete_selected", "_selected_action": [ordered_package.pk, other.pk]}
+    page = admin_client.post(LIST_URL, selected)
+    assert page.status_code == 200
+    assert "2 live units (not Terminated) were ordered from the selected packages" in (
+        page.content.decode()
+    )
+    assert Package.objects.count() == 2
+
+    admin_client.post(LIST_URL, {**selected, "post": "yes"})
+    assert not Package.objects.filter(pk__in=[ordered_package.pk, other.pk]).exists()
