@@ -77,23 +77,42 @@ def transition_unit(
 
 
 def record_provisioned(
-    unit: GPUUnit, *, unit_k8s_uid: str, claim_k8s_uid: str, pod_k8s_uid: str
-) -> None:
-    """The unit's GPUUnit, ResourceClaim and Pod exist: remember their UIDs."""
-    GPUUnit.objects.filter(pk=unit.pk).update(
-        unit_k8s_uid=unit_k8s_uid, claim_k8s_uid=claim_k8s_uid, pod_k8s_uid=pod_k8s_uid
-    )
-    unit.unit_k8s_uid, unit.claim_k8s_uid, unit.pod_k8s_uid = (
-        unit_k8s_uid,
-        claim_k8s_uid,
-        pod_k8s_uid,
-    )
-    record_event(
-        unit,
-        reason="Provisioned",
-        message=f"Created GPUUnit {unit.name}, ResourceClaim {unit.claim_name} and Pod "
-        f"{manifests.pod_name_for(unit.name)}.",
-    )
+    unit: GPUUnit,
+    operation: Operation,
+    *,
+    unit_k8s_uid: str,
+    claim_k8s_uid: str,
+    pod_k8s_uid: str,
+) -> bool:
+    """The unit's GPUUnit, ResourceClaim and Pod exist: remember their UIDs and close the
+    create operation as succeeded, under the unit's row lock. False, with nothing recorded,
+    when the unit's deletion was requested first (which already cancelled the operation):
+    a create ends `succeeded` before a deletion or `cancelled` after it, never both."""
+    with transaction.atomic():
+        phase = (
+            GPUUnit.objects.select_for_update()
+            .filter(pk=unit.pk)
+            .values_list("phase", flat=True)
+            .first()
+        )
+        if phase not in (UnitPhase.ACCEPTED, UnitPhase.PROVISIONING):
+            return False
+        GPUUnit.objects.filter(pk=unit.pk).update(
+            unit_k8s_uid=unit_k8s_uid, claim_k8s_uid=claim_k8s_uid, pod_k8s_uid=pod_k8s_uid
+        )
+        unit.unit_k8s_uid, unit.claim_k8s_uid, unit.pod_k8s_uid = (
+            unit_k8s_uid,
+            claim_k8s_uid,
+            pod_k8s_uid,
+        )
+        record_event(
+            unit,
+            reason="Provisioned",
+            message=f"Created GPUUnit {unit.name}, ResourceClaim {unit.claim_name} and Pod "
+            f"{manifests.pod_name_for(unit.name)}.",
+        )
+        outbox.finish_operation(operation)
+    return True
 
 
 def record_pod_recreated(unit: GPUUnit, *, pod_k8s_uid: str) -> None:
@@ -125,6 +144,9 @@ def request_unit_deletion(*, tenant: Tenant, name: str, uid: str | None = None) 
             raise NotFound(f"gpu unit {name} not found.")
         if unit.phase in (UnitPhase.TERMINATING, UnitPhase.TERMINATED):
             return unit
+        # An order not yet carried out ends here, whatever its worker is doing: the worker
+        # finishes under this row's lock and finds the unit Terminating (provisioning.py).
+        outbox.cancel_open_create(unit)
         operation = Operation.objects.create(
             tenant=tenant,
             operation_id=outbox.delete_operation_id(unit),

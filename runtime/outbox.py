@@ -76,13 +76,32 @@ def claim_operation(operation_pk: int) -> Operation | None:
     return Operation.objects.select_related("unit", "unit__tenant", "tenant").get(pk=operation_pk)
 
 
+CANCELLED = "cancelled"
+CANCELLED_MESSAGE = "The unit was deleted before it was provisioned."
+
+
+def cancel_open_create(unit: GPUUnit) -> int:
+    """Fail the unit's create operation with `cancelled` if it is still open."""
+    now = timezone.now()
+    return Operation.objects.filter(
+        unit=unit, kind=OperationKind.CREATE, status__in=OperationStatus.OPEN
+    ).update(
+        status=OperationStatus.FAILED,
+        error_code=CANCELLED,
+        error_message=CANCELLED_MESSAGE,
+        finished_at=now,
+        updated_at=now,
+    )
+
+
 def finish_operation(
     operation: Operation, *, error_code: str = "", error_message: str = ""
 ) -> None:
-    """Close the operation: failed with a code a customer can read, or succeeded."""
+    """Close the operation: failed with a code a customer can read, or succeeded. An
+    operation closed meanwhile (a create cancelled by its unit's deletion) stays as it is."""
     status = OperationStatus.FAILED if error_code else OperationStatus.SUCCEEDED
     now = timezone.now()
-    Operation.objects.filter(pk=operation.pk).update(
+    Operation.objects.filter(pk=operation.pk, status__in=OperationStatus.OPEN).update(
         status=status,
         error_code=error_code,
         error_message=error_message,

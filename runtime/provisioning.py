@@ -140,7 +140,7 @@ def provision_unit(*, operation_pk: int) -> None:
     unit = operation.unit
     if unit.phase in (UnitPhase.TERMINATING, UnitPhase.TERMINATED):
         outbox.finish_operation(
-            operation, error_code="cancelled", error_message="The unit was deleted."
+            operation, error_code=outbox.CANCELLED, error_message=outbox.CANCELLED_MESSAGE
         )
         return
     if operation.attempts > settings.OPERATION_MAX_ATTEMPTS:
@@ -174,13 +174,16 @@ def provision_unit(*, operation_pk: int) -> None:
             )
         _fail(unit, operation, exc)
         return
-    lifecycle.record_provisioned(
+    provisioned = lifecycle.record_provisioned(
         unit,
+        operation,
         unit_k8s_uid=gpuunit["metadata"]["uid"],
         claim_k8s_uid=claim["metadata"]["uid"],
         pod_k8s_uid=pod["metadata"]["uid"],
     )
-    outbox.finish_operation(operation)
+    if not provisioned:
+        # Deleted while we created: the delete task may have swept before our objects existed.
+        remove_objects(unit)
 
 
 def _fail(unit: GPUUnit, operation: Operation, exc: PermanentError) -> None:
