@@ -13,17 +13,21 @@ from dracel import quantity
 
 
 def cel_expressions(expressions: Iterable[object]) -> str | None:
-    """Every selector must be a non-empty string that compiles as CEL."""
+    """Every selector must be a non-empty string that compiles and type-checks as a device
+    selector (a boolean over `device`), as the API server requires."""
     problems = []
     for index, expression in enumerate(expressions):
         if not isinstance(expression, str) or not expression.strip():
             problems.append(f"selector {index} must be a non-empty CEL expression.")
             continue
         try:
-            dracel.compile_selector(expression)
+            problem = dracel.type_check(expression)
         except dracel.CelCompileError as exc:
             first_line = str(exc).splitlines()[0] if str(exc) else "syntax error"
             problems.append(f"selector {index} does not compile as CEL: {first_line}")
+            continue
+        if problem:
+            problems.append(f"selector {index} ({expression[:80]}): {problem}.")
     return " ".join(problems) or None
 
 

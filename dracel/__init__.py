@@ -257,6 +257,38 @@ def compile_selector(expression: str) -> CompiledSelector:
     )
 
 
+# Names a macro binds for its body: `list.all(x, ...)`, `map.exists(k, ...)` and the rest.
+_MACRO_VARIABLE = re.compile(
+    r"\.\s*(?:all|exists|exists_one|map|filter)\s*\(\s*([A-Za-z_][A-Za-z0-9_]*)\s*,"
+)
+# A device with nothing in it: what a selector returns for it shows its result type wherever
+# that type does not depend on the device's values.
+_PROBE_DEVICE = {"driver": "", "attributes": {}, "capacity": {}}
+
+
+def type_check(expression: str) -> str | None:
+    """What the API server's CEL type check refuses in a device selector, as far as it can be
+    told without a checker (cel-rust has none): a name other than `device` (or a macro's
+    variable), and a result that is not a boolean (`"abc"`, `device.driver`). A selector that
+    only may fail at run time (a missing attribute) passes, as it does in Kubernetes.
+    Raises CelCompileError when it does not parse; returns the problem or None."""
+    selector = compile_selector(expression)
+    bound = set(_MACRO_VARIABLE.findall(expression))
+    undeclared = sorted(set(selector.program.variables()) - {"device"} - bound)
+    if undeclared:
+        return f"undeclared reference to {', '.join(undeclared)} (the only variable is device)"
+    try:
+        evaluate(selector, _PROBE_DEVICE)
+    except CelRuntimeError as exc:
+        if "expression returned" in str(exc):
+            kind = str(exc).rsplit(" ", 1)[-1]
+            return f"must evaluate to bool, not {_CEL_TYPE_NAMES.get(kind, kind)}"
+    return None
+
+
+_CEL_TYPE_NAMES = {"str": "string", "dict": "map", "list": "list", "float": "double"}
+
+
 def device_env(driver: str, device: dict[str, Any]) -> dict[str, Any]:
     """The `device` variable for one ResourceSlice device entry: attributes and capacity keyed by
     domain (unqualified names belong to the driver's domain); versions become plain strings."""
@@ -372,4 +404,5 @@ __all__ = [
     "matching_sets",
     "quantity_value",
     "reads",
+    "type_check",
 ]

@@ -108,9 +108,24 @@ def test_claim_request_name_must_be_dns_label(bad):
 
 
 def test_selectors_must_compile_as_cel():
-    errors = errors_of(PackageFactory.build(selectors=["device.driver == ", "ok == true"]))
+    errors = errors_of(PackageFactory.build(selectors=["device.driver == ", "true"]))
     assert len(errors["selectors"]) == 1
     assert "selector 0 does not compile as CEL" in errors["selectors"][0]
+
+
+@pytest.mark.parametrize(
+    ("selector", "says"),
+    [
+        ("foo.bar == 1", "undeclared reference to foo"),
+        ('"abc"', "must evaluate to bool, not string"),
+        ("device.driver", "must evaluate to bool, not string"),
+        ('device.attributes["gpu.nvidia.com"]', "must evaluate to bool, not map"),
+        ("1 + 2", "must evaluate to bool, not int"),
+    ],
+)
+def test_selectors_must_type_check_as_a_boolean_over_device(selector, says):
+    errors = errors_of(PackageFactory.build(selectors=[selector]))
+    assert says in errors["selectors"][0]
 
 
 def test_selectors_that_compile_are_kept():

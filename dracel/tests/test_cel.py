@@ -13,6 +13,7 @@ from dracel import (
     evaluate,
     matching_sets,
     reads,
+    type_check,
 )
 from dracel import device_key as key_of
 
@@ -204,3 +205,34 @@ def test_device_key_tells_apart_only_what_the_selectors_read():
         "attributes": {"gpu.nvidia.com/productName": H100["attributes"]["productName"]},
     }
     assert key_of("gpu.nvidia.com", H100, read) != key_of("gpu.nvidia.com", qualified, read)
+
+
+@pytest.mark.parametrize(
+    "expression",
+    [
+        'device.driver == "gpu.nvidia.com"',
+        'device.attributes["gpu.nvidia.com"].productName == "H100"',
+        'has(device.attributes["d"].mig) ? device.attributes["d"].mig : false',
+        'device.capacity["gpu.nvidia.com"].memory.compareTo(quantity("40Gi")) >= 0',
+        'device.attributes["d"].all(k, k.startsWith("x"))',
+        '["a", "b"].exists(name, device.attributes["d"].model == name)',
+    ],
+)
+def test_type_check_passes_boolean_selectors_over_device(expression: str) -> None:
+    assert type_check(expression) is None
+
+
+@pytest.mark.parametrize(
+    ("expression", "says"),
+    [
+        ("foo.bar == 1", "undeclared reference to foo"),
+        ("device.driver == other", "undeclared reference to other"),
+        ('"abc"', "not string"),
+        ("device.capacity", "not map"),
+        ("[true]", "not list"),
+    ],
+)
+def test_type_check_refuses_what_the_api_server_refuses(expression: str, says: str) -> None:
+    problem = type_check(expression)
+    assert problem is not None
+    assert says in problem
