@@ -8,7 +8,7 @@ import uuid
 from django import forms
 from django.db.models import QuerySet
 
-from dashboard.queries import PackageRow
+from dashboard.queries import ALL_PHASES, PackageRow
 from runtime.models import UnitPhase
 from runtime.serializers import CreateUnitSerializer
 from runtime.validation import UNIT_NAME_MAX
@@ -30,7 +30,11 @@ class UnitFilterForm(forms.Form):
 
     def __init__(self, *args, package_ids: list[str], tenant_slugs: list[str] | None, **kwargs):
         super().__init__(*args, **kwargs)
-        self.fields["phase"].choices = [("", "All phases"), *UnitPhase.choices]
+        self.fields["phase"].choices = [
+            ("", "Every phase but Terminated"),
+            (ALL_PHASES, "Every phase, Terminated too"),
+            *UnitPhase.choices,
+        ]
         self.fields["package"].choices = [("", "All packages")] + [(p, p) for p in package_ids]
         if tenant_slugs is None:
             del self.fields["tenant"]
@@ -103,6 +107,35 @@ class UnitCreateForm(forms.Form):
             del self.fields["tenant"]
         else:
             self.fields["tenant"].queryset = tenants
+
+    @property
+    def failed_package(self) -> str:
+        """The chosen package when the package's error is about it (its quota, its being
+        withdrawn), so the page marks that package alone; "" when none of those offered was
+        chosen, and the error is about the choice as a whole."""
+        if not self.is_bound or "package" not in self.errors:
+            return ""
+        chosen = self.data.get("package", "")
+        return chosen if chosen in self._offered() else ""
+
+    def error_links(self) -> list[tuple[str, str]]:
+        """(element id, what to fix) for each field with an error, for the summary above the
+        form: it points at each problem, whose message is shown once, next to the field."""
+        links = []
+        for bound in self.visible_fields():
+            if not bound.errors:
+                continue
+            if bound.name == "package" and self.failed_package:
+                index = self._offered().index(self.failed_package)
+                links.append((f"{bound.auto_id}_{index}", f"Package {self.failed_package}"))
+            elif bound.name == "package":
+                links.append((f"{bound.auto_id}_0", str(bound.label)))
+            else:
+                links.append((bound.id_for_label, str(bound.label)))
+        return links
+
+    def _offered(self) -> list[str]:
+        return [str(value) for value, _ in self.fields["package"].choices]
 
     def clean_operation_id(self) -> str:
         value = self.cleaned_data.get("operation_id") or ""

@@ -6,16 +6,19 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from django.db import connection
-from django.db.models import Count, Q, QuerySet
+from django.db.models import Count, Q, QuerySet, Sum
 
 from catalog import selectors as catalog_selectors
 from catalog.models import Package
 from dashboard.access import Scope
 from dashboard.charts import Sample
+from dracel import quantity
 from inventory import selectors as inventory_selectors
 from inventory.models import Device, Node, SyncRun
 from runtime import availability
 from runtime.models import GPUUnit, UnitEvent, UnitPhase
+from tenancy.models import Tenant
+from tenancy.selectors import usage_of
 
 
 @dataclass(frozen=True)
@@ -42,8 +45,24 @@ class PackageRow:
     reason: str
 
 
-def device_totals_by_class() -> list[DeviceTotals]:
-    """Devices of complete pools per device class they match (a device may match several)."""
+@dataclass(frozen=True)
+class DeviceClassTotals:
+    """Devices per device class, with the classes every device matches (a catch-all such as
+    `gpu.nvidia.com`) kept apart from the model classes: listed among them, each GPU would
+    be counted twice and the column would add up to double the cluster."""
+
+    model_classes: list[DeviceTotals]
+    catch_all: list[str]
+    all_devices: DeviceTotals
+
+
+def device_totals_by_class() -> DeviceClassTotals:
+    """Devices of complete pools per device class they match (a device may match several),
+    and the devices themselves counted once (two queries)."""
+    everything = Device.objects.filter(pool_complete=True).aggregate(
+        total=Count("id"), allocated=Count("id", filter=Q(allocated=True))
+    )
+    all_devices = DeviceTotals("All GPU devices", everything["total"], everything["allocated"])
     with connection.cursor() as cursor:
         cursor.execute(
             f"""
@@ -55,7 +74,12 @@ def device_totals_by_class() -> list[DeviceTotals]:
             ORDER BY class.name
             """
         )
-        return [DeviceTotals(name, total, allocated) for name, total, allocated in cursor]
+        classes = [DeviceTotals(name, total, allocated) for name, total, allocated in cursor]
+    return DeviceClassTotals(
+        model_classes=[row for row in classes if row.total < all_devices.total],
+        catch_all=[row.name for row in classes if row.total == all_devices.total],
+        all_devices=all_devices,
+    )
 
 
 def device_totals_by_node() -> list[NodeTotals]:
@@ -134,17 +158,93 @@ def package_rows(scope: Scope, *, include_inactive: bool = False) -> list[Packag
     return rows
 
 
+# The units filter's phase that lists every unit, Terminated ones too.
+ALL_PHASES = "all"
+
+
 def list_units(
     scope: Scope, *, phase: str = "", package_id: str = "", tenant_slug: str = ""
 ) -> QuerySet[GPUUnit]:
+    """The scope's units, newest first. Without a phase, Terminated units are left out: they
+    pile up with every order and hold nothing, so they would bury the units that run."""
     units = scope.units().select_related("tenant").order_by("-id")
-    if phase:
+    if not phase:
+        units = units.exclude(phase=UnitPhase.TERMINATED)
+    elif phase != ALL_PHASES:
         units = units.filter(phase=phase)
     if package_id:
         units = units.filter(package_id=package_id)
     if tenant_slug and scope.is_staff:
         units = units.filter(tenant__slug=tenant_slug)
     return units
+
+
+def count_terminated(scope: Scope, *, package_id: str = "", tenant_slug: str = "") -> int:
+    """How many Terminated units the default list leaves out, so it can say so."""
+    return list_units(
+        scope, phase=UnitPhase.TERMINATED, package_id=package_id, tenant_slug=tenant_slug
+    ).count()
+
+
+@dataclass(frozen=True)
+class QuotaLine:
+    name: str
+    used: str
+    hard: str
+
+
+@dataclass(frozen=True)
+class ClassUsage:
+    device_class: str
+    units: int
+    gpus_ordered: int
+    gpus_allocated: int
+
+
+@dataclass(frozen=True)
+class TenantUsage:
+    """What one tenant holds: its quota lines and its live units' GPUs per device class, the
+    customer's side of the overview (the cluster's allocation is other tenants' business)."""
+
+    quota: list[QuotaLine]
+    classes: list[ClassUsage]
+
+
+def tenant_usage(tenant: Tenant) -> TenantUsage:
+    """The tenant's counters as orders charge them, and its live units by device class (one
+    query)."""
+    usage = usage_of(tenant)
+    rows = (
+        GPUUnit.objects.filter(tenant=tenant, phase__in=UnitPhase.LIVE)
+        .values("device_class_name")
+        .annotate(
+            units=Count("id"),
+            ordered=Sum("gpu"),
+            allocated=Sum("gpu", filter=Q(dra__allocated=True)),
+        )
+        .order_by("device_class_name")
+    )
+    return TenantUsage(
+        quota=[
+            QuotaLine(
+                "CPU",
+                quantity.format_cpu(usage.cpu_millicores),
+                quantity.format_cpu(tenant.quota_cpu_millicores),
+            ),
+            QuotaLine(
+                "Memory",
+                quantity.format_bytes(usage.memory_bytes),
+                quantity.format_bytes(tenant.quota_memory_bytes),
+            ),
+            QuotaLine("Units", str(usage.claims), str(tenant.quota_claims)),
+        ],
+        classes=[
+            ClassUsage(
+                row["device_class_name"], row["units"], row["ordered"] or 0, row["allocated"] or 0
+            )
+            for row in rows
+        ],
+    )
 
 
 def get_unit(scope: Scope, uid: str) -> GPUUnit | None:

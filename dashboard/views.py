@@ -5,6 +5,7 @@ API does."""
 from __future__ import annotations
 
 import hashlib
+import re
 from collections import Counter
 from datetime import datetime
 from urllib.parse import urlencode
@@ -52,10 +53,11 @@ QUOTA_NAMES = {
 
 
 def age(moment: datetime | None, now: datetime) -> str:
-    """'just now', '12 seconds ago', '3 minutes ago', '2 hours ago', '4 days ago'."""
+    """'just now', '12 seconds ago', '3 minutes ago', '2 hours ago', '4 days ago' (as
+    dashboard.js words it while the page stays open)."""
     if moment is None:
         return ""
-    seconds = max(0, int((now - moment).total_seconds()))
+    seconds = age_seconds(moment, now)
     if seconds < 2:
         return "just now"
     for size, unit in ((86400, "day"), (3600, "hour"), (60, "minute"), (1, "second")):
@@ -65,8 +67,31 @@ def age(moment: datetime | None, now: datetime) -> str:
     return ""
 
 
+def age_seconds(moment: datetime, now: datetime) -> int:
+    return max(0, int((now - moment).total_seconds()))
+
+
+# The inventory's age as _freshness.html writes it: the number the browser counts on from,
+# and the words it shows.
+SYNC_AGE = re.compile(r'(data-age-seconds=")\d+(">)[^<]*')
+
+
 def digest(html: str) -> str:
-    return hashlib.sha256(html.encode()).hexdigest()[:16]
+    """What a poller holds, named. The sync's age is left out: it reads differently every
+    second and the browser ticks it on by itself, so a body is sent again (and announced to
+    screen readers) only when a figure in it moved."""
+    return hashlib.sha256(SYNC_AGE.sub(r"\1\2", html).encode()).hexdigest()[:16]
+
+
+def freshness_context(now: datetime) -> dict:
+    """What _freshness.html needs: how old the inventory mirror is, and when that is stale."""
+    freshness = inventory_selectors.get_freshness()
+    return {
+        "freshness": freshness,
+        "sync_age": age(freshness.as_of, now),
+        "sync_seconds": age_seconds(freshness.as_of, now) if freshness.as_of else 0,
+        "stale_after": int(settings.INVENTORY_STALE_AFTER_SECONDS),
+    }
 
 
 class DashboardView(LoginRequiredMixin, View):
@@ -151,20 +176,26 @@ class OverviewView(LivePage):
     announcement = "Figures updated at"
 
     def body_context(self) -> dict:
-        now = timezone.now()
-        freshness = inventory_selectors.get_freshness()
-        samples = queries.utilisation_samples()
-        return {
-            "freshness": freshness,
-            "sync_age": age(freshness.as_of, now),
-            "stale_after": int(settings.INVENTORY_STALE_AFTER_SECONDS),
+        context = {
+            **freshness_context(timezone.now()),
             "phases": queries.units_by_phase(self.scope.units()),
-            "device_classes": queries.device_totals_by_class(),
-            "nodes": queries.device_totals_by_node() if self.scope.sees_cluster else None,
-            "chart": utilisation_chart(samples),
-            "phone_chart": utilisation_chart(samples, width=NARROW[0], height=NARROW[1]),
             "packages": queries.package_rows(self.scope),
+            "usage": queries.tenant_usage(self.scope.tenant) if self.scope.tenant else None,
+            "device_classes": None,
+            "nodes": None,
+            "chart": None,
         }
+        if self.scope.sees_cluster:
+            # The cluster's allocation (by class, by node, over time) includes every tenant's
+            # units, so only ops see it; a customer sees its own usage instead.
+            samples = queries.utilisation_samples()
+            context |= {
+                "device_classes": queries.device_totals_by_class(),
+                "nodes": queries.device_totals_by_node(),
+                "chart": utilisation_chart(samples),
+                "phone_chart": utilisation_chart(samples, width=NARROW[0], height=NARROW[1]),
+            }
+        return context
 
 
 class UnitListView(DashboardView):
@@ -176,7 +207,7 @@ class UnitListView(DashboardView):
     def get(self, request: HttpRequest) -> HttpResponse:
         phase = request.GET.get("phase", "")
         filters = {
-            "phase": phase if phase in UnitPhase.values else "",
+            "phase": phase if phase in (*UnitPhase.values, queries.ALL_PHASES) else "",
             "package": request.GET.get("package", "").strip().lower(),
             "tenant": request.GET.get("tenant", "").strip().lower() if self.scope.is_staff else "",
         }
@@ -190,9 +221,26 @@ class UnitListView(DashboardView):
         query = {key: value for key, value in filters.items() if value}
         if page.number > 1:
             query["page"] = page.number
+        hidden = (
+            0
+            if filters["phase"]
+            else queries.count_terminated(
+                self.scope, package_id=filters["package"], tenant_slug=filters["tenant"]
+            )
+        )
         table = render_to_string(
             "dashboard/_unit_table.html",
-            {"scope": self.scope, "page_obj": page, "units": page.object_list, "query": query},
+            {
+                "scope": self.scope,
+                "page_obj": page,
+                "units": page.object_list,
+                "query": query,
+                "terminated_hidden": hidden,
+                "show_all": urlencode(
+                    {key: value for key, value in filters.items() if value}
+                    | {"phase": queries.ALL_PHASES}
+                ),
+            },
             request,
         )
         live = {
@@ -370,12 +418,9 @@ class PackageListView(LivePage):
     announcement = "Availability updated at"
 
     def body_context(self) -> dict:
-        freshness = inventory_selectors.get_freshness()
         return {
             "packages": queries.package_rows(self.scope, include_inactive=self.scope.is_staff),
-            "freshness": freshness,
-            "sync_age": age(freshness.as_of, timezone.now()),
-            "stale_after": int(settings.INVENTORY_STALE_AFTER_SECONDS),
+            **freshness_context(timezone.now()),
         }
 
 

@@ -211,6 +211,33 @@ class TestUnitList:
         assert 'hx-swap-oob="innerHTML"' in body
         assert "1 Running" in body
 
+    def test_terminated_units_are_left_out_until_asked_for(self, member_client, tenant):
+        make_unit(tenant, "running")
+        make_unit(tenant, "gone", phase=UnitPhase.TERMINATED)
+        make_unit(tenant, "gone-too", phase=UnitPhase.TERMINATED)
+        body = member_client.get(UNITS).content.decode()
+        assert 'data-unit="running"' in body
+        assert 'data-unit="gone"' not in body
+        assert "2 Terminated units not shown" in body
+        assert f'href="{UNITS}?phase=all"' in body
+        everything = member_client.get(UNITS, {"phase": "all"}).content.decode()
+        assert all(f'data-unit="{name}"' in everything for name in ("running", "gone", "gone-too"))
+        assert "not shown" not in everything
+        # The live rows keep the choice, or the first poll would hide them again.
+        assert f'hx-get="{ROWS}?phase=all"' in everything
+        only = member_client.get(UNITS, {"phase": "Terminated"}).content.decode()
+        assert 'data-unit="gone"' in only
+        assert 'data-unit="running"' not in only
+
+    def test_reason_that_repeats_the_phase_is_not_shown(self, member_client, tenant):
+        make_unit(tenant, "running", reason="Running")
+        make_unit(tenant, "pending", phase=UnitPhase.PENDING, reason="NoMatchingDevices")
+        body = member_client.get(UNITS).content.decode()
+        running = body.split('data-unit="running"')[1].split("</tr>")[0]
+        assert running.count("Running") == 2  # the phase badge's data-phase and its text
+        pending = body.split('data-unit="pending"')[1].split("</tr>")[0]
+        assert "NoMatchingDevices" in pending
+
 
 class TestUnitDetail:
     def test_shows_contract_devices_objects_and_timeline(self, member_client, tenant):
@@ -262,7 +289,14 @@ class TestUnitDetail:
 
     def test_running_unit_needs_no_explanation(self, member_client, tenant):
         unit = make_unit(tenant, "demo", reason="Running")
-        assert b'class="explanation"' not in member_client.get(detail(unit)).content
+        body = member_client.get(detail(unit)).content.decode()
+        assert 'class="explanation"' not in body
+        assert "Reason <code>Running</code>" not in body
+
+    def test_kubectl_hint_is_for_ops_only(self, member_client, staff_client, tenant):
+        unit = make_unit(tenant, "demo")
+        assert "kubectl" not in member_client.get(detail(unit)).content.decode()
+        assert f"kubectl -n {unit.namespace} get" in staff_client.get(detail(unit)).content.decode()
 
     def test_live_part_answers_204_when_unchanged_and_stops_after_terminated(
         self, member_client, tenant
@@ -366,6 +400,26 @@ class TestCreate:
         assert "10 of 15 are in use" in error
         assert GPUUnit.objects.count() == 1
 
+    def test_quota_error_marks_only_the_chosen_package_and_says_it_once(
+        self, member_client, tenant, package
+    ):
+        from catalog.tests.factories import PackageFactory
+
+        PackageFactory(id="gpu-rtx3080-1x-small", cpu="4", memory="16Gi", gpu=1, count=1)
+        tenant.quota_cpu = "15"
+        tenant.save()
+        make_unit(tenant, "first")
+        body = order(member_client).content.decode()
+        message = "Not enough quota left for this package"
+        assert body.count(message) == 1
+        assert body.count("package-option has-error") == 1
+        marked = body.split("package-option has-error")[1].split('<div class="package-option')[0]
+        assert package.id in marked
+        assert message in marked
+        assert body.count('aria-invalid="true"') == 1
+        # The summary links to the package the error is about (second, after the 1x one).
+        assert f'<a href="#id_package_1">Package {package.id}</a>' in body
+
     def test_staff_order_for_the_tenant_they_choose(self, staff_client, other_tenant, package):
         page = staff_client.get(NEW).content.decode()
         assert f'<option value="{other_tenant.pk}">{other_tenant.slug}</option>' in page
@@ -421,7 +475,8 @@ def seed_inventory(*, synced_ago: timedelta = timedelta(seconds=5), error: str =
             name=f"gpu-{index}",
             node_name="node-a" if index < 3 else "node-b",
             pool_complete=True,
-            device_classes=["nvidia-rtx-3080", "gpu.nvidia.com"] if index < 2 else ["h100"],
+            # Every device also matches the driver's catch-all class, as on a real cluster.
+            device_classes=["nvidia-rtx-3080" if index < 2 else "h100", "gpu.nvidia.com"],
             content_hash="x",
             allocated=index == 0,
         )
@@ -474,6 +529,25 @@ class TestLivePages:
         assert 'hx-swap-oob="innerHTML"' in body
         assert changed.context["live"]["digest"] != since
 
+    @pytest.mark.parametrize(("page", "live"), LIVE_PAGES)
+    def test_live_body_answers_204_while_only_the_sync_age_moves(
+        self, member_client, package, page, live, monkeypatch
+    ):
+        seed_inventory(synced_ago=timedelta(seconds=5))
+        response = member_client.get(page)
+        assert 'data-age-seconds="5">5 seconds ago<' in response.content.decode()
+        since = response.context["live"]["digest"]
+        start = timezone.now()
+        # Later, no sync since, still fresh: the browser ticks the age on by itself.
+        monkeypatch.setattr(timezone, "now", lambda: start + timedelta(seconds=35))
+        assert member_client.get(live, {"since": since}).status_code == 204
+        # Turning stale is a figure that moves: the body comes again, with its age.
+        monkeypatch.setattr(timezone, "now", lambda: start + timedelta(minutes=10))
+        stale = member_client.get(live, {"since": since})
+        assert stale.status_code == 200
+        assert "10 minutes ago<" in stale.content.decode()
+        assert "Stale" in stale.content.decode()
+
 
 class TestOverview:
     def test_shows_devices_phases_packages_and_chart(self, staff_client, tenant, package):
@@ -485,14 +559,9 @@ class TestOverview:
         make_unit(tenant, "b", phase=UnitPhase.PENDING)
         response = staff_client.get(OVERVIEW)
         context = response.context
-        classes = {
-            row.name: (row.total, row.allocated, row.free) for row in context["device_classes"]
-        }
-        assert classes == {
-            "gpu.nvidia.com": (2, 1, 1),
-            "h100": (2, 0, 2),
-            "nvidia-rtx-3080": (2, 1, 1),
-        }
+        classes = context["device_classes"]
+        rows = {row.name: (row.total, row.allocated, row.free) for row in classes.model_classes}
+        assert rows == {"h100": (2, 0, 2), "nvidia-rtx-3080": (2, 1, 1)}
         nodes = {row.name: (row.total, row.allocated, row.ready) for row in context["nodes"]}
         assert nodes == {"node-a": (3, 1, True), "node-b": (1, 0, False)}
         assert dict(context["phases"])["Running"] == 1
@@ -503,12 +572,50 @@ class TestOverview:
         assert "Fresh" in body
         assert "5 seconds ago" in body
 
-    def test_node_table_is_for_ops_only(self, member_client):
+    def test_catch_all_class_is_the_total_not_a_model_row(self, staff_client):
         seed_inventory()
+        response = staff_client.get(OVERVIEW)
+        classes = response.context["device_classes"]
+        assert classes.catch_all == ["gpu.nvidia.com"]
+        assert (classes.all_devices.total, classes.all_devices.allocated) == (4, 1)
+        # The model rows add up to the devices there are, not twice as many.
+        assert sum(row.total for row in classes.model_classes) == 4
+        body = response.content.decode()
+        model_rows = body.split('class="device-classes"')[1].split("<tfoot>")[0]
+        assert "gpu.nvidia.com" not in model_rows
+        total = body.split("<tfoot>")[1].split("</tfoot>")[0]
+        assert "All GPU devices" in total
+        assert '<td class="num">4</td>' in total
+        assert "<code>gpu.nvidia.com</code> matches every device" in body
+
+    def test_cluster_figures_are_for_ops_only(self, member_client, tenant, other_tenant):
+        seed_inventory()
+        make_unit(other_tenant, "theirs")
         response = member_client.get(OVERVIEW)
         assert response.context["nodes"] is None
-        assert b"GPU devices by node" not in response.content
-        assert b"GPU devices by device class" in response.content
+        assert response.context["device_classes"] is None
+        body = response.content.decode()
+        for cluster_figure in (
+            "GPU devices by node",
+            "GPU devices by device class",
+            "Allocated devices over time",
+        ):
+            assert cluster_figure not in body
+
+    def test_customer_sees_its_own_usage(self, member_client, tenant, other_tenant):
+        seed_inventory()
+        make_unit(tenant, "mine", dra={"allocated": True})
+        make_unit(tenant, "waiting", phase=UnitPhase.PENDING)
+        make_unit(tenant, "gone", phase=UnitPhase.TERMINATED)
+        for index in range(3):
+            make_unit(other_tenant, f"theirs-{index}", dra={"allocated": True})
+        usage = member_client.get(OVERVIEW).context["usage"]
+        quota = {line.name: (line.used, line.hard) for line in usage.quota}
+        assert quota == {"CPU": ("20", "160"), "Memory": ("80Gi", "256Gi"), "Units": ("2", "64")}
+        classes = [
+            (r.device_class, r.units, r.gpus_ordered, r.gpus_allocated) for r in usage.classes
+        ]
+        assert classes == [("nvidia-rtx-3080", 2, 4, 2)]
 
     def test_members_of_an_operator_tenant_see_nodes(self):
         seed_inventory()

@@ -18,6 +18,36 @@
   document.addEventListener("htmx:responseError", function (event) {
     stalled(event, "Live updates paused: the server answered " + event.detail.xhr.status + ". Retrying.");
   });
+  // The inventory's age ticks on here: a poll the server answers 204 (nothing moved) leaves
+  // the body as it was, so "just now" would otherwise stay on the page for good. It counts
+  // from the seconds the server wrote and the moment the text arrived, not from this
+  // machine's clock, which may be off. Words as dashboard.views.age writes them.
+  var UNITS = [[86400, "day"], [3600, "hour"], [60, "minute"], [1, "second"]];
+  function ageText(seconds) {
+    if (seconds < 2) {
+      return "just now";
+    }
+    for (var i = 0; i < UNITS.length; i++) {
+      if (seconds >= UNITS[i][0]) {
+        var count = Math.floor(seconds / UNITS[i][0]);
+        return count + " " + UNITS[i][1] + (count === 1 ? "" : "s") + " ago";
+      }
+    }
+    return "";
+  }
+  function tickAges() {
+    var now = Date.now();
+    document.querySelectorAll("[data-age-seconds]").forEach(function (element) {
+      if (element.ageArrivedAt === undefined) {
+        element.ageArrivedAt = now;
+      }
+      var base = parseInt(element.getAttribute("data-age-seconds"), 10);
+      if (!isNaN(base)) {
+        element.textContent = ageText(base + Math.floor((now - element.ageArrivedAt) / 1000));
+      }
+    });
+  }
+  setInterval(tickAges, 1000);
   document.addEventListener("htmx:afterRequest", function (event) {
     var target = region(event.detail.elt);
     if (target && event.detail.successful && target.classList.contains("is-error")) {

@@ -1,0 +1,34 @@
+"""Live figures in a real browser: the overview and packages pages keep saying how old the
+inventory is while they stay open, though the server answers their polls with 204 while no
+figure moved."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from dashboard.tests.conftest import make_user
+from inventory.models import InventorySnapshot
+from tenancy.tests.factories import TenantFactory
+from tests.browser.conftest import log_in
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+@pytest.mark.parametrize("path", ["/", "/packages/"])
+def test_inventory_age_ticks_on_without_a_reload(page, live_server, path):
+    from playwright.sync_api import expect
+
+    InventorySnapshot.objects.create(
+        pk=1, as_of=timezone.now() - timedelta(seconds=5), document="{}"
+    )
+    log_in(page, make_user(TenantFactory()).username)
+    page.goto(path)
+    age = page.locator(".freshness .sync-age")
+    expect(age).to_have_text(re.compile(r"^[5-7] seconds ago$"))
+    page.evaluate("window.loadedOnce = true")
+    expect(age).to_have_text(re.compile(r"^(9|1\d) seconds ago$"), timeout=8_000)
+    assert page.evaluate("window.loadedOnce") is True
