@@ -7,72 +7,25 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Iterator
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 from django.db import connections
 
 from catalog.tests.factories import PackageFactory
-from dashboard.tests.conftest import PASSWORD, make_unit, make_user
+from dashboard.tests.conftest import make_unit, make_user
 from inventory.sync import sync_inventory
 from runtime import reconcile
 from runtime.tests.helpers import remove_namespace_objects
 from tenancy.tests.factories import TenantFactory
+from tests.browser.conftest import ARTIFACTS, log_in
 
-CHROMIUM = Path("/usr/bin/chromium")
-CHROMIUM_FLAGS = [
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-dev-shm-usage",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-    "--no-first-run",
-]
-ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 SLOW = 30_000  # ms: provisioning or teardown through the worker and the cluster
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
     pytest.mark.usefixtures("celery_worker"),
 ]
-
-
-@pytest.fixture
-def playwright(monkeypatch):
-    """Playwright's driver for one test. Its sync API keeps an event loop on this thread while
-    it runs; the ORM calls the test makes between browser steps are still plain synchronous
-    code, so Django is told not to refuse them. While that loop runs Django keeps this thread's
-    connection apart (per async context), so it is closed here, before the loop stops, or it
-    would outlive the test database."""
-    if not CHROMIUM.exists():
-        pytest.skip(
-            f"no browser at {CHROMIUM}: install Debian's chromium (apt-get install chromium)"
-        )
-    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
-    monkeypatch.setenv("DJANGO_ALLOW_ASYNC_UNSAFE", "true")
-    with sync_api.sync_playwright() as driver:
-        yield driver
-        connections.close_all()
-
-
-@pytest.fixture
-def page(playwright, tmp_path, monkeypatch, live_server):
-    """A page in a fresh headless Chromium profile; polls every second to keep the test short."""
-    monkeypatch.setattr("dashboard.views.POLL_SECONDS", 1)
-    context = playwright.chromium.launch_persistent_context(
-        str(tmp_path / "chromium-profile"),
-        executable_path=str(CHROMIUM),
-        headless=True,
-        args=CHROMIUM_FLAGS,
-        viewport={"width": 1280, "height": 900},
-        base_url=live_server.url,
-    )
-    page = context.pages[0] if context.pages else context.new_page()
-    page.set_default_timeout(10_000)
-    yield page
-    context.close()
 
 
 @pytest.fixture
@@ -105,14 +58,6 @@ def beat() -> Iterator[SimpleNamespace]:
         raise failures[0]
 
 
-def log_in(page, username: str) -> None:
-    page.goto("/accounts/login/")
-    page.get_by_label("Username").fill(username)
-    page.get_by_label("Password").fill(PASSWORD)
-    page.get_by_role("button", name="Log in").click()
-    page.get_by_role("heading", name="Overview", level=1).wait_for()
-
-
 def test_order_watch_inspect_and_delete_a_unit(page, beat, live_server):
     from playwright.sync_api import expect
 
@@ -134,7 +79,7 @@ def test_order_watch_inspect_and_delete_a_unit(page, beat, live_server):
         expect(page.get_by_role("alert")).to_contain_text("The unit was not ordered")
         expect(page.get_by_label("Name")).to_have_attribute("aria-invalid", "true")
         page.screenshot(path=ARTIFACTS / "new-unit-errors.png", full_page=True)
-        page.get_by_role("link", name="Name: name must be a DNS-1123 label").click()
+        page.get_by_role("link", name="Name", exact=True).click()
         expect(page.get_by_label("Name")).to_be_focused()
         page.get_by_label("Name").fill("browser-demo")
         page.get_by_role("button", name="Order unit").click()
@@ -168,7 +113,12 @@ def test_order_watch_inspect_and_delete_a_unit(page, beat, live_server):
         detail_url = page.url
 
         page.get_by_role("link", name="Overview").click()
-        expect(page.get_by_role("img", name="Allocated GPU devices over time")).to_be_visible()
+        # A customer sees its own usage; the cluster's allocation over time is for ops.
+        expect(page.get_by_role("heading", name="Your usage")).to_be_visible()
+        expect(page.get_by_role("region", name="Your GPUs by device class")).to_contain_text(
+            "nvidia-rtx-3080"
+        )
+        expect(page.get_by_role("img", name="Allocated GPU devices over time")).to_have_count(0)
         page.screenshot(path=ARTIFACTS / "overview.png", full_page=True)
         page.set_viewport_size({"width": 390, "height": 844})
         page.screenshot(path=ARTIFACTS / "overview-phone.png", full_page=True)
