@@ -6,25 +6,36 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-$(shell cat requirements/*.txt | cksum | cut -d' ' -f1)
 DEVSTACK := $(PY) -m devstack exec --
+# make run's data folder (database, Redis, cluster objects, keys); make manage reads it too.
+DATA ?= .devdata
 
-.PHONY: run test test-reliability lint lint-checks pytest bench clean help
+.PHONY: run manage test test-reliability lint lint-checks pytest bench clean help
 
 help:
 	@echo "make run    - set up and serve the product on 127.0.0.1:$${PORT:-8000} (Ctrl-C stops)"
+	@echo "make manage ARGS='...' - manage.py against the running make run"
 	@echo "make test   - lint, then the whole test suite"
 	@echo "make lint   - ruff, Django checks, migrations check, OpenAPI schema, import contract, mypy"
 	@echo "make test-reliability - only the fault, load and hostile-input scenarios"
 	@echo "make bench  - the benchmarks; writes docs/benchmarks.md"
 
-$(STAMP): requirements/base.txt requirements/dev.txt
+# uv installs the pinned requirements (docs: README "First start"); plain pip if uv fails.
+PIP := $(PY) -m pip install --quiet --disable-pip-version-check
+$(STAMP): requirements/base.txt requirements/dev.txt requirements/installer.txt
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "Python 3.11+ is required")'
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -r requirements/dev.txt
+	( $(PIP) -r requirements/installer.txt && \
+	  $(VENV)/bin/uv pip install --quiet --python $(PY) -r requirements/dev.txt ) || \
+	  { echo "uv unavailable: installing with pip"; $(PIP) -r requirements/dev.txt; }
 	rm -f $(VENV)/.installed-*
 	touch $@
 
 run: $(STAMP)
-	$(PY) -m devstack run
+	$(PY) -m devstack run --data $(DATA)
+
+# manage.py against the running `make run`: make manage ARGS='export_catalog -o /tmp/c.yaml'
+manage: $(STAMP)
+	@$(PY) -m devstack manage --data $(DATA) $(ARGS)
 
 test: $(STAMP)
 	$(DEVSTACK) $(MAKE) --no-print-directory lint-checks pytest

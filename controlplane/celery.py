@@ -1,12 +1,14 @@
 """Celery application; configuration comes from Django settings (CELERY_* names)."""
 
+import logging
 import os
 
+import redis
 from celery import Celery
-from celery.signals import worker_init
+from celery.signals import worker_init, worker_ready
 from django.conf import settings
 
-from controlplane import metrics
+from controlplane import health, metrics
 from controlplane.beat import beat_schedule
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
@@ -29,3 +31,13 @@ def _serve_metrics(**_kwargs: object) -> None:
     if settings.WORKER_METRICS_PORT:
         metrics.clear_multiprocess_directory()  # before the pool's children start writing
         metrics.serve(settings.WORKER_METRICS_PORT)
+
+
+@worker_ready.connect
+def _first_heartbeat(**_kwargs: object) -> None:
+    """Say the worker is up as soon as it consumes, not at beat's first heartbeat tick (health
+    would call a fresh stack degraded for up to HEARTBEAT_INTERVAL_SECONDS)."""
+    try:
+        health.record_heartbeat()
+    except redis.RedisError:  # Redis briefly away: beat's next heartbeat says it
+        logging.getLogger(__name__).warning("could not record the first heartbeat", exc_info=True)

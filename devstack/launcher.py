@@ -3,18 +3,28 @@ observer + beat until Ctrl-C."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
+
+import redis
 
 from devstack import services
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE_CATALOG = ROOT / "catalog" / "samples" / "packages.yaml"
+# What `python -m devstack manage` needs to reach a running `make run`: written once it is up,
+# removed when it stops.
+STACK_FILE = "stack.json"
+STACK_VARIABLES = ("DATABASE_URL", "REDIS_URL", "KUBECONFIG", "DJANGO_DEBUG")
+# controlplane.health.HEARTBEAT_KEY: the previous run's heartbeat is not this run's worker.
+HEARTBEAT_KEY = "controlplane:heartbeat"
 
 
 def _manage(env: dict[str, str], *args: str, capture: bool = False) -> str:
@@ -94,11 +104,39 @@ def _ensure_key(env: dict[str, str], tenant: str, path: Path) -> str:
     return key
 
 
+def _ignore_signals() -> None:
+    """Once stopping, a second signal (a terminal's Ctrl-C and a `kill` of the whole process
+    group arrive together) must not interrupt the cleanup halfway."""
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _wait_until_healthy(base: str, processes: list[tuple[str, subprocess.Popen]]) -> dict:
+    """Health until it says ok (the worker's first heartbeat, the observer's lead), at most a
+    minute: the banner then says what is true."""
+    deadline = time.monotonic() + 60
+    body: dict = {}
+    while time.monotonic() < deadline:
+        if any(process.poll() is not None for _name, process in processes):
+            break
+        try:
+            with urllib.request.urlopen(f"{base}/api/v1/health", timeout=2) as response:
+                body = json.loads(response.read())["data"]
+            if body.get("status") == "ok":
+                return body
+        except (OSError, ValueError, KeyError):
+            pass
+        time.sleep(0.25)
+    return body
+
+
 def run(*, data_root: Path) -> int:
     port = os.environ.get("PORT", "8000")
     data_root.mkdir(parents=True, exist_ok=True)
+    stack_file = data_root / STACK_FILE
 
     def terminate(_signum: int, _frame: object) -> None:
+        _ignore_signals()
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGTERM, terminate)
@@ -125,8 +163,9 @@ def run(*, data_root: Path) -> int:
                 "Operations",
                 "--if-missing",
             )
-            demo_key = _ensure_key(env, "default", data_root / "demo-api-key")
+            _ensure_key(env, "default", data_root / "demo-api-key")
             _ensure_key(env, "ops", data_root / "operator-api-key")
+            redis.Redis.from_url(env["REDIS_URL"]).delete(HEARTBEAT_KEY)
             python = sys.executable
             ports = _metrics_ports(int(port))
             processes += [
@@ -186,19 +225,29 @@ def run(*, data_root: Path) -> int:
                     env,
                 ),
             ]
-            _print_welcome(f"http://127.0.0.1:{port}", data_root, demo_key, ports)
+            base = f"http://127.0.0.1:{port}"
+            health = _wait_until_healthy(base, processes)
+            stack_file.write_text(
+                json.dumps(
+                    {"pid": os.getpid(), "env": {k: env[k] for k in STACK_VARIABLES if k in env}}
+                )
+            )
+            _print_welcome(base, data_root, ports, health)
             while all(process.poll() is None for _name, process in processes):
                 time.sleep(0.5)
             failed = [name for name, process in processes if process.poll() is not None]
             print(f"stopping: {', '.join(failed)} exited", file=sys.stderr)
             return 1
         except KeyboardInterrupt:
+            _ignore_signals()
             print("\nstopping...", flush=True)
             return 0
         except (subprocess.CalledProcessError, RuntimeError) as exc:
             print(f"setup failed: {exc}", file=sys.stderr)
             return 1
         finally:
+            _ignore_signals()
+            stack_file.unlink(missing_ok=True)
             _stop(processes)
 
 
@@ -216,26 +265,61 @@ def _metrics_env(env: dict[str, str], data_root: Path, process: str, **extra: st
     return {**env, "PROMETHEUS_MULTIPROC_DIR": str(directory), **extra}
 
 
-def _print_welcome(base: str, data_root: Path, demo_key: str, ports: dict[str, str]) -> None:
+def _print_welcome(base: str, data_root: Path, ports: dict[str, str], health: dict) -> None:
     relative = os.path.relpath(data_root)
+    status = health.get("status", "not answering")
+    waiting = [name for name, check in (health.get("checks") or {}).items() if not check["ok"]]
+    state = "up" if status == "ok" else f"up, {status} ({', '.join(waiting) or 'no health'})"
     print(
-        "\nGPU control plane is up:\n"
+        f"\nGPU control plane is {state}:\n"
         f"  API health   {base}/api/v1/health\n"
         f"  API docs     {base}/api/docs/\n"
         f"  metrics      {base}/metrics (web), http://127.0.0.1:{ports['worker']}/metrics "
         f"(worker), http://127.0.0.1:{ports['observer']}/metrics (observer)\n"
         f"  dashboard    {base}/  (user demo: tenant default; admin: everything)\n"
         f"  admin        {base}/admin/  (user admin)\n"
-        f"  API keys     {relative}/demo-api-key (tenant default), "
+        f"  API keys     in {relative}/demo-api-key (tenant default) and "
         f"{relative}/operator-api-key (tenant ops)\n"
         f"  kubectl      kubectl --kubeconfig {relative}/kubeconfig get gpuunits,pods,"
         "resourceclaims -A\n"
+        f"  manage.py    make manage ARGS='export_catalog'  (against this stack)\n"
         "\nOrder a unit and watch it run:\n"
-        f"  curl -s -X POST {base}/api/v1/gpu-units -H 'Authorization: Bearer {demo_key}' \\\n"
+        f"  KEY=$(cat {relative}/demo-api-key)\n"
+        f'  curl -s -X POST {base}/api/v1/gpu-units -H "Authorization: Bearer $KEY" \\\n'
         "       -H 'Content-Type: application/json' \\\n"
-        '       -d \'{"operationID": "demo-001", "name": "demo-instance", '
-        '"packageID": "gpu-rtx3080-2x-cpu10-mem40g", "image": "python:3.12"}\'\n'
-        f"  curl -s {base}/api/v1/gpu-units/demo-instance -H 'Authorization: Bearer {demo_key}'\n"
+        f"       -d '{EXAMPLE_ORDER}'\n"
+        f'  curl -s {base}/api/v1/gpu-units/{EXAMPLE_UNIT} -H "Authorization: Bearer $KEY"\n'
         "\nPress Ctrl-C to stop everything.\n",
         flush=True,
     )
+
+
+# The README's example order (tests/test_readme.py runs it); not the article's demo-instance,
+# so running both is not a name conflict.
+EXAMPLE_UNIT = "my-first-unit"
+EXAMPLE_ORDER = json.dumps(
+    {
+        "operationID": "readme-001",
+        "name": EXAMPLE_UNIT,
+        "packageID": "gpu-rtx3080-2x-cpu10-mem40g",
+        "image": "python:3.12",
+        "template": {"command": ["python", "-m", "http.server", "8080"]},
+    }
+)
+
+
+def manage(args: list[str], *, data_root: Path) -> int:
+    """`manage.py ARGS` against the running `make run` (its database, Redis and cluster)."""
+    stack_file = data_root / STACK_FILE
+    try:
+        stack = json.loads(stack_file.read_text())
+        os.kill(stack["pid"], 0)
+    except (OSError, ValueError, KeyError):
+        print(
+            f"make run is not running (no live {os.path.relpath(stack_file)}): start it first, "
+            "or use `python -m devstack exec -- python manage.py ...` for a throwaway stack",
+            file=sys.stderr,
+        )
+        return 2
+    env = {**os.environ, **stack["env"]}
+    return subprocess.call([sys.executable, "manage.py", *args], cwd=ROOT, env=env)

@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from datetime import UTC, datetime
 from pathlib import Path
 
 import psutil
@@ -148,9 +149,14 @@ def test_make_run_serves_api_and_admin_and_stops_on_ctrl_c(tmp_path):
     assert not (data / "postgres" / "pgdata" / "postmaster.pid").exists()
 
     # A restart keeps the data: the sample is not imported twice, the admin is kept.
+    restarted_at = datetime.now(UTC)
     process = start(data, port, log)
     try:
         wait_until_up(base, process, log)
+        # The previous run's heartbeat (still in Redis's AOF) is not this run's worker.
+        worker = json.loads(get(f"{base}/api/v1/health")[1])["data"]["checks"]["worker"]
+        if worker["ok"]:
+            assert datetime.fromisoformat(worker["lastHeartbeat"]) >= restarted_at, worker
         assert len(json.loads(get(f"{base}/api/v1/packages", key)[1])["data"]) == 5
         unit = json.loads(get(f"{base}/api/v1/gpu-units/demo-instance", key)[1])["data"]
         assert unit["phase"] == "Running"  # the cluster's objects persisted too

@@ -1,0 +1,177 @@
+"""The README's commands work as printed against a running `make run`: every ```sh block
+outside the sections that need a real cluster or Docker is run by bash with the stack's ports
+and data folder in place of 8000-8002 and .devdata (curl fails on an HTTP error, so an error
+envelope is a failure, not output). Then the stack is stopped the way a process manager does,
+SIGTERM to its whole process group, and nothing it started may outlive it."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from devstack.services import free_port
+from tests.test_make_run import get, wait_until_up
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+
+# Sections whose commands need what this machine does not have; each says why.
+NOT_HERE = {
+    "Running on a real cluster": "a real Kubernetes cluster, a registry and Docker",
+    "Docker Compose (single machine)": "a Docker engine",
+}
+# `make run` and `make test` themselves: this test runs inside both.
+THE_TWO_COMMANDS = re.compile(r"^make (run|test)\b", re.MULTILINE)
+# Run `curl` so that an HTTP error fails the block but its body is still printed.
+PRELUDE = 'curl() { command curl --fail-with-body --max-time 20 "$@"; }\n'
+
+
+def readme_blocks() -> list[tuple[str, str]]:
+    """(section, block) for every ```sh block, by its `## ` section."""
+    section, blocks, block = "", [], None
+    for line in README.read_text().splitlines():
+        if line.startswith("## "):
+            section = line[3:].strip()
+        elif block is None and line.strip() == "```sh":
+            block = []
+        elif block is not None and line.strip() == "```":
+            blocks.append((section, "\n".join(block)))
+            block = None
+        elif block is not None:
+            block.append(line)
+    return blocks
+
+
+def test_the_readme_blocks_are_found_and_every_skipped_section_exists():
+    sections = {section for section, _ in readme_blocks()}
+    assert set(NOT_HERE) <= sections
+    assert len(runnable_blocks()) >= 3
+
+
+def runnable_blocks() -> list[tuple[str, str]]:
+    return [
+        (section, block)
+        for section, block in readme_blocks()
+        if section not in NOT_HERE and not THE_TWO_COMMANDS.search(block)
+    ]
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    data = tmp_path_factory.mktemp("readme") / "devdata"
+    port, log = free_port(), data.parent / "run.log"
+    env = {
+        k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL", "KUBECONFIG"}
+    }
+    env.update(PORT=str(port), DATA=str(data))
+    process = subprocess.Popen(
+        ["make", "--no-print-directory", "run"],
+        cwd=ROOT,
+        env=env,
+        stdout=log.open("ab"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,  # its own process group, as under a process manager
+    )
+    try:
+        wait_until_up(f"http://127.0.0.1:{port}", process, log)
+        deadline = time.monotonic() + 90
+        while "Press Ctrl-C" not in log.read_text():
+            assert process.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, log.read_text()
+            time.sleep(0.5)
+        yield {"process": process, "port": port, "data": data, "log": log, "env": env}
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGKILL)
+
+
+def run_block(stack, block: str) -> subprocess.CompletedProcess:
+    script = block.replace(".devdata", str(stack["data"]))
+    for offset in (0, 1, 2):  # web, then the worker's and the observer's /metrics
+        script = script.replace(f"127.0.0.1:{8000 + offset}", f"127.0.0.1:{stack['port'] + offset}")
+    return subprocess.run(
+        ["bash", "-euo", "pipefail", "-c", PRELUDE + script],
+        cwd=ROOT,
+        env={**stack["env"], "DATA": str(stack["data"]), "PATH": _path()},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def _path() -> str:
+    return f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+
+
+@pytest.mark.skipif(not shutil.which("kubectl"), reason="the README's kubectl needs kubectl")
+def test_every_readme_command_works_as_printed(stack):
+    ran = []
+    for section, block in runnable_blocks():
+        result = run_block(stack, block)
+        assert result.returncode == 0, (
+            f"README block in {section!r} failed:\n{block}\n--- out\n{result.stdout}"
+            f"\n--- err\n{result.stderr}"
+        )
+        ran.append(block)
+    assert any("gpu-units" in block for block in ran)
+    assert any("make manage" in block for block in ran)
+    # The example order runs (it serves http on 8080 in its pod).
+    key = (stack["data"] / "demo-api-key").read_text().strip()
+    base = f"http://127.0.0.1:{stack['port']}"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        unit = json.loads(get(f"{base}/api/v1/gpu-units/my-first-unit", key)[1])["data"]
+        if unit["phase"] == "Running":
+            break
+        time.sleep(0.5)
+    assert unit["phase"] == "Running", unit
+    assert unit["template"]["command"] == ["python", "-m", "http.server", "8080"]
+
+
+def test_the_banner_says_where_the_key_is_and_does_not_print_it(stack):
+    output = stack["log"].read_text()
+    key = (stack["data"] / "demo-api-key").read_text().strip()
+    assert key not in output
+    assert "demo-api-key" in output
+    assert "GPU control plane is up:" in output  # health said ok before the banner
+
+
+def test_make_manage_refuses_without_a_running_stack(tmp_path):
+    result = subprocess.run(
+        ["make", "--no-print-directory", "manage", "ARGS=check", f"DATA={tmp_path}"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode != 0
+    assert "make run is not running" in result.stderr
+
+
+def test_sigterm_to_the_process_group_stops_everything(stack):
+    process = stack["process"]
+    children = psutil.Process(process.pid).children(recursive=True)
+    names = " ".join(" ".join(child.cmdline()) for child in children)
+    for expected in ("gunicorn", "simcluster", "celery", "observe", "redis-server"):
+        assert expected in names
+    # make and the launcher both get it (and make passes it on): the second must not break
+    # the cleanup halfway, which left gunicorn and the cluster running.
+    os.killpg(process.pid, signal.SIGTERM)
+    process.wait(timeout=60)  # make's own status is the signal's
+    _gone, alive = psutil.wait_procs(children, timeout=20)
+    assert "Traceback" not in stack["log"].read_text(), stack["log"].read_text()[-3000:]
+    assert not alive, [" ".join(p.cmdline()) for p in alive if p.is_running()]
+    assert not (stack["data"] / "stack.json").exists()
+    # PostgreSQL runs detached (pg_ctl); it is stopped too.
+    assert not (stack["data"] / "postgres" / "pgdata" / "postmaster.pid").exists()
+    assert re.search(r"stopping\.\.\.", stack["log"].read_text())
