@@ -3,6 +3,7 @@ kubectl needs."""
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import re
@@ -199,8 +200,27 @@ def openapi_v3_document(registry: Registry, group: str, version: str) -> dict[st
         "openapi": "3.0.0",
         "info": {"title": "Kubernetes", "version": VERSION_INFO["gitVersion"]},
         "paths": paths,
-        "components": {"schemas": {}},
+        "components": {"schemas": _crd_schemas(types)},
     }
+
+
+def _crd_schemas(types: list[ResourceType]) -> dict[str, Any]:
+    """Each CRD kind's structural schema, named and tagged as the API server publishes it
+    (`io.lokiwager.runtime.v1alpha1.GPUUnit`, `x-kubernetes-group-version-kind`): what
+    `kubectl explain` reads. Built-in kinds carry no schema here, so explain knows only CRDs."""
+    schemas: dict[str, Any] = {}
+    for rtype in types:
+        schema = ((rtype.crd or {}).get("schema") or {}).get("openAPIV3Schema")
+        if not schema:
+            continue
+        name = ".".join([*reversed(rtype.group.split(".")), rtype.version, rtype.kind])
+        schemas[name] = {
+            **copy.deepcopy(schema),
+            "x-kubernetes-group-version-kind": [
+                {"group": rtype.group, "kind": rtype.kind, "version": rtype.version}
+            ],
+        }
+    return schemas
 
 
 def _hash(document: dict[str, Any]) -> str:

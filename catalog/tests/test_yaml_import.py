@@ -10,6 +10,8 @@ from django.core.management import CommandError, call_command
 from catalog.models import Package
 from catalog.services import CatalogImportError, export_catalog, import_catalog
 from catalog.tests.factories import PackageFactory
+from dracel import quantity
+from tenancy.models import Tenant
 
 pytestmark = pytest.mark.django_db
 
@@ -68,7 +70,7 @@ def test_dry_run_prints_plan_and_writes_nothing():
     PackageFactory(id="gpu-old-1x", spec_name="old", gpu=1, count=1)  # pruned
     PackageFactory(id="gpu-h100-1x-cpu16-mem128g", spec_name="h100", cpu="8", gpu=1, count=1)
     out = run_command("import_catalog", str(SAMPLE), "--dry-run", "--prune")
-    assert "add        gpu-h100-8x-cpu128-mem1024g" in out
+    assert "add        gpu-h100-8x-cpu128-mem240g" in out
     assert "change     gpu-h100-1x-cpu16-mem128g (" in out
     assert "cpu: '8' -> '16'" in out
     assert "leave      gpu-rtx3080-2x-cpu10-mem40g" in out
@@ -147,3 +149,23 @@ def test_export_command_writes_file(tmp_path):
     target = tmp_path / "out.yaml"
     run_command("export_catalog", "-o", str(target))
     assert yaml.safe_load(target.read_text())["packages"][0]["id"] == "gpu-rtx3080-2x-cpu10-mem40g"
+
+
+def test_every_sample_package_fits_the_sample_tenants_quota():
+    """The sample tenant (make run's `default`, k8s/tenant-quota.yaml) can order each sample
+    package: a catalog that offers what its own tenant can never order confuses a first try."""
+    hard = yaml.safe_load((SAMPLE.parents[2] / "k8s" / "tenant-quota.yaml").read_text())["spec"][
+        "hard"
+    ]
+    defaults = Tenant()
+    assert quantity.parse_cpu(hard["requests.cpu"]) == quantity.parse_cpu(defaults.quota_cpu)
+    assert quantity.parse_bytes(hard["requests.memory"]) == quantity.parse_bytes(
+        defaults.quota_memory
+    )
+    for package in yaml.safe_load(SAMPLE.read_text())["packages"]:
+        assert quantity.parse_cpu(package["cpu"]) <= quantity.parse_cpu(hard["requests.cpu"]), (
+            package["id"]
+        )
+        assert quantity.parse_bytes(package["memory"]) <= quantity.parse_bytes(
+            hard["requests.memory"]
+        ), package["id"]

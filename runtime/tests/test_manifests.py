@@ -186,3 +186,17 @@ def test_names_fit_kubernetes_limits_at_the_longest_unit_name():
     longest = "n" * 54
     assert len(manifests.claim_name_for(longest)) == 63
     assert len(manifests.pod_name_for(longest)) <= 63
+
+
+def _undescribed(schema: dict, path: str) -> list[str]:
+    missing = [] if schema.get("description") else [path]
+    for name, sub in (schema.get("properties") or {}).items():
+        missing += _undescribed(sub, f"{path}.{name}")
+    if isinstance(schema.get("items"), dict) and schema["items"].get("properties"):
+        missing += [p for p in _undescribed(schema["items"], f"{path}[]") if p != f"{path}[]"]
+    return missing
+
+
+def test_every_gpuunit_field_is_described_for_kubectl_explain():
+    schema = CRD["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    assert _undescribed(schema, "gpuunit") == []

@@ -241,3 +241,24 @@ def test_apply_twice_is_unchanged_then_configured(kubectl: Kubectl, tmp_path: Pa
     assert second.count(" unchanged") == 3
     assert "resourcequota/gpu-quota configured" in third
     assert quota == "20"
+
+
+def test_explain_shows_the_descriptions_of_a_crd_schema(
+    kubectl: Kubectl, namespace: str, tmp_path: Path
+) -> None:
+    crd = GPUUNIT_CRD.replace(
+        "            required: [packageID, gpu]",
+        "            description: The package contract.\n            required: [packageID, gpu]",
+    ).replace(
+        "gpu: {type: integer, minimum: 1}",
+        "gpu: {type: integer, minimum: 1, description: GPUs sold.}",
+    )
+    kubectl("apply", "-f", _manifest(tmp_path, "crd.yaml", crd))
+
+    spec = kubectl("explain", "gpuunit.spec").stdout
+    gpu = kubectl("explain", "gpuunits.spec.gpu").stdout
+
+    assert "The package contract." in spec
+    assert "packageID\t<string> -required-" in spec
+    assert "FIELD: gpu <integer>" in gpu
+    assert "GPUs sold." in gpu
