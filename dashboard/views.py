@@ -367,12 +367,19 @@ class UnitCreateView(DashboardView):
         elif isinstance(error, QuotaExceeded):
             details = error.details
             what = QUOTA_NAMES.get(details.get("limit", ""), details.get("limit", ""))
-            form.add_error(
-                "package",
-                f"Not enough quota left for this package: it needs {details.get('requested')} "
-                f"{what}, and {details.get('used')} of {details.get('hard')} are in use. "
-                "Delete a unit or pick a smaller package.",
-            )
+            if details.get("largerThanQuota"):
+                message = (
+                    f"This package is larger than your whole quota: it needs "
+                    f"{details.get('requested')} {what} of the {details.get('hard')} you have. "
+                    "Pick a smaller package, or ask us to raise your quota."
+                )
+            else:
+                message = (
+                    f"Not enough quota left for this package: it needs "
+                    f"{details.get('requested')} {what}, and {details.get('used')} of "
+                    f"{details.get('hard')} are in use. Delete a unit or pick a smaller package."
+                )
+            form.add_error("package", message)
         elif isinstance(error, OperationConflict):
             # The hidden operationID already ordered something else (the form was reused after
             # editing): a fresh one lets the next submit go through.

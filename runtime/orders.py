@@ -180,14 +180,20 @@ def quota_problem(
     ]
     for limit, used, requested, hard, show in limits:
         if used + requested > hard:
+            # Larger than the whole quota: deleting units never helps, a smaller package does.
+            never = requested > hard
             return QuotaExceeded(
-                f"tenant {tenant.slug} quota would be exceeded for {limit}: "
+                f"the package is larger than tenant {tenant.slug}'s quota for {limit}: "
+                f"requested={show(requested)} hard={show(hard)}"
+                if never
+                else f"tenant {tenant.slug} quota would be exceeded for {limit}: "
                 f"used={show(used)} requested={show(requested)} hard={show(hard)}",
                 details={
                     "limit": limit,
                     "used": show(used),
                     "requested": show(requested),
                     "hard": show(hard),
+                    "largerThanQuota": never,
                 },
             )
     return None

@@ -400,6 +400,17 @@ class TestCreate:
         assert "10 of 15 are in use" in error
         assert GPUUnit.objects.count() == 1
 
+    def test_a_package_larger_than_the_whole_quota_is_not_told_to_delete_units(
+        self, member_client, tenant, package
+    ):
+        tenant.quota_cpu = "8"  # the package needs 10
+        tenant.save()
+        body = order(member_client).content.decode()
+        error = body.split('id="id_package_error"')[1].split("</ul>")[0]
+        assert "larger than your whole quota: it needs 10 CPU of the 8 you have" in error
+        assert "Delete a unit" not in error
+        assert not GPUUnit.objects.exists()
+
     def test_quota_error_marks_only_the_chosen_package_and_says_it_once(
         self, member_client, tenant, package
     ):

@@ -140,6 +140,7 @@ class TestUnitCreate(EndpointTest):
             "used": "10",
             "requested": "10",
             "hard": "15",
+            "largerThanQuota": False,
         }
         assert GPUUnit.objects.count() == 1
         assert Operation.objects.count() == 1

@@ -72,3 +72,15 @@ def test_availability_says_when_the_quota_is_used_up_but_would_fit():
     client.post("/api/v1/gpu-units", body, format="json")
     (availability,) = [p["availability"] for p in client.get("/api/v1/packages").json()["data"]]
     assert (availability["placeableNow"], availability["reason"]) == (0, "your quota is used up")
+
+
+def test_an_order_larger_than_the_whole_quota_says_so():
+    tenant = TenantFactory(quota_memory="32Gi")  # the package needs 40Gi
+    PackageFactory(article=True)
+    body = {"operationID": "a", "name": "a", "packageID": ARTICLE_PACKAGE_ID, "image": "b"}
+    response = client_for(tenant).post("/api/v1/gpu-units", body, format="json")
+    assert response.status_code == 409
+    error = response.json()["error"]
+    assert error["code"] == "quota_exceeded"
+    assert "larger than" in error["message"]
+    assert error["details"]["largerThanQuota"] is True
