@@ -9,6 +9,7 @@ from controlplane.views import HealthView
 api_v1 = [
     path("health", HealthView.as_view(), name="health"),
     path("", include("runtime.urls")),
+    path("", include("tenancy.urls")),
     path("", include("inventory.urls")),
 ]
 

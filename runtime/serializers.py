@@ -6,22 +6,11 @@ from django.conf import settings
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from controlplane.api.fields import StringField
+from controlplane.api.fields import StrictSerializer, StringField
 from controlplane.api.pagination import DEFAULT_LIMIT, MAX_LIMIT
 from controlplane.validation import fold_case
 from runtime import validation
 from runtime.models import GPUUnit, Operation, UnitEvent, UnitPhase
-
-
-class StrictSerializer(serializers.Serializer):
-    """Rejects fields the API does not define instead of silently ignoring them."""
-
-    def to_internal_value(self, data):
-        if isinstance(data, dict):
-            unknown = sorted(set(data) - set(self.fields))
-            if unknown:
-                raise serializers.ValidationError({name: ["Unknown field."] for name in unknown})
-        return super().to_internal_value(data)
 
 
 class EnvVarSerializer(serializers.Serializer):

@@ -10,7 +10,7 @@ from django.template.response import TemplateResponse
 
 from controlplane.admin import readable_bytes, readable_cpu
 from tenancy import services
-from tenancy.models import ApiKey, Tenant
+from tenancy.models import ApiKey, SSHKey, Tenant
 
 SECRET_TEMPLATE = "admin/tenancy/apikey/secret.html"
 
@@ -138,3 +138,27 @@ class ApiKeyAdmin(admin.ModelAdmin):
         for api_key in queryset:
             services.revoke_api_key(api_key=api_key)
         self.message_user(request, f"{queryset.count()} key(s) revoked.", messages.SUCCESS)
+
+
+@admin.register(SSHKey)
+class SSHKeyAdmin(admin.ModelAdmin):
+    """Tenants register their keys through the API or the dashboard; ops see and remove them."""
+
+    list_display = ("name", "tenant", "kind", "bits", "fingerprint", "created_at")
+    list_filter = ("kind", "tenant")
+    search_fields = ("name", "fingerprint", "comment", "tenant__slug")
+    readonly_fields = ("tenant", "name", "kind", "bits", "fingerprint", "comment", "public_key")
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def delete_model(self, request, obj: SSHKey) -> None:
+        # Through the service, so the units that used the key lose it too.
+        services.remove_ssh_key(tenant=obj.tenant, name=obj.name)
+
+    def delete_queryset(self, request, queryset) -> None:
+        for key in queryset.select_related("tenant"):
+            services.remove_ssh_key(tenant=key.tenant, name=key.name)

@@ -91,3 +91,30 @@ class ApiKey(models.Model):
     @property
     def is_active(self) -> bool:
         return self.revoked_at is None
+
+
+class SSHKey(models.Model):
+    """A public key a tenant registered once for SSH into its units (§11). Only the public
+    half is ever held; units get the tenant's keys through a Secret, never their spec."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="ssh_keys")
+    name = models.CharField(max_length=63, help_text="DNS label naming the key, e.g. laptop.")
+    kind = models.CharField(max_length=32, editable=False)
+    bits = models.PositiveIntegerField(editable=False)
+    public_key = models.TextField(editable=False, help_text="`<type> <base64>`, no comment.")
+    comment = models.CharField(max_length=256, blank=True, editable=False)
+    fingerprint = models.CharField(max_length=64, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name = "SSH key"
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "name"], name="sshkey_unique_name"),
+            models.UniqueConstraint(
+                fields=["tenant", "fingerprint"], name="sshkey_unique_fingerprint"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.name} ({self.fingerprint})"

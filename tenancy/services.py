@@ -3,15 +3,21 @@ runtime's orders and terminations, never here."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import secrets
+from collections.abc import Callable
 
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from tenancy.models import ApiKey, Tenant
+from controlplane.api.errors import InvalidRequest, NotFound
+from controlplane.validation import dns_label, fold_case
+from tenancy import sshkeys
+from tenancy.errors import SSHKeyConflict
+from tenancy.models import ApiKey, SSHKey, Tenant
 
 KEY_PREFIX = "gcp"
 
@@ -82,3 +88,57 @@ def ensure_tenant_user(
         user = user_model.objects.create_user(username=username, password=created_with)
     tenant.users.add(user)
     return user, created_with
+
+
+# Called with (tenant, key name) after a key is removed: the runtime registers the refresh of
+# the Secrets of units that used it (runtime.apps), since tenancy cannot import the runtime.
+SSH_KEY_REMOVED: list[Callable[[Tenant, str], None]] = []
+
+
+def add_ssh_key(*, tenant: Tenant, name: str, public_key: str) -> SSHKey:
+    """Register a public key under `name`; 400 naming the field, 409 for a name or key the
+    tenant already has."""
+    name = fold_case(name.strip())
+    problems: dict[str, list[str]] = {}
+    if name_problem := dns_label(name):
+        problems["name"] = [name_problem]
+    try:
+        parsed = sshkeys.parse(public_key)
+    except sshkeys.KeyRefused as exc:
+        problems["publicKey"] = [str(exc)]
+    if problems:
+        raise InvalidRequest("The SSH key is invalid.", details={"fields": problems})
+    taken = SSHKey.objects.filter(tenant=tenant)
+    if taken.filter(name=name).exists():
+        raise SSHKeyConflict(f"an SSH key named {name} exists.", details={"name": name})
+    same = taken.filter(fingerprint=parsed.fingerprint).first()
+    if same is not None:
+        raise SSHKeyConflict(
+            f"this key is already registered as {same.name}.",
+            details={"name": same.name, "fingerprint": parsed.fingerprint},
+        )
+    try:
+        with transaction.atomic():
+            return SSHKey.objects.create(
+                tenant=tenant,
+                name=name,
+                kind=parsed.kind,
+                bits=parsed.bits,
+                public_key=parsed.openssh,
+                comment=parsed.comment,
+                fingerprint=parsed.fingerprint,
+            )
+    except IntegrityError:  # the same name or key, registered by a request in between
+        raise SSHKeyConflict(
+            f"an SSH key named {name}, or this key, exists.", details={"name": name}
+        ) from None
+
+
+def remove_ssh_key(*, tenant: Tenant, name: str) -> None:
+    """Remove the key (404 if there is none) and take it off every unit that uses it."""
+    name = fold_case(name.strip())
+    deleted, _ = SSHKey.objects.filter(tenant=tenant, name=name).delete()
+    if not deleted:
+        raise NotFound(f"SSH key {name} not found.")
+    for listener in SSH_KEY_REMOVED:
+        transaction.on_commit(functools.partial(listener, tenant, name))

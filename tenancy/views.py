@@ -1,0 +1,85 @@
+"""The tenant's SSH keys: register once, used by every unit with SSH enabled."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import extend_schema
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from controlplane.api.errors import NotFound
+from controlplane.api.schema import envelope, error_responses
+from controlplane.api.views import ApiView
+from controlplane.validation import fold_case
+from tenancy import services
+from tenancy.models import SSHKey, Tenant
+from tenancy.permissions import IsTenant, tenant_of
+from tenancy.serializers import CreateSSHKeySerializer, SSHKeySerializer
+
+
+class _TenantView(ApiView):
+    permission_classes = [IsTenant]
+
+    @property
+    def tenant(self) -> Tenant:
+        tenant = tenant_of(self.request)
+        assert tenant is not None
+        return tenant
+
+
+class SSHKeyListView(_TenantView):
+    @extend_schema(
+        summary="The tenant's SSH public keys",
+        operation_id="ssh_keys_list",
+        responses={
+            200: envelope(SSHKeySerializer, name="SSHKeyList", many=True),
+            **error_responses(401),
+        },
+    )
+    def get(self, request: Request) -> Response:
+        keys = SSHKey.objects.filter(tenant=self.tenant).order_by("name")
+        return Response(SSHKeySerializer(keys, many=True).data)
+
+    @extend_schema(
+        summary="Register an SSH public key",
+        operation_id="ssh_keys_create",
+        request=CreateSSHKeySerializer,
+        responses={
+            201: envelope(SSHKeySerializer, name="SSHKeyResponse"),
+            **error_responses(400, 401, 409),
+        },
+    )
+    def post(self, request: Request) -> Response:
+        serializer = CreateSSHKeySerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        key = services.add_ssh_key(
+            tenant=self.tenant,
+            name=serializer.validated_data["name"],
+            public_key=serializer.validated_data["publicKey"],
+        )
+        return Response(SSHKeySerializer(key).data, status=201)
+
+
+class SSHKeyDetailView(_TenantView):
+    def _key(self, name: str) -> SSHKey:
+        key = SSHKey.objects.filter(tenant=self.tenant, name=fold_case(name.strip())).first()
+        if key is None:
+            raise NotFound(f"SSH key {name} not found.")
+        return key
+
+    @extend_schema(
+        summary="One SSH key",
+        responses={
+            200: envelope(SSHKeySerializer, name="SSHKeyDetail"),
+            **error_responses(401, 404),
+        },
+    )
+    def get(self, request: Request, name: str) -> Response:
+        return Response(SSHKeySerializer(self._key(name)).data)
+
+    @extend_schema(
+        summary="Remove an SSH key (units using it lose it)",
+        responses={204: None, **error_responses(401, 404)},
+    )
+    def delete(self, request: Request, name: str) -> Response:
+        services.remove_ssh_key(tenant=self.tenant, name=name)
+        return Response(status=204)
