@@ -181,6 +181,9 @@ def mark_unit_terminated(unit: GPUUnit) -> bool:
             dra={**(unit.dra or {}), "allocated": False, "devices": []},
         )
         if terminated:
+            # Whoever saw the objects gone (the delete task, or the observer first), the
+            # deletion ends with the unit: Terminated never shows beside an open deletion.
+            outbox.finish_open_delete(unit)
             Tenant.objects.filter(pk=unit.tenant_id).update(
                 used_cpu_millicores=F("used_cpu_millicores") - unit.cpu_millicores,
                 used_memory_bytes=F("used_memory_bytes") - unit.memory_bytes,

@@ -94,6 +94,14 @@ def cancel_open_create(unit: GPUUnit) -> int:
     )
 
 
+def finish_open_delete(unit: GPUUnit) -> int:
+    """Close the unit's open delete operation as succeeded (its objects are gone)."""
+    now = timezone.now()
+    return Operation.objects.filter(
+        unit=unit, kind=OperationKind.DELETE, status__in=OperationStatus.OPEN
+    ).update(status=OperationStatus.SUCCEEDED, finished_at=now, updated_at=now)
+
+
 def finish_operation(
     operation: Operation, *, error_code: str = "", error_message: str = ""
 ) -> None:

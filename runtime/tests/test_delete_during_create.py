@@ -16,7 +16,9 @@ pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("
 
 
 @pytest.fixture
-def unit(tenant):
+def unit(session_worker_paused, tenant):
+    """An order whose operations only this test carries out (the session's worker, if one is
+    up from an earlier test, takes no task meanwhile)."""
     PackageFactory(article=True)
     yield orders.create_unit(
         tenant=tenant,
