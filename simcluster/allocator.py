@@ -3,6 +3,7 @@ the kube-scheduler's structured allocator and worded like its failures. No store
 
 from __future__ import annotations
 
+import json
 import math
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
@@ -26,6 +27,7 @@ REASON_MEMORY = "Insufficient memory"
 REASON_PODS = "Too many pods"
 REASON_SELECTOR = "node(s) didn't match Pod's node affinity/selector"
 REASON_CORDONED = "node(s) were unschedulable"
+REASON_VOLUME_NODE = "node(s) had volume node affinity conflict"
 REASON_NOT_READY = "node(s) had untolerated taint {node.kubernetes.io/not-ready: }"
 # Reasons preemption could fix by evicting pods; everything else is "not helpful".
 _RESOLVABLE = {REASON_CPU, REASON_MEMORY, REASON_PODS}
@@ -248,6 +250,8 @@ class PodRequest:
     memory: int = 0  # bytes
     node_selector: dict[str, str] = field(default_factory=dict)
     claims: list[ClaimRequest] = field(default_factory=list)
+    # nodeAffinity.required of the PersistentVolumes the pod mounts (VolumeBinding's Filter).
+    volume_affinities: list[dict[str, Any]] = field(default_factory=list)
 
     @classmethod
     def from_pod(cls, pod: Mapping[str, Any], claims: list[ClaimRequest]) -> PodRequest:
@@ -550,7 +554,8 @@ class Allocator:
             for need in plan.needs
         )
         node_selector = tuple(sorted(pod.node_selector.items()))
-        return (pod.cpu, pod.memory, node_selector, bool(pod.claims), needs)
+        volumes = json.dumps(pod.volume_affinities, sort_keys=True)
+        return (pod.cpu, pod.memory, node_selector, volumes, bool(pod.claims), needs)
 
     def _search_order(self, pod: PodRequest, plan: _Plan) -> Iterator[NodeState]:
         """Nodes worth a full Filter, in name order; placing a pod is first-fit."""
@@ -631,6 +636,10 @@ class Allocator:
             reasons.append(REASON_CPU)
         if pod.memory > node.memory_free:
             reasons.append(REASON_MEMORY)
+        if not reasons and any(
+            not node_selector_matches(selector, node) for selector in pod.volume_affinities
+        ):
+            reasons.append(REASON_VOLUME_NODE)
         return reasons
 
     def _filter(self, pod: PodRequest, plan: _Plan, node: NodeState) -> list[str] | _Fit:

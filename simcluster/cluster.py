@@ -3,19 +3,54 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable
 from pathlib import Path
+from typing import Any
 
 import yaml
 
 from simcluster.faults import FaultInjector, RequestLog
+from simcluster.kubelet import ContainerLogs, Kubelet
+from simcluster.network import NetworkAllocator
 from simcluster.persistence import Persister
 from simcluster.quota import QuotaController
 from simcluster.scheduler import Scheduler
 from simcluster.server import SimServer
 from simcluster.store import Store
 from simcluster.topology import load_topology
+from simcluster.volumes import VolumeController
 
 SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+# The Services every cluster has, at the addresses kubeadm gives them.
+SYSTEM_SERVICES: tuple[dict[str, Any], ...] = (
+    {
+        "metadata": {
+            "name": "kubernetes",
+            "namespace": "default",
+            "labels": {"component": "apiserver", "provider": "kubernetes"},
+        },
+        "spec": {
+            "clusterIP": "10.96.0.1",
+            "ports": [{"name": "https", "port": 443, "protocol": "TCP", "targetPort": 6443}],
+        },
+    },
+    {
+        "metadata": {
+            "name": "kube-dns",
+            "namespace": "kube-system",
+            "labels": {"k8s-app": "kube-dns", "kubernetes.io/name": "CoreDNS"},
+        },
+        "spec": {
+            "clusterIP": "10.96.0.10",
+            "selector": {"k8s-app": "kube-dns"},
+            "ports": [
+                {"name": "dns", "port": 53, "protocol": "UDP", "targetPort": 53},
+                {"name": "dns-tcp", "port": 53, "protocol": "TCP", "targetPort": 53},
+                {"name": "metrics", "port": 9153, "protocol": "TCP", "targetPort": 9153},
+            ],
+        },
+    },
+)
 
 
 class SimCluster:
@@ -38,11 +73,16 @@ class SimCluster:
         self.store = Store(seed=seed)
         self.faults = FaultInjector(seed=seed)
         self.requests = RequestLog()
-        self._persister = Persister(self.store, persist_path) if persist_path else None
+        self.logs = ContainerLogs()
+        self.kubelet = Kubelet(self.store, self.logs)
+        self._persister = (
+            Persister(self.store, persist_path, logs=self.logs) if persist_path else None
+        )
         self._run_scheduler = scheduler
         self.bookmark_interval = bookmark_interval
         self.scheduler: Scheduler | None = None
         self.quota: QuotaController | None = None
+        self.volumes: VolumeController | None = None
         self._server: SimServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -53,13 +93,18 @@ class SimCluster:
     def start(self) -> SimCluster:
         if self._persister:
             self._persister.load()
+        NetworkAllocator(self.store).install()
+        self.volumes = VolumeController(self.store)
+        self.volumes.install()
         self._seed_namespaces()
         self._seed_topology()
         self.quota = QuotaController(self.store)
         self.quota.install()
         if self._persister:
             self._persister.start()
-        self._server = SimServer((self.host, self.port), self.store, self.faults, self.requests)
+        self._server = SimServer(
+            (self.host, self.port), self.store, self.faults, self.requests, self.logs
+        )
         self._server.bookmark_interval = self.bookmark_interval
         self.port = self._server.server_address[1]
         self._thread = threading.Thread(
@@ -69,8 +114,9 @@ class SimCluster:
             daemon=True,
         )
         self._thread.start()
+        self.volumes.start()
         if self._run_scheduler:
-            self.scheduler = Scheduler(self.store)
+            self.scheduler = Scheduler(self.store, kubelet=self.kubelet)
             self.scheduler.start()
         return self
 
@@ -78,9 +124,12 @@ class SimCluster:
         if self.scheduler is not None:
             self.scheduler.stop()
             self.scheduler = None
+        if self.volumes is not None:
+            self.volumes.stop()
         if self._server is not None:
             self._server.stopping.set()
             self.store.close_watchers()
+            self.logs.close_all()
             self._server.shutdown()
             self._server.server_close()
             self._server = None
@@ -121,10 +170,52 @@ class SimCluster:
         target.write_text(yaml.safe_dump(config, sort_keys=False))
         return target
 
+    # -- test hooks: what a container does --------------------------------------------------
+
+    def append_log(
+        self,
+        namespace: str,
+        pod: str,
+        lines: Iterable[str] | str,
+        *,
+        container: str | None = None,
+    ) -> None:
+        """Append lines to a running container's log, as if it printed them; `container` may be
+        left out for a pod with one container. ValueError if it is not running."""
+        self.kubelet.append_log(namespace, pod, lines, container)
+
+    def fail_container(
+        self,
+        namespace: str,
+        pod: str,
+        *,
+        container: str | None = None,
+        exit_code: int = 1,
+        reason: str = "Error",
+        message: str | None = None,
+        lines: Iterable[str] = (),
+    ) -> dict[str, Any]:
+        """Make a running container exit (after logging `lines`): restarted with restartCount
+        + 1 and lastState.terminated under restartPolicy Always (OnFailure for a non-zero
+        code), else left terminated with the pod Failed/Succeeded. Returns the pod."""
+        return self.kubelet.fail_container(
+            namespace,
+            pod,
+            container,
+            exit_code=exit_code,
+            reason=reason,
+            message=message,
+            lines=lines,
+        )
+
     def _seed_namespaces(self) -> None:
         for name in SYSTEM_NAMESPACES:
             if self.store.get("namespaces", None, name) is None:
                 self.store.create("namespaces", {"metadata": {"name": name}}, internal=True)
+        for service in SYSTEM_SERVICES:
+            metadata = service["metadata"]
+            if self.store.get("services", metadata["namespace"], metadata["name"]) is None:
+                self.store.create("services", service, internal=True)
 
     def _seed_topology(self) -> None:
         for resource, obj in load_topology(self.topology):

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 from typing import Any
 
+from simcluster.errors import ApiError
 from simcluster.resources import ResourceType
 
 QUANTITY_KEYS = ("cpu", "memory")
@@ -50,6 +53,10 @@ def _default_pod(pod: dict[str, Any], internal: bool) -> None:
     for group in ("containers", "initContainers"):
         for container in spec.get(group) or []:
             _default_container(container)
+    for volume in spec.get("volumes") or []:
+        for source in ("secret", "configMap"):
+            if isinstance(volume.get(source), dict):
+                volume[source].setdefault("defaultMode", 0o644)
     if not internal or not pod.get("status"):
         pod["status"] = {"phase": "Pending", "qosClass": qos_class(spec)}
 
@@ -81,6 +88,95 @@ def _default_namespace(namespace: dict[str, Any], internal: bool) -> None:
 def _default_resource_quota(quota: dict[str, Any], internal: bool) -> None:
     if not internal:
         quota.pop("status", None)
+
+
+def _default_service(service: dict[str, Any], internal: bool) -> None:
+    spec = service.setdefault("spec", {})
+    spec.setdefault("type", "ClusterIP")
+    if spec["type"] != "ExternalName":
+        spec.setdefault("sessionAffinity", "None")
+        spec.setdefault("internalTrafficPolicy", "Cluster")
+    if spec["type"] in ("NodePort", "LoadBalancer"):
+        spec.setdefault("externalTrafficPolicy", "Cluster")
+    if spec["type"] == "LoadBalancer":
+        spec.setdefault("allocateLoadBalancerNodePorts", True)
+    for port in spec.get("ports") or []:
+        port.setdefault("protocol", "TCP")
+        if "port" in port:
+            port.setdefault("targetPort", port["port"])
+    if not internal or not service.get("status"):
+        service["status"] = {"loadBalancer": {}}
+
+
+def merge_string_data(secret: dict[str, Any]) -> None:
+    """stringData is write-only: its keys overwrite data's, base64-encoded, and it is never
+    stored, as the v1 → internal conversion does. Values never appear in an error."""
+    data = secret.get("data")
+    if data is not None and not isinstance(data, dict):
+        raise ApiError.bad_request(_secret_decode_error("data must be an object"))
+    for key, value in (data or {}).items():
+        if not isinstance(value, str):
+            raise ApiError.bad_request(_secret_decode_error(f"data[{key}] must be a string"))
+        try:
+            base64.b64decode(value, validate=True)
+        except (binascii.Error, ValueError):
+            raise ApiError.bad_request(
+                _secret_decode_error(f"illegal base64 data in data[{key}]")
+            ) from None
+    string_data = secret.pop("stringData", None)
+    if string_data is None:
+        return
+    if not isinstance(string_data, dict) or not all(
+        isinstance(value, str) for value in string_data.values()
+    ):
+        raise ApiError.bad_request(_secret_decode_error("stringData values must be strings"))
+    merged = dict(data or {})
+    for key, value in string_data.items():
+        merged[key] = base64.b64encode(value.encode()).decode()
+    secret["data"] = merged
+
+
+def _secret_decode_error(detail: str) -> str:
+    return f'Secret in version "v1" cannot be handled as a Secret: {detail}'
+
+
+def _default_secret(secret: dict[str, Any], internal: bool) -> None:
+    merge_string_data(secret)
+    secret.setdefault("type", "Opaque")
+
+
+def _default_pvc(claim: dict[str, Any], internal: bool) -> None:
+    spec = claim.setdefault("spec", {})
+    spec.setdefault("volumeMode", "Filesystem")
+    if not internal or not claim.get("status"):
+        claim["status"] = {"phase": "Pending"}
+
+
+def _default_pv(volume: dict[str, Any], internal: bool) -> None:
+    spec = volume.setdefault("spec", {})
+    spec.setdefault("persistentVolumeReclaimPolicy", "Retain")
+    spec.setdefault("volumeMode", "Filesystem")
+    if not internal or not volume.get("status"):
+        volume["status"] = {"phase": "Pending"}
+
+
+def _default_storage_class(storage_class: dict[str, Any], internal: bool) -> None:
+    storage_class.setdefault("reclaimPolicy", "Delete")
+    storage_class.setdefault("volumeBindingMode", "Immediate")
+
+
+def _default_network_policy(policy: dict[str, Any], internal: bool) -> None:
+    spec = policy.setdefault("spec", {})
+    if not spec.get("policyTypes"):
+        spec["policyTypes"] = ["Ingress", *(["Egress"] if spec.get("egress") else [])]
+    for rule in [*(spec.get("ingress") or []), *(spec.get("egress") or [])]:
+        for port in rule.get("ports") or []:
+            port.setdefault("protocol", "TCP")
+
+
+def _default_ingress(ingress: dict[str, Any], internal: bool) -> None:
+    if not internal or not ingress.get("status"):
+        ingress["status"] = {"loadBalancer": {}}
 
 
 def crd_status(crd: dict[str, Any]) -> dict[str, Any]:
@@ -129,6 +225,24 @@ _DEFAULTERS = {
     "namespaces": _default_namespace,
     "resourcequotas": _default_resource_quota,
     "customresourcedefinitions": _default_crd,
+    "services": _default_service,
+    "secrets": _default_secret,
+    "persistentvolumeclaims": _default_pvc,
+    "persistentvolumes": _default_pv,
+    "storageclasses": _default_storage_class,
+    "networkpolicies": _default_network_policy,
+    "ingresses": _default_ingress,
+}
+
+# Kinds whose every write is defaulted again (the real server defaults on each decode); the
+# status they carry is the stored one, so only spec-side defaults apply.
+_UPDATE_DEFAULTERS = {
+    "services": _default_service,
+    "secrets": _default_secret,
+    "persistentvolumeclaims": _default_pvc,
+    "persistentvolumes": _default_pv,
+    "storageclasses": _default_storage_class,
+    "networkpolicies": _default_network_policy,
 }
 
 
@@ -143,3 +257,33 @@ def prepare_for_create(rtype: ResourceType, obj: dict[str, Any], *, internal: bo
         defaulter(obj, internal)
     elif rtype.crd is not None and rtype.status_subresource and not internal:
         obj.pop("status", None)
+
+
+def prepare_for_update(rtype: ResourceType, new: dict[str, Any], old: dict[str, Any]) -> None:
+    """Default an updated object; a Service keeps the cluster IPs and node ports it was given
+    when the update leaves them out (what lets `kubectl apply` of a manifest without them
+    succeed)."""
+    defaulter = _UPDATE_DEFAULTERS.get(rtype.key)
+    if defaulter is None:
+        return
+    defaulter(new, True)
+    if rtype.key == "services":
+        _keep_allocated(new, old)
+
+
+def _keep_allocated(new: dict[str, Any], old: dict[str, Any]) -> None:
+    spec, old_spec = new.setdefault("spec", {}), old.get("spec") or {}
+    if not spec.get("clusterIP") and not spec.get("clusterIPs") and old_spec.get("clusterIP"):
+        for key in ("clusterIP", "clusterIPs", "ipFamilies", "ipFamilyPolicy"):
+            if key in old_spec:
+                spec.setdefault(key, old_spec[key])
+    node_port_types = ("NodePort", "LoadBalancer")
+    if spec.get("type") in node_port_types and old_spec.get("type") in node_port_types:
+        ports = spec.get("ports") or []
+        used = {p.get("nodePort") for p in ports if p.get("nodePort")}
+        by_name = {p.get("name", ""): p.get("nodePort") for p in old_spec.get("ports") or []}
+        for port in ports:
+            kept = by_name.get(port.get("name", ""))
+            if not port.get("nodePort") and kept and kept not in used:
+                port["nodePort"] = kept
+                used.add(kept)

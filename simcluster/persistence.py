@@ -8,16 +8,26 @@ import os
 import threading
 from pathlib import Path
 
+from simcluster.kubelet import ContainerLogs
 from simcluster.store import Store
 
 DEBOUNCE_SECONDS = 0.5
 
 
 class Persister:
-    """Debounced snapshots of a Store; a burst of writes costs one file write."""
+    """Debounced snapshots of a Store (and the container logs, saved with the next object
+    write or at stop); a burst of writes costs one file write."""
 
-    def __init__(self, store: Store, path: str | Path, debounce: float = DEBOUNCE_SECONDS) -> None:
+    def __init__(
+        self,
+        store: Store,
+        path: str | Path,
+        debounce: float = DEBOUNCE_SECONDS,
+        *,
+        logs: ContainerLogs | None = None,
+    ) -> None:
         self.store = store
+        self.logs = logs
         self.path = Path(path)
         self.debounce = debounce
         self._dirty = threading.Event()
@@ -28,7 +38,10 @@ class Persister:
         """Restore the store from the file; False when there is no file yet."""
         if not self.path.exists():
             return False
-        self.store.load(json.loads(self.path.read_text()))
+        data = json.loads(self.path.read_text())
+        self.store.load(data)
+        if self.logs is not None:
+            self.logs.load(data.get("containerLogs") or {})
         return True
 
     def start(self) -> None:
@@ -44,7 +57,10 @@ class Persister:
         self.save()
 
     def save(self) -> None:
-        data = json.dumps(self.store.dump(), separators=(",", ":"))
+        snapshot = self.store.dump()
+        if self.logs is not None:
+            snapshot["containerLogs"] = self.logs.dump()
+        data = json.dumps(snapshot, separators=(",", ":"))
         self.path.parent.mkdir(parents=True, exist_ok=True)
         scratch = self.path.with_suffix(self.path.suffix + ".tmp")
         scratch.write_text(data)

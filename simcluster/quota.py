@@ -1,5 +1,6 @@
-"""ResourceQuota admission and status for pods and ResourceClaims, with the keys, counting rules
-and `exceeded quota` wording of the kube-apiserver's quota plugin and the quota controller."""
+"""ResourceQuota admission and status for pods, ResourceClaims and PersistentVolumeClaims, with
+the keys, counting rules and `exceeded quota` wording of the kube-apiserver's quota plugin and
+the quota controller."""
 
 from __future__ import annotations
 
@@ -31,7 +32,8 @@ _CONTAINER_KEYS = {
     "limits.cpu": ("limits", "cpu"),
     "limits.memory": ("limits", "memory"),
 }
-_GROUPS = {"pods": "", "resourceclaims": RESOURCE_GROUP}
+_GROUPS = {"pods": "", "resourceclaims": RESOURCE_GROUP, "persistentvolumeclaims": ""}
+STORAGE_CLASS_SUFFIX = ".storageclass.storage.k8s.io/"
 _BINARY_SUFFIXES = ("Ki", "Mi", "Gi", "Ti", "Pi", "Ei")
 
 
@@ -135,6 +137,26 @@ def claim_usage(claim: Mapping[str, Any]) -> Usage:
     return usage
 
 
+def pvc_usage(claim: Mapping[str, Any]) -> Usage:
+    """What one PersistentVolumeClaim charges: one object and its storage request, in total
+    and against its class (`<class>.storageclass.storage.k8s.io/requests.storage`)."""
+    spec = claim.get("spec") or {}
+    usage: Usage = {"persistentvolumeclaims": ONE, "count/persistentvolumeclaims": ONE}
+    storage = ((spec.get("resources") or {}).get("requests") or {}).get("storage")
+    class_name = spec.get("storageClassName") or ""
+    if class_name:
+        usage[f"{class_name}{STORAGE_CLASS_SUFFIX}persistentvolumeclaims"] = ONE
+    if storage is not None:
+        quantity = Quantity.parse(storage)
+        usage["requests.storage"] = quantity
+        if class_name:
+            usage[f"{class_name}{STORAGE_CLASS_SUFFIX}requests.storage"] = quantity
+    return usage
+
+
+_USAGE = {"pods": pod_usage, "resourceclaims": claim_usage, "persistentvolumeclaims": pvc_usage}
+
+
 def requested_devices(request: Mapping[str, Any]) -> int:
     """Devices one exact request or subrequest asks for, as the quota charges them; unknown
     modes charge nothing."""
@@ -226,7 +248,8 @@ def _forbidden(resource: str, name: str, reason: str) -> ApiError:
 
 
 class QuotaController:
-    """The admission plugin (on create of pods and ResourceClaims) plus the controller that
+    """The admission plugin (on create of pods, ResourceClaims and PersistentVolumeClaims, and
+    on a claim's expansion) plus the controller that
     keeps every ResourceQuota's status.hard/status.used current.
 
     What each namespace uses is kept as a running total of what each pod and claim charges
@@ -243,7 +266,7 @@ class QuotaController:
 
     def install(self) -> None:
         with self.store.lock:
-            for resource, usage_of in (("pods", pod_usage), ("resourceclaims", claim_usage)):
+            for resource, usage_of in _USAGE.items():
                 objects, _ = self.store.list_shared(resource)
                 for obj in objects:
                     self._charge(resource, obj, usage_of(obj))
@@ -262,18 +285,27 @@ class QuotaController:
             add_usage(total, usage)
 
     def admit(self, request: AdmissionRequest) -> None:
-        if request.operation != "CREATE" or request.subresource or request.obj is None:
+        if request.subresource or request.obj is None:
             return
         if request.resource not in _GROUPS or not request.namespace:
+            return
+        # An update is charged only for what it adds (a claim's expansion).
+        if request.operation != "CREATE" and request.resource != "persistentvolumeclaims":
             return
         with self.store.lock:
             quotas = self.store.list("resourcequotas", request.namespace)
             if not quotas:
                 return
-            if request.resource == "pods":
-                delta = pod_usage(request.obj)
-            else:
-                delta = claim_usage(request.obj)
+            delta = _USAGE[request.resource](request.obj)
+            if request.old is not None:
+                before = _USAGE[request.resource](request.old)
+                delta = {
+                    key: quantity - before[key] if key in before else quantity
+                    for key, quantity in delta.items()
+                }
+                delta = {key: quantity for key, quantity in delta.items() if quantity.amount > 0}
+                if not delta:
+                    return
             used = self._usage(request.namespace)
             for quota in sorted(quotas, key=lambda q: q["metadata"]["name"]):
                 check_quota(
@@ -288,11 +320,8 @@ class QuotaController:
     def on_change(self, event_type: str, resource: str, obj: dict[str, Any]) -> None:
         if getattr(self._local, "syncing", False) or not _changes_usage(event_type, resource, obj):
             return
-        if resource in ("pods", "resourceclaims"):
-            if event_type == "DELETED":
-                usage: Usage = {}
-            else:
-                usage = pod_usage(obj) if resource == "pods" else claim_usage(obj)
+        if resource in _USAGE:
+            usage: Usage = {} if event_type == "DELETED" else _USAGE[resource](obj)
             with self.store.lock:
                 self._charge(resource, obj, usage)
         namespace = (obj.get("metadata") or {}).get("namespace")
@@ -330,4 +359,5 @@ def _changes_usage(event_type: str, resource: str, obj: Mapping[str, Any]) -> bo
         return event_type != "MODIFIED"
     if resource == "pods":
         return event_type != "MODIFIED" or pod_is_terminal(obj)
-    return False
+    # A claim's class (retroactive default) or request (expansion) may change.
+    return resource == "persistentvolumeclaims"

@@ -3,7 +3,6 @@ the kubelet's Running status, the resourceclaim controller (release, deallocate)
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import threading
 import time
@@ -22,10 +21,14 @@ from simcluster.allocator import (
     SelectorCache,
     Unschedulable,
     allocated_devices,
+    fit_error_message,
+    preemption_message,
 )
 from simcluster.errors import ApiError
+from simcluster.kubelet import Kubelet
 from simcluster.quota import Quantity, pod_is_terminal, pod_usage
 from simcluster.store import clone
+from simcluster.volumes import check_pod_volumes, provision_for_node
 
 if TYPE_CHECKING:
     from simcluster.store import Store
@@ -34,7 +37,18 @@ logger = logging.getLogger(__name__)
 
 SCHEDULER_NAME = "default-scheduler"
 DELETE_PROTECTION = "resource.kubernetes.io/delete-protection"
-_WATCHED = ("nodes", "resourceslices", "deviceclasses", "resourceclaims")
+_WATCHED = (
+    "nodes",
+    "resourceslices",
+    "deviceclasses",
+    "resourceclaims",
+    # What a pod's volumes and environment need, for the scheduler and the kubelet.
+    "persistentvolumeclaims",
+    "persistentvolumes",
+    "storageclasses",
+    "secrets",
+    "configmaps",
+)
 
 
 @dataclass
@@ -58,8 +72,16 @@ class Scheduler:
     the real scheduler's unschedulable queue, so failing pods do not spin writes and events.
     """
 
-    def __init__(self, store: Store, *, tick: float = 1.0, retry_interval: float = 30.0) -> None:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        tick: float = 1.0,
+        retry_interval: float = 30.0,
+        kubelet: Kubelet | None = None,
+    ) -> None:
         self.store = store
+        self.kubelet = kubelet if kubelet is not None else Kubelet(store)
         self.tick = tick
         self.retry_interval = retry_interval
         self._cache = SelectorCache()
@@ -152,6 +174,8 @@ class Scheduler:
         now = _timestamp()
 
         pods = [self._collect_orphan(pod, nodes, now, report) for pod in pods]
+        if self.kubelet.retry(pods, nodes, now):
+            pods = list(store.list_shared("pods")[0])
         active = {pod["metadata"]["uid"] for pod in pods if not _pod_done(pod)}
         for key, claim in list(claims.items()):
             released = self._release(claim, active, report)
@@ -198,6 +222,16 @@ class Scheduler:
     ) -> None:
         metadata = pod["metadata"]
         namespace, uid = metadata["namespace"], metadata["uid"]
+        volumes = check_pod_volumes(self.store, pod)
+        if volumes.problem:
+            # The VolumeBinding PreFilter: unresolvable on every node.
+            total = len(nodes)
+            message = fit_error_message(total, None, volumes.problem, preemption_message(total, 0))
+            self._set_unscheduled(pod, "Unschedulable", message, now)
+            self._record_event(pod, "Warning", "FailedScheduling", message, now)
+            self._attempts[uid] = (self._generation, time.monotonic())
+            report.unschedulable += 1
+            return
         requests: list[ClaimRequest] = []
         for reference in (pod.get("spec") or {}).get("resourceClaims") or []:
             claim_name = _claim_name(pod, reference)
@@ -215,8 +249,10 @@ class Scheduler:
             if all(r.name != claim_name for r in requests):
                 requests.append(ClaimRequest.from_claim(claim))
         request = PodRequest.from_pod(pod, requests)
+        request.volume_affinities = volumes.node_affinities
         outcome = allocator.place(request)
         if isinstance(outcome, Placement):
+            provision_for_node(self.store, volumes.delayed, outcome.node)
             self._bind(pod, request, outcome, claims, nodes[outcome.node], now)
             allocator.commit(outcome, request)
             self._attempts.pop(uid, None)
@@ -265,11 +301,11 @@ class Scheduler:
             if all(r.get("uid") != request.uid for r in reserved):
                 status["reservedFor"] = [*reserved, consumer]
             claims[key] = self._write_claim({**claim, "metadata": metadata, "status": status})
-        bound = {**pod, "spec": {**pod["spec"], "nodeName": placement.node}}
-        bound["status"] = _running_status(bound, node, now)
-        self.store.update("pods", bound, internal=True)
         message = f"Successfully assigned {request.namespace}/{request.name} to {placement.node}"
         self._record_event(pod, "Normal", "Scheduled", message, now)
+        bound = {**pod, "spec": {**pod["spec"], "nodeName": placement.node}}
+        bound["status"] = self.kubelet.start(bound, node, now)
+        self.store.update("pods", bound, internal=True)
 
     def _write_claim(self, claim: dict[str, Any]) -> dict[str, Any]:
         return self.store.update("resourceclaims", claim, internal=True)
@@ -545,82 +581,6 @@ def _milli(value: Any) -> int:
 def _whole(value: Any) -> int:
     amount = value.amount if isinstance(value, Quantity) else Quantity.parse(value).amount
     return int(amount.to_integral_value(rounding="ROUND_CEILING"))
-
-
-def _running_status(pod: Mapping[str, Any], node: Mapping[str, Any], now: str) -> dict[str, Any]:
-    """What the kubelet reports once the containers started."""
-    host_ip = next(
-        (
-            a.get("address")
-            for a in (node.get("status") or {}).get("addresses") or []
-            if a.get("type") == "InternalIP"
-        ),
-        "10.0.0.1",
-    )
-    uid = pod["metadata"]["uid"]
-    digest = hashlib.sha256(uid.encode()).digest()
-    pod_ip = f"10.244.{digest[0]}.{digest[1] % 254 + 1}"
-    spec = pod.get("spec") or {}
-    condition_types = (
-        "PodReadyToStartContainers",
-        "Initialized",
-        "Ready",
-        "ContainersReady",
-        "PodScheduled",
-    )
-    status = {
-        **(pod.get("status") or {}),
-        "phase": "Running",
-        "conditions": [
-            {"type": t, "status": "True", "lastProbeTime": None, "lastTransitionTime": now}
-            for t in condition_types
-        ],
-        "hostIP": host_ip,
-        "hostIPs": [{"ip": host_ip}],
-        "podIP": pod_ip,
-        "podIPs": [{"ip": pod_ip}],
-        "startTime": now,
-        "containerStatuses": [
-            _container_status(c, uid, now, running=True) for c in spec.get("containers") or []
-        ],
-    }
-    if spec.get("initContainers"):
-        status["initContainerStatuses"] = [
-            _container_status(c, uid, now, running=False) for c in spec["initContainers"]
-        ]
-    return status
-
-
-def _container_status(
-    container: Mapping[str, Any], uid: str, now: str, *, running: bool
-) -> dict[str, Any]:
-    name = container.get("name", "")
-    image = container.get("image", "")
-    container_id = hashlib.sha256(f"{uid}/{name}".encode()).hexdigest()
-    state: dict[str, Any] = (
-        {"running": {"startedAt": now}}
-        if running
-        else {
-            "terminated": {
-                "exitCode": 0,
-                "reason": "Completed",
-                "startedAt": now,
-                "finishedAt": now,
-                "containerID": f"containerd://{container_id}",
-            }
-        }
-    )
-    return {
-        "name": name,
-        "image": image,
-        "imageID": f"{image}@sha256:{hashlib.sha256(image.encode()).hexdigest()}",
-        "containerID": f"containerd://{container_id}",
-        "ready": running,
-        "started": running,
-        "restartCount": 0,
-        "state": state,
-        "lastState": {},
-    }
 
 
 def _timestamp() -> str:

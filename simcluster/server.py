@@ -22,8 +22,9 @@ import orjson
 import yaml
 
 from simcluster import discovery, tables
-from simcluster.errors import ApiError
+from simcluster.errors import ApiError, cause
 from simcluster.faults import FaultInjector, RequestEntry, RequestLog
+from simcluster.kubelet import ContainerLogs, LogStream, log_timestamp
 from simcluster.patch import json_patch, merge_patch, strategic_merge_patch
 from simcluster.resources import ResourceType
 from simcluster.store import Store, clone
@@ -68,12 +69,18 @@ class SimServer(ThreadingHTTPServer):
     request_queue_size = 128
 
     def __init__(
-        self, address: tuple[str, int], store: Store, faults: FaultInjector, requests: RequestLog
+        self,
+        address: tuple[str, int],
+        store: Store,
+        faults: FaultInjector,
+        requests: RequestLog,
+        logs: ContainerLogs | None = None,
     ) -> None:
         super().__init__(address, Handler)
         self.store = store
         self.faults = faults
         self.requests = requests
+        self.logs = logs if logs is not None else ContainerLogs()
         self.stopping = threading.Event()
         # How often a watch with allowWatchBookmarks gets a BOOKMARK (the real server: about
         # once a minute).
@@ -384,8 +391,10 @@ class Handler(BaseHTTPRequestHandler):
         )
         if verb is None:
             raise ApiError.method_not_allowed()
-        if target.subresource not in (None, "status", "binding"):
+        if target.subresource not in (None, "status", "binding", "log"):
             raise _not_found()
+        if target.subresource == "log" and (rtype.key != "pods" or verb != "get"):
+            raise _not_found() if rtype.key != "pods" else ApiError.method_not_allowed()
         if target.subresource == "status" and (
             not rtype.status_subresource or verb not in ("get", "update", "patch")
         ):
@@ -407,6 +416,9 @@ class Handler(BaseHTTPRequestHandler):
     def _get(self, target: RequestTarget, body: bytes, content_type: str, accept: str) -> None:
         store = self.server.store
         rtype = target.rtype
+        if target.subresource == "log":
+            self._pod_log(target)
+            return
         obj = store.get_shared(rtype.key, target.namespace, target.name or "")
         if obj is None:
             raise ApiError.not_found(rtype.plural, target.name or "", rtype.group)
@@ -699,6 +711,136 @@ class Handler(BaseHTTPRequestHandler):
             },
         )
 
+    # -------------------------------------------------------------- pods/log
+
+    def _pod_log(self, target: RequestTarget) -> None:
+        """pods/{name}/log: the apiserver's checks (options, container), then the kubelet's
+        (the container's state), then the log as text/plain, streamed with follow=true."""
+        name = target.name or ""
+        options = _log_options(name, self._query)
+        pod = self.server.store.get("pods", target.namespace, name)
+        if pod is None:
+            raise ApiError.not_found("pods", name)
+        container = _log_container(pod, options.container)
+        if not (pod.get("spec") or {}).get("nodeName"):
+            # No node yet: the apiserver has no kubelet to ask and answers with nothing.
+            self._send_text(b"")
+            return
+        stream = self._log_stream(pod, container, options.previous)
+        lines = stream.lines if stream is not None else []
+        if options.since_nanos is not None:
+            lines = [entry for entry in lines if entry[0] >= options.since_nanos]
+        if options.tail_lines is not None:
+            lines = lines[len(lines) - options.tail_lines :] if options.tail_lines else []
+        payload = b"".join(_log_line(entry, options.timestamps) for entry in lines)
+        if options.limit_bytes is not None:
+            payload = payload[: options.limit_bytes]
+        if not options.follow or stream is None or stream.closed:
+            self._send_text(payload)
+            return
+        self._follow_log(stream, stream.dropped + len(stream.lines), payload, options)
+
+    def _log_stream(self, pod: dict[str, Any], container: str, previous: bool) -> LogStream | None:
+        name = pod["metadata"]["name"]
+        status = pod.get("status") or {}
+        entry = next(
+            (
+                c
+                for c in [
+                    *(status.get("containerStatuses") or []),
+                    *(status.get("initContainerStatuses") or []),
+                ]
+                if c.get("name") == container
+            ),
+            None,
+        )
+        if entry is None:
+            raise ApiError.bad_request(f'container "{container}" in pod "{name}" is not available')
+        state, last = entry.get("state") or {}, entry.get("lastState") or {}
+        logs, uid = self.server.logs, pod["metadata"]["uid"]
+        if previous:
+            if not (last.get("terminated") or {}).get("containerID"):
+                raise ApiError.bad_request(
+                    f'previous terminated container "{container}" in pod "{name}" not found'
+                )
+            return logs.stream(uid, container, previous=True)
+        if state.get("running") is not None or state.get("terminated") is not None:
+            return logs.stream(uid, container)
+        if (last.get("terminated") or {}).get("containerID"):
+            return logs.stream(uid, container, previous=True)
+        reason = (state.get("waiting") or {}).get("reason")
+        if reason == "ErrImagePull":
+            detail = "image can't be pulled"
+        elif reason == "ImagePullBackOff":
+            detail = "trying and failing to pull image"
+        elif reason:
+            detail = reason
+        else:
+            raise ApiError.bad_request(
+                f'container "{container}" in pod "{name}" is waiting to start - no logs yet'
+            )
+        raise ApiError.bad_request(
+            f'container "{container}" in pod "{name}" is waiting to start: {detail}'
+        )
+
+    def _send_text(self, payload: bytes) -> None:
+        self._record(200)
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Content-Length", str(len(payload)))
+        self.send_header("Cache-Control", "no-cache, private")
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def _follow_log(
+        self, stream: LogStream, position: int, first: bytes, options: LogOptions
+    ) -> None:
+        """Chunked until the container stops, the client leaves or limitBytes is reached."""
+        self._record(200)
+        self.send_response(200)
+        self.send_header("Content-Type", "text/plain")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.send_header("Cache-Control", "no-cache, private")
+        self.end_headers()
+        budget = options.limit_bytes
+        connected = True
+        changed = self.server.logs.changed
+        try:
+            chunk = first
+            while True:
+                if chunk:
+                    if budget is not None:
+                        chunk = chunk[:budget]
+                        budget -= len(chunk)
+                    self._write_chunk(chunk)
+                if budget == 0 or self.server.stopping.is_set():
+                    break
+                with changed:
+                    start = position - stream.dropped
+                    if start >= len(stream.lines) and not stream.closed:
+                        changed.wait(0.2)
+                        start = position - stream.dropped
+                    fresh = stream.lines[max(start, 0) :]
+                    position = stream.dropped + len(stream.lines)
+                    closed = stream.closed
+                chunk = b"".join(_log_line(entry, options.timestamps) for entry in fresh)
+                if closed and not chunk:
+                    break
+                if not chunk and self._client_gone():
+                    connected = False
+                    return
+        except (BrokenPipeError, ConnectionResetError):
+            connected = False
+        finally:
+            if connected:
+                try:
+                    self.wfile.write(b"0\r\n\r\n")
+                    self.wfile.flush()
+                except OSError:
+                    connected = False
+            if not connected:
+                self.close_connection = True
+
     # -------------------------------------------------------------- watch
 
     def _write_chunk(self, payload: bytes) -> None:
@@ -817,6 +959,119 @@ class Handler(BaseHTTPRequestHandler):
                     connected = False
             if not connected:
                 self.close_connection = True
+
+
+@dataclass(frozen=True)
+class LogOptions:
+    """PodLogOptions as the query gives them."""
+
+    container: str | None
+    follow: bool
+    previous: bool
+    timestamps: bool
+    tail_lines: int | None
+    limit_bytes: int | None
+    since_nanos: int | None
+
+
+def _log_options(name: str, query: dict[str, str]) -> LogOptions:
+    """Parse and validate like ValidatePodLogOptions (422 PodLogOptions)."""
+
+    def number(key: str) -> int | None:
+        if key not in query or query[key] == "":
+            return None
+        try:
+            return int(query[key])
+        except ValueError:
+            raise ApiError.bad_request(
+                f'strconv.ParseInt: parsing "{query[key]}": invalid syntax'
+            ) from None
+
+    def flag(key: str) -> bool:
+        return query.get(key, "false").lower() in ("true", "1")
+
+    tail_lines, limit_bytes = number("tailLines"), number("limitBytes")
+    since_seconds = number("sinceSeconds")
+    causes = []
+    if tail_lines is not None and tail_lines < 0:
+        causes.append(
+            cause(
+                "FieldValueInvalid",
+                "tailLines",
+                f"Invalid value: {tail_lines}: must be greater than or equal to 0",
+            )
+        )
+    if limit_bytes is not None and limit_bytes < 1:
+        causes.append(
+            cause(
+                "FieldValueInvalid",
+                "limitBytes",
+                f"Invalid value: {limit_bytes}: must be greater than 0",
+            )
+        )
+    since_nanos = None
+    if since_seconds is not None and query.get("sinceTime"):
+        causes.append(
+            cause(
+                "FieldValueForbidden",
+                "",
+                "at most one of `sinceTime` or `sinceSeconds` may be specified",
+            )
+        )
+    elif since_seconds is not None:
+        if since_seconds < 1:
+            causes.append(
+                cause(
+                    "FieldValueInvalid",
+                    "sinceSeconds",
+                    f"Invalid value: {since_seconds}: must be greater than 0",
+                )
+            )
+        since_nanos = time.time_ns() - since_seconds * 1_000_000_000
+    elif query.get("sinceTime"):
+        moment = tables.parse_time(query["sinceTime"])
+        if moment is None:
+            raise ApiError.bad_request(f'parsing time "{query["sinceTime"]}" as RFC3339: invalid')
+        since_nanos = int(moment.timestamp()) * 1_000_000_000
+    if causes:
+        raise ApiError.invalid("PodLogOptions", name, causes)
+    return LogOptions(
+        container=query.get("container") or None,
+        follow=flag("follow"),
+        previous=flag("previous"),
+        timestamps=flag("timestamps"),
+        tail_lines=tail_lines,
+        limit_bytes=limit_bytes,
+        since_nanos=since_nanos,
+    )
+
+
+def _log_container(pod: dict[str, Any], container: str | None) -> str:
+    """The apiserver's validateContainer: the only container, or the one named."""
+    spec = pod.get("spec") or {}
+    name = pod["metadata"]["name"]
+    containers = [c.get("name", "") for c in spec.get("containers") or []]
+    every = [
+        *(c.get("name", "") for c in spec.get("initContainers") or []),
+        *containers,
+        *(c.get("name", "") for c in spec.get("ephemeralContainers") or []),
+    ]
+    if not container:
+        if len(containers) == 1:
+            return containers[0]
+        if not containers:
+            raise ApiError.bad_request(f"pod {name} does not have a container")
+        raise ApiError.bad_request(
+            f"a container name must be specified for pod {name}, choose one of: [{' '.join(every)}]"
+        )
+    if container not in every:
+        raise ApiError.bad_request(f"container {container} is not valid for pod {name}")
+    return container
+
+
+def _log_line(entry: tuple[int, str], timestamps: bool) -> bytes:
+    at, text = entry
+    return (f"{log_timestamp(at)} {text}\n" if timestamps else f"{text}\n").encode()
 
 
 def _status_reason(code: int) -> str:

@@ -145,6 +145,7 @@ class Store:
         self._history_start = 0
         self._watchers: set[Watcher] = set()
         self._admission: list[Callable[[AdmissionRequest], None]] = []
+        self._mutations: list[Callable[[str, str, dict, dict | None], None]] = []
         self._listeners: list[Callable[[str, str, dict], None]] = []
         self._snapshots: OrderedDict[str, list[dict[str, Any]]] = OrderedDict()
         self._gc_queue: deque[tuple[str, tuple[str, str, str]]] = deque()
@@ -156,6 +157,13 @@ class Store:
     def add_admission(self, fn: Callable[[AdmissionRequest], None]) -> None:
         """Register a hook run under the lock before each non-internal write; ApiError rejects."""
         self._admission.append(fn)
+
+    def add_mutation(self, fn: Callable[[str, str, dict, dict | None], None]) -> None:
+        """Register fn(operation, resource, new, old), run under the lock on every create and
+        update (internal ones too) after validation and before admission: where the server
+        fills in what it allocates (cluster IPs, node ports, a default storage class). It
+        changes `new` in place; ApiError rejects the write."""
+        self._mutations.append(fn)
 
     def add_listener(self, fn: Callable[[str, str, dict], None]) -> None:
         """Register fn(event_type, resource, obj), run under the lock after each committed write.
@@ -336,6 +344,8 @@ class Store:
             metadata["generation"] = 1
             if resource == "customresourcedefinitions":
                 new["status"] = defaults.crd_status(new)
+            for mutate in self._mutations:
+                mutate("CREATE", resource, new, None)
             if not internal:
                 self._admit("CREATE", resource, None, namespace, name, new, None)
             if dry_run:
@@ -372,9 +382,13 @@ class Store:
             if wanted_version and wanted_version != current["metadata"]["resourceVersion"]:
                 raise ApiError.stale(rtype.plural, name, rtype.group)
             new = self._merge_update(rtype, current, obj, subresource, internal)
+            if subresource is None:
+                defaults.prepare_for_update(rtype, new, current)
             if not internal:
                 self._validate(rtype, new, current, field_validation)
                 self._check_finalizers(rtype, new, current)
+            for mutate in self._mutations:
+                mutate("UPDATE", resource, new, current)
             if _content(rtype, new) != _content(rtype, current):
                 new["metadata"]["generation"] = current["metadata"].get("generation", 1) + 1
             if resource == "customresourcedefinitions":

@@ -570,8 +570,202 @@ def _crd_rules(obj: dict[str, Any], old: dict[str, Any] | None) -> list[dict]:
     return causes
 
 
+_CONFIG_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
+_CONFIG_KEY_MESSAGE = (
+    "a valid config key must consist of alphanumeric characters, '-', '_' or '.' (e.g. "
+    "'key.name',  or 'KEY_NAME',  or 'key-name', regex used for validation is '[-._a-zA-Z0-9]+')"
+)
+
+
+def _config_key_causes(obj: dict[str, Any], fields: tuple[str, ...]) -> list[dict]:
+    causes = []
+    for name in fields:
+        for key in obj.get(name) or {}:
+            if len(key) > 253 or not _CONFIG_KEY.match(key):
+                causes.append(
+                    cause(
+                        "FieldValueInvalid",
+                        f"{name}[{key}]",
+                        f"Invalid value: {go_value(key)}: {_CONFIG_KEY_MESSAGE}",
+                    )
+                )
+    return causes
+
+
+def _immutable_data_causes(
+    obj: dict[str, Any], old: dict[str, Any] | None, fields: tuple[str, ...]
+) -> list[dict]:
+    """`immutable: true` freezes the data (the message names no value: it may be a secret)."""
+    if old is None or not old.get("immutable"):
+        return []
+    causes = [
+        cause("FieldValueForbidden", name, "Forbidden: field is immutable when `immutable` is set")
+        for name in fields
+        if obj.get(name) != old.get(name)
+    ]
+    if not obj.get("immutable"):
+        causes.append(
+            cause(
+                "FieldValueForbidden",
+                "immutable",
+                "Forbidden: field is immutable when `immutable` is set",
+            )
+        )
+    return causes
+
+
+def _secret_rules(obj: dict[str, Any], old: dict[str, Any] | None) -> list[dict]:
+    causes = _config_key_causes(obj, ("data",))
+    if old is not None and obj.get("type") != old.get("type"):
+        causes.append(_immutable("type", obj.get("type")))
+    return causes + _immutable_data_causes(obj, old, ("data",))
+
+
+def _config_map_rules(obj: dict[str, Any], old: dict[str, Any] | None) -> list[dict]:
+    fields = ("data", "binaryData")
+    return _config_key_causes(obj, fields) + _immutable_data_causes(obj, old, fields)
+
+
+def _service_rules(obj: dict[str, Any], old: dict[str, Any] | None) -> list[dict]:
+    spec = obj.get("spec") or {}
+    service_type = spec.get("type", "ClusterIP")
+    ports = spec.get("ports") or []
+    causes: list[dict] = []
+    headless = spec.get("clusterIP") == "None"
+    if not ports and service_type != "ExternalName" and not headless:
+        causes.append(cause("FieldValueRequired", "spec.ports", "Required value"))
+    names: set[str] = set()
+    for index, port in enumerate(ports):
+        where = f"spec.ports[{index}]"
+        name = port.get("name") or ""
+        if len(ports) > 1 and not name:
+            causes.append(cause("FieldValueRequired", f"{where}.name", "Required value"))
+        elif name in names:
+            causes.append(
+                cause("FieldValueDuplicate", f"{where}.name", f"Duplicate value: {go_value(name)}")
+            )
+        names.add(name)
+        number = port.get("port")
+        if not isinstance(number, int) or not 1 <= number <= 65535:
+            causes.append(
+                cause(
+                    "FieldValueInvalid",
+                    f"{where}.port",
+                    f"Invalid value: {go_value(number)}: must be between 1 and 65535, inclusive",
+                )
+            )
+        if port.get("nodePort") and service_type == "ClusterIP":
+            causes.append(
+                cause(
+                    "FieldValueForbidden",
+                    f"{where}.nodePort",
+                    "Forbidden: may not be used when `type` is 'ClusterIP'",
+                )
+            )
+    return causes
+
+
+def _pvc_rules(obj: dict[str, Any], old: dict[str, Any] | None) -> list[dict]:
+    spec = obj.get("spec") or {}
+    causes: list[dict] = []
+    if not spec.get("accessModes"):
+        causes.append(
+            cause(
+                "FieldValueRequired",
+                "spec.accessModes",
+                "Required value: at least 1 access mode is required",
+            )
+        )
+    storage = ((spec.get("resources") or {}).get("requests") or {}).get("storage")
+    if storage is None:
+        causes.append(cause("FieldValueRequired", "spec.resources[storage]", "Required value"))
+    if old is None or causes:
+        return causes
+    old_spec = old.get("spec") or {}
+
+    def frozen(value: dict[str, Any]) -> dict[str, Any]:
+        view = copy.deepcopy(value)
+        view.get("resources", {}).pop("requests", None)
+        view.pop("volumeAttributesClassName", None)
+        # The binder may fill these in on a claim that left them empty.
+        for key in ("volumeName", "storageClassName"):
+            if not old_spec.get(key):
+                view.pop(key, None)
+        return view
+
+    if frozen(spec) != frozen(old_spec):
+        causes.append(
+            cause(
+                "FieldValueForbidden",
+                "spec",
+                "Forbidden: spec is immutable after creation except resources.requests and "
+                "volumeAttributesClassName for bound claims",
+            )
+        )
+    return causes
+
+
+_VOLUME_SOURCES = (
+    "awsElasticBlockStore", "azureDisk", "azureFile", "cephfs", "cinder", "csi", "fc",
+    "flexVolume", "flocker", "gcePersistentDisk", "glusterfs", "hostPath", "iscsi", "local",
+    "nfs", "photonPersistentDisk", "portworxVolume", "quobyte", "rbd", "scaleIO", "storageos",
+    "vsphereVolume",
+)  # fmt: skip
+
+
+def _pv_rules(obj: dict[str, Any], old: dict[str, Any] | None) -> list[dict]:
+    spec = obj.get("spec") or {}
+    causes: list[dict] = []
+    if not spec.get("accessModes"):
+        causes.append(
+            cause(
+                "FieldValueRequired",
+                "spec.accessModes",
+                "Required value: must specify at least 1 access mode",
+            )
+        )
+    if "storage" not in (spec.get("capacity") or {}):
+        causes.append(cause("FieldValueRequired", "spec.capacity", "Required value"))
+    sources = [key for key in _VOLUME_SOURCES if spec.get(key) is not None]
+    if not sources:
+        causes.append(
+            cause("FieldValueRequired", "spec", "Required value: must specify a volume type")
+        )
+    elif len(sources) > 1:
+        causes.append(
+            cause(
+                "FieldValueForbidden",
+                f"spec.{sources[1]}",
+                "Forbidden: may not specify more than 1 volume type",
+            )
+        )
+    if old is not None and spec.get("volumeMode") != (old.get("spec") or {}).get("volumeMode"):
+        causes.append(_immutable("spec.volumeMode", spec.get("volumeMode")))
+    return causes
+
+
+def _storage_class_rules(obj: dict[str, Any], old: dict[str, Any] | None) -> list[dict]:
+    causes: list[dict] = []
+    if not obj.get("provisioner"):
+        causes.append(cause("FieldValueRequired", "provisioner", "Required value"))
+    if old is None:
+        return causes
+    for key in ("parameters", "provisioner", "reclaimPolicy", "volumeBindingMode"):
+        if obj.get(key) != old.get(key):
+            causes.append(
+                cause("FieldValueForbidden", key, f"Forbidden: updates to {key} are forbidden.")
+            )
+    return causes
+
+
 _KIND_RULES = {
     "pods": _pod_rules,
+    "secrets": _secret_rules,
+    "configmaps": _config_map_rules,
+    "services": _service_rules,
+    "persistentvolumeclaims": _pvc_rules,
+    "persistentvolumes": _pv_rules,
+    "storageclasses": _storage_class_rules,
     "resourceclaims": _resource_claim_rules,
     "resourceslices": _resource_slice_rules,
     "customresourcedefinitions": _crd_rules,
