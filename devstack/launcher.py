@@ -19,6 +19,9 @@ from devstack import services
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE_CATALOG = ROOT / "catalog" / "samples" / "packages.yaml"
+# What the simulated cluster gets at start: Gateway API CRDs, a Gateway and a default
+# StorageClass, so a unit gets a URL and bound storage (applied again, unchanged, each start).
+DEV_OBJECTS = ROOT / "k8s" / "components" / "dev-gateway"
 # What `python -m devstack manage` needs to reach a running `make run`: written once it is up,
 # removed when it stops.
 STACK_FILE = "stack.json"
@@ -78,6 +81,8 @@ def _start_cluster(
                 str(kubeconfig),
                 "--persist",
                 str(data_root / "cluster.json"),
+                "--dev-objects",
+                str(DEV_OBJECTS),
             ],
             env,
         )

@@ -35,6 +35,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--no-scheduler", action="store_true", help="do not run the DRA scheduler loop"
     )
+    parser.add_argument(
+        "--dev-objects",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="apply this YAML file or kustomize directory at start (create or update; repeatable)",
+    )
     return parser.parse_args(argv)
 
 
@@ -65,7 +72,13 @@ def main(argv: list[str] | None = None) -> None:
         persist_path=args.persist,
         scheduler=not args.no_scheduler,
     )
-    serve(cluster, kubeconfig_out=args.kubeconfig_out)
+    paths = list(args.dev_objects)
+
+    def prepare(started: SimCluster) -> None:
+        for path in paths:
+            started.apply_manifests(path)
+
+    serve(cluster, kubeconfig_out=args.kubeconfig_out, prepare=prepare if paths else None)
 
 
 def serve(

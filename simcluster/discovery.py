@@ -111,6 +111,16 @@ def api_resource_list(registry: Registry, group: str, version: str) -> dict[str,
                     "verbs": STATUS_VERBS,
                 }
             )
+        for name, kind, verbs in rtype.subresources:
+            resources.append(
+                {
+                    "name": f"{rtype.plural}/{name}",
+                    "singularName": "",
+                    "namespaced": rtype.namespaced,
+                    "kind": kind,
+                    "verbs": list(verbs),
+                }
+            )
     return {
         "kind": "APIResourceList",
         "apiVersion": "v1",
@@ -132,10 +142,14 @@ def _discovery_resource(rtype: ResourceType) -> dict[str, Any]:
         entry["shortNames"] = rtype.short_names
     if rtype.categories:
         entry["categories"] = rtype.categories
+    subresources = []
     if rtype.status_subresource:
-        entry["subresources"] = [
-            {"subresource": "status", "responseKind": kind, "verbs": STATUS_VERBS}
-        ]
+        subresources.append({"subresource": "status", "responseKind": kind, "verbs": STATUS_VERBS})
+    for name, sub_kind, verbs in rtype.subresources:
+        response = {"group": rtype.group, "version": rtype.version, "kind": sub_kind}
+        subresources.append({"subresource": name, "responseKind": response, "verbs": list(verbs)})
+    if subresources:
+        entry["subresources"] = sorted(subresources, key=lambda s: s["subresource"])
     return entry
 
 

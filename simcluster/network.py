@@ -7,6 +7,7 @@ import ipaddress
 from typing import TYPE_CHECKING, Any
 
 from simcluster.errors import ApiError, cause
+from simcluster.store import now_rfc3339
 from simcluster.validation import go_value
 
 if TYPE_CHECKING:
@@ -21,6 +22,12 @@ INGRESS_ADDRESS = str(LOAD_BALANCER_POOL[1])
 # The first addresses of the range belong to `kubernetes` (.1) and kube-dns (.10).
 _FIRST_DYNAMIC_IP = 11
 _NODE_PORT_TYPES = ("NodePort", "LoadBalancer")
+# The simulated Gateway API implementation: it programs Gateways of classes naming it.
+GATEWAY_CONTROLLER = "simcluster.dev/gateway-controller"
+GATEWAY_GROUP = "gateway.networking.k8s.io"
+GATEWAY_CLASSES = f"gatewayclasses.{GATEWAY_GROUP}"
+GATEWAYS = f"gateways.{GATEWAY_GROUP}"
+HTTP_ROUTES = f"httproutes.{GATEWAY_GROUP}"
 
 
 class NetworkAllocator:
@@ -87,6 +94,67 @@ class NetworkAllocator:
             self._allocate_service(new, old)
         elif resource == "ingresses" and operation == "CREATE":
             new["status"] = {"loadBalancer": {"ingress": [{"ip": INGRESS_ADDRESS}]}}
+        elif resource in (GATEWAY_CLASSES, GATEWAYS, HTTP_ROUTES):
+            self._gateway_status(resource, new)
+
+    def _gateway_status(self, resource: str, obj: dict[str, Any]) -> None:
+        """Accepted/Programmed as a Gateway implementation reports them, for the objects of
+        classes naming GATEWAY_CONTROLLER; other controllers' objects are left alone."""
+        spec = obj.get("spec") or {}
+        generation = obj["metadata"].get("generation", 1)
+        now = obj["metadata"].get("creationTimestamp") or now_rfc3339()
+        if resource == GATEWAY_CLASSES:
+            if spec.get("controllerName") == GATEWAY_CONTROLLER:
+                obj["status"] = {"conditions": [_accepted(generation, now)]}
+            return
+        if resource == GATEWAYS:
+            if not self._ours(spec.get("gatewayClassName")):
+                return
+            obj["status"] = {
+                "addresses": [{"type": "IPAddress", "value": INGRESS_ADDRESS}],
+                "conditions": [
+                    _accepted(generation, now),
+                    _condition("Programmed", "Programmed", generation, now),
+                ],
+                "listeners": [
+                    {
+                        "name": listener.get("name", ""),
+                        "attachedRoutes": 0,
+                        "supportedKinds": [{"group": GATEWAY_GROUP, "kind": "HTTPRoute"}],
+                        "conditions": [
+                            _accepted(generation, now),
+                            _condition("Programmed", "Programmed", generation, now),
+                            _condition("ResolvedRefs", "ResolvedRefs", generation, now),
+                        ],
+                    }
+                    for listener in spec.get("listeners") or []
+                ],
+            }
+            return
+        parents = []
+        for ref in spec.get("parentRefs") or []:
+            namespace = ref.get("namespace") or obj["metadata"].get("namespace")
+            gateway = self.store.get_shared(GATEWAYS, namespace, ref.get("name", ""))
+            if gateway is None or not self._ours(
+                (gateway.get("spec") or {}).get("gatewayClassName")
+            ):
+                continue
+            parents.append(
+                {
+                    "parentRef": {"group": GATEWAY_GROUP, "kind": "Gateway", **ref},
+                    "controllerName": GATEWAY_CONTROLLER,
+                    "conditions": [
+                        _accepted(generation, now),
+                        _condition("ResolvedRefs", "ResolvedRefs", generation, now),
+                    ],
+                }
+            )
+        if parents:
+            obj["status"] = {"parents": parents}
+
+    def _ours(self, class_name: str | None) -> bool:
+        gateway_class = self.store.get_shared(GATEWAY_CLASSES, None, class_name or "")
+        return (gateway_class or {}).get("spec", {}).get("controllerName") == GATEWAY_CONTROLLER
 
     def _allocate_service(self, service: dict[str, Any], old: dict[str, Any] | None) -> None:
         spec = service.setdefault("spec", {})
@@ -214,6 +282,21 @@ class NetworkAllocator:
                 return candidate
         # An exhausted pool leaves the Service pending, as a cloud out of addresses does.
         return ""
+
+
+def _condition(kind: str, reason: str, generation: int, now: str) -> dict[str, Any]:
+    return {
+        "type": kind,
+        "status": "True",
+        "reason": reason,
+        "message": "",
+        "observedGeneration": generation,
+        "lastTransitionTime": now,
+    }
+
+
+def _accepted(generation: int, now: str) -> dict[str, Any]:
+    return _condition("Accepted", "Accepted", generation, now)
 
 
 def _held(service: dict[str, Any]) -> tuple[set[str], set[int], set[str]]:

@@ -31,6 +31,8 @@ class ResourceType:
     # Real DELETE returns the object for these kinds and a Status for the others.
     delete_returns_object: bool = True
     verbs: list[str] = field(default_factory=lambda: list(ALL_VERBS))
+    # Subresources besides status, for discovery: (name, kind, verbs).
+    subresources: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
     # For CRD-served kinds: the CRD version entry (schema, subresources, printer columns).
     crd: dict[str, Any] | None = None
 
@@ -117,6 +119,7 @@ def _builtins() -> list[ResourceType]:
             categories=["all"],
             status_subresource=True,
             field_selectors=pod_fields,
+            subresources=(("binding", "Binding", ("create",)), ("log", "Pod", ("get",))),
         ),
         ResourceType(
             "",

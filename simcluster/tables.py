@@ -213,7 +213,10 @@ _NODE_COLUMNS = [
     column(
         "Container-Runtime",
         priority=1,
-        description="ContainerRuntime Version reported by the node through runtime remote API (e.g. containerd://1.4.2).",
+        description=(
+            "ContainerRuntime Version reported by the node through runtime remote API (e.g. "
+            "containerd://1.4.2)."
+        ),
     ),
 ]
 
@@ -313,6 +316,297 @@ def _slice_row(slice_: dict[str, Any]) -> Row:
     ]
 
 
+_ACCESS_MODES = {
+    "ReadWriteOnce": "RWO",
+    "ReadOnlyMany": "ROX",
+    "ReadWriteMany": "RWX",
+    "ReadWriteOncePod": "RWOP",
+}
+
+
+def _access_modes(modes: list[str] | None) -> str:
+    return ",".join(_ACCESS_MODES.get(mode, mode) for mode in modes or [])
+
+
+def _service_row(service: dict[str, Any]) -> Row:
+    spec, status = service.get("spec") or {}, service.get("status") or {}
+    service_type = spec.get("type", "ClusterIP")
+    ingress = (status.get("loadBalancer") or {}).get("ingress") or []
+    external = [
+        e.get("ip") or e.get("hostname") for e in ingress if e.get("ip") or e.get("hostname")
+    ]
+    external += spec.get("externalIPs") or []
+    if service_type == "ExternalName":
+        external_text = spec.get("externalName") or "<none>"
+    elif service_type == "LoadBalancer":
+        external_text = ",".join(external) or "<pending>"
+    else:
+        external_text = ",".join(external) or "<none>"
+    ports = []
+    for port in spec.get("ports") or []:
+        number = (
+            f"{port.get('port')}:{port['nodePort']}"
+            if port.get("nodePort")
+            else f"{port.get('port')}"
+        )
+        ports.append(f"{number}/{port.get('protocol', 'TCP')}")
+    selector = spec.get("selector") or {}
+    return [
+        service["metadata"]["name"],
+        service_type,
+        spec.get("clusterIP") or "<none>",
+        external_text,
+        ",".join(ports) or "<none>",
+        _created(service),
+        ",".join(f"{k}={v}" for k, v in sorted(selector.items())) or "<none>",
+    ]
+
+
+_SERVICE_COLUMNS = [
+    NAME,
+    column("Type", description="type determines how the Service is exposed."),
+    column("Cluster-IP", description="clusterIP is the IP address of the service."),
+    column(
+        "External-IP",
+        description=(
+            "externalIPs is a list of IP addresses for which nodes in the cluster will also "
+            "accept traffic for this service."
+        ),
+    ),
+    column("Port(s)", description="The list of ports that are exposed by this service."),
+    AGE,
+    column(
+        "Selector",
+        priority=1,
+        description=(
+            "Route service traffic to pods with label keys and values matching this selector."
+        ),
+    ),
+]
+
+
+def _claim_volume_row(claim: dict[str, Any]) -> Row:
+    spec, status = claim.get("spec") or {}, claim.get("status") or {}
+    phase = status.get("phase", "")
+    if claim["metadata"].get("deletionTimestamp"):
+        phase = "Terminating"
+    return [
+        claim["metadata"]["name"],
+        phase,
+        spec.get("volumeName", ""),
+        (status.get("capacity") or {}).get("storage", ""),
+        _access_modes(status.get("accessModes")),
+        spec.get("storageClassName") or "",
+        spec.get("volumeAttributesClassName") or "<unset>",
+        _created(claim),
+        spec.get("volumeMode") or "",
+    ]
+
+
+_PVC_COLUMNS = [
+    NAME,
+    column("Status", description="phase represents the current phase of PersistentVolumeClaim."),
+    column(
+        "Volume",
+        description=(
+            "volumeName is the binding reference to the PersistentVolume backing this claim."
+        ),
+    ),
+    column(
+        "Capacity", description="capacity represents the actual resources of the underlying volume."
+    ),
+    column(
+        "Access Modes",
+        description="accessModes contains the actual access modes the volume backing the PVC has.",
+    ),
+    column(
+        "StorageClass",
+        description="storageClassName is the name of the StorageClass required by the claim.",
+    ),
+    column(
+        "VolumeAttributesClass",
+        description=(
+            "volumeAttributesClassName may be used to set the VolumeAttributesClass used by this "
+            "claim."
+        ),
+    ),
+    AGE,
+    column(
+        "VolumeMode",
+        priority=1,
+        description="volumeMode defines what type of volume is required by the claim.",
+    ),
+]
+
+
+def _volume_row(volume: dict[str, Any]) -> Row:
+    spec, status = volume.get("spec") or {}, volume.get("status") or {}
+    ref = spec.get("claimRef") or {}
+    phase = status.get("phase", "")
+    if volume["metadata"].get("deletionTimestamp"):
+        phase = "Terminating"
+    return [
+        volume["metadata"]["name"],
+        (spec.get("capacity") or {}).get("storage", ""),
+        _access_modes(spec.get("accessModes")),
+        spec.get("persistentVolumeReclaimPolicy", ""),
+        phase,
+        f"{ref.get('namespace')}/{ref.get('name')}" if ref else "",
+        spec.get("storageClassName") or "",
+        spec.get("volumeAttributesClassName") or "<unset>",
+        status.get("reason", ""),
+        _created(volume),
+        spec.get("volumeMode") or "",
+    ]
+
+
+_PV_COLUMNS = [
+    NAME,
+    column(
+        "Capacity",
+        description=(
+            "capacity is the description of the persistent volume's resources and capacity."
+        ),
+    ),
+    column("Access Modes", description="accessModes contains all ways the volume can be mounted."),
+    column(
+        "Reclaim Policy",
+        description=(
+            "persistentVolumeReclaimPolicy defines what happens to a persistent volume when "
+            "released from its claim."
+        ),
+    ),
+    column(
+        "Status",
+        description=(
+            "phase indicates if a volume is available, bound to a claim, or released by a claim."
+        ),
+    ),
+    column(
+        "Claim",
+        description=(
+            "claimRef is part of a bi-directional binding between PersistentVolume and "
+            "PersistentVolumeClaim."
+        ),
+    ),
+    column(
+        "StorageClass",
+        description=(
+            "storageClassName is the name of StorageClass to which this persistent volume belongs."
+        ),
+    ),
+    column(
+        "VolumeAttributesClass",
+        description="Name of VolumeAttributesClass to which this persistent volume belongs.",
+    ),
+    column(
+        "Reason",
+        description=(
+            "reason is a brief CamelCase string that describes any failure and is meant for "
+            "machine parsing and tidy display in the CLI."
+        ),
+    ),
+    AGE,
+    column(
+        "VolumeMode",
+        priority=1,
+        description=(
+            "volumeMode defines if a volume is intended to be used with a formatted filesystem or "
+            "to remain in raw block state."
+        ),
+    ),
+]
+
+
+def _storage_class_row(storage_class: dict[str, Any]) -> Row:
+    name = storage_class["metadata"]["name"]
+    annotations = storage_class["metadata"].get("annotations") or {}
+    if annotations.get("storageclass.kubernetes.io/is-default-class") == "true":
+        name += " (default)"
+    return [
+        name,
+        storage_class.get("provisioner", ""),
+        storage_class.get("reclaimPolicy", "Delete"),
+        storage_class.get("volumeBindingMode", "Immediate"),
+        bool(storage_class.get("allowVolumeExpansion")),
+        _created(storage_class),
+    ]
+
+
+_STORAGE_CLASS_COLUMNS = [
+    NAME,
+    column("Provisioner", description="provisioner indicates the type of the provisioner."),
+    column(
+        "ReclaimPolicy",
+        description=(
+            "reclaimPolicy controls the reclaimPolicy for dynamically provisioned "
+            "PersistentVolumes of this storage class."
+        ),
+    ),
+    column(
+        "VolumeBindingMode",
+        description=(
+            "volumeBindingMode indicates how PersistentVolumeClaims should be provisioned and "
+            "bound."
+        ),
+    ),
+    column(
+        "AllowVolumeExpansion",
+        "boolean",
+        description="allowVolumeExpansion shows whether the storage class allow volume expand.",
+    ),
+    AGE,
+]
+
+
+def _selector_text(selector: dict[str, Any]) -> str:
+    labels = [f"{k}={v}" for k, v in sorted((selector.get("matchLabels") or {}).items())]
+    for expression in selector.get("matchExpressions") or []:
+        values = ",".join(expression.get("values") or [])
+        operator = expression.get("operator", "")
+        if operator == "Exists":
+            labels.append(expression.get("key", ""))
+        elif operator == "DoesNotExist":
+            labels.append(f"!{expression.get('key', '')}")
+        else:
+            labels.append(f"{expression.get('key', '')} {operator.lower()} ({values})")
+    return ",".join(labels) or "<none>"
+
+
+def _ingress_row(ingress: dict[str, Any]) -> Row:
+    spec, status = ingress.get("spec") or {}, ingress.get("status") or {}
+    hosts = [rule.get("host") for rule in spec.get("rules") or [] if rule.get("host")]
+    addresses = [
+        entry.get("ip") or entry.get("hostname")
+        for entry in (status.get("loadBalancer") or {}).get("ingress") or []
+    ]
+    return [
+        ingress["metadata"]["name"],
+        spec.get("ingressClassName") or "<none>",
+        ",".join(hosts) or "*",
+        ",".join(a for a in addresses if a),
+        "80, 443" if spec.get("tls") else "80",
+        _created(ingress),
+    ]
+
+
+_INGRESS_COLUMNS = [
+    NAME,
+    column(
+        "Class", description="ingressClassName is the name of an IngressClass cluster resource."
+    ),
+    column(
+        "Hosts",
+        description="Hosts that incoming requests are matched against before the ingress rule",
+    ),
+    column(
+        "Address", description="Address is a list containing ingress points for the load-balancer"
+    ),
+    column("Ports", description="Ports of TLS configurations that open"),
+    AGE,
+]
+
+
 _BUILTIN: dict[str, tuple[list[Column], Callable[[dict[str, Any]], Row]]] = {
     "pods": (_POD_COLUMNS, _pod_row),
     "nodes": (_NODE_COLUMNS, _node_row),
@@ -340,6 +634,48 @@ _BUILTIN: dict[str, tuple[list[Column], Callable[[dict[str, Any]], Row]]] = {
         _quota_row,
     ),
     "events": (_EVENT_COLUMNS, _event_row),
+    "services": (_SERVICE_COLUMNS, _service_row),
+    "secrets": (
+        [
+            NAME,
+            column("Type", description="Used to facilitate programmatic handling of secret data."),
+            column("Data", "string", description="Data contains the secret data."),
+            AGE,
+        ],
+        lambda secret: [
+            secret["metadata"]["name"],
+            secret.get("type", ""),
+            str(len(secret.get("data") or {})),
+            _created(secret),
+        ],
+    ),
+    "configmaps": (
+        [NAME, column("Data", "string", description="Data contains the configuration data."), AGE],
+        lambda cm: [
+            cm["metadata"]["name"],
+            str(len(cm.get("data") or {}) + len(cm.get("binaryData") or {})),
+            _created(cm),
+        ],
+    ),
+    "persistentvolumeclaims": (_PVC_COLUMNS, _claim_volume_row),
+    "persistentvolumes": (_PV_COLUMNS, _volume_row),
+    "storageclasses": (_STORAGE_CLASS_COLUMNS, _storage_class_row),
+    "networkpolicies": (
+        [
+            NAME,
+            column(
+                "Pod-Selector",
+                description="Selects the pods to which this NetworkPolicy object applies.",
+            ),
+            AGE,
+        ],
+        lambda policy: [
+            policy["metadata"]["name"],
+            _selector_text((policy.get("spec") or {}).get("podSelector") or {}),
+            _created(policy),
+        ],
+    ),
+    "ingresses": (_INGRESS_COLUMNS, _ingress_row),
     "deviceclasses": ([NAME, AGE], lambda obj: [obj["metadata"]["name"], _created(obj)]),
     "resourceclaims": (
         [
@@ -368,32 +704,48 @@ _BUILTIN: dict[str, tuple[list[Column], Callable[[dict[str, Any]], Row]]] = {
     ),
 }
 
-_JSONPATH_TOKEN = re.compile(r"\.([A-Za-z0-9_\-$]+)|\[(\d+)\]|\['([^']*)'\]|\[\"([^\"]*)\"\]")
+_JSONPATH_TOKEN = re.compile(
+    r"\.([A-Za-z0-9_\-$]+)|\[(\d+)\]|\['([^']*)'\]|\[\"([^\"]*)\"\]|(\[\*\])"
+    r"|\[\?\(@\.([A-Za-z0-9_\-]+)\s*==\s*[\"']([^\"']*)[\"']\)\]"
+)
 
 
 def json_path(obj: Any, path: str) -> Any:
-    """The subset of kubectl JSONPath printer columns use: `.a.b`, `[0]`, `['x.y']`."""
+    """The subset of kubectl JSONPath printer columns use: `.a.b`, `[0]`, `['x.y']`, `[*]` and
+    `[?(@.type=="Ready")]` filters (those give every match, joined by the caller)."""
     path = path.strip()
     if path.startswith("{") and path.endswith("}"):
         path = path[1:-1]
-    value = obj
+    values = [obj]
+    many = False
     position = 0
     while position < len(path):
         match = _JSONPATH_TOKEN.match(path, position)
         if not match:
             return None
-        key, index, quoted, double = match.groups()
+        key, index, quoted, double, star, field, wanted = match.groups()
         position = match.end()
-        if index is not None:
-            if not isinstance(value, list) or int(index) >= len(value):
-                return None
-            value = value[int(index)]
-        else:
-            name = key if key is not None else quoted if quoted is not None else double
-            if not isinstance(value, dict) or name not in value:
-                return None
-            value = value[name]
-    return value
+        found: list[Any] = []
+        for value in values:
+            if star or field is not None:
+                many = True
+                items = value if isinstance(value, list) else []
+                found += [
+                    item
+                    for item in items
+                    if star or (isinstance(item, dict) and str(item.get(field)) == wanted)
+                ]
+            elif index is not None:
+                if isinstance(value, list) and int(index) < len(value):
+                    found.append(value[int(index)])
+            else:
+                name = key if key is not None else quoted if quoted is not None else double
+                if isinstance(value, dict) and name in value:
+                    found.append(value[name])
+        values = found
+    if many:
+        return ",".join(str(v) for v in values) if values else None
+    return values[0] if values else None
 
 
 def _printer_cell(value: Any, type_: str) -> Any:

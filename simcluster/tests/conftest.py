@@ -1,14 +1,18 @@
-"""Fixtures: one simulated cluster per session and official-client access to it."""
+"""Fixtures: one simulated cluster per session, official-client and kubectl access to it."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import os
+import subprocess
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from kubernetes import client, config
 
 from simcluster.cluster import SimCluster
+
+Kubectl = Callable[..., subprocess.CompletedProcess]
 
 # Small enough to start instantly; tests that need devices create their own.
 TINY_TOPOLOGY: dict = {"nodes": [], "deviceClasses": []}
@@ -39,3 +43,26 @@ def kube_api(kubeconfig: Path) -> Iterator[client.ApiClient]:
 def _clean_faults(sim: SimCluster) -> Iterator[None]:
     yield
     sim.faults.clear()
+
+
+@pytest.fixture
+def kubectl(kubeconfig: Path, tmp_path: Path) -> Kubectl:
+    env = {"HOME": str(tmp_path / "home"), "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+
+    def run(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+        command = [
+            "kubectl",
+            "--kubeconfig",
+            str(kubeconfig),
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            *args,
+        ]
+        result = subprocess.run(
+            command, capture_output=True, text=True, timeout=60, env=env, check=False
+        )
+        if check and result.returncode != 0:
+            pytest.fail(f"{' '.join(args)} failed ({result.returncode}): {result.stderr}")
+        return result
+
+    return run

@@ -2,24 +2,20 @@
 
 from __future__ import annotations
 
-import os
 import shutil
-import subprocess
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 import yaml
 
 from simcluster.cluster import SimCluster
+from simcluster.tests.conftest import Kubectl
 
 pytestmark = [
     pytest.mark.kubectl,
     pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not on PATH"),
 ]
-
-Kubectl = Callable[..., subprocess.CompletedProcess]
 
 GPUUNIT_CRD = """
 apiVersion: apiextensions.k8s.io/v1
@@ -55,29 +51,6 @@ spec:
             properties:
               phase: {type: string}
 """
-
-
-@pytest.fixture
-def kubectl(kubeconfig: Path, tmp_path: Path) -> Kubectl:
-    env = {"HOME": str(tmp_path / "home"), "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
-
-    def run(*args: str, check: bool = True) -> subprocess.CompletedProcess:
-        command = [
-            "kubectl",
-            "--kubeconfig",
-            str(kubeconfig),
-            "--cache-dir",
-            str(tmp_path / "cache"),
-            *args,
-        ]
-        result = subprocess.run(
-            command, capture_output=True, text=True, timeout=60, env=env, check=False
-        )
-        if check and result.returncode != 0:
-            pytest.fail(f"{' '.join(args)} failed ({result.returncode}): {result.stderr}")
-        return result
-
-    return run
 
 
 @pytest.fixture
