@@ -129,7 +129,6 @@ class SimCluster:
         if self._server is not None:
             self._server.stopping.set()
             self.store.close_watchers()
-            self.logs.close_all()
             self._server.shutdown()
             self._server.server_close()
             self._server = None

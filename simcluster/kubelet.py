@@ -93,13 +93,6 @@ class ContainerLogs:
                     instance.closed = True
             self.changed.notify_all()
 
-    def close_all(self) -> None:
-        with self.changed:
-            for instances in self._streams.values():
-                for instance in instances:
-                    instance.closed = True
-            self.changed.notify_all()
-
     def dump(self) -> dict[str, Any]:
         with self.changed:
             return {

@@ -9,6 +9,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -16,6 +17,7 @@ from kubernetes import client, config
 from kubernetes.client import ApiException
 
 from simcluster.cluster import SimCluster
+from simcluster.errors import ApiError
 
 T = TypeVar("T")
 DEADLINE_SECONDS = 10.0
@@ -266,3 +268,49 @@ def test_discovery_lists_the_log_subresource(core: client.CoreV1Api) -> None:
     assert resources["pods/log"].verbs == ["get"]
     assert resources["pods/log"].kind == "Pod"
     assert resources["pods/binding"].verbs == ["create"]
+
+
+def test_logs_and_allocations_survive_a_restart_when_persisted(tmp_path: Path) -> None:
+    state = tmp_path / "cluster.json"
+    topology = {"generate": {"nodes": 1, "gpus_per_node": 1}}
+    with SimCluster(topology=topology, persist_path=state) as first:
+        first.store.create("namespaces", {"metadata": {"name": NAMESPACE}})
+        first.store.create(
+            "pods",
+            {
+                "metadata": {"name": "kept", "namespace": NAMESPACE},
+                "spec": {"containers": [{"name": "main", "image": "busybox:1.36"}]},
+            },
+        )
+        _wait(
+            lambda: first.store.get("pods", NAMESPACE, "kept")["status"]["phase"],
+            lambda phase: phase == "Running",
+            "pod running",
+        )
+        first.append_log(NAMESPACE, "kept", "before the restart")
+        service = first.store.create(
+            "services",
+            {
+                "metadata": {"name": "np", "namespace": NAMESPACE},
+                "spec": {"type": "NodePort", "ports": [{"port": 80}]},
+            },
+        )
+    with SimCluster(topology=topology, persist_path=state) as second:
+        second.append_log(NAMESPACE, "kept", "after the restart")
+        stream = second.logs.stream(
+            second.store.get("pods", NAMESPACE, "kept")["metadata"]["uid"], "main"
+        )
+        assert stream is not None
+        assert [text for _, text in stream.lines][-2:] == [
+            "before the restart",
+            "after the restart",
+        ]
+        taken = service["spec"]["ports"][0]["nodePort"]
+        with pytest.raises(ApiError, match="already allocated"):
+            second.store.create(
+                "services",
+                {
+                    "metadata": {"name": "dup", "namespace": NAMESPACE},
+                    "spec": {"type": "NodePort", "ports": [{"port": 80, "nodePort": taken}]},
+                },
+            )
