@@ -273,6 +273,26 @@ OPERATION_MAX_ATTEMPTS = env.int("OPERATION_MAX_ATTEMPTS", default=20)
 # Registries customers may pull from (e.g. "docker.io,ghcr.io"); empty allows any.
 IMAGE_REGISTRY_ALLOWLIST = env.list("IMAGE_REGISTRY_ALLOWLIST", default=[])
 
+# Reaching units (runtime/access.py): unit hostnames are <unit>-<tenant>-<hash>.ACCESS_DOMAIN,
+# routed by an HTTPRoute from ACCESS_GATEWAY ("<namespace>/<name>") or else an Ingress of
+# ACCESS_INGRESS_CLASS; with neither (or no domain) HTTP units have in-cluster URLs only. A
+# unit reached over tcp gets a Service of ACCESS_TCP_SERVICE_TYPE (NodePort, LoadBalancer, or
+# ClusterIP: not exposed), its NodePort shown on ACCESS_TCP_HOST.
+ACCESS_DOMAIN = env.str("ACCESS_DOMAIN", default="")
+ACCESS_GATEWAY = env.str("ACCESS_GATEWAY", default="")
+ACCESS_INGRESS_CLASS = env.str("ACCESS_INGRESS_CLASS", default="")
+ACCESS_PUBLIC_SCHEME = env.str("ACCESS_PUBLIC_SCHEME", default="https")
+ACCESS_TCP_SERVICE_TYPE = env.str("ACCESS_TCP_SERVICE_TYPE", default="NodePort")
+ACCESS_TCP_HOST = env.str("ACCESS_TCP_HOST", default="")
+# Tenant network isolation (NetworkPolicies in every tenant namespace): ingress from the
+# gateway's namespace (NETWORK_GATEWAY_NAMESPACE, default the ACCESS_GATEWAY's), egress to DNS
+# and public addresses plus NETWORK_EGRESS_ALLOW (CIDRs, e.g. an internal registry).
+NETWORK_POLICIES = env.bool("NETWORK_POLICIES", default=True)
+NETWORK_GATEWAY_NAMESPACE = env.str(
+    "NETWORK_GATEWAY_NAMESPACE", default=ACCESS_GATEWAY.partition("/")[0]
+)
+NETWORK_EGRESS_ALLOW = env.list("NETWORK_EGRESS_ALLOW", default=[])
+
 # Inventory: how often beat mirrors the cluster's DRA state in full (the backstop behind the
 # observer), and when the mirror counts as stale.
 INVENTORY_SYNC_INTERVAL_SECONDS = env.float("INVENTORY_SYNC_INTERVAL_SECONDS", default=30.0)

@@ -22,6 +22,12 @@ SAMPLE_CATALOG = ROOT / "catalog" / "samples" / "packages.yaml"
 # What the simulated cluster gets at start: Gateway API CRDs, a Gateway and a default
 # StorageClass, so a unit gets a URL and bound storage (applied again, unchanged, each start).
 DEV_OBJECTS = ROOT / "k8s" / "components" / "dev-gateway"
+DEV_ACCESS = {
+    "ACCESS_DOMAIN": "units.localhost",
+    "ACCESS_GATEWAY": "gateway-system/gpu-gateway",
+    "ACCESS_PUBLIC_SCHEME": "http",
+    "ACCESS_TCP_HOST": "127.0.0.1",
+}
 # What `python -m devstack manage` needs to reach a running `make run`: written once it is up,
 # removed when it stops.
 STACK_FILE = "stack.json"
@@ -93,6 +99,10 @@ def _start_cluster(
             raise RuntimeError("the simulated cluster did not start")
         time.sleep(0.1)
     env["KUBECONFIG"] = str(kubeconfig)
+    # The dev component's Gateway publishes units: a newcomer's HTTP unit gets a URL (the
+    # simulated gateway routes nothing; on a real cluster these name a real one).
+    for name, value in DEV_ACCESS.items():
+        env.setdefault(name, value)
 
 
 def _ensure_key(env: dict[str, str], tenant: str, path: Path) -> str:
@@ -308,7 +318,10 @@ EXAMPLE_ORDER = json.dumps(
         "name": EXAMPLE_UNIT,
         "packageID": "gpu-rtx3080-2x-cpu10-mem40g",
         "image": "python:3.12",
-        "template": {"command": ["python", "-m", "http.server", "8080"]},
+        "template": {
+            "command": ["python", "-m", "http.server", "8080"],
+            "ports": [{"name": "http", "port": 8080}],
+        },
     }
 )
 

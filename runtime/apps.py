@@ -8,7 +8,7 @@ class RuntimeConfig(AppConfig):
 
     def ready(self) -> None:
         from controlplane import health, metrics
-        from runtime import gauges, observer, orders
+        from runtime import access, gauges, observer, orders
         from tenancy import auth
 
         # Lower layers cannot import runtime; it hands them what they need from here.
@@ -16,3 +16,4 @@ class RuntimeConfig(AppConfig):
         health.register("observer", observer.check_observer, beside=True)
         metrics.register_collector(gauges.collect)
         checks.register(orders.check_order_models)
+        checks.register(access.check_settings)

@@ -83,6 +83,7 @@ def record_provisioned(
     unit_k8s_uid: str,
     claim_k8s_uid: str,
     pod_k8s_uid: str,
+    exposed: dict | None = None,
 ) -> bool:
     """The unit's GPUUnit, ResourceClaim and Pod exist: remember their UIDs and close the
     create operation as succeeded, under the unit's row lock. False, with nothing recorded,
@@ -98,8 +99,12 @@ def record_provisioned(
         if phase not in (UnitPhase.ACCEPTED, UnitPhase.PROVISIONING):
             return False
         GPUUnit.objects.filter(pk=unit.pk).update(
-            unit_k8s_uid=unit_k8s_uid, claim_k8s_uid=claim_k8s_uid, pod_k8s_uid=pod_k8s_uid
+            unit_k8s_uid=unit_k8s_uid,
+            claim_k8s_uid=claim_k8s_uid,
+            pod_k8s_uid=pod_k8s_uid,
+            exposed=exposed or {},
         )
+        unit.exposed = exposed or {}
         unit.unit_k8s_uid, unit.claim_k8s_uid, unit.pod_k8s_uid = (
             unit_k8s_uid,
             claim_k8s_uid,

@@ -45,6 +45,8 @@ class UnitContract:
     command: list[str] = field(default_factory=list)
     args: list[str] = field(default_factory=list)
     env: list[dict[str, str]] = field(default_factory=list)
+    ports: list[dict] = field(default_factory=list)
+    access: dict[str, str] = field(default_factory=dict)
 
 
 def claim_name_for(unit_name: str) -> str:
@@ -134,11 +136,14 @@ def build_gpuunit(contract: UnitContract) -> dict:
             ("command", contract.command),
             ("args", contract.args),
             ("env", contract.env),
+            ("ports", contract.ports),
         )
         if value
     }
     if template:
         spec["template"] = template
+    if contract.access:
+        spec["access"] = dict(contract.access)
     return {
         "apiVersion": API_VERSION,
         "kind": "GPUUnit",
@@ -207,6 +212,11 @@ def build_pod(contract: UnitContract, *, owner_uid: str) -> dict:
             "seccompProfile": {"type": "RuntimeDefault"},
         },
     }
+    if contract.ports:
+        container["ports"] = [
+            {"name": p["name"], "containerPort": p["port"], "protocol": p.get("protocol", "TCP")}
+            for p in contract.ports
+        ]
     if contract.command:
         container["command"] = list(contract.command)
     if contract.args:
@@ -275,5 +285,230 @@ def build_resource_quota(
                 "requests.memory": memory,
                 "count/resourceclaims.resource.k8s.io": str(claims),
             }
+        },
+    }
+
+
+def _unit_selector(contract: UnitContract) -> dict[str, str]:
+    return {LABEL_UNIT: contract.name, LABEL_TENANT: contract.tenant}
+
+
+def build_service(contract: UnitContract, *, owner_uid: str, service_type: str) -> dict:
+    """`unit-<name>`: every template port, ClusterIP (or the configured NodePort or
+    LoadBalancer type for a unit reached over tcp)."""
+    spec: dict = {
+        "type": service_type,
+        "selector": _unit_selector(contract),
+        "ports": [
+            {
+                "name": p["name"],
+                "port": p["port"],
+                "targetPort": p["name"],
+                "protocol": p.get("protocol", "TCP"),
+            }
+            for p in contract.ports
+        ],
+    }
+    if service_type != "ClusterIP":
+        # Keep the client's address, so the unit's NetworkPolicy can admit it by port.
+        spec["externalTrafficPolicy"] = "Local"
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": f"unit-{contract.name}",
+            "namespace": contract.namespace,
+            "labels": labels(contract),
+            "ownerReferences": [owner_reference(contract, owner_uid)],
+        },
+        "spec": spec,
+    }
+
+
+def build_http_route(
+    contract: UnitContract,
+    *,
+    owner_uid: str,
+    hostname: str,
+    gateway_namespace: str,
+    gateway_name: str,
+    port: int,
+) -> dict:
+    """A Gateway API HTTPRoute from the configured Gateway to the unit's primary port."""
+    return {
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "HTTPRoute",
+        "metadata": {
+            "name": f"unit-{contract.name}",
+            "namespace": contract.namespace,
+            "labels": labels(contract),
+            "ownerReferences": [owner_reference(contract, owner_uid)],
+        },
+        "spec": {
+            "parentRefs": [
+                {
+                    "group": "gateway.networking.k8s.io",
+                    "kind": "Gateway",
+                    "namespace": gateway_namespace,
+                    "name": gateway_name,
+                }
+            ],
+            "hostnames": [hostname],
+            "rules": [
+                {
+                    "matches": [{"path": {"type": "PathPrefix", "value": "/"}}],
+                    "backendRefs": [{"name": f"unit-{contract.name}", "port": port}],
+                }
+            ],
+        },
+    }
+
+
+def build_ingress(
+    contract: UnitContract, *, owner_uid: str, hostname: str, ingress_class: str, port: int
+) -> dict:
+    """The Ingress alternative to the HTTPRoute, for clusters with an ingress controller."""
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "Ingress",
+        "metadata": {
+            "name": f"unit-{contract.name}",
+            "namespace": contract.namespace,
+            "labels": labels(contract),
+            "ownerReferences": [owner_reference(contract, owner_uid)],
+        },
+        "spec": {
+            "ingressClassName": ingress_class,
+            "rules": [
+                {
+                    "host": hostname,
+                    "http": {
+                        "paths": [
+                            {
+                                "path": "/",
+                                "pathType": "Prefix",
+                                "backend": {
+                                    "service": {
+                                        "name": f"unit-{contract.name}",
+                                        "port": {"number": port},
+                                    }
+                                },
+                            }
+                        ]
+                    },
+                }
+            ],
+        },
+    }
+
+
+# Addresses a unit may never reach, nor be reached from on a public port: private (RFC 1918,
+# RFC 4193), shared (RFC 6598), loopback,
+# link-local (cloud metadata at 169.254.169.254 and fd00:ec2::254 among them) and this-network.
+BLOCKED_EGRESS_V4 = [
+    "0.0.0.0/8",
+    "10.0.0.0/8",
+    "100.64.0.0/10",
+    "127.0.0.0/8",
+    "169.254.0.0/16",
+    "172.16.0.0/12",
+    "192.168.0.0/16",
+]
+BLOCKED_EGRESS_V6 = ["::1/128", "fc00::/7", "fe80::/10"]
+TENANT_POLICY = "gpu-units-isolation"
+
+
+def build_tenant_network_policy(
+    namespace: str, *, tenant: str, gateway_namespace: str, egress_allow: list[str]
+) -> dict:
+    """The tenant namespace's isolation (§11), one policy over every pod in it: ingress only
+    from the gateway's namespace (units admit their own pods and exposed ports by their own
+    policy); egress to the cluster DNS, the public internet (private, link-local and
+    metadata ranges excepted) and the allow-listed CIDRs. Another tenant's pods, in another
+    namespace, are neither."""
+    ingress = []
+    if gateway_namespace:
+        ingress.append(
+            {
+                "from": [
+                    {
+                        "namespaceSelector": {
+                            "matchLabels": {"kubernetes.io/metadata.name": gateway_namespace}
+                        }
+                    }
+                ]
+            }
+        )
+    egress = [
+        {
+            "to": [
+                {
+                    "namespaceSelector": {
+                        "matchLabels": {"kubernetes.io/metadata.name": "kube-system"}
+                    },
+                    "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}},
+                }
+            ],
+            "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
+        },
+        {
+            "to": [
+                {"ipBlock": {"cidr": "0.0.0.0/0", "except": list(BLOCKED_EGRESS_V4)}},
+                {"ipBlock": {"cidr": "::/0", "except": list(BLOCKED_EGRESS_V6)}},
+            ]
+        },
+    ]
+    if egress_allow:
+        egress.append({"to": [{"ipBlock": {"cidr": cidr}} for cidr in egress_allow]})
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {
+            "name": TENANT_POLICY,
+            "namespace": namespace,
+            "labels": {LABEL_MANAGED_BY: MANAGED_BY, LABEL_TENANT: tenant},
+        },
+        "spec": {
+            "podSelector": {},
+            "policyTypes": ["Ingress", "Egress"],
+            "ingress": ingress,
+            "egress": egress,
+        },
+    }
+
+
+def build_unit_network_policy(
+    contract: UnitContract, *, owner_uid: str, public_ports: list[dict]
+) -> dict:
+    """The unit's own ingress: from its own pods, and from public addresses on the ports it
+    exposes outside the cluster (a NodePort or LoadBalancer Service with
+    externalTrafficPolicy Local keeps the client's address). Pods, another tenant's or a
+    sibling unit's, are private addresses and stay out."""
+    ingress: list[dict] = [{"from": [{"podSelector": {"matchLabels": _unit_selector(contract)}}]}]
+    if public_ports:
+        ingress.append(
+            {
+                "from": [
+                    {"ipBlock": {"cidr": "0.0.0.0/0", "except": list(BLOCKED_EGRESS_V4)}},
+                    {"ipBlock": {"cidr": "::/0", "except": list(BLOCKED_EGRESS_V6)}},
+                ],
+                "ports": [
+                    {"protocol": p.get("protocol", "TCP"), "port": p["port"]} for p in public_ports
+                ],
+            }
+        )
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {
+            "name": f"unit-{contract.name}",
+            "namespace": contract.namespace,
+            "labels": labels(contract),
+            "ownerReferences": [owner_reference(contract, owner_uid)],
+        },
+        "spec": {
+            "podSelector": {"matchLabels": _unit_selector(contract)},
+            "policyTypes": ["Ingress"],
+            "ingress": ingress,
         },
     }

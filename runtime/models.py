@@ -58,11 +58,15 @@ class GPUUnit(models.Model):
     capacity = models.JSONField(default=dict, blank=True)
     image = models.CharField(max_length=512)
     template = models.JSONField(default=dict, blank=True)
+    # {primaryPort, scheme} when the template has ports (validation.access), else {}.
+    access = models.JSONField(default=dict, blank=True)
     # Observed state.
     phase = models.CharField(max_length=16, choices=UnitPhase, default=UnitPhase.ACCEPTED)
     reason = models.CharField(max_length=64, blank=True)
     message = models.TextField(blank=True)
     dra = models.JSONField(default=dict, blank=True)
+    # What provisioning saw of the unit's Service: {"nodePorts": {port name: n}, "loadBalancer"}.
+    exposed = models.JSONField(default=dict, blank=True)
     node_name = models.CharField(max_length=253, blank=True)
     unit_k8s_uid = models.CharField("GPUUnit UID", max_length=64, blank=True)
     claim_k8s_uid = models.CharField("ResourceClaim UID", max_length=64, blank=True)
@@ -137,6 +141,8 @@ class GPUUnit(models.Model):
             command=list(template.get("command") or []),
             args=list(template.get("args") or []),
             env=list(template.get("env") or []),
+            ports=list(template.get("ports") or []),
+            access=dict(self.access or {}),
         )
 
 

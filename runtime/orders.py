@@ -56,20 +56,23 @@ def create_unit(
     package_id: str,
     image: str,
     template: dict | None = None,
+    access: dict | None = None,
 ) -> CreateResult:
     """Record a new unit and its create operation, or return the unit an earlier identical
     request created (same operationID and payload; a different payload is a conflict).
     Provisioning is queued after commit. Nothing is written when the order is refused."""
     template = template or {}
-    request_hash = outbox.fingerprint(
-        {
-            "operationID": operation_id,
-            "name": name,
-            "packageID": package_id,
-            "image": image,
-            "template": template,
-        }
-    )
+    access = access or {}
+    request: dict[str, Any] = {
+        "operationID": operation_id,
+        "name": name,
+        "packageID": package_id,
+        "image": image,
+        "template": template,
+    }
+    if access:  # only when given: the fingerprints of earlier orders stay what they were
+        request["access"] = access
+    request_hash = outbox.fingerprint(request)
     earlier, package = _lookup(tenant, operation_id, package_id)
     if earlier is not None:
         return _replayed(earlier, request_hash)
@@ -85,6 +88,7 @@ def create_unit(
         operation_id=operation_id,
         image=image,
         template=template,
+        access=access,
         **GPUUnit.contract_fields(package, name=name),
     )
     operation = Operation(

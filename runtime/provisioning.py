@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 
 import yaml
 from django.conf import settings
 
 from controlplane import kube
 from controlplane.kube.errors import KubeError, PermanentError, TemporaryError
-from runtime import lifecycle, manifests, outbox
+from runtime import access, lifecycle, manifests, outbox
 from runtime.models import EventType, GPUUnit, Operation, UnitPhase
 from tenancy.models import Tenant
 
@@ -65,6 +66,17 @@ def ensure_tenant_namespace(tenant: Tenant) -> None:
         ),
         fields=[("spec", "hard")],
     )
+    if settings.NETWORK_POLICIES:
+        kube.ensure(
+            kube.NETWORKPOLICY,
+            manifests.build_tenant_network_policy(
+                tenant.namespace,
+                tenant=tenant.slug,
+                gateway_namespace=settings.NETWORK_GATEWAY_NAMESPACE,
+                egress_allow=settings.NETWORK_EGRESS_ALLOW,
+            ),
+            fields=[("spec",)],
+        )
 
 
 def provision_objects(contract: manifests.UnitContract) -> tuple[dict, dict, dict]:
@@ -87,6 +99,80 @@ def provision_objects(contract: manifests.UnitContract) -> tuple[dict, dict, dic
     return gpuunit, claim, pod
 
 
+def provision_access(contract: manifests.UnitContract, *, owner_uid: str) -> dict:
+    """The objects that reach the unit, owned by its GPUUnit: the Service `unit-<name>` (with
+    ports), the HTTPRoute or Ingress publishing its primary HTTP port, and its NetworkPolicy.
+    Returns what the unit shows of them (`exposed`: node ports, load balancer address)."""
+    config = access.from_settings()
+    ours = manifests.owned_by(owner_uid, contract)
+    exposed: dict = {}
+    public_ports: list[dict] = []
+    if contract.ports:
+        tcp = access.tcp_exposed(contract.access, config)
+        service = kube.create_or_adopt(
+            kube.SERVICE,
+            manifests.build_service(
+                contract,
+                owner_uid=owner_uid,
+                service_type=config.tcp_service_type if tcp else "ClusterIP",
+            ),
+            ours=ours,
+        )
+        node_ports = {
+            port["name"]: port["nodePort"]
+            for port in service["spec"].get("ports") or []
+            if port.get("nodePort")
+        }
+        if node_ports:
+            exposed["nodePorts"] = node_ports
+        primary = access.primary_port(contract.ports, contract.access)
+        if tcp and primary is not None:
+            public_ports.append(primary)
+        if primary is not None and contract.access.get("scheme") in ("http", "https"):
+            _publish_http(contract, owner_uid, config, primary["port"], ours)
+    if settings.NETWORK_POLICIES:
+        kube.create_or_adopt(
+            kube.NETWORKPOLICY,
+            manifests.build_unit_network_policy(
+                contract, owner_uid=owner_uid, public_ports=public_ports
+            ),
+            ours=ours,
+        )
+    return exposed
+
+
+def _publish_http(
+    contract: manifests.UnitContract,
+    owner_uid: str,
+    config: access.AccessConfig,
+    port: int,
+    ours: Callable[[dict], bool],
+) -> None:
+    if not config.http_exposed:
+        return  # in-cluster only
+    host = access.hostname(contract.namespace, contract.name, config.domain)
+    if config.gateway:
+        namespace, name = config.gateway_ref
+        route = manifests.build_http_route(
+            contract,
+            owner_uid=owner_uid,
+            hostname=host,
+            gateway_namespace=namespace,
+            gateway_name=name,
+            port=port,
+        )
+        kube.create_or_adopt(kube.HTTPROUTE, route, ours=ours)
+    else:
+        ingress = manifests.build_ingress(
+            contract,
+            owner_uid=owner_uid,
+            hostname=host,
+            ingress_class=config.ingress_class,
+            port=port,
+        )
+        kube.create_or_adopt(kube.INGRESS, ingress, ours=ours)
+
+
 def recreate_pod(unit: GPUUnit, gpuunit: dict) -> dict:
     """Create the unit's pod again (it went missing) under its GPUUnit; record it."""
     owner_uid = gpuunit["metadata"]["uid"]
@@ -102,11 +188,17 @@ def recreate_pod(unit: GPUUnit, gpuunit: dict) -> dict:
 
 
 def _unit_objects(unit: GPUUnit) -> list[tuple[kube.Kind, str]]:
-    return [
+    """The unit's objects, the GPUUnit last: teardown deletes them in this order rather than
+    leave them all to the garbage collector (the HTTPRoute or Ingress is left to it)."""
+    objects = [
         (kube.POD, manifests.pod_name_for(unit.name)),
         (kube.RESOURCECLAIM, unit.claim_name),
-        (kube.GPUUNIT, unit.name),
     ]
+    if (unit.template or {}).get("ports"):
+        objects.append((kube.SERVICE, access.service_name(unit.name)))
+    if settings.NETWORK_POLICIES:
+        objects.append((kube.NETWORKPOLICY, f"unit-{unit.name}"))
+    return [*objects, (kube.GPUUNIT, unit.name)]
 
 
 def _labelled_for(found: dict, unit: GPUUnit) -> bool:
@@ -159,7 +251,9 @@ def provision_unit(*, operation_pk: int) -> None:
     )
     try:
         ensure_tenant_namespace_once(unit.tenant)
-        gpuunit, claim, pod = provision_objects(unit.contract(request_hash=operation.fingerprint))
+        contract = unit.contract(request_hash=operation.fingerprint)
+        gpuunit, claim, pod = provision_objects(contract)
+        exposed = provision_access(contract, owner_uid=gpuunit["metadata"]["uid"])
     except PermanentError as exc:
         if exc.status == 404 and settings.TENANT_NAMESPACE_PROVISIONING:
             # The namespace went away under us: recreate it on the next attempt.
@@ -180,6 +274,7 @@ def provision_unit(*, operation_pk: int) -> None:
         unit_k8s_uid=gpuunit["metadata"]["uid"],
         claim_k8s_uid=claim["metadata"]["uid"],
         pod_k8s_uid=pod["metadata"]["uid"],
+        exposed=exposed,
     )
     if not provisioned:
         # Deleted while we created: the delete task may have swept before our objects existed.

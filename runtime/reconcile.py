@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from controlplane import kube, metrics
 from controlplane.kube.errors import KubeError
-from runtime import lifecycle, manifests, provisioning, selectors
+from runtime import access, lifecycle, manifests, provisioning, selectors
 from runtime.models import EventType, GPUUnit, UnitPhase
 from runtime.status import Observed, observe
 
@@ -38,13 +38,17 @@ def _index(objects: list[dict]) -> dict[tuple[str, str], dict]:
 
 
 def _desired_status(unit: GPUUnit) -> dict:
-    return {
+    status = {
         "phase": unit.phase,
         "reason": unit.reason,
         "message": unit.message,
         "nodeName": unit.node_name,
         "dra": unit.dra,
     }
+    if unit.access:
+        shown = access.for_unit(unit)
+        status["access"] = {"url": shown["url"], "endpoints": shown["endpoints"]}
+    return status
 
 
 def _apply(unit: GPUUnit, observed: Observed) -> bool:

@@ -9,7 +9,7 @@ from rest_framework import serializers
 from controlplane.api.fields import StrictSerializer, StringField
 from controlplane.api.pagination import DEFAULT_LIMIT, MAX_LIMIT
 from controlplane.validation import fold_case
-from runtime import validation
+from runtime import access, validation
 from runtime.models import GPUUnit, Operation, UnitEvent, UnitPhase
 
 
@@ -29,6 +29,14 @@ def _strings(help_text: str) -> serializers.ListField:
     )
 
 
+class PortSerializer(serializers.Serializer):
+    """A port the unit's container listens on; with ports the unit gets a Service."""
+
+    name = StringField(max_length=15, help_text="IANA service name, e.g. http")
+    port = serializers.IntegerField(min_value=1, max_value=65535)
+    protocol = serializers.ChoiceField(choices=validation.PROTOCOLS, default="TCP", required=False)
+
+
 class TemplateSerializer(serializers.Serializer):
     """The unit's container: command, arguments and environment (all optional; the image's
     own entrypoint runs without them). Devices, selectors and other pod fields come from the
@@ -39,6 +47,21 @@ class TemplateSerializer(serializers.Serializer):
     env = serializers.ListField(
         child=EnvVarSerializer(), required=False, max_length=validation.MAX_ITEMS
     )
+    ports = serializers.ListField(
+        child=PortSerializer(), required=False, max_length=validation.MAX_PORTS
+    )
+
+
+class AccessSerializer(serializers.Serializer):
+    """How the unit is reached: which port is primary and by what scheme (needs ports)."""
+
+    primaryPort = StringField(required=False, help_text="a port's name; the first by default")
+    scheme = serializers.ChoiceField(choices=validation.SCHEMES, default="http", required=False)
+
+
+@extend_schema_field(AccessSerializer)
+class AccessField(serializers.JSONField):
+    """`access`, checked against the template's ports in CreateUnitSerializer.validate."""
 
 
 @extend_schema_field(TemplateSerializer)
@@ -51,7 +74,13 @@ class TemplateField(serializers.JSONField):
         if problems:
             raise serializers.ValidationError(problems)
         assert isinstance(data, dict)
-        return {key: data[key] for key in ("command", "args", "env") if data.get(key)}
+        template = {key: data[key] for key in ("command", "args", "env") if data.get(key)}
+        if data.get("ports"):
+            template["ports"] = [
+                {"name": p["name"], "port": p["port"], "protocol": p.get("protocol", "TCP")}
+                for p in data["ports"]
+            ]
+        return template
 
 
 class CreateUnitSerializer(StrictSerializer):
@@ -62,6 +91,7 @@ class CreateUnitSerializer(StrictSerializer):
     packageID = StringField(max_length=63)
     image = StringField(max_length=validation.MAX_IMAGE)
     template = TemplateField(required=False)
+    access = AccessField(required=False)
 
     def validate_operationID(self, value: str) -> str:
         if not validation.OPERATION_ID.fullmatch(value):
@@ -86,6 +116,14 @@ class CreateUnitSerializer(StrictSerializer):
         if problem:
             raise serializers.ValidationError(problem)
         return value
+
+    def validate(self, attrs: dict) -> dict:
+        ports = (attrs.get("template") or {}).get("ports") or []
+        normalised, problems = validation.access(attrs.get("access"), ports)
+        if problems:
+            raise serializers.ValidationError({path: [m] for path, m in problems.items()})
+        attrs["access"] = normalised
+        return attrs
 
     def to_internal_value(self, data):
         # A template's problems are keyed by their own paths, beside the other fields'.
@@ -138,6 +176,20 @@ class DraStatusSerializer(serializers.Serializer):
     devices = DeviceSerializer(many=True)
 
 
+class EndpointSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    port = serializers.IntegerField()
+    protocol = serializers.CharField()
+    url = serializers.CharField(allow_null=True, help_text="null until the address is known")
+
+
+class UnitAccessSerializer(serializers.Serializer):
+    primaryPort = serializers.CharField(required=False)
+    scheme = serializers.CharField(required=False)
+    url = serializers.CharField(allow_null=True, help_text="the primary port's URL")
+    endpoints = EndpointSerializer(many=True)
+
+
 class UnitSerializer(serializers.ModelSerializer):
     operationID = serializers.CharField(source="operation_id")
     packageID = serializers.CharField(source="package_id")
@@ -150,6 +202,7 @@ class UnitSerializer(serializers.ModelSerializer):
     lastSyncTime = serializers.DateTimeField(source="last_sync_at", allow_null=True)
 
     template = serializers.SerializerMethodField()
+    access = serializers.SerializerMethodField()
 
     class Meta:
         model = GPUUnit
@@ -162,6 +215,7 @@ class UnitSerializer(serializers.ModelSerializer):
             "specName",
             "image",
             "template",
+            "access",
             "cpu",
             "memory",
             "gpu",
@@ -179,6 +233,10 @@ class UnitSerializer(serializers.ModelSerializer):
     @extend_schema_field(TemplateSerializer)
     def get_template(self, unit: GPUUnit) -> dict:
         return unit.template or {}
+
+    @extend_schema_field(UnitAccessSerializer)
+    def get_access(self, unit: GPUUnit) -> dict:
+        return access.for_unit(unit)
 
     @extend_schema_field(DraStatusSerializer)
     def get_draStatus(self, unit: GPUUnit) -> dict:

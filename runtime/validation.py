@@ -84,13 +84,95 @@ def _storable(text: str) -> bool:
     return True
 
 
+# IANA service names (RFC 6335 §5.1), as Kubernetes checks port names: at most 15 characters
+# of lower-case letters, digits and '-', at least one letter, no '-' at either end or twice.
+_PORT_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
+PROTOCOLS = ("TCP", "UDP")
+SCHEMES = ("http", "https", "tcp")
+MAX_PORTS = 16
+
+
+def port_name(value: object) -> str | None:
+    if not isinstance(value, str) or not value:
+        return "name is required: an IANA service name such as http."
+    if len(value) > 15 or not _PORT_NAME.fullmatch(value) or "--" in value:
+        return (
+            "name must be an IANA service name: at most 15 lower-case letters, digits and "
+            "'-', not starting, ending or doubled '-'."
+        )
+    if not re.search(r"[a-z]", value):
+        return "name must contain a letter."
+    return None
+
+
+def ports(value: object) -> dict[str, str]:
+    """Problems with `template.ports`, keyed by field path."""
+    if not isinstance(value, list) or len(value) > MAX_PORTS:
+        return {"template.ports": f"ports must be a list of at most {MAX_PORTS} {{name, port}}."}
+    problems: dict[str, str] = {}
+    names: set[str] = set()
+    numbers: set[tuple[int, str]] = set()
+    for index, entry in enumerate(value):
+        where = f"template.ports[{index}]"
+        if not isinstance(entry, dict) or set(entry) - {"name", "port", "protocol"}:
+            problems[where] = "each port is {name, port, protocol?}."
+            continue
+        name, number = entry.get("name"), entry.get("port")
+        protocol = entry.get("protocol", "TCP")
+        if problem := port_name(name):
+            problems[f"{where}.name"] = problem
+        elif name in names:
+            problems[f"{where}.name"] = f"port name {name} is listed twice."
+        if isinstance(number, bool) or not isinstance(number, int) or not 1 <= number <= 65535:
+            problems[f"{where}.port"] = "port must be an integer from 1 to 65535."
+        elif (number, protocol) in numbers:
+            problems[f"{where}.port"] = f"port {number}/{protocol} is listed twice."
+        if protocol not in PROTOCOLS:
+            problems[f"{where}.protocol"] = "protocol must be TCP or UDP."
+        if isinstance(name, str):
+            names.add(name)
+        if isinstance(number, int):
+            numbers.add((number, protocol))
+    return problems
+
+
+def access(value: object, unit_ports: list[dict]) -> tuple[dict, dict[str, str]]:
+    """`access` normalised (scheme lower-case, default http; primary port defaults to the
+    first port) and its problems. Without ports there is nothing to reach: access is empty."""
+    if value is None:
+        value = {}
+    if not isinstance(value, dict) or set(value) - {"primaryPort", "scheme"}:
+        return {}, {"access": "access must be an object with primaryPort and scheme."}
+    if not unit_ports:
+        if value:
+            return {}, {"access": "access needs template.ports: there is no port to reach."}
+        return {}, {}
+    scheme = value.get("scheme", "http")
+    primary = value.get("primaryPort", unit_ports[0]["name"])
+    problems: dict[str, str] = {}
+    if not isinstance(scheme, str) or scheme.lower() not in SCHEMES:
+        problems["access.scheme"] = "scheme must be http, https or tcp."
+    names = [port["name"] for port in unit_ports]
+    if primary not in names:
+        problems["access.primaryPort"] = f"primaryPort must name a port: {', '.join(names)}."
+    else:
+        chosen = unit_ports[names.index(primary)]
+        if chosen.get("protocol", "TCP") != "TCP":
+            problems["access.primaryPort"] = "the primary port must be a TCP port."
+    if problems:
+        return {}, problems
+    return {"primaryPort": primary, "scheme": scheme.lower()}, {}
+
+
 def template(value: object) -> dict[str, str]:
     """Problems with a `template` object, keyed by field path; empty when valid."""
     if not isinstance(value, dict):
-        return {"template": "template must be an object with command, args and env."}
+        return {"template": "template must be an object with command, args, env and ports."}
     problems: dict[str, str] = {}
-    for key in sorted(set(value) - {"command", "args", "env"}):
+    for key in sorted(set(value) - {"command", "args", "env", "ports"}):
         problems[f"template.{key}"] = "unknown field."
+    if "ports" in value:
+        problems.update(ports(value["ports"]))
     for key in ("command", "args"):
         items = value.get(key, [])
         if not isinstance(items, list) or not all(isinstance(i, str) for i in items):

@@ -171,6 +171,7 @@ class UnitListView(TenantView):
             package_id=data["packageID"],
             image=data["image"],
             template=data.get("template"),
+            access=data.get("access"),
         )
         body = _render_unit(result.unit)
         if result.created:

@@ -192,6 +192,14 @@ def recorded(cluster, celery_worker, django_db_blocker) -> dict[str, list]:
             TENANT_NAMESPACE,
             {"metadata": {"name": "gpu-units"}, "spec": {"hard": {"pods": "10"}}},
         )
+        kube.create(
+            kube.NETWORKPOLICY,
+            TENANT_NAMESPACE,
+            {
+                "metadata": {"name": "gpu-units-isolation"},
+                "spec": {"podSelector": {}, "policyTypes": ["Ingress"]},
+            },
+        )
         try:
             cluster.requests.clear()
             assert client.get("/api/v1/health").status_code == 200
@@ -200,6 +208,7 @@ def recorded(cluster, celery_worker, django_db_blocker) -> dict[str, list]:
                 "name": "rbac-unit",
                 "packageID": package.id,
                 "image": "python:3.12",
+                "template": {"ports": [{"name": "http", "port": 8080}]},
             }
             assert client.post("/api/v1/gpu-units", body, format="json").status_code == 201
             unit = wait_for_phase(GPUUnit.objects.get(tenant=tenant), "Running")
@@ -286,6 +295,10 @@ def test_every_call_of_provisioning_teardown_and_reconcile_is_granted(recorded, 
         ("delete", "gpuunits"),
         ("patch", "namespaces"),
         ("patch", "resourcequotas"),
+        ("create", "services"),
+        ("delete", "services"),
+        ("create", "networkpolicies"),
+        ("patch", "networkpolicies"),
     } <= kinds
     denied = _denied(calls, grants_for(rbac_objects))
     assert not denied, "not granted by k8s/:\n" + "\n".join(denied)

@@ -9,6 +9,7 @@ import subprocess
 from collections import Counter
 from pathlib import Path
 
+import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
@@ -22,6 +23,16 @@ MANIFESTS = sorted(
 # Kinds of the Prometheus Operator: no official Kubernetes schema knows them; what they say is
 # checked against the product's metrics in tests/test_monitoring.py.
 OPERATOR_KINDS = {"ServiceMonitor", "PrometheusRule"}
+# Gateway API kinds (the dev component's gateway): checked against the CRDs that define them.
+GATEWAY_CRDS = K8S / "components" / "dev-gateway" / "gateway-api-crds.yaml"
+CRD_SCHEMAS = {
+    (f"{crd['spec']['group']}/{version['name']}", crd["spec"]["names"]["kind"]): version["schema"][
+        "openAPIV3Schema"
+    ]
+    for crd in yaml.safe_load_all(GATEWAY_CRDS.read_text())
+    if crd
+    for version in crd["spec"]["versions"]
+}
 needs_kubectl = pytest.mark.skipif(
     shutil.which("kubectl") is None,
     reason="kubectl is not installed: cannot run `kubectl kustomize`",
@@ -70,6 +81,10 @@ def test_source_manifest_is_valid_for_kubernetes_1_34_strict(path):
     for document in documents:
         if document["kind"] in OPERATOR_KINDS:
             assert document["apiVersion"] == "monitoring.coreos.com/v1"
+            continue
+        crd_schema = CRD_SCHEMAS.get((document["apiVersion"], document["kind"]))
+        if crd_schema is not None:
+            jsonschema.validate(document, crd_schema)
             continue
         kubernetes_validate.validate(document, "1.34.0", strict=True)
 

@@ -26,8 +26,8 @@ def test_swagger_ui_assets_come_from_this_server_not_a_cdn(client):
 
 
 def _example(schema: dict, components: dict):
-    """The request body Swagger UI prefills from a schema: "string" for strings, one item per
-    array, every property of an object."""
+    """The request body Swagger UI prefills from a schema: "string" for strings, an integer's
+    minimum, an enum's first value, one item per array, every property of an object."""
     if "$ref" in schema:
         return _example(components[schema["$ref"].rsplit("/", 1)[1]], components)
     if "allOf" in schema:
@@ -39,7 +39,11 @@ def _example(schema: dict, components: dict):
         }
     if kind == "array":
         return [_example(schema["items"], components)]
-    return {"string": "string", "integer": 0, "boolean": True}.get(kind, "string")
+    if "enum" in schema:
+        return schema["enum"][0]
+    if kind == "integer":
+        return schema.get("minimum", 0)
+    return {"string": "string", "boolean": True}.get(kind, "string")
 
 
 def test_the_create_schema_states_what_the_server_enforces(client, auth_client):

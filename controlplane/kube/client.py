@@ -46,6 +46,10 @@ RESOURCEQUOTA = Kind("ResourceQuota", "", "v1", "resourcequotas")
 NODE = Kind("Node", "", "v1", "nodes", namespaced=False)
 DEVICECLASS = Kind("DeviceClass", "resource.k8s.io", "v1", "deviceclasses", namespaced=False)
 RESOURCESLICE = Kind("ResourceSlice", "resource.k8s.io", "v1", "resourceslices", namespaced=False)
+SERVICE = Kind("Service", "", "v1", "services")
+NETWORKPOLICY = Kind("NetworkPolicy", "networking.k8s.io", "v1", "networkpolicies")
+INGRESS = Kind("Ingress", "networking.k8s.io", "v1", "ingresses")
+HTTPROUTE = Kind("HTTPRoute", "gateway.networking.k8s.io", "v1", "httproutes")
 CRD = Kind(
     "CustomResourceDefinition", "apiextensions.k8s.io", "v1", "customresourcedefinitions", False
 )
