@@ -292,6 +292,10 @@ NETWORK_GATEWAY_NAMESPACE = env.str(
     "NETWORK_GATEWAY_NAMESPACE", default=ACCESS_GATEWAY.partition("/")[0]
 )
 NETWORK_EGRESS_ALLOW = env.list("NETWORK_EGRESS_ALLOW", default=[])
+# GET /gpu-units/{name}/logs: a followed log ends after this long (a web thread serves it);
+# a log read at once is cut at this many bytes.
+LOGS_FOLLOW_SECONDS = env.float("LOGS_FOLLOW_SECONDS", default=60.0)
+LOGS_MAX_BYTES = env.int("LOGS_MAX_BYTES", default=1024 * 1024)
 
 # Inventory: how often beat mirrors the cluster's DRA state in full (the backstop behind the
 # observer), and when the mirror counts as stale.

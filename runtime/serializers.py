@@ -156,6 +156,23 @@ class UnitListQuerySerializer(serializers.Serializer):
     )
 
 
+class UnitLogQuerySerializer(serializers.Serializer):
+    """Query parameters of GET /gpu-units/{name}/logs (the pod log API's, in camelCase)."""
+
+    container = serializers.RegexField(
+        r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$",
+        max_length=63,
+        required=False,
+        help_text="a container of the unit's pod (default: the unit's workload)",
+    )
+    tailLines = serializers.IntegerField(min_value=1, max_value=100_000, required=False)
+    sinceSeconds = serializers.IntegerField(min_value=1, required=False)
+    timestamps = serializers.BooleanField(default=False, help_text="RFC 3339 time per line")
+    follow = serializers.BooleanField(
+        default=False, help_text="stream new lines (for at most LOGS_FOLLOW_SECONDS)"
+    )
+
+
 class UnitAllocationSerializer(serializers.Serializer):
     deviceClassName = serializers.CharField(source="device_class_name")
     claimName = serializers.CharField(source="claim_name")

@@ -11,6 +11,7 @@ urlpatterns = [
     path("gpu-units", views.UnitListView.as_view(), name="unit-list"),
     path("gpu-units/<str:name>", views.UnitDetailView.as_view(), name="unit-detail"),
     path("gpu-units/<str:name>/events", views.UnitEventsView.as_view(), name="unit-events"),
+    path("gpu-units/<str:name>/logs", views.UnitLogsView.as_view(), name="unit-logs"),
     path("quota", views.QuotaView.as_view(), name="quota"),
     path(
         "operations/<str:operation_id>",

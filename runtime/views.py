@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from django.conf import settings
+from django.http import HttpResponse, StreamingHttpResponse
 from drf_spectacular.utils import (
     OpenApiResponse,
     extend_schema,
@@ -22,15 +24,17 @@ from controlplane.api.errors import NotFound
 from controlplane.api.pagination import cursor_scope, paginate
 from controlplane.api.schema import envelope, error_responses
 from controlplane.api.views import ApiView, StrictQueryMixin
+from controlplane.kube import logs as kube_logs
 from controlplane.validation import fold_case
 from dracel import quantity
-from runtime import availability, lifecycle, orders, outbox, selectors, validation
+from runtime import availability, lifecycle, logs, orders, outbox, selectors, validation
 from runtime.models import GPUUnit
 from runtime.serializers import (
     CreateUnitSerializer,
     OperationSerializer,
     UnitEventSerializer,
     UnitListQuerySerializer,
+    UnitLogQuerySerializer,
     UnitSerializer,
 )
 from tenancy.models import Tenant
@@ -225,6 +229,43 @@ class UnitEventsView(TenantView):
     def get(self, request: Request, name: str) -> Response:
         unit = _unit_or_404(self.tenant, name)
         return Response(UnitEventSerializer(selectors.list_unit_events(unit=unit), many=True).data)
+
+
+class UnitLogsView(TenantView):
+    """The unit pod's log as text/plain (errors stay JSON in the envelope)."""
+
+    def allowed_query_params(self, request: Request) -> frozenset[str]:
+        return frozenset(UnitLogQuerySerializer().fields)
+
+    def perform_content_negotiation(self, request, force=False):
+        # The log is text whatever the client accepts; refusals are the JSON envelope.
+        return super().perform_content_negotiation(request, force=True)
+
+    @extend_schema(
+        summary="The unit's log (text/plain; follow=true streams new lines)",
+        parameters=[UnitLogQuerySerializer],
+        responses={
+            (200, "text/plain"): OpenApiResponse(description="the log"),
+            **error_responses(400, 401, 404, 409),
+        },
+    )
+    def get(self, request: Request, name: str) -> HttpResponse:
+        query = UnitLogQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        params = query.validated_data
+        unit = _unit_or_404(self.tenant, name)
+        options = kube_logs.LogOptions(
+            container=params.get("container", ""),
+            tail_lines=params.get("tailLines"),
+            since_seconds=params.get("sinceSeconds"),
+            timestamps=params["timestamps"],
+            limit_bytes=None if params["follow"] else settings.LOGS_MAX_BYTES,
+        )
+        if params["follow"]:
+            return StreamingHttpResponse(
+                logs.follow(unit, options), content_type="text/plain; charset=utf-8"
+            )
+        return HttpResponse(logs.read(unit, options), content_type="text/plain; charset=utf-8")
 
 
 class OperationDetailView(TenantView):

@@ -35,6 +35,9 @@ from tests.test_manifests import kustomize, kustomize_with_tenant_provisioning, 
 pytestmark = [needs_kubectl, pytest.mark.django_db]
 
 SERVICE_ACCOUNT = ("gpu-control-plane", "gpu-control-plane")  # (namespace, name)
+# Web's account: it calls the cluster only for /version and a unit pod's log.
+WEB_ACCOUNT = ("gpu-control-plane", "gpu-control-plane-unprivileged")
+WEB_RESOURCES = {"pods/log"}
 TENANT_NAMESPACE = "deploy-rbac-tenant"
 # Paths every authenticated identity may GET by default (system:discovery and
 # system:public-info-viewer), so they need no grant of ours.
@@ -212,6 +215,7 @@ def recorded(cluster, celery_worker, django_db_blocker) -> dict[str, list]:
             }
             assert client.post("/api/v1/gpu-units", body, format="json").status_code == 201
             unit = wait_for_phase(GPUUnit.objects.get(tenant=tenant), "Running")
+            assert client.get("/api/v1/gpu-units/rbac-unit/logs").status_code == 200
             assert client.delete("/api/v1/gpu-units/rbac-unit").status_code == 202
             wait_for_phase(unit, "Terminated")
             _wait_for_operations(tenant)
@@ -299,9 +303,17 @@ def test_every_call_of_provisioning_teardown_and_reconcile_is_granted(recorded, 
         ("delete", "services"),
         ("create", "networkpolicies"),
         ("patch", "networkpolicies"),
+        ("get", "pods/log"),
     } <= kinds
-    denied = _denied(calls, grants_for(rbac_objects))
+    web = {c for c in calls if c.resource in WEB_RESOURCES}
+    denied = _denied(calls - web, grants_for(rbac_objects)) + _denied(
+        web, grants_for(rbac_objects, WEB_ACCOUNT)
+    )
     assert not denied, "not granted by k8s/:\n" + "\n".join(denied)
+    # Web's account may read logs and nothing the worker does.
+    assert not [
+        c for c in calls - web if any(g.allows(c) for g in grants_for(rbac_objects, WEB_ACCOUNT))
+    ]
 
 
 def test_inventory_sync_lists_are_granted_cluster_wide(recorded, rbac_objects):
@@ -350,7 +362,8 @@ def test_every_granted_permission_is_used_by_some_call(recorded, rbac_objects):
     calls = set().union(*(_calls(entries) for entries in recorded.values()))
     unused = sorted(
         f"{g.verb} {g.group or 'core'}/{g.resource} ({g.role})"
-        for g in grants_for(rbac_objects)
+        for account in (SERVICE_ACCOUNT, WEB_ACCOUNT)
+        for g in grants_for(rbac_objects, account)
         if not any(g.allows(c) for c in calls)
     )
     assert not unused, "granted but never used:\n" + "\n".join(unused)
@@ -369,9 +382,13 @@ def test_rbac_has_no_wildcards_secrets_exec_or_crd_writes(rbac_objects):
         assert (grant.group, grant.resource) not in NEVER, grant
         assert grant.verb not in ("escalate", "bind", "impersonate"), grant
     for binding in (o for o in rbac_objects if o["kind"].endswith("Binding")):
-        assert [(s["kind"], s.get("namespace"), s["name"]) for s in binding["subjects"]] == [
-            ("ServiceAccount", *SERVICE_ACCOUNT)
-        ]
+        subjects = [(s["kind"], s.get("namespace"), s["name"]) for s in binding["subjects"]]
+        assert subjects in (
+            [("ServiceAccount", *SERVICE_ACCOUNT)],
+            [("ServiceAccount", *WEB_ACCOUNT)],
+        )
+    web_grants = grants_for(rbac_objects, WEB_ACCOUNT)
+    assert {(g.verb, g.resource) for g in web_grants} == {("get", "pods/log")}
 
 
 def test_namespace_rights_come_only_from_the_opt_in_component():
