@@ -1,4 +1,5 @@
-"""Dashboard forms: the units filter and the order form, which validates like the API."""
+"""Dashboard forms: the units filter, the order form (which validates like the API) and the
+SSH key form."""
 
 from __future__ import annotations
 
@@ -163,3 +164,58 @@ class UnitCreateForm(forms.Form):
         cleaned["package"] = serializer.validated_data["packageID"]
         cleaned["image"] = serializer.validated_data["image"]
         return cleaned
+
+
+class SSHKeyForm(forms.Form):
+    """A public key to register for the tenant; tenancy.services.add_ssh_key judges it."""
+
+    # The API's field names -> this form's.
+    API_FIELDS = {"name": "name", "publicKey": "public_key"}
+
+    name = forms.CharField(
+        max_length=63,
+        help_text="Lower-case letters, digits and '-', e.g. laptop; unique among your keys.",
+        widget=forms.TextInput(attrs={"autocomplete": "off", "spellcheck": "false"}),
+    )
+    public_key = forms.CharField(
+        label="Public key",
+        max_length=16 * 1024,
+        help_text=(
+            "The one line of your .pub file, e.g. ssh-ed25519 AAAA… you@laptop. Ed25519, "
+            "ECDSA, or RSA of at least 3072 bits. Never the private key."
+        ),
+        widget=forms.Textarea(
+            attrs={"rows": 4, "autocomplete": "off", "spellcheck": "false", "wrap": "soft"}
+        ),
+    )
+
+    def clean_public_key(self) -> str:
+        value = self.cleaned_data["public_key"]
+        if "PRIVATE KEY" in value:
+            # Not echoed back into the page: a secret pasted by mistake goes no further.
+            self.data = self.data.copy()
+            self.data["public_key"] = ""
+            raise forms.ValidationError(
+                "This is a private key: it stays on your machine. Paste the public key, the "
+                "line in the file ending .pub."
+            )
+        return value
+
+    def report(self, problems: dict[str, list[str]]) -> None:
+        """Put the service's problems, keyed by API field, next to the fields they are about."""
+        for path, messages in problems.items():
+            field = self.API_FIELDS.get(path)
+            for message in messages if isinstance(messages, list) else [messages]:
+                self.add_error(field, message)
+
+
+class TenantPickForm(forms.Form):
+    """Staff pick the tenant whose keys they look at (customers have exactly one)."""
+
+    tenant = forms.ModelChoiceField(
+        queryset=Tenant.objects.none(), to_field_name="slug", empty_label="Choose a tenant"
+    )
+
+    def __init__(self, *args, tenants: QuerySet[Tenant], **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["tenant"].queryset = tenants

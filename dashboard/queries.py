@@ -17,7 +17,7 @@ from inventory import selectors as inventory_selectors
 from inventory.models import Device, Node, SyncRun
 from runtime import availability
 from runtime.models import GPUUnit, UnitEvent, UnitPhase
-from tenancy.models import Tenant
+from tenancy.models import SSHKey, Tenant
 from tenancy.selectors import usage_of
 
 
@@ -260,3 +260,7 @@ def package_ids_in_use(scope: Scope) -> list[str]:
     """Package IDs for the units filter: the catalog's plus any a unit still references."""
     ordered = set(scope.units().order_by().values_list("package_id", flat=True).distinct())
     return sorted(ordered | set(Package.objects.values_list("id", flat=True)))
+
+
+def list_ssh_keys(tenant: Tenant) -> QuerySet[SSHKey]:
+    return SSHKey.objects.filter(tenant=tenant).order_by("name")

@@ -18,6 +18,8 @@ urlpatterns = [
     path("units/<uuid:uid>/delete/", views.UnitDeleteView.as_view(), name="unit-delete"),
     path("packages/", views.PackageListView.as_view(), name="package-list"),
     path("packages/live/", views.PackageListView.as_view(live=True), name="package-live"),
+    path("ssh-keys/", views.SSHKeyListView.as_view(), name="ssh-key-list"),
+    path("ssh-keys/<slug:name>/delete/", views.SSHKeyDeleteView.as_view(), name="ssh-key-delete"),
     path("tenant/", views.ChooseTenantView.as_view(), name="choose-tenant"),
     path(
         "accounts/login/",

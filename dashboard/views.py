@@ -1,6 +1,6 @@
 """Dashboard pages: every view resolves the caller's scope first, then reads through
-dashboard.queries and writes only through the runtime's services (orders, lifecycle), as the
-API does."""
+dashboard.queries and writes only through the runtime's and tenancy's services (orders,
+lifecycle, SSH keys), as the API does."""
 
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views import View
 from django_htmx.http import HttpResponseClientRedirect, HttpResponseStopPolling
 
-from controlplane.api.errors import ApiError
+from controlplane.api.errors import ApiError, NotFound
 from dashboard import queries
 from dashboard.access import (
     SESSION_TENANT,
@@ -35,12 +35,21 @@ from dashboard.access import (
     resolve_scope,
 )
 from dashboard.charts import NARROW, utilisation_chart
-from dashboard.forms import UnitCreateForm, UnitFilterForm, new_operation_id
+from dashboard.forms import (
+    SSHKeyForm,
+    TenantPickForm,
+    UnitCreateForm,
+    UnitFilterForm,
+    new_operation_id,
+)
 from dashboard.reasons import explain
 from inventory import selectors as inventory_selectors
 from runtime import lifecycle, manifests, orders
 from runtime.errors import InvalidRequest, NameConflict, OperationConflict, QuotaExceeded
 from runtime.models import UnitPhase
+from tenancy import services as tenancy_services
+from tenancy.errors import SSHKeyConflict
+from tenancy.models import Tenant
 
 # How often open pages ask for fresh phases; tests shorten it.
 POLL_SECONDS = 3
@@ -429,6 +438,101 @@ class PackageListView(LivePage):
             "packages": queries.package_rows(self.scope, include_inactive=self.scope.is_staff),
             **freshness_context(timezone.now()),
         }
+
+
+class SSHKeyPage(DashboardView):
+    """Pages about one tenant's SSH keys: a customer's own tenant; for staff the tenant they
+    chose (`?tenant=<slug>`), and none until they have."""
+
+    def tenant_choice(self) -> tuple[Tenant | None, TenantPickForm | None]:
+        if not self.scope.is_staff:
+            return self.scope.tenant, None
+        tenants = self.scope.visible_tenants()
+        slug = self.request.GET.get("tenant", "")
+        picker = TenantPickForm({"tenant": slug} if slug else None, tenants=tenants)
+        return (picker.cleaned_data["tenant"] if picker.is_valid() else None), picker
+
+    def list_url(self, tenant: Tenant) -> str:
+        url = reverse("dashboard:ssh-key-list")
+        return f"{url}?{urlencode({'tenant': tenant.slug})}" if self.scope.is_staff else url
+
+
+class SSHKeyListView(SSHKeyPage):
+    """The tenant's keys and the form to add one."""
+
+    def get(self, request: HttpRequest) -> HttpResponse:
+        return self.show(SSHKeyForm())
+
+    def post(self, request: HttpRequest) -> HttpResponse:
+        tenant, _ = self.tenant_choice()
+        if tenant is None:
+            return self.show(SSHKeyForm(), status=400)
+        form = SSHKeyForm(request.POST)
+        if form.is_valid():
+            try:
+                key = tenancy_services.add_ssh_key(
+                    tenant=tenant,
+                    name=form.cleaned_data["name"],
+                    public_key=form.cleaned_data["public_key"],
+                )
+            except InvalidRequest as error:
+                form.report(error.details.get("fields") or {None: [error.message]})
+            except SSHKeyConflict as error:
+                if "fingerprint" in error.details:
+                    form.add_error(
+                        "public_key",
+                        f"This key is already registered as {error.details['name']}.",
+                    )
+                else:
+                    form.add_error(
+                        "name",
+                        f"A key named {error.details.get('name')} exists. Choose another name, "
+                        "or delete that key first.",
+                    )
+            else:
+                messages.success(request, f"SSH key {key.name} added ({key.fingerprint}).")
+                return HttpResponseRedirect(self.list_url(tenant))
+        return self.show(form)
+
+    def show(self, form: SSHKeyForm, *, status: int = 200) -> HttpResponse:
+        tenant, picker = self.tenant_choice()
+        return self.page(
+            "dashboard/ssh_keys.html",
+            {
+                "tenant": tenant,
+                "picker": picker,
+                "keys": queries.list_ssh_keys(tenant) if tenant else None,
+                "form": form,
+                "action": self.list_url(tenant) if tenant else "",
+            },
+            status=status,
+        )
+
+
+class SSHKeyDeleteView(SSHKeyPage):
+    """Delete a key in two steps: a confirmation page, then a POST."""
+
+    def get(self, request: HttpRequest, name: str) -> HttpResponse:
+        tenant, _ = self.tenant_choice()
+        key = queries.list_ssh_keys(tenant).filter(name=name).first() if tenant else None
+        if key is None:
+            return self.not_found("SSH key")
+        return self.page(
+            "dashboard/ssh_key_delete.html",
+            {"key": key, "tenant": tenant, "back": self.list_url(tenant)},
+        )
+
+    def post(self, request: HttpRequest, name: str) -> HttpResponse:
+        tenant, _ = self.tenant_choice()
+        if tenant is None:
+            return self.not_found("SSH key")
+        try:
+            tenancy_services.remove_ssh_key(tenant=tenant, name=name)
+        except NotFound:
+            messages.info(request, f"SSH key {name} was already deleted.")
+        else:
+            messages.success(request, f"SSH key {name} deleted.")
+        return HttpResponseRedirect(self.list_url(tenant))
 
 
 class ChooseTenantView(LoginRequiredMixin, View):

@@ -7,10 +7,13 @@ from __future__ import annotations
 import re
 
 import pytest
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
 from catalog.tests.factories import PackageFactory
 from dashboard.tests.conftest import PASSWORD, make_unit, make_user
 from inventory.sync import sync_inventory
+from tenancy import services
 from tenancy.tests.factories import TenantFactory
 from tests.browser.conftest import ARTIFACTS, log_in
 
@@ -92,6 +95,17 @@ def seed() -> dict:
         message='Back-off pulling image "registry.example.com/team/trainer:does-not-exist"',
     )
     make_unit(tenant, "finished-yesterday", phase="Terminated", reason="Terminated")
+    for name, key in (
+        ("laptop", ed25519.Ed25519PrivateKey.generate().public_key()),
+        ("build-server-in-the-basement", rsa.generate_private_key(65537, 4096).public_key()),
+        ("yubikey", ec.generate_private_key(ec.SECP384R1()).public_key()),
+    ):
+        text = key.public_bytes(
+            serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH
+        ).decode()
+        services.add_ssh_key(
+            tenant=tenant, name=name, public_key=f"{text} someone.with.a.long.name@workstation"
+        )
     make_unit(other, "someone-elses-unit", phase="Provisioning")
     sync_inventory()
     return {
@@ -99,6 +113,7 @@ def seed() -> dict:
         "staff": make_user(staff=True),
         "two_tenants": make_user(tenant, other),
         "running": running,
+        "tenant": tenant,
     }
 
 
@@ -127,6 +142,8 @@ def test_every_page_fits_a_laptop_and_a_phone(page, live_server):
         ("unit-detail", f"/units/{data['running'].uid}/"),
         ("unit-delete", f"/units/{data['running'].uid}/delete/"),
         ("packages-customer", "/packages/"),
+        ("ssh-keys-customer", "/ssh-keys/"),
+        ("ssh-key-delete", "/ssh-keys/build-server-in-the-basement/delete/"),
         ("new-unit", "/units/new"),
     ):
         page.goto(path)
@@ -139,12 +156,21 @@ def test_every_page_fits_a_laptop_and_a_phone(page, live_server):
     expect(page.get_by_role("alert")).to_contain_text("The unit was not ordered")
     check_widths(page, "new-unit-error", problems)
 
+    page.goto("/ssh-keys/")
+    page.get_by_label("Name").fill("old-rsa")
+    page.get_by_label("Public key").fill("ssh-rsa AAAAB3NzaC1yc2EAAAADAQABAAAAgQDP9xE0 old")
+    page.get_by_role("button", name="Add key").click()
+    expect(page.get_by_role("alert")).to_contain_text("The key was not added")
+    check_widths(page, "ssh-keys-error", problems)
+
     page.get_by_role("button", name="Log out").click()
     log_in(page, data["staff"].username)
     for name, path in (
         ("overview", "/"),
         ("units", "/units/?phase=all"),
         ("packages", "/packages/"),
+        ("ssh-keys-staff", "/ssh-keys/"),
+        ("ssh-keys-staff-tenant", f"/ssh-keys/?tenant={data['tenant'].slug}"),
     ):
         page.goto(path)
         check_widths(page, name, problems)
