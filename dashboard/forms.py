@@ -12,16 +12,58 @@ from django.db.models import QuerySet
 from dashboard.queries import ALL_PHASES, PackageRow
 from runtime.models import UnitPhase
 from runtime.serializers import CreateUnitSerializer
-from runtime.validation import UNIT_NAME_MAX
+from runtime.validation import MAX_PORTS, UNIT_NAME_MAX
 from tenancy.models import Tenant
 
 # The API's field names -> this form's, so the API's messages land next to the right field.
-API_FIELDS = {"name": "name", "packageID": "package", "image": "image"}
+API_FIELDS = {"name": "name", "packageID": "package", "image": "image", "access.scheme": "scheme"}
+# Every other problem with the ports or the access (template.ports[1].name, access.primaryPort:
+# the primary port is the first listed) is about what was typed in the ports field.
+PORT_PATH = re.compile(r"^template\.ports(?:\[(\d+)\])?|^access\b")
 OPERATION_ID = re.compile(r"^dash-[0-9a-f]{32}$")
+# One entry of the ports field: `name:port` or `name:port/UDP`.
+PORT_ENTRY = re.compile(r"^([^\s:/]+)\s*:\s*(\d{1,9})\s*(?:/\s*([A-Za-z]+))?$")
 
 
 def new_operation_id() -> str:
     return f"dash-{uuid.uuid4().hex}"
+
+
+def parse_ports(text: str) -> list[dict]:
+    """`http:8080, metrics:9100/UDP` as template.ports. Only the syntax is checked here; names,
+    numbers and duplicates are the API's validation's to judge, so both say the same."""
+    ports = []
+    for entry in (part.strip() for part in text.split(",")):
+        if not entry:
+            continue
+        match = PORT_ENTRY.fullmatch(entry)
+        if match is None:
+            raise forms.ValidationError(
+                f"“{entry}” is not a port: write each as name:number, or name:number/UDP for "
+                "UDP, e.g. http:8080, metrics:9100/UDP."
+            )
+        name, number, protocol = match.groups()
+        ports.append({"name": name, "port": int(number), "protocol": (protocol or "TCP").upper()})
+    return ports
+
+
+def api_field(path: str) -> str | None:
+    """The order form's field for an API field path; None for the form as a whole."""
+    if path in API_FIELDS:
+        return API_FIELDS[path]
+    if PORT_PATH.match(path):
+        return "ports"
+    return None
+
+
+def port_problem(path: str, message: str, ports: list[dict]) -> str:
+    """The message of a problem with one port, saying which of those typed it is about."""
+    match = PORT_PATH.match(path)
+    if match and match.group(1) is not None and int(match.group(1)) < len(ports):
+        port = ports[int(match.group(1))]
+        suffix = "" if port["protocol"] == "TCP" else f"/{port['protocol']}"
+        return f"{port['name']}:{port['port']}{suffix}: {message}"
+    return message
 
 
 class UnitFilterForm(forms.Form):
@@ -93,6 +135,30 @@ class UnitCreateForm(forms.Form):
         help_text='Container image, e.g. "python:3.12" or "ghcr.io/org/app:1.0".',
         widget=forms.TextInput(attrs={"autocomplete": "off", "spellcheck": "false"}),
     )
+    ports = forms.CharField(
+        required=False,
+        max_length=1024,
+        help_text=(
+            "Optional: ports the container listens on, as name:number, comma-separated; "
+            "/UDP after a number for UDP, e.g. http:8080, metrics:9100/UDP. The first is the "
+            f"primary port, reached at the unit's URL; the others inside the cluster. At most "
+            f"{MAX_PORTS}."
+        ),
+        widget=forms.TextInput(
+            attrs={"autocomplete": "off", "spellcheck": "false", "placeholder": "http:8080"}
+        ),
+    )
+    scheme = forms.ChoiceField(
+        label="Primary port's scheme",
+        choices=[
+            ("http", "http: a web address"),
+            ("https", "https: a web address; the container serves TLS itself"),
+            ("tcp", "tcp: a host and port, for SSH, databases and other protocols"),
+        ],
+        initial="http",
+        required=False,  # http when not sent, as the API defaults it
+        help_text="How the primary port is reached; used only when there are ports.",
+    )
     operation_id = forms.CharField(widget=forms.HiddenInput, required=False)
 
     def __init__(
@@ -142,28 +208,44 @@ class UnitCreateForm(forms.Form):
         value = self.cleaned_data.get("operation_id") or ""
         return value if OPERATION_ID.match(value) else new_operation_id()
 
+    def clean_ports(self) -> list[dict]:
+        return parse_ports(self.cleaned_data.get("ports") or "")
+
     def clean(self) -> dict:
         cleaned = super().clean()
         if self.errors:
             return cleaned
         # The API's own input rules, so the browser and the API accept exactly the same orders.
-        serializer = CreateUnitSerializer(
-            data={
-                "operationID": cleaned["operation_id"],
-                "name": cleaned["name"],
-                "packageID": cleaned["package"],
-                "image": cleaned["image"],
-            }
-        )
+        order = {
+            "operationID": cleaned["operation_id"],
+            "name": cleaned["name"],
+            "packageID": cleaned["package"],
+            "image": cleaned["image"],
+        }
+        if cleaned["ports"]:
+            order["template"] = {"ports": cleaned["ports"]}
+            order["access"] = {"scheme": cleaned["scheme"] or "http"}
+        serializer = CreateUnitSerializer(data=order)
         if not serializer.is_valid():
-            for api_field, messages in serializer.errors.items():
-                for message in messages:
-                    self.add_error(API_FIELDS.get(api_field), str(message))
+            self.report({path: list(map(str, m)) for path, m in serializer.errors.items()})
             return cleaned
         cleaned["name"] = serializer.validated_data["name"]
         cleaned["package"] = serializer.validated_data["packageID"]
         cleaned["image"] = serializer.validated_data["image"]
+        cleaned["template"] = serializer.validated_data.get("template") or {}
+        cleaned["access"] = serializer.validated_data.get("access") or {}
         return cleaned
+
+    def report(self, problems: dict[str, list[str]]) -> None:
+        """Put the problems the API's rules or the order service found, keyed by API field
+        path, next to the fields they are about (the form as a whole when none is)."""
+        ports = self.cleaned_data.get("ports") or []  # add_error drops the field's value
+        for path, messages in problems.items():
+            field = api_field(path)
+            for message in messages:
+                if field == "ports":
+                    message = port_problem(path, message, ports)
+                self.add_error(field if field in self.fields else None, message)
 
 
 class SSHKeyForm(forms.Form):

@@ -34,6 +34,7 @@ from dashboard.access import (
     linked_tenants,
     resolve_scope,
 )
+from dashboard.addresses import unit_access
 from dashboard.charts import NARROW, utilisation_chart
 from dashboard.forms import (
     SSHKeyForm,
@@ -297,6 +298,7 @@ class UnitDetailView(DashboardView):
                 "explanation": explain(unit) if waiting_or_failed else "",
                 "devices": (unit.dra or {}).get("devices") or [],
                 "allocated": bool((unit.dra or {}).get("allocated")),
+                "access": unit_access(unit),
                 "events": queries.list_events(unit),
             },
             request,
@@ -354,6 +356,8 @@ class UnitCreateView(DashboardView):
                     name=data["name"],
                     package_id=data["package"],
                     image=data["image"],
+                    template=data["template"],
+                    access=data["access"],
                 )
             except ApiError as error:
                 self.report(form, error)
@@ -396,10 +400,12 @@ class UnitCreateView(DashboardView):
             form.data["operation_id"] = new_operation_id()
             form.add_error(None, "This form was already used for another order; submit again.")
         elif isinstance(error, InvalidRequest) and error.details.get("fields"):
-            for api_field, problems in error.details["fields"].items():
-                field = {"packageID": "package"}.get(api_field, api_field)
-                for problem in problems:
-                    form.add_error(field if field in form.fields else None, problem)
+            form.report(
+                {
+                    path: problems if isinstance(problems, list) else [problems]
+                    for path, problems in error.details["fields"].items()
+                }
+            )
         else:
             form.add_error(None, error.message)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from django import template
 
-from runtime.models import GPUUnit
+from runtime.models import GPUUnit, UnitPhase
 
 register = template.Library()
 
@@ -16,3 +16,9 @@ def reason_beside_phase(unit: GPUUnit) -> str:
     if unit.reason.casefold() == unit.phase.casefold():
         return ""
     return unit.reason
+
+
+@register.filter
+def is_terminated(phase: str) -> bool:
+    """Terminating or Terminated: the unit's addresses are going or gone."""
+    return phase in (UnitPhase.TERMINATING, UnitPhase.TERMINATED)

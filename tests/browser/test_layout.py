@@ -95,6 +95,29 @@ def seed() -> dict:
         message='Back-off pulling image "registry.example.com/team/trainer:does-not-exist"',
     )
     make_unit(tenant, "finished-yesterday", phase="Terminated", reason="Terminated")
+    # Reached by a public URL, with in-cluster ports beside it whose addresses are the longest
+    # a unit name allows; and one reached over TCP on a node port.
+    web = make_unit(
+        tenant,
+        LONG_NAME.removesuffix("-name") + "-web",
+        reason="Running",
+        template={
+            "ports": [
+                {"name": "http", "port": 8080, "protocol": "TCP"},
+                {"name": "metrics", "port": 9100, "protocol": "UDP"},
+                {"name": "tensorboard", "port": 6006, "protocol": "TCP"},
+            ]
+        },
+        access={"primaryPort": "http", "scheme": "http"},
+    )
+    tcp = make_unit(
+        tenant,
+        "postgres-for-training",
+        reason="Running",
+        template={"ports": [{"name": "postgres", "port": 5432, "protocol": "TCP"}]},
+        access={"primaryPort": "postgres", "scheme": "tcp"},
+        exposed={"nodePorts": {"postgres": 31432}},
+    )
     for name, key in (
         ("laptop", ed25519.Ed25519PrivateKey.generate().public_key()),
         ("build-server-in-the-basement", rsa.generate_private_key(65537, 4096).public_key()),
@@ -113,6 +136,8 @@ def seed() -> dict:
         "staff": make_user(staff=True),
         "two_tenants": make_user(tenant, other),
         "running": running,
+        "web": web,
+        "tcp": tcp,
         "tenant": tenant,
     }
 
@@ -127,9 +152,13 @@ def check_widths(page, name: str, problems: list) -> None:
             problems.append((name, width, measured))
 
 
-def test_every_page_fits_a_laptop_and_a_phone(page, live_server):
+def test_every_page_fits_a_laptop_and_a_phone(page, live_server, settings):
     from playwright.sync_api import expect
 
+    settings.ACCESS_DOMAIN = "units.gpu.example.com"
+    settings.ACCESS_GATEWAY = "gateway-system/gpu-gateway"
+    settings.ACCESS_TCP_SERVICE_TYPE = "NodePort"
+    settings.ACCESS_TCP_HOST = "gpu-nodes.example.com"
     data = seed()
     problems: list = []
     page.goto("/accounts/login/")
@@ -141,6 +170,8 @@ def test_every_page_fits_a_laptop_and_a_phone(page, live_server):
         ("units-customer", "/units/"),
         ("unit-detail", f"/units/{data['running'].uid}/"),
         ("unit-delete", f"/units/{data['running'].uid}/delete/"),
+        ("unit-access-http", f"/units/{data['web'].uid}/"),
+        ("unit-access-tcp", f"/units/{data['tcp'].uid}/"),
         ("packages-customer", "/packages/"),
         ("ssh-keys-customer", "/ssh-keys/"),
         ("ssh-key-delete", "/ssh-keys/build-server-in-the-basement/delete/"),
@@ -148,6 +179,10 @@ def test_every_page_fits_a_laptop_and_a_phone(page, live_server):
     ):
         page.goto(path)
         check_widths(page, name, problems)
+        if name == "unit-access-http":
+            expect(page.locator("a.unit-url")).to_have_attribute("href", re.compile("^https://"))
+        if name == "unit-access-tcp":
+            expect(page.get_by_role("button", name="Copy the URL")).to_be_visible()
     # The 8x H100 needs more memory than the tenant's whole quota: the form says so.
     page.get_by_role("radio", name=re.compile("gpu-h100-8x-cpu128-mem1024g")).check()
     page.get_by_label("Name").fill("too-big")
@@ -155,6 +190,11 @@ def test_every_page_fits_a_laptop_and_a_phone(page, live_server):
     page.get_by_role("button", name="Order unit").click()
     expect(page.get_by_role("alert")).to_contain_text("The unit was not ordered")
     check_widths(page, "new-unit-error", problems)
+    page.get_by_role("radio", name=re.compile("gpu-rtx3080-1x-cpu4-mem16g")).check()
+    page.get_by_label("Ports").fill("http:8080, prometheus-exporter:9100/UDP")
+    page.get_by_role("button", name="Order unit").click()
+    expect(page.get_by_role("alert")).to_contain_text("Ports")
+    check_widths(page, "new-unit-ports-error", problems)
 
     page.goto("/ssh-keys/")
     page.get_by_label("Name").fill("old-rsa")

@@ -48,6 +48,41 @@
     });
   }
   setInterval(tickAges, 1000);
+  // Copy buttons are hidden in the HTML (the text beside them can be selected without
+  // JavaScript) and shown here; live parts bring new ones, so clicks are caught on document.
+  function showCopyButtons() {
+    document.querySelectorAll("button[data-copy][hidden]").forEach(function (button) {
+      button.hidden = false;
+    });
+  }
+  showCopyButtons();
+  document.addEventListener("htmx:afterSettle", showCopyButtons);
+  document.addEventListener("click", function (event) {
+    var button = event.target.closest && event.target.closest("button[data-copy]");
+    var source = button && document.getElementById(button.getAttribute("data-copy"));
+    if (!source) {
+      return;
+    }
+    var status = button.parentElement.querySelector(".copy-status");
+    function say(text) {
+      if (status) {
+        status.textContent = text;
+      }
+    }
+    var text = source.textContent.trim();
+    var selection = window.getSelection();
+    var range = document.createRange();
+    range.selectNodeContents(source);
+    selection.removeAllRanges();
+    selection.addRange(range);
+    if (navigator.clipboard && window.isSecureContext) {
+      navigator.clipboard.writeText(text).then(function () { say("Copied"); }, function () {
+        say("Press Ctrl+C to copy");
+      });
+    } else {
+      say(document.execCommand("copy") ? "Copied" : "Press Ctrl+C to copy");
+    }
+  });
   document.addEventListener("htmx:afterRequest", function (event) {
     var target = region(event.detail.elt);
     if (target && event.detail.successful && target.classList.contains("is-error")) {
