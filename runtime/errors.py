@@ -21,6 +21,14 @@ class QuotaExceeded(ApiError):
     code = "quota_exceeded"
 
 
+class StorageInUse(ApiError):
+    """A storage that only one live unit may mount is mounted, or a mounted one would be
+    deleted."""
+
+    status_code = 409
+    code = "storage_in_use"
+
+
 __all__ = [
     "InvalidRequest",
     "NameConflict",
@@ -28,4 +36,5 @@ __all__ = [
     "OperationConflict",
     "QuotaExceeded",
     "ServiceUnavailable",
+    "StorageInUse",
 ]

@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from dracel import quantity
+
 GROUP = "runtime.lokiwager.io"
 VERSION = "v1alpha1"
 API_VERSION = f"{GROUP}/{VERSION}"
@@ -13,6 +15,7 @@ MANAGED_BY = "gpu-control-plane"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 LABEL_UNIT = f"{GROUP}/unit"
 LABEL_TENANT = f"{GROUP}/tenant"
+LABEL_STORAGE = f"{GROUP}/storage"
 ANNOTATION_OPERATION = f"{GROUP}/operation-id"
 ANNOTATION_REQUEST_HASH = f"{GROUP}/request-hash"
 POD_CLAIM_NAME = "gpu"
@@ -47,6 +50,8 @@ class UnitContract:
     env: list[dict[str, str]] = field(default_factory=list)
     ports: list[dict] = field(default_factory=list)
     access: dict[str, str] = field(default_factory=dict)
+    storage_mounts: list[dict] = field(default_factory=list)
+    memory_bytes: int = 0  # /dev/shm is sized half of it
 
 
 def claim_name_for(unit_name: str) -> str:
@@ -72,6 +77,16 @@ def labelled_for(obj: dict, *, tenant: str, unit: str) -> bool:
         found.get(LABEL_MANAGED_BY) == MANAGED_BY
         and found.get(LABEL_UNIT) == unit
         and found.get(LABEL_TENANT) == tenant
+    )
+
+
+def labelled_storage(obj: dict, *, tenant: str, name: str) -> bool:
+    """Whether the claim carries our labels for this tenant's storage."""
+    found = (obj.get("metadata") or {}).get("labels") or {}
+    return (
+        found.get(LABEL_MANAGED_BY) == MANAGED_BY
+        and found.get(LABEL_TENANT) == tenant
+        and found.get(LABEL_STORAGE) == name
     )
 
 
@@ -144,6 +159,8 @@ def build_gpuunit(contract: UnitContract) -> dict:
         spec["template"] = template
     if contract.access:
         spec["access"] = dict(contract.access)
+    if contract.storage_mounts:
+        spec["storageMounts"] = [dict(mount) for mount in contract.storage_mounts]
     return {
         "apiVersion": API_VERSION,
         "kind": "GPUUnit",
@@ -217,6 +234,8 @@ def build_pod(contract: UnitContract, *, owner_uid: str) -> dict:
             {"name": p["name"], "containerPort": p["port"], "protocol": p.get("protocol", "TCP")}
             for p in contract.ports
         ]
+    volumes, mounts = _volumes(contract)
+    container["volumeMounts"] = mounts
     if contract.command:
         container["command"] = list(contract.command)
     if contract.args:
@@ -243,7 +262,68 @@ def build_pod(contract: UnitContract, *, owner_uid: str) -> dict:
             },
             "resourceClaims": [{"name": POD_CLAIM_NAME, "resourceClaimName": contract.claim_name}],
             "containers": [container],
+            "volumes": volumes,
         },
+    }
+
+
+SHM_VOLUME = "dshm"
+
+
+def storage_claim_name(storage: str) -> str:
+    return f"storage-{storage}"
+
+
+def _volumes(contract: UnitContract) -> tuple[list[dict], list[dict]]:
+    """The pod's volumes and the container's mounts: each storage mount's claim, and /dev/shm
+    as memory sized half the package's memory (PyTorch's data loaders share tensors through
+    it; a container's default 64Mi makes them fail)."""
+    shm: dict = {"medium": "Memory"}
+    if contract.memory_bytes:
+        shm["sizeLimit"] = quantity.format_bytes(contract.memory_bytes // 2)
+    volumes: list[dict] = [{"name": SHM_VOLUME, "emptyDir": shm}]
+    mounts: list[dict] = [{"name": SHM_VOLUME, "mountPath": "/dev/shm"}]
+    for mount in contract.storage_mounts:
+        volume = storage_claim_name(mount["name"])
+        volumes.append(
+            {
+                "name": volume,
+                "persistentVolumeClaim": {
+                    "claimName": volume,
+                    **({"readOnly": True} if mount.get("readOnly") else {}),
+                },
+            }
+        )
+        mounts.append(
+            {
+                "name": volume,
+                "mountPath": mount["mountPath"],
+                **({"readOnly": True} if mount.get("readOnly") else {}),
+            }
+        )
+    return volumes, mounts
+
+
+def build_storage_claim(
+    *, namespace: str, tenant: str, name: str, size: str, storage_class: str, access_mode: str
+) -> dict:
+    """A tenant storage's PersistentVolumeClaim (no storageClassName: the cluster's default)."""
+    spec: dict = {"accessModes": [access_mode], "resources": {"requests": {"storage": size}}}
+    if storage_class:
+        spec["storageClassName"] = storage_class
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {
+            "name": storage_claim_name(name),
+            "namespace": namespace,
+            "labels": {
+                LABEL_MANAGED_BY: MANAGED_BY,
+                LABEL_TENANT: tenant,
+                LABEL_STORAGE: name,
+            },
+        },
+        "spec": spec,
     }
 
 
@@ -269,7 +349,14 @@ QUOTA_NAME = "gpu-units"
 
 
 def build_resource_quota(
-    namespace: str, *, tenant: str, cpu: str, memory: str, claims: int
+    namespace: str,
+    *,
+    tenant: str,
+    cpu: str,
+    memory: str,
+    claims: int,
+    storage: str = "1Ti",
+    storages: int = 16,
 ) -> dict:
     return {
         "apiVersion": "v1",
@@ -284,6 +371,8 @@ def build_resource_quota(
                 "requests.cpu": cpu,
                 "requests.memory": memory,
                 "count/resourceclaims.resource.k8s.io": str(claims),
+                "requests.storage": storage,
+                "persistentvolumeclaims": str(storages),
             }
         },
     }

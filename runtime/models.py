@@ -60,6 +60,8 @@ class GPUUnit(models.Model):
     template = models.JSONField(default=dict, blank=True)
     # {primaryPort, scheme} when the template has ports (validation.access), else {}.
     access = models.JSONField(default=dict, blank=True)
+    # [{name, mountPath, readOnly}]: the tenant's storages the pod mounts (validation).
+    storage_mounts = models.JSONField(default=list, blank=True)
     # Observed state.
     phase = models.CharField(max_length=16, choices=UnitPhase, default=UnitPhase.ACCEPTED)
     reason = models.CharField(max_length=64, blank=True)
@@ -143,7 +145,63 @@ class GPUUnit(models.Model):
             env=list(template.get("env") or []),
             ports=list(template.get("ports") or []),
             access=dict(self.access or {}),
+            storage_mounts=list(self.storage_mounts or []),
+            memory_bytes=self.memory_bytes,
         )
+
+
+class AccessMode(models.TextChoices):
+    READ_WRITE_ONCE = "ReadWriteOnce"
+    READ_WRITE_MANY = "ReadWriteMany"
+    READ_ONLY_MANY = "ReadOnlyMany"
+    READ_WRITE_ONCE_POD = "ReadWriteOncePod"
+
+
+class StoragePhase(models.TextChoices):
+    PENDING = "Pending"  # recorded; the claim is being created, or waits for a volume
+    BOUND = "Bound"
+    FAILED = "Failed"  # the cluster refused the claim (message says why)
+    LOST = "Lost"  # the claim went missing (beat's reconcile creates it again)
+    TERMINATING = "Terminating"  # deletion requested; the row goes once the claim is gone
+
+
+class GPUStorage(models.Model):
+    """A tenant's persistent volume (the seed runtime's GPUStorage): the PersistentVolumeClaim
+    `storage-<name>` in its namespace, mounted by units through `storageMounts`, outliving
+    them. `phase` is the claim's as last seen."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="storages")
+    name = models.CharField(max_length=55, help_text="DNS label; the claim is storage-<name>.")
+    size = models.CharField(max_length=32, help_text='Kubernetes quantity, e.g. "100Gi".')
+    size_bytes = models.BigIntegerField()
+    storage_class = models.CharField(max_length=253, blank=True, help_text="Empty: the default.")
+    access_mode = models.CharField(
+        max_length=16, choices=AccessMode, default=AccessMode.READ_WRITE_ONCE
+    )
+    phase = models.CharField(max_length=16, choices=StoragePhase, default=StoragePhase.PENDING)
+    message = models.TextField(blank=True)
+    claim_k8s_uid = models.CharField("PVC UID", max_length=64, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name = "GPU storage"
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "name"], name="storage_unique_name"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tenant.namespace}/{self.name}"
+
+    @property
+    def claim_name(self) -> str:
+        return f"storage-{self.name}"
+
+    @property
+    def exclusive(self) -> bool:
+        """Mounted by at most one live unit (a ReadWriteOnce volume is one node's)."""
+        return self.access_mode in (AccessMode.READ_WRITE_ONCE, AccessMode.READ_WRITE_ONCE_POD)
 
 
 class OperationKind(models.TextChoices):

@@ -30,8 +30,17 @@ from catalog.models import Package
 from controlplane.validation import dns_label
 from dracel import quantity
 from runtime import outbox, selectors
-from runtime.errors import InvalidRequest, NameConflict, QuotaExceeded
-from runtime.models import EventType, GPUUnit, Operation, OperationKind, UnitEvent
+from runtime.errors import InvalidRequest, NameConflict, QuotaExceeded, StorageInUse
+from runtime.models import (
+    EventType,
+    GPUStorage,
+    GPUUnit,
+    Operation,
+    OperationKind,
+    StoragePhase,
+    UnitEvent,
+    UnitPhase,
+)
 from tenancy.models import ApiKey, Tenant
 from tenancy.selectors import TenantUsage
 
@@ -57,6 +66,7 @@ def create_unit(
     image: str,
     template: dict | None = None,
     access: dict | None = None,
+    storage_mounts: list[dict] | None = None,
 ) -> CreateResult:
     """Record a new unit and its create operation, or return the unit an earlier identical
     request created (same operationID and payload; a different payload is a conflict).
@@ -70,8 +80,12 @@ def create_unit(
         "image": image,
         "template": template,
     }
-    if access:  # only when given: the fingerprints of earlier orders stay what they were
+    # Only when given: the fingerprints of earlier orders stay what they were.
+    if access:
         request["access"] = access
+    storage_mounts = storage_mounts or []
+    if storage_mounts:
+        request["storageMounts"] = storage_mounts
     request_hash = outbox.fingerprint(request)
     earlier, package = _lookup(tenant, operation_id, package_id)
     if earlier is not None:
@@ -89,6 +103,7 @@ def create_unit(
         image=image,
         template=template,
         access=access,
+        storage_mounts=storage_mounts,
         **GPUUnit.contract_fields(package, name=name),
     )
     operation = Operation(
@@ -132,6 +147,8 @@ def create_unit(
                 tenant, usage, cpu_millicores=unit.cpu_millicores, memory_bytes=unit.memory_bytes
             ):
                 raise problem
+            if storage_mounts:  # under the tenant lock: two orders cannot take one storage
+                check_storage_mounts(tenant, storage_mounts)
             sql.execute(_order_sql(), params)
             unit_pk, operation_pk = sql.fetchone()
             _saved(unit, unit_pk)
@@ -449,3 +466,35 @@ def check_order_models(
                     )
                 )
     return errors
+
+
+def check_storage_mounts(tenant: Tenant, mounts: list[dict]) -> None:
+    """Every mounted storage is the tenant's and usable, and none that only one live unit
+    may mount is mounted by another: 400 naming the mount, 409 `storage_in_use`."""
+    names = [mount["name"] for mount in mounts]
+    found = {s.name: s for s in GPUStorage.objects.filter(tenant=tenant, name__in=names)}
+    problems = {}
+    for index, name in enumerate(names):
+        storage = found.get(name)
+        if storage is None:
+            problems[f"storageMounts[{index}].name"] = [f"the tenant has no storage {name}."]
+        elif storage.phase in (StoragePhase.TERMINATING, StoragePhase.FAILED):
+            problems[f"storageMounts[{index}].name"] = [
+                f"storage {name} is {storage.phase.lower()}: {storage.message}"
+            ]
+    if problems:
+        raise InvalidRequest("A storage mount is invalid.", details={"fields": problems})
+    for name in names:
+        if not found[name].exclusive:
+            continue
+        holders = list(
+            GPUUnit.objects.filter(tenant=tenant, storage_mounts__contains=[{"name": name}])
+            .exclude(phase=UnitPhase.TERMINATED)
+            .values_list("name", flat=True)
+        )
+        if holders:
+            raise StorageInUse(
+                f"storage {name} ({found[name].access_mode}) is mounted by {holders[0]}: one "
+                "live unit at a time.",
+                details={"storage": name, "units": holders},
+            )

@@ -31,7 +31,15 @@ _ensured: dict[tuple, float] = {}
 
 
 def _ensured_key(tenant: Tenant) -> tuple:
-    return (tenant.pk, tenant.namespace, tenant.quota_cpu, tenant.quota_memory, tenant.quota_claims)
+    return (
+        tenant.pk,
+        tenant.namespace,
+        tenant.quota_cpu,
+        tenant.quota_memory,
+        tenant.quota_claims,
+        tenant.quota_storage,
+        tenant.quota_storages,
+    )
 
 
 def ensure_tenant_namespace_once(tenant: Tenant) -> None:
@@ -63,6 +71,8 @@ def ensure_tenant_namespace(tenant: Tenant) -> None:
             cpu=tenant.quota_cpu,
             memory=tenant.quota_memory,
             claims=tenant.quota_claims,
+            storage=tenant.quota_storage,
+            storages=tenant.quota_storages,
         ),
         fields=[("spec", "hard")],
     )

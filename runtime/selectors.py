@@ -130,3 +130,13 @@ def count_operations_by_status() -> list[tuple[str, str, int]]:
         .values_list("kind", "status", "count")
         .order_by("kind", "status")
     )
+
+
+def live_units_with_mounts(*, tenant: Tenant) -> list[tuple[str, list[dict]]]:
+    """(name, storage_mounts) of the tenant's live units that mount storage."""
+    return list(
+        GPUUnit.objects.filter(tenant=tenant)
+        .exclude(phase=UnitPhase.TERMINATED)
+        .exclude(storage_mounts=[])
+        .values_list("name", "storage_mounts")
+    )

@@ -10,7 +10,8 @@ from controlplane.api.fields import StrictSerializer, StringField
 from controlplane.api.pagination import DEFAULT_LIMIT, MAX_LIMIT
 from controlplane.validation import fold_case
 from runtime import access, validation
-from runtime.models import GPUUnit, Operation, UnitEvent, UnitPhase
+from runtime import storage as storage_service
+from runtime.models import GPUStorage, GPUUnit, Operation, UnitEvent, UnitPhase
 
 
 class EnvVarSerializer(serializers.Serializer):
@@ -83,6 +84,25 @@ class TemplateField(serializers.JSONField):
         return template
 
 
+class StorageMountSerializer(serializers.Serializer):
+    """One of the tenant's storages, mounted into the unit's container."""
+
+    name = StringField(max_length=validation.STORAGE_NAME_MAX, help_text="a storage's name")
+    mountPath = StringField(max_length=1024, help_text="an absolute path, not / or /dev/shm")
+    readOnly = serializers.BooleanField(default=False, required=False)
+
+
+@extend_schema_field(StorageMountSerializer(many=True))
+class StorageMountsField(serializers.JSONField):
+    """`storageMounts` as the pure validator checks and normalises it."""
+
+    def to_internal_value(self, data: object) -> list:
+        mounts, problems = validation.storage_mounts(data)
+        if problems:
+            raise serializers.ValidationError(problems)
+        return mounts
+
+
 class CreateUnitSerializer(StrictSerializer):
     """An order for one GPU unit of a package. Fields not listed here are refused."""
 
@@ -92,6 +112,7 @@ class CreateUnitSerializer(StrictSerializer):
     image = StringField(max_length=validation.MAX_IMAGE)
     template = TemplateField(required=False)
     access = AccessField(required=False)
+    storageMounts = StorageMountsField(required=False)
 
     def validate_operationID(self, value: str) -> str:
         if not validation.OPERATION_ID.fullmatch(value):
@@ -134,12 +155,16 @@ class CreateUnitSerializer(StrictSerializer):
 
 
 def _flatten_template(detail):
-    """{"template": {"template.env[0].name": ["..."]}} -> {"template.env[0].name": ["..."]}."""
-    if not isinstance(detail, dict) or not isinstance(detail.get("template"), dict):
+    """{"template": {"template.env[0].name": ["..."]}} -> {"template.env[0].name": ["..."]},
+    and the same for storageMounts."""
+    if not isinstance(detail, dict):
         return detail
-    flat = {key: value for key, value in detail.items() if key != "template"}
-    for path, messages in detail["template"].items():
-        flat[path] = messages if isinstance(messages, list) else [messages]
+    flat = dict(detail)
+    for field in ("template", "storageMounts"):
+        if isinstance(detail.get(field), dict):
+            del flat[field]
+            for path, messages in detail[field].items():
+                flat[path] = messages if isinstance(messages, list) else [messages]
     return flat
 
 
@@ -220,6 +245,7 @@ class UnitSerializer(serializers.ModelSerializer):
 
     template = serializers.SerializerMethodField()
     access = serializers.SerializerMethodField()
+    storageMounts = StorageMountSerializer(source="storage_mounts", many=True)
 
     class Meta:
         model = GPUUnit
@@ -233,6 +259,7 @@ class UnitSerializer(serializers.ModelSerializer):
             "image",
             "template",
             "access",
+            "storageMounts",
             "cpu",
             "memory",
             "gpu",
@@ -306,3 +333,48 @@ class OperationSerializer(serializers.ModelSerializer):
         if not operation.error_code:
             return None
         return {"code": operation.error_code, "message": operation.error_message}
+
+
+class CreateStorageSerializer(StrictSerializer):
+    """A persistent volume for the tenant's units; it outlives them."""
+
+    name = StringField(max_length=validation.STORAGE_NAME_MAX, help_text="a DNS label")
+    size = StringField(max_length=32, help_text='a Kubernetes quantity, e.g. "100Gi"')
+    storageClass = StringField(
+        max_length=253, required=False, help_text="a StorageClass (default: the cluster's)"
+    )
+    accessMode = serializers.ChoiceField(
+        choices=["ReadWriteOnce", "ReadWriteMany", "ReadOnlyMany", "ReadWriteOncePod"],
+        default="ReadWriteOnce",
+        required=False,
+        help_text="ReadWriteOnce storages are mounted by one live unit at a time",
+    )
+
+
+class StorageSerializer(serializers.ModelSerializer):
+    storageClass = serializers.CharField(source="storage_class")
+    accessMode = serializers.CharField(source="access_mode")
+    claimName = serializers.CharField(source="claim_name")
+    mountedBy = serializers.SerializerMethodField()
+    createdAt = serializers.DateTimeField(source="created_at")
+
+    class Meta:
+        model = GPUStorage
+        fields = [
+            "name",
+            "size",
+            "storageClass",
+            "accessMode",
+            "phase",
+            "message",
+            "claimName",
+            "mountedBy",
+            "createdAt",
+        ]
+
+    @extend_schema_field(serializers.ListField(child=serializers.CharField()))
+    def get_mountedBy(self, storage: GPUStorage) -> list[str]:
+        mounted = self.context.get("mounted_by")
+        if mounted is not None:
+            return sorted(mounted.get(storage.name, []))
+        return storage_service.mounted_by(storage)

@@ -48,6 +48,10 @@ def scheduling_reason(message: str) -> str:
         return "QuotaExceeded"
     if "cannot allocate all claims" in lowered:
         return "NoMatchingDevices"
+    if "unbound immediate persistentvolumeclaims" in lowered or (
+        "persistentvolumeclaim" in lowered and "not found" in lowered
+    ):
+        return "StorageNotBound"
     if "insufficient cpu" in lowered or "insufficient memory" in lowered:
         return "InsufficientResources"
     return "Unschedulable"

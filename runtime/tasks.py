@@ -11,8 +11,8 @@ from celery import Task, shared_task
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection
 
-from controlplane.kube.errors import TemporaryError
-from runtime import lifecycle, outbox, provisioning, reconcile
+from controlplane.kube.errors import KubeError, TemporaryError
+from runtime import lifecycle, outbox, provisioning, reconcile, storage
 
 logger = logging.getLogger(__name__)
 
@@ -46,11 +46,36 @@ def delete_unit(self: Task, operation_pk: int) -> None:
     _run_operation(self, provisioning.delete_unit, operation_pk)
 
 
+@shared_task(name=storage.PROVISION_STORAGE_TASK, bind=True, max_retries=None)
+def provision_storage(self: Task, storage_pk: int) -> None:
+    _run_storage(self, storage.provision_storage, storage_pk)
+
+
+@shared_task(name=storage.DELETE_STORAGE_TASK, bind=True, max_retries=None)
+def delete_storage(self: Task, storage_pk: int) -> None:
+    _run_storage(self, storage.finish_storage_deletion, storage_pk)
+
+
+def _run_storage(task: Task, run: Callable[[int], None], storage_pk: int) -> None:
+    try:
+        run(storage_pk)
+    except (OperationalError, InterfaceError) as exc:
+        connection.close()
+        raise task.retry(countdown=_backoff(task.request.retries, 1.0), exc=exc) from exc
+    except TemporaryError as exc:
+        raise task.retry(countdown=_backoff(task.request.retries, exc.delay), exc=exc) from exc
+
+
 @shared_task(name="runtime.reconcile_units", expires=30)
 def reconcile_units() -> None:
     result = reconcile.reconcile_units()
     if result.changed or result.recreated or result.terminated:
         logger.info("reconcile: %s", result)
+    try:
+        if changed := storage.sync_storages():
+            logger.info("reconcile: %s storages changed", changed)
+    except KubeError:
+        logger.warning("storage sync skipped: cannot list claims", exc_info=True)
 
 
 @shared_task(name="runtime.recount_usage", expires=30)

@@ -13,6 +13,8 @@ urlpatterns = [
     path("gpu-units/<str:name>/events", views.UnitEventsView.as_view(), name="unit-events"),
     path("gpu-units/<str:name>/logs", views.UnitLogsView.as_view(), name="unit-logs"),
     path("quota", views.QuotaView.as_view(), name="quota"),
+    path("gpu-storages", views.StorageListView.as_view(), name="storage-list"),
+    path("gpu-storages/<str:name>", views.StorageDetailView.as_view(), name="storage-detail"),
     path(
         "operations/<str:operation_id>",
         views.OperationDetailView.as_view(),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import posixpath
 import re
 
 OPERATION_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
@@ -205,3 +206,62 @@ def template(value: object) -> dict[str, str]:
         if isinstance(name, str):
             seen.add(name)
     return problems
+
+
+STORAGE_NAME_MAX = 55  # so storage-<name> fits 63
+MAX_MOUNTS = 16
+
+
+def storage_name(value: object) -> str | None:
+    if not isinstance(value, str) or not value:
+        return "name is required."
+    if len(value) > STORAGE_NAME_MAX or not _LABEL.fullmatch(value):
+        return (
+            f"name must be a DNS-1123 label of at most {STORAGE_NAME_MAX} characters "
+            "(the claim is storage-<name>)."
+        )
+    return None
+
+
+def storage_mounts(value: object) -> tuple[list[dict], dict[str, str]]:
+    """`storageMounts` normalised (names lower-case, paths cleaned, sorted by name then path,
+    as the seed runtime did) and its problems keyed by field path."""
+    if value is None:
+        return [], {}
+    if not isinstance(value, list) or len(value) > MAX_MOUNTS:
+        return [], {"storageMounts": f"storageMounts must be a list of at most {MAX_MOUNTS}."}
+    problems: dict[str, str] = {}
+    mounts: list[dict] = []
+    names: set[str] = set()
+    paths: set[str] = set()
+    for index, entry in enumerate(value):
+        where = f"storageMounts[{index}]"
+        if not isinstance(entry, dict) or set(entry) - {"name", "mountPath", "readOnly"}:
+            problems[where] = "each mount is {name, mountPath, readOnly?}."
+            continue
+        name = entry.get("name")
+        name = name.strip().lower() if isinstance(name, str) and name.isascii() else name
+        path = entry.get("mountPath")
+        read_only = entry.get("readOnly", False)
+        if problem := storage_name(name):
+            problems[f"{where}.name"] = problem
+        elif name in names:
+            problems[f"{where}.name"] = f"storage {name} is mounted twice."
+        cleaned = posixpath.normpath(path) if isinstance(path, str) and path else ""
+        if not cleaned.startswith("/") or cleaned.startswith("//"):
+            problems[f"{where}.mountPath"] = "mountPath must be an absolute path."
+        elif cleaned == "/" or cleaned == "/dev/shm" or len(cleaned) > 1024:
+            problems[f"{where}.mountPath"] = f"mountPath {cleaned} cannot be mounted over."
+        elif not _storable(cleaned) or ":" in cleaned:
+            problems[f"{where}.mountPath"] = "mountPath may not contain NUL or ':'."
+        elif cleaned in paths:
+            problems[f"{where}.mountPath"] = f"{cleaned} is mounted twice."
+        if not isinstance(read_only, bool):
+            problems[f"{where}.readOnly"] = "readOnly must be true or false."
+        if isinstance(name, str):
+            names.add(name)
+        paths.add(cleaned)
+        mounts.append({"name": name, "mountPath": cleaned, "readOnly": read_only})
+    if problems:
+        return [], problems
+    return sorted(mounts, key=lambda m: (m["name"], m["mountPath"])), {}

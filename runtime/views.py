@@ -28,10 +28,13 @@ from controlplane.kube import logs as kube_logs
 from controlplane.validation import fold_case
 from dracel import quantity
 from runtime import availability, lifecycle, logs, orders, outbox, selectors, validation
-from runtime.models import GPUUnit
+from runtime import storage as storage_service
+from runtime.models import GPUStorage, GPUUnit
 from runtime.serializers import (
+    CreateStorageSerializer,
     CreateUnitSerializer,
     OperationSerializer,
+    StorageSerializer,
     UnitEventSerializer,
     UnitListQuerySerializer,
     UnitLogQuerySerializer,
@@ -176,6 +179,7 @@ class UnitListView(TenantView):
             image=data["image"],
             template=data.get("template"),
             access=data.get("access"),
+            storage_mounts=data.get("storageMounts"),
         )
         body = _render_unit(result.unit)
         if result.created:
@@ -327,3 +331,73 @@ class QuotaView(TenantView):
                 for name, hard, used, show in lines
             }
         )
+
+
+def _mounts_of(tenant: Tenant) -> dict[str, list[str]]:
+    """Storage name -> the live units mounting it, in one query for a whole list."""
+    mounted: dict[str, list[str]] = {}
+    for name, mounts in selectors.live_units_with_mounts(tenant=tenant):
+        for mount in mounts:
+            mounted.setdefault(mount["name"], []).append(name)
+    return mounted
+
+
+class StorageListView(TenantView):
+    @extend_schema(
+        summary="The tenant's storages",
+        operation_id="gpu_storages_list",
+        responses={
+            200: envelope(StorageSerializer, name="StorageList", many=True),
+            **error_responses(401),
+        },
+    )
+    def get(self, request: Request) -> Response:
+        storages = GPUStorage.objects.filter(tenant=self.tenant).order_by("name")
+        context = {"mounted_by": _mounts_of(self.tenant)}
+        return Response(StorageSerializer(storages, many=True, context=context).data)
+
+    @extend_schema(
+        summary="Create a storage (a PersistentVolumeClaim the tenant's units can mount)",
+        operation_id="gpu_storages_create",
+        request=CreateStorageSerializer,
+        responses={
+            201: envelope(StorageSerializer, name="StorageResponse"),
+            **error_responses(400, 401, 409),
+        },
+    )
+    def post(self, request: Request) -> Response:
+        serializer = CreateStorageSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        created = storage_service.create_storage(
+            tenant=self.tenant,
+            name=data["name"],
+            size=data["size"],
+            storage_class=data.get("storageClass", ""),
+            access_mode=data.get("accessMode", ""),
+        )
+        return Response(StorageSerializer(created, context={"mounted_by": {}}).data, status=201)
+
+
+class StorageDetailView(TenantView):
+    @extend_schema(
+        summary="One storage",
+        responses={
+            200: envelope(StorageSerializer, name="StorageDetail"),
+            **error_responses(401, 404),
+        },
+    )
+    def get(self, request: Request, name: str) -> Response:
+        found = storage_service.get_storage(tenant=self.tenant, name=name)
+        return Response(StorageSerializer(found).data)
+
+    @extend_schema(
+        summary="Delete a storage (409 storage_in_use while a live unit mounts it)",
+        responses={
+            202: envelope(StorageSerializer, name="StorageDeletion"),
+            **error_responses(401, 404, 409),
+        },
+    )
+    def delete(self, request: Request, name: str) -> Response:
+        deleted = storage_service.delete_storage(tenant=self.tenant, name=name)
+        return Response(StorageSerializer(deleted, context={"mounted_by": {}}).data, status=202)

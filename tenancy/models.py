@@ -22,6 +22,10 @@ class Tenant(models.Model):
     quota_cpu = models.CharField("CPU quota", max_length=32, default="160")
     quota_memory = models.CharField("memory quota", max_length=32, default="256Gi")
     quota_claims = models.PositiveIntegerField("claim quota", default=64)
+    quota_storage = models.CharField(
+        "storage quota", max_length=32, default="1Ti", help_text="Sum of the tenant's storages."
+    )
+    quota_storages = models.PositiveIntegerField("storage count quota", default=16)
     is_operator = models.BooleanField(
         default=False, help_text="Operator keys may read the cluster-wide inventory."
     )
@@ -51,11 +55,13 @@ class Tenant(models.Model):
         self.namespace = fold_case((self.namespace or "").strip())
         self.quota_cpu = (self.quota_cpu or "").strip()
         self.quota_memory = (self.quota_memory or "").strip()
+        self.quota_storage = (self.quota_storage or "").strip()
         errors = {
             "slug": dns_label(self.slug),
             "namespace": dns_label(self.namespace),
             "quota_cpu": positive_quantity(self.quota_cpu, resource="cpu"),
             "quota_memory": positive_quantity(self.quota_memory, resource="memory"),
+            "quota_storage": positive_quantity(self.quota_storage, resource="storage"),
         }
         problems = {field: message for field, message in errors.items() if message}
         if problems:
@@ -68,6 +74,10 @@ class Tenant(models.Model):
     @property
     def quota_memory_bytes(self) -> int:
         return quantity.parse_bytes(self.quota_memory)
+
+    @property
+    def quota_storage_bytes(self) -> int:
+        return quantity.parse_bytes(self.quota_storage)
 
 
 class ApiKey(models.Model):

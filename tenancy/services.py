@@ -57,6 +57,8 @@ def create_tenant(
     quota_cpu: str = "160",
     quota_memory: str = "256Gi",
     quota_claims: int = 64,
+    quota_storage: str = "1Ti",
+    quota_storages: int = 16,
     is_operator: bool = False,
 ) -> Tenant:
     tenant = Tenant(
@@ -66,6 +68,8 @@ def create_tenant(
         quota_cpu=quota_cpu,
         quota_memory=quota_memory,
         quota_claims=quota_claims,
+        quota_storage=quota_storage,
+        quota_storages=quota_storages,
         is_operator=is_operator,
     )
     tenant.full_clean()

@@ -25,7 +25,8 @@ from rest_framework.test import APIClient
 from catalog.tests.factories import PackageFactory
 from controlplane import kube
 from inventory import sync
-from runtime.models import GPUUnit, Operation, OperationStatus, UnitPhase
+from runtime import storage as storage_service
+from runtime.models import GPUStorage, GPUUnit, Operation, OperationStatus, UnitPhase
 from runtime.observer import Observer
 from runtime.tests.helpers import remove_namespace_objects, wait_for_phase
 from tenancy import services as tenancy_services
@@ -34,6 +35,7 @@ from tests.test_manifests import kustomize, kustomize_with_tenant_provisioning, 
 # The flows commit their rows (a real worker reads them); the marker gets the test database set up.
 pytestmark = [needs_kubectl, pytest.mark.django_db]
 
+DEV_GATEWAY = Path(__file__).resolve().parent.parent / "k8s" / "components" / "dev-gateway"
 SERVICE_ACCOUNT = ("gpu-control-plane", "gpu-control-plane")  # (namespace, name)
 # Web's account: it calls the cluster only for /version and a unit pod's log.
 WEB_ACCOUNT = ("gpu-control-plane", "gpu-control-plane-unprivileged")
@@ -180,6 +182,7 @@ def _wait_for_operations(tenant, timeout: float = 30.0) -> None:
 def recorded(cluster, celery_worker, django_db_blocker) -> dict[str, list]:
     """Run the product's flows and return the request log entries of each, by flow."""
     flows: dict[str, list] = {}
+    cluster.apply_manifests(DEV_GATEWAY)  # a default StorageClass for the tenant's storage
     with django_db_blocker.unblock():
         tenant = tenancy_services.create_tenant(slug="deploy-rbac", namespace=TENANT_NAMESPACE)
         package = PackageFactory(id="deploy-rbac-rtx3080-1x", spec_name="rbac", gpu=1, count=1)
@@ -206,12 +209,19 @@ def recorded(cluster, celery_worker, django_db_blocker) -> dict[str, list]:
         try:
             cluster.requests.clear()
             assert client.get("/api/v1/health").status_code == 200
+            storage = {"name": "rbac-data", "size": "1Gi"}
+            assert client.post("/api/v1/gpu-storages", storage, format="json").status_code == 201
+            _wait(
+                lambda: kube.get(kube.PERSISTENTVOLUMECLAIM, TENANT_NAMESPACE, "storage-rbac-data"),
+                "the storage's claim",
+            )
             body = {
                 "operationID": "deploy-rbac-1",
                 "name": "rbac-unit",
                 "packageID": package.id,
                 "image": "python:3.12",
                 "template": {"ports": [{"name": "http", "port": 8080}]},
+                "storageMounts": [{"name": "rbac-data", "mountPath": "/data"}],
             }
             assert client.post("/api/v1/gpu-units", body, format="json").status_code == 201
             unit = wait_for_phase(GPUUnit.objects.get(tenant=tenant), "Running")
@@ -219,6 +229,12 @@ def recorded(cluster, celery_worker, django_db_blocker) -> dict[str, list]:
             assert client.delete("/api/v1/gpu-units/rbac-unit").status_code == 202
             wait_for_phase(unit, "Terminated")
             _wait_for_operations(tenant)
+            assert storage_service.sync_storages() >= 0  # beat's pass: one list of claims
+            assert client.delete("/api/v1/gpu-storages/rbac-data").status_code == 202
+            _wait(
+                lambda: not GPUStorage.objects.filter(tenant=tenant).exists(),
+                "the storage's deletion",
+            )
             flows["runtime"] = cluster.requests.entries()
 
             cluster.requests.clear()
@@ -238,6 +254,7 @@ def recorded(cluster, celery_worker, django_db_blocker) -> dict[str, list]:
             remove_namespace_objects(TENANT_NAMESPACE)
             Operation.objects.filter(tenant=tenant).delete()
             GPUUnit.objects.filter(tenant=tenant).delete()
+            GPUStorage.objects.filter(tenant=tenant).delete()
             tenant.delete()
             package.delete()
 
@@ -304,6 +321,9 @@ def test_every_call_of_provisioning_teardown_and_reconcile_is_granted(recorded, 
         ("create", "networkpolicies"),
         ("patch", "networkpolicies"),
         ("get", "pods/log"),
+        ("create", "persistentvolumeclaims"),
+        ("delete", "persistentvolumeclaims"),
+        ("list", "persistentvolumeclaims"),
     } <= kinds
     web = {c for c in calls if c.resource in WEB_RESOURCES}
     denied = _denied(calls - web, grants_for(rbac_objects)) + _denied(

@@ -182,7 +182,7 @@ def test_per_process_settings_are_read_and_the_metrics_directory_mounted():
                     assert re.search(rf"""["']{variable["name"]}["']""", SETTINGS)
 
 
-def test_only_the_worker_and_observer_run_as_the_service_account_with_rbac_rights():
+def test_only_the_worker_and_observer_run_as_the_service_account_with_unit_rights():
     for name in ("gpu-control-plane", "gpu-control-plane-unprivileged"):
         assert OBJECTS[("ServiceAccount", name)]["automountServiceAccountToken"] is False
     accounts = {name: _pod(name)["serviceAccountName"] for name in WORKLOADS}
@@ -193,17 +193,19 @@ def test_only_the_worker_and_observer_run_as_the_service_account_with_rbac_right
         "beat": "gpu-control-plane-unprivileged",
         "migrate": "gpu-control-plane-unprivileged",
     }
-    # Web mounts its (unbound) token for the health check's GET /version; beat and migrate
-    # never call the Kubernetes API.
+    # Web mounts its token for the health check's GET /version and unit logs (its account's
+    # only grant: get pods/log); beat and migrate never call the Kubernetes API.
     tokens = {name for name in WORKLOADS if _pod(name)["automountServiceAccountToken"]}
     assert tokens == {"worker", "observer", "web"}
     bound = {
-        subject["name"]
+        (subject["name"], obj["roleRef"]["name"])
         for (kind, _), obj in OBJECTS.items()
         if kind.endswith("Binding")
         for subject in obj["subjects"]
     }
-    assert bound == {"gpu-control-plane"}
+    assert {role for name, role in bound if name == "gpu-control-plane-unprivileged"} == {
+        "gpu-control-plane-logs"
+    }
 
 
 def test_migrations_run_once_in_the_job_and_the_apps_wait_for_them():

@@ -161,6 +161,8 @@ def test_tenant_namespace_is_pod_security_restricted_with_the_articles_quota():
         "requests.cpu": "160",
         "requests.memory": "256Gi",
         "count/resourceclaims.resource.k8s.io": "64",
+        "requests.storage": "1Ti",
+        "persistentvolumeclaims": "16",
     }
 
 

@@ -58,6 +58,8 @@ def test_the_create_schema_states_what_the_server_enforces(client, auth_client):
     assert isinstance(body["template"], dict)
     body.update(operationID="schema-1", name="n" * 54, packageID=ARTICLE_PACKAGE_ID)
     body["image"] = "python:3.12"
+    # Like packageID, a mount names something that must exist (the tenant's storage).
+    assert body.pop("storageMounts")[0].keys() == {"name", "mountPath", "readOnly"}
     response = auth_client.post("/api/v1/gpu-units", body, format="json")
     assert response.status_code == 201, response.json()
     assert response.json()["data"]["template"] == body["template"]

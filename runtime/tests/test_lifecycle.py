@@ -60,6 +60,8 @@ def test_tenant_namespace_is_restricted_and_has_the_quota(tenant):
         "requests.cpu": "160",
         "requests.memory": "256Gi",
         "count/resourceclaims.resource.k8s.io": "64",
+        "requests.storage": "1Ti",
+        "persistentvolumeclaims": "16",
     }
 
 

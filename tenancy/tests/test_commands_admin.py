@@ -88,6 +88,8 @@ def test_admin_shows_the_tenant_usage_but_does_not_take_it_from_the_form(admin_c
             "quota_cpu": tenant.quota_cpu,
             "quota_memory": tenant.quota_memory,
             "quota_claims": tenant.quota_claims,
+            "quota_storage": tenant.quota_storage,
+            "quota_storages": tenant.quota_storages,
             "used_claims": 0,
             "api_keys-TOTAL_FORMS": 0,
             "api_keys-INITIAL_FORMS": 0,

@@ -3,6 +3,7 @@ keys are never stored or logged in plain text, each key is rate limited."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 
 import pytest
@@ -142,18 +143,37 @@ def test_each_key_is_rate_limited_on_its_own(victim, settings):
 
 def test_unit_pods_meet_pod_security_restricted():
     """The checks of the Kubernetes Pod Security 'restricted' profile, on the built pod."""
-    spec = manifests.build_pod(CONTRACT, owner_uid="uid")["spec"]
+    contract = dataclasses.replace(
+        CONTRACT,
+        ports=[{"name": "http", "port": 8080, "protocol": "TCP"}],
+        storage_mounts=[{"name": "data", "mountPath": "/data", "readOnly": False}],
+        memory_bytes=40 * 2**30,
+    )
+    spec = manifests.build_pod(contract, owner_uid="uid")["spec"]
     assert spec["securityContext"]["runAsNonRoot"] is True
     assert spec["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
-    for key in ("hostNetwork", "hostPID", "hostIPC", "volumes"):
+    for key in ("hostNetwork", "hostPID", "hostIPC"):
         assert not spec.get(key)
+    # "restricted" allows only these volume types (no hostPath): /dev/shm and storage mounts.
+    allowed = {
+        "configMap",
+        "csi",
+        "downwardAPI",
+        "emptyDir",
+        "ephemeral",
+        "persistentVolumeClaim",
+        "projected",
+        "secret",
+    }
+    for volume in spec.get("volumes", []):
+        assert set(volume) - {"name"} <= allowed, volume
     for container in spec["containers"]:
         context = container["securityContext"]
         assert context["allowPrivilegeEscalation"] is False
         assert context["capabilities"]["drop"] == ["ALL"]
         assert not context.get("privileged")
         assert context.get("runAsUser", 1) != 0
-        assert not container.get("ports")
+        assert all("hostPort" not in port for port in container.get("ports", []))
 
 
 def test_rate_limiter_fails_open_when_its_redis_is_gone(victim, monkeypatch):

@@ -1,4 +1,5 @@
-"""`manage.py create_tenant SLUG --namespace NS [--cpu --memory --claims] [--operator]`."""
+"""`manage.py create_tenant SLUG --namespace NS [--cpu --memory --claims --storage --storages]
+[--operator]`."""
 
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -16,6 +17,8 @@ class Command(BaseCommand):
         parser.add_argument("--cpu", default="160", help="CPU quota (quantity)")
         parser.add_argument("--memory", default="256Gi", help="memory quota (quantity)")
         parser.add_argument("--claims", type=int, default=64, help="ResourceClaim quota")
+        parser.add_argument("--storage", default="1Ti", help="storage quota (total size)")
+        parser.add_argument("--storages", type=int, default=16, help="storage count quota")
         parser.add_argument("--operator", action="store_true", help="may read the inventory")
         parser.add_argument(
             "--if-missing", action="store_true", help="succeed quietly if the slug exists"
@@ -33,6 +36,8 @@ class Command(BaseCommand):
                 quota_cpu=options["cpu"],
                 quota_memory=options["memory"],
                 quota_claims=options["claims"],
+                quota_storage=options["storage"],
+                quota_storages=options["storages"],
                 is_operator=options["operator"],
             )
         except ValidationError as exc:

@@ -1,0 +1,234 @@
+"""Tenant storages (docs/architecture.md §11): a PersistentVolumeClaim per storage in the
+tenant's namespace, deleted with the storage (never while a live unit mounts it), outliving the
+units that mount it. The API records storages and their deletion; a worker creates and deletes
+the claims (web makes no cluster writes), and beat's reconcile mirrors their phase, makes a
+lost claim again and finishes deletions. The tenant's storage quota (total size and count) is
+checked here under the tenant's row lock, and kept in its ResourceQuota too."""
+
+from __future__ import annotations
+
+import logging
+
+from celery import current_app
+from django.db import IntegrityError, transaction
+from django.db.models import Count, Sum
+
+from controlplane import kube
+from controlplane.api.errors import ApiError, InvalidRequest, NotFound
+from controlplane.kube.errors import KubeError, TemporaryError
+from controlplane.validation import dns_subdomain, fold_case, positive_quantity
+from dracel import quantity
+from runtime import manifests, provisioning, validation
+from runtime.errors import QuotaExceeded, StorageInUse
+from runtime.models import AccessMode, GPUStorage, GPUUnit, StoragePhase, UnitPhase
+from tenancy.models import Tenant
+
+logger = logging.getLogger(__name__)
+
+
+class StorageConflict(ApiError):
+    status_code = 409
+    code = "storage_conflict"
+
+
+def _problems(name: str, size: str, storage_class: str, access_mode: str) -> dict[str, list[str]]:
+    found = {
+        "name": validation.storage_name(name),
+        "size": positive_quantity(size, resource="storage"),
+        "storageClass": dns_subdomain(storage_class) if storage_class else None,
+        "accessMode": None
+        if access_mode in AccessMode.values
+        else f"accessMode must be one of {', '.join(AccessMode.values)}.",
+    }
+    return {field: [message] for field, message in found.items() if message}
+
+
+def create_storage(
+    *, tenant: Tenant, name: str, size: str, storage_class: str = "", access_mode: str = ""
+) -> GPUStorage:
+    """Record the storage and create its claim; 400 naming fields, 409 for a taken name or
+    a full storage quota. Nothing is left behind when the cluster refuses the claim."""
+    name = fold_case(name.strip())
+    size, storage_class = size.strip(), storage_class.strip()
+    access_mode = access_mode or AccessMode.READ_WRITE_ONCE
+    if problems := _problems(name, size, storage_class, access_mode):
+        raise InvalidRequest("The storage is invalid.", details={"fields": problems})
+    size_bytes = quantity.parse_bytes(size)
+    try:
+        with transaction.atomic():
+            list(Tenant.objects.select_for_update().filter(pk=tenant.pk).values_list("pk"))
+            _check_quota(tenant, size_bytes)
+            storage = GPUStorage.objects.create(
+                tenant=tenant,
+                name=name,
+                size=size,
+                size_bytes=size_bytes,
+                storage_class=storage_class,
+                access_mode=access_mode,
+            )
+            transaction.on_commit(lambda: _send(PROVISION_STORAGE_TASK, storage.pk))
+    except IntegrityError:
+        raise StorageConflict(f"a storage named {name} exists.", details={"name": name}) from None
+    return storage
+
+
+PROVISION_STORAGE_TASK = "runtime.provision_storage"
+DELETE_STORAGE_TASK = "runtime.delete_storage"
+
+
+def _send(task: str, storage_pk: int) -> None:
+    """Hand the storage to a worker; if the broker is down, beat's reconcile picks it up."""
+    try:
+        current_app.send_task(task, args=[storage_pk], retry=False)
+    except Exception:  # the broker being unreachable must not fail the accepted request
+        logger.warning("could not send %s for storage %s", task, storage_pk, exc_info=True)
+
+
+def provision_storage(storage_pk: int) -> None:
+    """The worker's half of a create: the claim (created or adopted), its phase recorded. A
+    refusal fails the storage with the cluster's message; a TemporaryError is retried."""
+    storage = GPUStorage.objects.select_related("tenant").filter(pk=storage_pk).first()
+    if storage is None or storage.phase == StoragePhase.TERMINATING:
+        return
+    tenant = storage.tenant
+    try:
+        provisioning.ensure_tenant_namespace_once(tenant)
+        claim = kube.create_or_adopt(
+            kube.PERSISTENTVOLUMECLAIM,
+            _claim(storage),
+            ours=lambda found: manifests.labelled_storage(
+                found, tenant=tenant.slug, name=storage.name
+            ),
+        )
+    except TemporaryError:
+        raise
+    except KubeError as exc:
+        GPUStorage.objects.filter(pk=storage.pk).update(
+            phase=StoragePhase.FAILED, message=f"the cluster refused the claim: {exc.message}"
+        )
+        return
+    _observe(storage, claim)
+
+
+def _claim(storage: GPUStorage) -> dict:
+    return manifests.build_storage_claim(
+        namespace=storage.tenant.namespace,
+        tenant=storage.tenant.slug,
+        name=storage.name,
+        size=storage.size,
+        storage_class=storage.storage_class,
+        access_mode=storage.access_mode,
+    )
+
+
+def _check_quota(tenant: Tenant, size_bytes: int) -> None:
+    totals = GPUStorage.objects.filter(tenant=tenant).aggregate(
+        held=Sum("size_bytes"), count=Count("id")
+    )
+    held, count = totals["held"], totals["count"]
+    if count + 1 > tenant.quota_storages:
+        raise QuotaExceeded(
+            f"tenant {tenant.slug} has {count} of {tenant.quota_storages} storages.",
+            details={
+                "limit": "persistentvolumeclaims",
+                "used": str(count),
+                "hard": str(tenant.quota_storages),
+            },
+        )
+    used, requested = quantity.format_bytes(held or 0), quantity.format_bytes(size_bytes)
+    if (held or 0) + size_bytes > tenant.quota_storage_bytes:
+        raise QuotaExceeded(
+            f"tenant {tenant.slug} quota would be exceeded for requests.storage: "
+            f"used={used} requested={requested} hard={tenant.quota_storage}",
+            details={
+                "limit": "requests.storage",
+                "used": used,
+                "requested": requested,
+                "hard": tenant.quota_storage,
+            },
+        )
+
+
+def get_storage(*, tenant: Tenant, name: str) -> GPUStorage:
+    storage = GPUStorage.objects.filter(tenant=tenant, name=fold_case(name.strip())).first()
+    if storage is None:
+        raise NotFound(f"storage {name} not found.")
+    return storage
+
+
+def mounted_by(storage: GPUStorage) -> list[str]:
+    """Names of the live units that mount the storage."""
+    return list(
+        GPUUnit.objects.filter(
+            tenant_id=storage.tenant_id, storage_mounts__contains=[{"name": storage.name}]
+        )
+        .exclude(phase=UnitPhase.TERMINATED)
+        .values_list("name", flat=True)
+    )
+
+
+def delete_storage(*, tenant: Tenant, name: str) -> GPUStorage:
+    """Mark the storage Terminating and have a worker delete its claim (its data goes with
+    the volume's reclaim policy); 409 while a live unit mounts it. Repeating it is harmless."""
+    with transaction.atomic():
+        list(Tenant.objects.select_for_update().filter(pk=tenant.pk).values_list("pk"))
+        storage = get_storage(tenant=tenant, name=name)
+        if units := mounted_by(storage):
+            raise StorageInUse(
+                f"storage {storage.name} is mounted by {', '.join(units)}: delete them first.",
+                details={"units": units},
+            )
+        GPUStorage.objects.filter(pk=storage.pk).update(
+            phase=StoragePhase.TERMINATING, message="Deletion requested."
+        )
+        storage.phase = StoragePhase.TERMINATING
+        transaction.on_commit(lambda: _send(DELETE_STORAGE_TASK, storage.pk))
+    return storage
+
+
+def finish_storage_deletion(storage_pk: int) -> None:
+    """The worker's half of a delete: the claim deleted, then the row once it is gone."""
+    storage = GPUStorage.objects.select_related("tenant").filter(pk=storage_pk).first()
+    if storage is None or storage.phase != StoragePhase.TERMINATING:
+        return
+    namespace = storage.tenant.namespace
+    kube.delete(kube.PERSISTENTVOLUMECLAIM, namespace, storage.claim_name)
+    if kube.get(kube.PERSISTENTVOLUMECLAIM, namespace, storage.claim_name) is not None:
+        raise TemporaryError(f"waiting for claim {storage.claim_name} to be deleted", delay=1)
+    storage.delete()
+
+
+def _observe(storage: GPUStorage, claim: dict | None) -> None:
+    if storage.phase in (StoragePhase.TERMINATING, StoragePhase.FAILED):
+        return
+    phase = ((claim or {}).get("status") or {}).get("phase") or StoragePhase.PENDING
+    if claim is None:
+        phase = StoragePhase.LOST
+    uid = ((claim or {}).get("metadata") or {}).get("uid", "")
+    if (storage.phase, storage.claim_k8s_uid) != (phase, uid):
+        GPUStorage.objects.filter(pk=storage.pk).update(phase=phase, claim_k8s_uid=uid, message="")
+        storage.phase, storage.claim_k8s_uid = phase, uid
+
+
+def sync_storages() -> int:
+    """Beat's pass over every storage, from one list of the control plane's claims: phases
+    mirrored, a lost or never-made claim made (again), deletions finished. How many changed."""
+    if not GPUStorage.objects.exists():
+        return 0
+    selector = f"{manifests.LABEL_MANAGED_BY}={manifests.MANAGED_BY},{manifests.LABEL_STORAGE}"
+    claims = {
+        (c["metadata"]["namespace"], c["metadata"]["name"]): c
+        for c in kube.list_objects(kube.PERSISTENTVOLUMECLAIM, label_selector=selector)
+    }
+    changed = 0
+    for storage in GPUStorage.objects.select_related("tenant"):
+        claim = claims.get((storage.tenant.namespace, storage.claim_name))
+        if storage.phase == StoragePhase.TERMINATING:
+            _send(DELETE_STORAGE_TASK, storage.pk)
+            continue
+        if claim is None and storage.phase != StoragePhase.FAILED:
+            _send(PROVISION_STORAGE_TASK, storage.pk)
+        before = storage.phase
+        _observe(storage, claim)
+        changed += storage.phase != before
+    return changed
