@@ -292,6 +292,11 @@ NETWORK_GATEWAY_NAMESPACE = env.str(
     "NETWORK_GATEWAY_NAMESPACE", default=ACCESS_GATEWAY.partition("/")[0]
 )
 NETWORK_EGRESS_ALLOW = env.list("NETWORK_EGRESS_ALLOW", default=[])
+# SSH into units: the sidecar's image runs sshd as a non-root user on port 2222, trusting the
+# keys in /etc/ssh-keys/authorized_keys (docs/ssh-server/Dockerfile builds one); the session
+# user is SSH_USERNAME; clients connect to the unit's ssh Service on ACCESS_TCP_HOST.
+SSH_SERVER_IMAGE = env.str("SSH_SERVER_IMAGE", default="ghcr.io/example/gpu-unit-sshd:1")
+SSH_USERNAME = env.str("SSH_USERNAME", default="runtime")
 # GET /gpu-units/{name}/logs: a followed log ends after this long (a web thread serves it);
 # a log read at once is cut at this many bytes.
 LOGS_FOLLOW_SECONDS = env.float("LOGS_FOLLOW_SECONDS", default=60.0)

@@ -110,6 +110,26 @@ def for_unit(unit: object, config: AccessConfig | None = None) -> dict:
     return {**settings_, **shown}
 
 
+def ssh_for_unit(unit: object, config: AccessConfig | None = None) -> dict:
+    """`ssh` on the unit JSON: {enabled, keys, username, host, port, command}; the port and
+    command are null until the unit's ssh Service has its node port."""
+    ssh = getattr(unit, "ssh", None) or {}
+    if not ssh.get("enabled"):
+        return {"enabled": False}
+    config = config or from_settings()
+    port = (getattr(unit, "exposed", None) or {}).get("sshNodePort")
+    host = config.tcp_host or None
+    command = f"ssh -p {port} {settings.SSH_USERNAME}@{host}" if port and host else None
+    return {
+        "enabled": True,
+        "keys": list(ssh.get("keys") or []),
+        "username": settings.SSH_USERNAME,
+        "host": host,
+        "port": port,
+        "command": command,
+    }
+
+
 def tcp_exposed(access: dict, config: AccessConfig) -> bool:
     return access.get("scheme") == "tcp" and config.tcp_service_type in (
         "NodePort",

@@ -11,6 +11,7 @@ import logging
 from collections.abc import Iterable
 from typing import Any
 
+from celery import current_app
 from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
@@ -225,3 +226,19 @@ def recount_usage() -> list[str]:
             logger.warning("tenant %s usage recounted: %s -> %s", tenant.slug, charged, usage)
             fixed.append(tenant.slug)
     return fixed
+
+
+REFRESH_SSH_TASK = "runtime.refresh_unit_ssh"
+
+
+def ssh_key_removed(tenant: Tenant, name: str) -> None:
+    """A tenant removed an SSH key: the units that named it stop naming it, and a worker
+    rewrites their authorized keys (registered into tenancy.services from runtime.apps)."""
+    for unit in selectors.units_using_ssh_key(tenant=tenant, name=name):
+        keys = [key for key in unit.ssh.get("keys") or [] if key != name]
+        GPUUnit.objects.filter(pk=unit.pk).update(ssh={**unit.ssh, "keys": keys})
+        record_event(unit, reason="SSHKeyRemoved", message=f"SSH key {name} no longer opens it.")
+        try:
+            current_app.send_task(REFRESH_SSH_TASK, args=[unit.pk], retry=False)
+        except Exception:  # the broker away: the unit keeps the key until a refresh reaches it
+            logger.warning("could not send %s for %s", REFRESH_SSH_TASK, unit, exc_info=True)

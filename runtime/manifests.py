@@ -52,6 +52,8 @@ class UnitContract:
     access: dict[str, str] = field(default_factory=dict)
     storage_mounts: list[dict] = field(default_factory=list)
     memory_bytes: int = 0  # /dev/shm is sized half of it
+    ssh: bool = False
+    ssh_image: str = ""
 
 
 def claim_name_for(unit_name: str) -> str:
@@ -161,6 +163,9 @@ def build_gpuunit(contract: UnitContract) -> dict:
         spec["access"] = dict(contract.access)
     if contract.storage_mounts:
         spec["storageMounts"] = [dict(mount) for mount in contract.storage_mounts]
+    if contract.ssh:
+        # Whether SSH is on; the keys live in the unit's ConfigMap, never here.
+        spec["ssh"] = {"enabled": True}
     return {
         "apiVersion": API_VERSION,
         "kind": "GPUUnit",
@@ -202,8 +207,78 @@ def build_resource_claim(contract: UnitContract, *, owner_uid: str) -> dict:
     }
 
 
+# The SSH server sidecar's share of the package's cpu and memory (taken from the workload's,
+# so the pod asks for exactly what the package sells and the tenant's quota sees no more).
+SSH_CPU_MILLICORES = 50
+SSH_MEMORY_BYTES = 64 * 2**20
+SSH_CONTAINER = "ssh-server"
+SSH_KEYS_VOLUME = "ssh-keys"
+SSH_KEYS_PATH = "/etc/ssh-keys"
+SSH_PORT = 2222  # the sidecar listens here (a non-root sshd cannot bind 22)
+
+
+def ssh_config_map_name(unit: str) -> str:
+    return f"unit-{unit}-ssh"
+
+
+def ssh_service_name(unit: str) -> str:
+    return f"unit-{unit}-ssh"
+
+
+def _compute(contract: UnitContract) -> dict[str, str]:
+    if not contract.ssh:
+        return {"cpu": contract.cpu, "memory": contract.memory}
+    cpu = quantity.parse_cpu(contract.cpu) - SSH_CPU_MILLICORES
+    memory = contract.memory_bytes - SSH_MEMORY_BYTES
+    return {
+        "cpu": quantity.format_cpu(max(cpu, 1)),
+        "memory": quantity.format_bytes(max(memory, 1)),
+    }
+
+
+def _restricted_context() -> dict:
+    return {
+        "allowPrivilegeEscalation": False,
+        "capabilities": {"drop": ["ALL"]},
+        "runAsNonRoot": True,
+        "runAsUser": RUN_AS_USER,
+        "runAsGroup": RUN_AS_USER,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def _ssh_sidecar(contract: UnitContract, mounts: list[dict]) -> dict:
+    """sshd as a native sidecar (a restartable init container): it holds the same GPU claim
+    and mounts as the workload, so a session sees the unit's GPUs, storage and /dev/shm."""
+    share = {
+        "cpu": quantity.format_cpu(SSH_CPU_MILLICORES),
+        "memory": quantity.format_bytes(SSH_MEMORY_BYTES),
+    }
+    return {
+        "name": SSH_CONTAINER,
+        "image": contract.ssh_image,
+        "imagePullPolicy": "IfNotPresent",
+        "restartPolicy": "Always",
+        "ports": [{"name": "ssh", "containerPort": SSH_PORT, "protocol": "TCP"}],
+        "env": [
+            {"name": "SSH_PORT", "value": str(SSH_PORT)},
+            {"name": "SSH_AUTHORIZED_KEYS", "value": f"{SSH_KEYS_PATH}/authorized_keys"},
+        ],
+        "resources": {
+            "requests": dict(share),
+            "limits": dict(share),
+            "claims": [{"name": POD_CLAIM_NAME, "request": contract.claim_request_name}],
+        },
+        "securityContext": _restricted_context(),
+        "volumeMounts": [
+            *mounts,
+            {"name": SSH_KEYS_VOLUME, "mountPath": SSH_KEYS_PATH, "readOnly": True},
+        ],
+    }
+
+
 def build_pod(contract: UnitContract, *, owner_uid: str) -> dict:
-    compute = {"cpu": contract.cpu, "memory": contract.memory}
+    compute = _compute(contract)
     container: dict = {
         "name": CONTAINER_NAME,
         "image": contract.image,
@@ -220,14 +295,7 @@ def build_pod(contract: UnitContract, *, owner_uid: str) -> dict:
             "limits": dict(compute),
             "claims": [{"name": POD_CLAIM_NAME, "request": contract.claim_request_name}],
         },
-        "securityContext": {
-            "allowPrivilegeEscalation": False,
-            "capabilities": {"drop": ["ALL"]},
-            "runAsNonRoot": True,
-            "runAsUser": RUN_AS_USER,
-            "runAsGroup": RUN_AS_USER,
-            "seccompProfile": {"type": "RuntimeDefault"},
-        },
+        "securityContext": _restricted_context(),
     }
     if contract.ports:
         container["ports"] = [
@@ -236,6 +304,15 @@ def build_pod(contract: UnitContract, *, owner_uid: str) -> dict:
         ]
     volumes, mounts = _volumes(contract)
     container["volumeMounts"] = mounts
+    init_containers = []
+    if contract.ssh:
+        init_containers.append(_ssh_sidecar(contract, mounts))
+        volumes.append(
+            {
+                "name": SSH_KEYS_VOLUME,
+                "configMap": {"name": ssh_config_map_name(contract.name), "defaultMode": 0o444},
+            }
+        )
     if contract.command:
         container["command"] = list(contract.command)
     if contract.args:
@@ -261,9 +338,47 @@ def build_pod(contract: UnitContract, *, owner_uid: str) -> dict:
                 "seccompProfile": {"type": "RuntimeDefault"},
             },
             "resourceClaims": [{"name": POD_CLAIM_NAME, "resourceClaimName": contract.claim_name}],
+            **({"initContainers": init_containers} if init_containers else {}),
             "containers": [container],
             "volumes": volumes,
         },
+    }
+
+
+def build_ssh_config_map(contract: UnitContract, *, owner_uid: str, public_keys: list[str]) -> dict:
+    """The unit's authorized keys (public halves only) for its SSH sidecar."""
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": ssh_config_map_name(contract.name),
+            "namespace": contract.namespace,
+            "labels": labels(contract),
+            "ownerReferences": [owner_reference(contract, owner_uid)],
+        },
+        "data": {"authorized_keys": "".join(f"{key}\n" for key in public_keys)},
+    }
+
+
+def build_ssh_service(contract: UnitContract, *, owner_uid: str, service_type: str) -> dict:
+    """`unit-<name>-ssh`: port 22 to the sidecar, published as the TCP service type says."""
+    spec: dict = {
+        "type": service_type,
+        "selector": _unit_selector(contract),
+        "ports": [{"name": "ssh", "port": 22, "targetPort": "ssh", "protocol": "TCP"}],
+    }
+    if service_type != "ClusterIP":
+        spec["externalTrafficPolicy"] = "Local"
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": ssh_service_name(contract.name),
+            "namespace": contract.namespace,
+            "labels": labels(contract),
+            "ownerReferences": [owner_reference(contract, owner_uid)],
+        },
+        "spec": spec,
     }
 
 

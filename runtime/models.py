@@ -6,6 +6,7 @@ import enum
 import uuid
 from typing import Any
 
+from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
@@ -62,6 +63,9 @@ class GPUUnit(models.Model):
     access = models.JSONField(default=dict, blank=True)
     # [{name, mountPath, readOnly}]: the tenant's storages the pod mounts (validation).
     storage_mounts = models.JSONField(default=list, blank=True)
+    # {"enabled": true, "keys": [names of the tenant's SSH keys]} or {}: the public keys
+    # themselves go to the unit's ConfigMap, never its spec.
+    ssh = models.JSONField(default=dict, blank=True)
     # Observed state.
     phase = models.CharField(max_length=16, choices=UnitPhase, default=UnitPhase.ACCEPTED)
     reason = models.CharField(max_length=64, blank=True)
@@ -147,6 +151,8 @@ class GPUUnit(models.Model):
             access=dict(self.access or {}),
             storage_mounts=list(self.storage_mounts or []),
             memory_bytes=self.memory_bytes,
+            ssh=bool((self.ssh or {}).get("enabled")),
+            ssh_image=settings.SSH_SERVER_IMAGE,
         )
 
 

@@ -41,7 +41,7 @@ from runtime.models import (
     UnitEvent,
     UnitPhase,
 )
-from tenancy.models import ApiKey, Tenant
+from tenancy.models import ApiKey, SSHKey, Tenant
 from tenancy.selectors import TenantUsage
 
 M = TypeVar("M", bound=models.Model)
@@ -67,6 +67,7 @@ def create_unit(
     template: dict | None = None,
     access: dict | None = None,
     storage_mounts: list[dict] | None = None,
+    ssh: dict | None = None,
 ) -> CreateResult:
     """Record a new unit and its create operation, or return the unit an earlier identical
     request created (same operationID and payload; a different payload is a conflict).
@@ -86,6 +87,9 @@ def create_unit(
     storage_mounts = storage_mounts or []
     if storage_mounts:
         request["storageMounts"] = storage_mounts
+    ssh = ssh or {}
+    if ssh:
+        request["ssh"] = ssh
     request_hash = outbox.fingerprint(request)
     earlier, package = _lookup(tenant, operation_id, package_id)
     if earlier is not None:
@@ -95,6 +99,8 @@ def create_unit(
             f'packageID "{package_id}" is not offered.',
             details={"fields": {"packageID": ["Unknown or inactive package."]}},
         )
+    if ssh:
+        ssh = {"enabled": True, "keys": ssh_key_names(tenant, ssh.get("keys"))}
     unit = GPUUnit(
         tenant=tenant,
         name=name,
@@ -104,6 +110,7 @@ def create_unit(
         template=template,
         access=access,
         storage_mounts=storage_mounts,
+        ssh=ssh,
         **GPUUnit.contract_fields(package, name=name),
     )
     operation = Operation(
@@ -498,3 +505,25 @@ def check_storage_mounts(tenant: Tenant, mounts: list[dict]) -> None:
                 "live unit at a time.",
                 details={"storage": name, "units": holders},
             )
+
+
+def ssh_key_names(tenant: Tenant, wanted: list[str] | None) -> list[str]:
+    """The tenant's SSH keys a unit gets: the named ones (each must exist), or all of them;
+    400 when SSH is enabled and there is none to give."""
+    keys = SSHKey.objects.filter(tenant=tenant).order_by("name")
+    have = list(keys.values_list("name", flat=True))
+    if wanted is None:
+        if not have:
+            raise InvalidRequest(
+                "SSH is enabled but the tenant has no SSH key: register one (POST /ssh-keys).",
+                details={"fields": {"ssh": ["the tenant has no SSH key."]}},
+            )
+        return have
+    problems = {
+        f"ssh.keys[{index}]": [f"the tenant has no SSH key {name}."]
+        for index, name in enumerate(wanted)
+        if name not in have
+    }
+    if problems:
+        raise InvalidRequest("An SSH key is unknown.", details={"fields": problems})
+    return list(wanted)

@@ -17,7 +17,7 @@ from django.conf import settings
 
 from controlplane import kube
 from controlplane.kube.errors import KubeError, PermanentError, TemporaryError
-from runtime import access, lifecycle, manifests, outbox
+from runtime import access, lifecycle, manifests, outbox, selectors
 from runtime.models import EventType, GPUUnit, Operation, UnitPhase
 from tenancy.models import Tenant
 
@@ -140,6 +140,18 @@ def provision_access(contract: manifests.UnitContract, *, owner_uid: str) -> dic
             public_ports.append(primary)
         if primary is not None and contract.access.get("scheme") in ("http", "https"):
             _publish_http(contract, owner_uid, config, primary["port"], ours)
+    if contract.ssh and config.tcp_service_type != "ClusterIP":
+        ssh_service = kube.create_or_adopt(
+            kube.SERVICE,
+            manifests.build_ssh_service(
+                contract, owner_uid=owner_uid, service_type=config.tcp_service_type
+            ),
+            ours=ours,
+        )
+        node_port = (ssh_service["spec"].get("ports") or [{}])[0].get("nodePort")
+        if node_port:
+            exposed["sshNodePort"] = node_port
+        public_ports.append({"port": manifests.SSH_PORT, "protocol": "TCP"})
     if settings.NETWORK_POLICIES:
         kube.create_or_adopt(
             kube.NETWORKPOLICY,
@@ -149,6 +161,18 @@ def provision_access(contract: manifests.UnitContract, *, owner_uid: str) -> dic
             ours=ours,
         )
     return exposed
+
+
+def ensure_ssh_keys(unit: GPUUnit, *, owner_uid: str) -> None:
+    """The unit's authorized keys as they are now (the keys it names that still exist)."""
+    contract = unit.contract(request_hash="")
+    kube.ensure(
+        kube.CONFIGMAP,
+        manifests.build_ssh_config_map(
+            contract, owner_uid=owner_uid, public_keys=selectors.ssh_public_keys(unit)
+        ),
+        fields=[("data",)],
+    )
 
 
 def _publish_http(
@@ -206,6 +230,9 @@ def _unit_objects(unit: GPUUnit) -> list[tuple[kube.Kind, str]]:
     ]
     if (unit.template or {}).get("ports"):
         objects.append((kube.SERVICE, access.service_name(unit.name)))
+    if (unit.ssh or {}).get("enabled"):
+        objects.append((kube.SERVICE, manifests.ssh_service_name(unit.name)))
+        objects.append((kube.CONFIGMAP, manifests.ssh_config_map_name(unit.name)))
     if settings.NETWORK_POLICIES:
         objects.append((kube.NETWORKPOLICY, f"unit-{unit.name}"))
     return [*objects, (kube.GPUUNIT, unit.name)]
@@ -264,6 +291,8 @@ def provision_unit(*, operation_pk: int) -> None:
         contract = unit.contract(request_hash=operation.fingerprint)
         gpuunit, claim, pod = provision_objects(contract)
         exposed = provision_access(contract, owner_uid=gpuunit["metadata"]["uid"])
+        if contract.ssh:
+            ensure_ssh_keys(unit, owner_uid=gpuunit["metadata"]["uid"])
     except PermanentError as exc:
         if exc.status == 404 and settings.TENANT_NAMESPACE_PROVISIONING:
             # The namespace went away under us: recreate it on the next attempt.

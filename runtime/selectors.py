@@ -10,7 +10,7 @@ from django.db.models import Count, QuerySet, Sum
 
 from controlplane.validation import fold_case
 from runtime.models import GPUUnit, Operation, OperationStatus, UnitEvent, UnitPhase
-from tenancy.models import Tenant
+from tenancy.models import SSHKey, Tenant
 from tenancy.selectors import TenantUsage
 
 
@@ -139,4 +139,19 @@ def live_units_with_mounts(*, tenant: Tenant) -> list[tuple[str, list[dict]]]:
         .exclude(phase=UnitPhase.TERMINATED)
         .exclude(storage_mounts=[])
         .values_list("name", "storage_mounts")
+    )
+
+
+def ssh_public_keys(unit: GPUUnit) -> list[str]:
+    """The public key lines of the SSH keys the unit names that its tenant still has."""
+    names = (unit.ssh or {}).get("keys") or []
+    keys = SSHKey.objects.filter(tenant_id=unit.tenant_id, name__in=names).order_by("name")
+    return list(keys.values_list("public_key", flat=True))
+
+
+def units_using_ssh_key(*, tenant: Tenant, name: str) -> list[GPUUnit]:
+    return list(
+        GPUUnit.objects.filter(tenant=tenant, ssh__keys__contains=[name]).exclude(
+            phase=UnitPhase.TERMINATED
+        )
     )

@@ -103,6 +103,24 @@ class StorageMountsField(serializers.JSONField):
         return mounts
 
 
+class SSHSerializer(serializers.Serializer):
+    """SSH into the unit with the tenant's registered keys (all of them unless named)."""
+
+    enabled = serializers.BooleanField()
+    keys = serializers.ListField(
+        child=StringField(max_length=63), required=False, help_text="names from /ssh-keys"
+    )
+
+
+@extend_schema_field(SSHSerializer)
+class SSHField(serializers.JSONField):
+    def to_internal_value(self, data: object) -> dict:
+        normalised, problems = validation.ssh(data)
+        if problems:
+            raise serializers.ValidationError(problems)
+        return normalised
+
+
 class CreateUnitSerializer(StrictSerializer):
     """An order for one GPU unit of a package. Fields not listed here are refused."""
 
@@ -113,6 +131,7 @@ class CreateUnitSerializer(StrictSerializer):
     template = TemplateField(required=False)
     access = AccessField(required=False)
     storageMounts = StorageMountsField(required=False)
+    ssh = SSHField(required=False)
 
     def validate_operationID(self, value: str) -> str:
         if not validation.OPERATION_ID.fullmatch(value):
@@ -160,7 +179,7 @@ def _flatten_template(detail):
     if not isinstance(detail, dict):
         return detail
     flat = dict(detail)
-    for field in ("template", "storageMounts"):
+    for field in ("template", "storageMounts", "ssh"):
         if isinstance(detail.get(field), dict):
             del flat[field]
             for path, messages in detail[field].items():
@@ -232,6 +251,17 @@ class UnitAccessSerializer(serializers.Serializer):
     endpoints = EndpointSerializer(many=True)
 
 
+class UnitSSHSerializer(serializers.Serializer):
+    enabled = serializers.BooleanField()
+    keys = serializers.ListField(child=serializers.CharField(), required=False)
+    username = serializers.CharField(required=False)
+    host = serializers.CharField(required=False, allow_null=True)
+    port = serializers.IntegerField(required=False, allow_null=True)
+    command = serializers.CharField(
+        required=False, allow_null=True, help_text="e.g. ssh -p 31022 runtime@gpu.example.com"
+    )
+
+
 class UnitSerializer(serializers.ModelSerializer):
     operationID = serializers.CharField(source="operation_id")
     packageID = serializers.CharField(source="package_id")
@@ -246,6 +276,7 @@ class UnitSerializer(serializers.ModelSerializer):
     template = serializers.SerializerMethodField()
     access = serializers.SerializerMethodField()
     storageMounts = StorageMountSerializer(source="storage_mounts", many=True)
+    ssh = serializers.SerializerMethodField()
 
     class Meta:
         model = GPUUnit
@@ -260,6 +291,7 @@ class UnitSerializer(serializers.ModelSerializer):
             "template",
             "access",
             "storageMounts",
+            "ssh",
             "cpu",
             "memory",
             "gpu",
@@ -277,6 +309,10 @@ class UnitSerializer(serializers.ModelSerializer):
     @extend_schema_field(TemplateSerializer)
     def get_template(self, unit: GPUUnit) -> dict:
         return unit.template or {}
+
+    @extend_schema_field(UnitSSHSerializer)
+    def get_ssh(self, unit: GPUUnit) -> dict:
+        return access.ssh_for_unit(unit)
 
     @extend_schema_field(UnitAccessSerializer)
     def get_access(self, unit: GPUUnit) -> dict:

@@ -265,3 +265,33 @@ def storage_mounts(value: object) -> tuple[list[dict], dict[str, str]]:
     if problems:
         return [], problems
     return sorted(mounts, key=lambda m: (m["name"], m["mountPath"])), {}
+
+
+SSH_USERNAME = "runtime"
+SSH_PORT = 2222
+
+
+def ssh(value: object) -> tuple[dict, dict[str, str]]:
+    """`ssh: {enabled, keys?}` normalised ({} when off; keys de-duplicated, None meaning every
+    key the tenant has) and its problems. Whether the keys exist is the order's to check."""
+    if value is None:
+        return {}, {}
+    if not isinstance(value, dict) or set(value) - {"enabled", "keys"}:
+        return {}, {"ssh": "ssh must be an object with enabled and keys."}
+    enabled = value.get("enabled", False)
+    if not isinstance(enabled, bool):
+        return {}, {"ssh.enabled": "enabled must be true or false."}
+    keys = value.get("keys")
+    if not enabled:
+        return ({}, {"ssh.keys": "keys need enabled: true."}) if keys else ({}, {})
+    if keys is None:
+        return {"enabled": True, "keys": None}, {}
+    if not isinstance(keys, list) or not keys or len(keys) > MAX_ITEMS:
+        return {}, {"ssh.keys": f"keys must name 1 to {MAX_ITEMS} of the tenant's SSH keys."}
+    names: list[str] = []
+    for index, name in enumerate(keys):
+        if not isinstance(name, str) or not _LABEL.fullmatch(name):
+            return {}, {f"ssh.keys[{index}]": "not an SSH key name (a DNS label)."}
+        if name not in names:
+            names.append(name)
+    return {"enabled": True, "keys": names}, {}

@@ -180,6 +180,7 @@ class UnitListView(TenantView):
             template=data.get("template"),
             access=data.get("access"),
             storage_mounts=data.get("storageMounts"),
+            ssh=data.get("ssh"),
         )
         body = _render_unit(result.unit)
         if result.created:

@@ -36,6 +36,7 @@ from tests.test_manifests import kustomize, kustomize_with_tenant_provisioning, 
 pytestmark = [needs_kubectl, pytest.mark.django_db]
 
 DEV_GATEWAY = Path(__file__).resolve().parent.parent / "k8s" / "components" / "dev-gateway"
+RBAC_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAILSkOgILcqVAoeUWHkkxaz7JUr1aw5d3hCpJKnzFcYWi rbac"
 SERVICE_ACCOUNT = ("gpu-control-plane", "gpu-control-plane")  # (namespace, name)
 # Web's account: it calls the cluster only for /version and a unit pod's log.
 WEB_ACCOUNT = ("gpu-control-plane", "gpu-control-plane-unprivileged")
@@ -215,6 +216,8 @@ def recorded(cluster, celery_worker, django_db_blocker) -> dict[str, list]:
                 lambda: kube.get(kube.PERSISTENTVOLUMECLAIM, TENANT_NAMESPACE, "storage-rbac-data"),
                 "the storage's claim",
             )
+            key = {"name": "rbac-key", "publicKey": RBAC_KEY}
+            assert client.post("/api/v1/ssh-keys", key, format="json").status_code == 201
             body = {
                 "operationID": "deploy-rbac-1",
                 "name": "rbac-unit",
@@ -222,10 +225,20 @@ def recorded(cluster, celery_worker, django_db_blocker) -> dict[str, list]:
                 "image": "python:3.12",
                 "template": {"ports": [{"name": "http", "port": 8080}]},
                 "storageMounts": [{"name": "rbac-data", "mountPath": "/data"}],
+                "ssh": {"enabled": True},
             }
             assert client.post("/api/v1/gpu-units", body, format="json").status_code == 201
             unit = wait_for_phase(GPUUnit.objects.get(tenant=tenant), "Running")
             assert client.get("/api/v1/gpu-units/rbac-unit/logs").status_code == 200
+            # Removing the key rewrites the unit's authorized keys (get, then patch).
+            assert client.delete("/api/v1/ssh-keys/rbac-key").status_code == 204
+            _wait(
+                lambda: (
+                    kube.get(kube.CONFIGMAP, TENANT_NAMESPACE, "unit-rbac-unit-ssh")["data"]
+                    == {"authorized_keys": ""}
+                ),
+                "the unit's keys to be rewritten",
+            )
             assert client.delete("/api/v1/gpu-units/rbac-unit").status_code == 202
             wait_for_phase(unit, "Terminated")
             _wait_for_operations(tenant)
@@ -324,6 +337,9 @@ def test_every_call_of_provisioning_teardown_and_reconcile_is_granted(recorded, 
         ("create", "persistentvolumeclaims"),
         ("delete", "persistentvolumeclaims"),
         ("list", "persistentvolumeclaims"),
+        ("create", "configmaps"),
+        ("patch", "configmaps"),
+        ("delete", "configmaps"),
     } <= kinds
     web = {c for c in calls if c.resource in WEB_RESOURCES}
     denied = _denied(calls - web, grants_for(rbac_objects)) + _denied(

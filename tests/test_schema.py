@@ -60,6 +60,7 @@ def test_the_create_schema_states_what_the_server_enforces(client, auth_client):
     body["image"] = "python:3.12"
     # Like packageID, a mount names something that must exist (the tenant's storage).
     assert body.pop("storageMounts")[0].keys() == {"name", "mountPath", "readOnly"}
+    assert body.pop("ssh") == {"enabled": True, "keys": ["string"]}  # names a registered key
     response = auth_client.post("/api/v1/gpu-units", body, format="json")
     assert response.status_code == 201, response.json()
     assert response.json()["data"]["template"] == body["template"]

@@ -2,6 +2,7 @@
 create-or-adopt and ensure idioms."""
 
 from controlplane.kube.client import (
+    CONFIGMAP,
     CRD,
     DEVICECLASS,
     GPUUNIT,
@@ -32,6 +33,7 @@ from controlplane.kube.objects import create_or_adopt, ensure
 from controlplane.kube.watch import Event, Gone, Informer, list_all
 
 __all__ = [
+    "CONFIGMAP",
     "CRD",
     "DEVICECLASS",
     "GPUUNIT",
