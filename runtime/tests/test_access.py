@@ -117,6 +117,30 @@ OBJECTS = {
     "unit-policy": lambda: manifests.build_unit_network_policy(
         WITH_PORTS, owner_uid=OWNER_UID, public_ports=[{"port": 8080}]
     ),
+    "pod-with-ssh-and-storage": lambda: manifests.build_pod(
+        dataclasses.replace(
+            WITH_PORTS,
+            ssh=True,
+            ssh_image="registry.example.com/gpu-unit-sshd:1",
+            memory_bytes=40 * 2**30,
+            storage_mounts=[{"name": "model-cache", "mountPath": "/data", "readOnly": True}],
+        ),
+        owner_uid=OWNER_UID,
+    ),
+    "ssh-service": lambda: manifests.build_ssh_service(
+        WITH_PORTS, owner_uid=OWNER_UID, service_type="NodePort"
+    ),
+    "ssh-config-map": lambda: manifests.build_ssh_config_map(
+        WITH_PORTS, owner_uid=OWNER_UID, public_keys=["ssh-ed25519 AAAA"]
+    ),
+    "storage-claim": lambda: manifests.build_storage_claim(
+        namespace="runtime-instance",
+        tenant="default",
+        name="model-cache",
+        size="50Gi",
+        storage_class="standard",
+        access_mode="ReadWriteOnce",
+    ),
 }
 
 
