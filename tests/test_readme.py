@@ -175,3 +175,12 @@ def test_sigterm_to_the_process_group_stops_everything(stack):
     # PostgreSQL runs detached (pg_ctl); it is stopped too.
     assert not (stack["data"] / "postgres" / "pgdata" / "postmaster.pid").exists()
     assert re.search(r"stopping\.\.\.", stack["log"].read_text())
+
+
+def test_the_readme_links_nothing_outside_the_repository():
+    """A clone has no ../shared: every relative link the README makes is to a file in it (the
+    overlay example's ../gpu-control-plane is the reader's own checkout, not a link)."""
+    text = README.read_text()
+    assert "../shared" not in text
+    for target in re.findall(r"\]\((?!https?://)([^)#]+)\)", text):
+        assert (ROOT / target).exists(), target
