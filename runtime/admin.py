@@ -8,7 +8,7 @@ from django.contrib import admin
 from django.http import HttpRequest
 
 from catalog import admin as catalog_admin
-from runtime.models import GPUUnit, Operation, UnitEvent, UnitPhase
+from runtime.models import GPUStorage, GPUUnit, Operation, UnitEvent, UnitPhase
 
 
 def count_live_units(package_ids: Iterable[str]) -> int:
@@ -72,3 +72,23 @@ class OperationAdmin(admin.ModelAdmin):
 
     def has_change_permission(self, request: HttpRequest, obj=None) -> bool:
         return False
+
+
+@admin.register(GPUStorage)
+class GPUStorageAdmin(admin.ModelAdmin):
+    """Tenants create and delete storages through the API and the dashboard (a worker makes
+    the claim); ops see them here, read-only."""
+
+    list_display = ("name", "tenant", "size", "access_mode", "storage_class", "phase", "created_at")
+    list_filter = ("phase", "access_mode", "tenant")
+    search_fields = ("name", "tenant__slug")
+    readonly_fields = [field.name for field in GPUStorage._meta.fields]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: GPUStorage | None = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: GPUStorage | None = None) -> bool:
+        return False  # deleting the row would orphan its claim: use the API

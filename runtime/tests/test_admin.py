@@ -5,6 +5,7 @@ from django.urls import reverse
 
 from catalog.tests.factories import PackageFactory
 from runtime import orders
+from runtime.models import GPUStorage
 from tenancy.tests.factories import TenantFactory
 
 pytestmark = pytest.mark.django_db
@@ -26,3 +27,12 @@ def test_unit_and_operation_pages_render_read_only(admin_client, package):
 @pytest.fixture
 def package(db):
     return PackageFactory()
+
+
+@pytest.mark.django_db
+def test_storages_are_listed_read_only(admin_client, tenant):
+    GPUStorage.objects.create(tenant=tenant, name="model-cache", size="50Gi", size_bytes=50 * 2**30)
+    page = admin_client.get("/admin/runtime/gpustorage/")
+    assert page.status_code == 200
+    assert "model-cache" in page.content.decode()
+    assert admin_client.get("/admin/runtime/gpustorage/add/").status_code == 403
