@@ -1,5 +1,5 @@
-"""Dashboard forms: the units filter, the order form (which validates like the API) and the
-SSH key form."""
+"""Dashboard forms: the units filter, the order form (which validates like the API), the
+SSH key form and the storage form."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from django import forms
 from django.db.models import QuerySet
 
 from dashboard.queries import ALL_PHASES, PackageRow
-from runtime.models import UnitPhase
+from runtime.models import AccessMode, UnitPhase
 from runtime.serializers import CreateUnitSerializer
-from runtime.validation import MAX_PORTS, UNIT_NAME_MAX
+from runtime.validation import MAX_MOUNTS, MAX_PORTS, STORAGE_NAME_MAX, UNIT_NAME_MAX
 from tenancy.models import Tenant
 
 # The API's field names -> this form's, so the API's messages land next to the right field.
@@ -20,9 +20,14 @@ API_FIELDS = {"name": "name", "packageID": "package", "image": "image", "access.
 # Every other problem with the ports or the access (template.ports[1].name, access.primaryPort:
 # the primary port is the first listed) is about what was typed in the ports field.
 PORT_PATH = re.compile(r"^template\.ports(?:\[(\d+)\])?|^access\b")
+# Problems with a mount (storageMounts[0].mountPath) are about the storage mounts field.
+MOUNT_PATH = re.compile(r"^storageMounts(?:\[(\d+)\])?")
 OPERATION_ID = re.compile(r"^dash-[0-9a-f]{32}$")
 # One entry of the ports field: `name:port` or `name:port/UDP`.
 PORT_ENTRY = re.compile(r"^([^\s:/]+)\s*:\s*(\d{1,9})\s*(?:/\s*([A-Za-z]+))?$")
+# One entry of the storage mounts field: `name:/path` or `name:/path:ro` (a mount path has no
+# ':', the API refuses one).
+MOUNT_ENTRY = re.compile(r"^([^\s:]+)\s*:\s*([^:]+?)\s*(?::\s*(ro|rw))?$", re.IGNORECASE)
 
 
 def new_operation_id() -> str:
@@ -47,12 +52,36 @@ def parse_ports(text: str) -> list[dict]:
     return ports
 
 
+def parse_mounts(text: str) -> list[dict]:
+    """`model-cache:/data, datasets:/datasets:ro` as storageMounts. Only the syntax is checked
+    here; the API's validation and the order judge names, paths and the storages."""
+    mounts = []
+    for entry in (part.strip() for part in text.split(",")):
+        if not entry:
+            continue
+        match = MOUNT_ENTRY.fullmatch(entry)
+        if match is None:
+            raise forms.ValidationError(
+                f"“{entry}” is not a mount: write each as storage:/path, or storage:/path:ro "
+                "to mount it read-only, e.g. model-cache:/data, datasets:/datasets:ro."
+            )
+        name, path, mode = match.groups()
+        mounts.append({"name": name, "mountPath": path, "readOnly": (mode or "").lower() == "ro"})
+    return mounts
+
+
+def mount_text(mount: dict) -> str:
+    return f"{mount['name']}:{mount['mountPath']}{':ro' if mount['readOnly'] else ''}"
+
+
 def api_field(path: str) -> str | None:
     """The order form's field for an API field path; None for the form as a whole."""
     if path in API_FIELDS:
         return API_FIELDS[path]
     if PORT_PATH.match(path):
         return "ports"
+    if MOUNT_PATH.match(path):
+        return "storage_mounts"
     return None
 
 
@@ -63,6 +92,14 @@ def port_problem(path: str, message: str, ports: list[dict]) -> str:
         port = ports[int(match.group(1))]
         suffix = "" if port["protocol"] == "TCP" else f"/{port['protocol']}"
         return f"{port['name']}:{port['port']}{suffix}: {message}"
+    return message
+
+
+def mount_problem(path: str, message: str, mounts: list[dict]) -> str:
+    """The message of a problem with one mount, saying which of those typed it is about."""
+    match = MOUNT_PATH.match(path)
+    if match and match.group(1) is not None and int(match.group(1)) < len(mounts):
+        return f"{mount_text(mounts[int(match.group(1))])}: {message}"
     return message
 
 
@@ -159,6 +196,19 @@ class UnitCreateForm(forms.Form):
         required=False,  # http when not sent, as the API defaults it
         help_text="How the primary port is reached; used only when there are ports.",
     )
+    storage_mounts = forms.CharField(
+        label="Storage mounts",
+        required=False,
+        max_length=4096,
+        help_text=(
+            "Optional: storages to mount, as storage:/path, comma-separated; :ro after a path "
+            "mounts it read-only, e.g. model-cache:/data, datasets:/datasets:ro. The data "
+            f"outlives the unit. At most {MAX_MOUNTS}."
+        ),
+        widget=forms.TextInput(
+            attrs={"autocomplete": "off", "spellcheck": "false", "placeholder": "model-cache:/data"}
+        ),
+    )
     operation_id = forms.CharField(widget=forms.HiddenInput, required=False)
 
     def __init__(
@@ -166,10 +216,16 @@ class UnitCreateForm(forms.Form):
         *args,
         packages: list[PackageRow],
         tenants: QuerySet[Tenant] | None = None,
+        storage_names: list[str] | None = None,
         **kwargs,
     ):
         super().__init__(*args, **kwargs)
         self.fields["package"].choices = [(row.package.id, PackageOption(row)) for row in packages]
+        field = self.fields["storage_mounts"]
+        if storage_names:
+            field.help_text += f" Your storages: {', '.join(storage_names)}."
+        elif storage_names is not None:
+            field.help_text += " You have no storage to mount yet: create one on the Storage page."
         if tenants is None:
             del self.fields["tenant"]
         else:
@@ -211,6 +267,9 @@ class UnitCreateForm(forms.Form):
     def clean_ports(self) -> list[dict]:
         return parse_ports(self.cleaned_data.get("ports") or "")
 
+    def clean_storage_mounts(self) -> list[dict]:
+        return parse_mounts(self.cleaned_data.get("storage_mounts") or "")
+
     def clean(self) -> dict:
         cleaned = super().clean()
         if self.errors:
@@ -225,6 +284,8 @@ class UnitCreateForm(forms.Form):
         if cleaned["ports"]:
             order["template"] = {"ports": cleaned["ports"]}
             order["access"] = {"scheme": cleaned["scheme"] or "http"}
+        if cleaned["storage_mounts"]:
+            order["storageMounts"] = cleaned["storage_mounts"]
         serializer = CreateUnitSerializer(data=order)
         if not serializer.is_valid():
             self.report({path: list(map(str, m)) for path, m in serializer.errors.items()})
@@ -234,17 +295,23 @@ class UnitCreateForm(forms.Form):
         cleaned["image"] = serializer.validated_data["image"]
         cleaned["template"] = serializer.validated_data.get("template") or {}
         cleaned["access"] = serializer.validated_data.get("access") or {}
+        # Normalised and in the API's order, which the order service's problems index.
+        cleaned["storage_mounts"] = serializer.validated_data.get("storageMounts") or []
         return cleaned
 
     def report(self, problems: dict[str, list[str]]) -> None:
         """Put the problems the API's rules or the order service found, keyed by API field
         path, next to the fields they are about (the form as a whole when none is)."""
-        ports = self.cleaned_data.get("ports") or []  # add_error drops the field's value
+        # add_error drops the field's value.
+        ports = self.cleaned_data.get("ports") or []
+        mounts = self.cleaned_data.get("storage_mounts") or []
         for path, messages in problems.items():
             field = api_field(path)
             for message in messages:
                 if field == "ports":
                     message = port_problem(path, message, ports)
+                elif field == "storage_mounts":
+                    message = mount_problem(path, message, mounts)
                 self.add_error(field if field in self.fields else None, message)
 
 
@@ -291,8 +358,62 @@ class SSHKeyForm(forms.Form):
                 self.add_error(field, message)
 
 
+class StorageForm(forms.Form):
+    """A storage to create for the tenant; runtime.storage.create_storage judges it."""
+
+    # The API's field names -> this form's.
+    API_FIELDS = {
+        "name": "name",
+        "size": "size",
+        "storageClass": "storage_class",
+        "accessMode": "access_mode",
+    }
+
+    name = forms.CharField(
+        max_length=STORAGE_NAME_MAX,
+        help_text=(
+            f"Lower-case letters, digits and '-', at most {STORAGE_NAME_MAX} characters, e.g. "
+            "model-cache; unique among your storages. Units mount it by this name."
+        ),
+        widget=forms.TextInput(attrs={"autocomplete": "off", "spellcheck": "false"}),
+    )
+    size = forms.CharField(
+        max_length=32,
+        help_text='How much it holds, as Kubernetes writes it: "50Gi", "1Ti".',
+        widget=forms.TextInput(
+            attrs={"autocomplete": "off", "spellcheck": "false", "placeholder": "50Gi"}
+        ),
+    )
+    storage_class = forms.CharField(
+        label="Storage class",
+        required=False,
+        max_length=253,
+        help_text="Optional: the cluster's StorageClass to provision from; empty for its default.",
+        widget=forms.TextInput(attrs={"autocomplete": "off", "spellcheck": "false"}),
+    )
+    access_mode = forms.ChoiceField(
+        label="Access mode",
+        choices=[
+            (AccessMode.READ_WRITE_ONCE, "ReadWriteOnce: one unit at a time"),
+            (AccessMode.READ_WRITE_ONCE_POD, "ReadWriteOncePod: one pod at a time"),
+            (AccessMode.READ_WRITE_MANY, "ReadWriteMany: several units, read-write"),
+            (AccessMode.READ_ONLY_MANY, "ReadOnlyMany: several units, read-only"),
+        ],
+        initial=AccessMode.READ_WRITE_ONCE,
+        help_text="The several-unit modes need a storage class that supports them.",
+    )
+
+    def report(self, problems: dict[str, list[str]]) -> None:
+        """Put the service's problems, keyed by API field, next to the fields they are about."""
+        for path, messages in problems.items():
+            field = self.API_FIELDS.get(path)
+            for message in messages if isinstance(messages, list) else [messages]:
+                self.add_error(field, message)
+
+
 class TenantPickForm(forms.Form):
-    """Staff pick the tenant whose keys they look at (customers have exactly one)."""
+    """Staff pick the tenant whose keys or storages they look at (customers have exactly
+    one)."""
 
     tenant = forms.ModelChoiceField(
         queryset=Tenant.objects.none(), to_field_name="slug", empty_label="Choose a tenant"

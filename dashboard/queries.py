@@ -16,7 +16,7 @@ from dracel import quantity
 from inventory import selectors as inventory_selectors
 from inventory.models import Device, Node, SyncRun
 from runtime import availability
-from runtime.models import GPUUnit, UnitEvent, UnitPhase
+from runtime.models import GPUStorage, GPUUnit, UnitEvent, UnitPhase
 from tenancy.models import SSHKey, Tenant
 from tenancy.selectors import usage_of
 
@@ -264,3 +264,76 @@ def package_ids_in_use(scope: Scope) -> list[str]:
 
 def list_ssh_keys(tenant: Tenant) -> QuerySet[SSHKey]:
     return SSHKey.objects.filter(tenant=tenant).order_by("name")
+
+
+@dataclass(frozen=True)
+class MountingUnit:
+    """A live unit that mounts a storage, and where."""
+
+    name: str
+    uid: str
+    mount_path: str
+    read_only: bool
+
+
+@dataclass(frozen=True)
+class StorageRow:
+    storage: GPUStorage
+    mounted_by: list[MountingUnit]
+
+
+def list_storages(tenant: Tenant) -> list[StorageRow]:
+    """The tenant's storages with the live units mounting each (two queries)."""
+    mounted: dict[str, list[MountingUnit]] = {}
+    units = (
+        GPUUnit.objects.filter(tenant=tenant)
+        .exclude(phase=UnitPhase.TERMINATED)
+        .exclude(storage_mounts=[])
+        .order_by("name")
+        .values_list("name", "uid", "storage_mounts")
+    )
+    for name, uid, mounts in units:
+        for mount in mounts:
+            mounted.setdefault(mount["name"], []).append(
+                MountingUnit(name, str(uid), mount["mountPath"], bool(mount.get("readOnly")))
+            )
+    return [
+        StorageRow(storage, mounted.get(storage.name, []))
+        for storage in GPUStorage.objects.filter(tenant=tenant).order_by("name")
+    ]
+
+
+def get_storage_row(tenant: Tenant, name: str) -> StorageRow | None:
+    return next((row for row in list_storages(tenant) if row.storage.name == name), None)
+
+
+@dataclass(frozen=True)
+class UnitMount:
+    """One of a unit's storage mounts, with the storage as it is now (None once deleted)."""
+
+    name: str
+    mount_path: str
+    read_only: bool
+    storage: GPUStorage | None
+
+
+def unit_mounts(unit: GPUUnit) -> list[UnitMount]:
+    """The unit's storage mounts in the order it lists them (one query, none without mounts)."""
+    mounts = unit.storage_mounts or []
+    if not mounts:
+        return []
+    storages = {
+        storage.name: storage
+        for storage in GPUStorage.objects.filter(
+            tenant_id=unit.tenant_id, name__in=[mount["name"] for mount in mounts]
+        )
+    }
+    return [
+        UnitMount(
+            mount["name"],
+            mount["mountPath"],
+            bool(mount.get("readOnly")),
+            storages.get(mount["name"]),
+        )
+        for mount in mounts
+    ]

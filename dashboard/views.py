@@ -1,6 +1,6 @@
 """Dashboard pages: every view resolves the caller's scope first, then reads through
 dashboard.queries and writes only through the runtime's and tenancy's services (orders,
-lifecycle, SSH keys), as the API does."""
+lifecycle, storages, SSH keys), as the API does."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from django.views import View
 from django_htmx.http import HttpResponseClientRedirect, HttpResponseStopPolling
 
 from controlplane.api.errors import ApiError, NotFound
-from dashboard import queries
+from dashboard import logtail, queries
 from dashboard.access import (
     SESSION_TENANT,
     NoTenant,
@@ -38,6 +38,7 @@ from dashboard.addresses import unit_access
 from dashboard.charts import NARROW, utilisation_chart
 from dashboard.forms import (
     SSHKeyForm,
+    StorageForm,
     TenantPickForm,
     UnitCreateForm,
     UnitFilterForm,
@@ -46,8 +47,16 @@ from dashboard.forms import (
 from dashboard.reasons import explain
 from inventory import selectors as inventory_selectors
 from runtime import lifecycle, manifests, orders
-from runtime.errors import InvalidRequest, NameConflict, OperationConflict, QuotaExceeded
-from runtime.models import UnitPhase
+from runtime import storage as storage_service
+from runtime.errors import (
+    InvalidRequest,
+    NameConflict,
+    OperationConflict,
+    QuotaExceeded,
+    StorageInUse,
+)
+from runtime.models import StoragePhase, UnitPhase
+from runtime.storage import StorageConflict
 from tenancy import services as tenancy_services
 from tenancy.errors import SSHKeyConflict
 from tenancy.models import Tenant
@@ -325,8 +334,45 @@ class UnitDetailView(DashboardView):
                 "live": live,
                 "pod_name": manifests.pod_name_for(unit.name),
                 "can_delete": unit.phase in UnitPhase.LIVE and unit.phase != UnitPhase.TERMINATING,
+                "mounts": queries.unit_mounts(unit),
+                # A Terminated unit's log is gone (known without asking the cluster); any other
+                # unit's is fetched by the log region once the page is shown, so the page
+                # never waits for the cluster, nor fails with it.
+                "log_tail": logtail.read_tail(unit) if live["done"] else None,
             },
         )
+
+
+class UnitLogView(DashboardView):
+    """The last lines of a unit's log: a page of its own (what the unit page links to for
+    browsers without JavaScript); `live=True` serves the fragment the unit page and that page
+    poll, or 204 while the log the poller holds (named by its digest in `since`) is current."""
+
+    live = False
+
+    def get(self, request: HttpRequest, uid: str) -> HttpResponse:
+        unit = queries.get_unit(self.scope, uid)
+        if unit is None:
+            return self.not_found("unit")
+        log = render_to_string(
+            "dashboard/_unit_log.html",
+            {"unit": unit, "tail": logtail.read_tail(unit), "poll_seconds": POLL_SECONDS},
+            request,
+        )
+        live = {
+            "log": log,
+            "digest": digest(log),
+            "url": reverse("dashboard:unit-log-live", args=[unit.uid]),
+            "done": unit.phase == UnitPhase.TERMINATED,
+        }
+        if self.live:
+            if request.GET.get("since") == live["digest"]:
+                return HttpResponse(status=204)
+            response = render(request, "dashboard/_unit_log_live.html", {"live": live})
+            if live["done"]:
+                response.status_code = HttpResponseStopPolling.status_code
+            return response
+        return self.page("dashboard/unit_log.html", {"unit": unit, "live": live})
 
 
 class UnitCreateView(DashboardView):
@@ -338,6 +384,14 @@ class UnitCreateView(DashboardView):
             initial=initial,
             packages=queries.package_rows(self.scope),
             tenants=self.scope.visible_tenants() if self.scope.is_staff else None,
+            # Staff pick the tenant in the form, so there are no storages to name yet.
+            storage_names=None
+            if self.scope.is_staff
+            else [
+                row.storage.name
+                for row in queries.list_storages(self.scope.tenant)
+                if row.storage.phase not in (StoragePhase.TERMINATING, StoragePhase.FAILED)
+            ],
         )
 
     def get(self, request: HttpRequest) -> HttpResponse:
@@ -358,6 +412,7 @@ class UnitCreateView(DashboardView):
                     image=data["image"],
                     template=data["template"],
                     access=data["access"],
+                    storage_mounts=data["storage_mounts"],
                 )
             except ApiError as error:
                 self.report(form, error)
@@ -371,7 +426,15 @@ class UnitCreateView(DashboardView):
     @staticmethod
     def report(form: UnitCreateForm, error: ApiError) -> None:
         """Put the service's refusal next to the field it is about."""
-        if isinstance(error, NameConflict):
+        if isinstance(error, StorageInUse):
+            units = error.details.get("units") or []
+            form.add_error(
+                "storage_mounts",
+                f"{error.details.get('storage')} can be mounted by one live unit at a time, and "
+                f"unit {', '.join(units)} mounts it. Delete that unit first, or mount another "
+                "storage.",
+            )
+        elif isinstance(error, NameConflict):
             form.add_error(
                 "name",
                 f"A live unit named {error.details.get('name')} already exists. Choose another "
@@ -446,9 +509,11 @@ class PackageListView(LivePage):
         }
 
 
-class SSHKeyPage(DashboardView):
-    """Pages about one tenant's SSH keys: a customer's own tenant; for staff the tenant they
-    chose (`?tenant=<slug>`), and none until they have."""
+class TenantPage(DashboardView):
+    """Pages about one tenant's things (SSH keys, storages): a customer's own tenant; for staff
+    the tenant they chose (`?tenant=<slug>`), and none until they have."""
+
+    list_route = ""
 
     def tenant_choice(self) -> tuple[Tenant | None, TenantPickForm | None]:
         if not self.scope.is_staff:
@@ -459,8 +524,12 @@ class SSHKeyPage(DashboardView):
         return (picker.cleaned_data["tenant"] if picker.is_valid() else None), picker
 
     def list_url(self, tenant: Tenant) -> str:
-        url = reverse("dashboard:ssh-key-list")
+        url = reverse(self.list_route)
         return f"{url}?{urlencode({'tenant': tenant.slug})}" if self.scope.is_staff else url
+
+
+class SSHKeyPage(TenantPage):
+    list_route = "dashboard:ssh-key-list"
 
 
 class SSHKeyListView(SSHKeyPage):
@@ -538,6 +607,153 @@ class SSHKeyDeleteView(SSHKeyPage):
             messages.info(request, f"SSH key {name} was already deleted.")
         else:
             messages.success(request, f"SSH key {name} deleted.")
+        return HttpResponseRedirect(self.list_url(tenant))
+
+
+class StoragePage(TenantPage):
+    list_route = "dashboard:storage-list"
+
+
+class StorageListView(StoragePage):
+    """The tenant's storages, their phases live (a new one is Pending until the cluster binds
+    a volume), and the form to create one; `live=True` serves only the table for polling, or
+    204 when the table the poller holds (named by its digest in `since`) is current."""
+
+    live = False
+
+    def get(self, request: HttpRequest) -> HttpResponse:
+        if not self.live:
+            return self.show(StorageForm())
+        tenant, _ = self.tenant_choice()
+        if tenant is None:
+            return HttpResponseStopPolling()
+        live = self.table(tenant)
+        if request.GET.get("since") == live["digest"]:
+            return HttpResponse(status=204)
+        live["announcement"] = f"Storages updated at {timezone.now():%H:%M:%S} UTC."
+        return render(request, "dashboard/_live_body.html", {"live": live})
+
+    def post(self, request: HttpRequest) -> HttpResponse:
+        tenant, _ = self.tenant_choice()
+        if tenant is None:
+            return self.show(StorageForm(), status=400)
+        form = StorageForm(request.POST)
+        if form.is_valid():
+            data = form.cleaned_data
+            try:
+                storage = storage_service.create_storage(
+                    tenant=tenant,
+                    name=data["name"],
+                    size=data["size"],
+                    storage_class=data["storage_class"],
+                    access_mode=data["access_mode"],
+                )
+            except InvalidRequest as error:
+                form.report(error.details.get("fields") or {None: [error.message]})
+            except StorageConflict as error:
+                form.add_error(
+                    "name",
+                    f"A storage named {error.details.get('name')} exists. Choose another name, "
+                    "or delete that storage first.",
+                )
+            except QuotaExceeded as error:
+                self.report_quota(form, error)
+            else:
+                messages.success(
+                    request,
+                    f"Storage {storage.name} ({storage.size}) created; it is Pending until the "
+                    "cluster binds a volume to it.",
+                )
+                return HttpResponseRedirect(self.list_url(tenant))
+        return self.show(form)
+
+    @staticmethod
+    def report_quota(form: StorageForm, error: QuotaExceeded) -> None:
+        details = error.details
+        if details.get("limit") == "requests.storage":
+            form.add_error(
+                "size",
+                f"Not enough storage quota left: this needs {details.get('requested')}, and "
+                f"{details.get('used')} of {details.get('hard')} are in use. Pick a smaller "
+                "size, delete a storage you no longer need, or ask us to raise your quota.",
+            )
+        else:
+            form.add_error(
+                None,
+                f"The tenant has {details.get('used')} of the {details.get('hard')} storages "
+                "its quota allows. Delete one you no longer need, or ask us to raise the quota.",
+            )
+
+    def table(self, tenant: Tenant) -> dict:
+        table = render_to_string(
+            "dashboard/_storage_table.html",
+            {"scope": self.scope, "tenant": tenant, "storages": queries.list_storages(tenant)},
+            self.request,
+        )
+        url = reverse("dashboard:storage-live")
+        return {
+            "body": table,
+            "digest": digest(table),
+            "since_id": "storage-since",
+            "announce_id": "storage-announce",
+            "url": f"{url}?{urlencode({'tenant': tenant.slug})}" if self.scope.is_staff else url,
+        }
+
+    def show(self, form: StorageForm, *, status: int = 200) -> HttpResponse:
+        tenant, picker = self.tenant_choice()
+        return self.page(
+            "dashboard/storage.html",
+            {
+                "tenant": tenant,
+                "picker": picker,
+                "live": self.table(tenant) if tenant else None,
+                "form": form,
+                "action": self.list_url(tenant) if tenant else "",
+            },
+            status=status,
+        )
+
+
+class StorageDeleteView(StoragePage):
+    """Delete a storage in two steps: a confirmation page, then a POST; refused while a live
+    unit mounts it."""
+
+    def get(self, request: HttpRequest, name: str) -> HttpResponse:
+        tenant, _ = self.tenant_choice()
+        row = queries.get_storage_row(tenant, name) if tenant else None
+        if row is None:
+            return self.not_found("storage")
+        if row.storage.phase == StoragePhase.TERMINATING:
+            messages.info(request, f"Storage {name} is already being deleted.")
+            return HttpResponseRedirect(self.list_url(tenant))
+        return self.page(
+            "dashboard/storage_delete.html",
+            {"row": row, "tenant": tenant, "back": self.list_url(tenant)},
+        )
+
+    def post(self, request: HttpRequest, name: str) -> HttpResponse:
+        tenant, _ = self.tenant_choice()
+        if tenant is None:
+            return self.not_found("storage")
+        try:
+            storage_service.delete_storage(tenant=tenant, name=name)
+        except NotFound:
+            messages.info(request, f"Storage {name} was already deleted.")
+        except StorageInUse as error:
+            units = error.details.get("units") or []
+            messages.error(
+                request,
+                f"Storage {name} was not deleted: unit{'s' if len(units) > 1 else ''} "
+                f"{', '.join(units)} mount{'' if len(units) > 1 else 's'} it. Delete "
+                f"{'those units' if len(units) > 1 else 'that unit'} first; the storage keeps "
+                "its data until then.",
+            )
+        else:
+            messages.success(
+                request,
+                f"Deletion of storage {name} requested: it goes, with its data, once the cluster "
+                "has removed its volume claim.",
+            )
         return HttpResponseRedirect(self.list_url(tenant))
 
 

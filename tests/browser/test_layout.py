@@ -10,9 +10,13 @@ import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
-from catalog.tests.factories import PackageFactory
+from catalog.tests.factories import ARTICLE_PACKAGE_ID, PackageFactory
 from dashboard.tests.conftest import PASSWORD, make_unit, make_user
+from dracel import quantity
 from inventory.sync import sync_inventory
+from runtime import orders
+from runtime.models import GPUStorage, GPUUnit
+from runtime.tests.helpers import remove_namespace_objects, wait_for_phase
 from tenancy import services
 from tenancy.tests.factories import TenantFactory
 from tests.browser.conftest import ARTIFACTS, log_in
@@ -30,6 +34,7 @@ PACKAGES = [
     ("gpu-rtx3080-2x-cpu10-mem40g", "gpu.rtx3080.2x.10c.40g", "10", "40Gi", 2, "nvidia-rtx-3080"),
 ]
 LONG_NAME = "nightly-finetune-of-the-large-model-with-a-long-name"  # 52 of 54 characters
+LONG_STORAGE = "checkpoints-of-the-nightly-finetune-of-the-large-model"  # 54 of 55
 
 # What a page must not do, measured in the page: the document wider than the window, or a
 # table region that needs sideways scrolling to show all its columns.
@@ -129,6 +134,47 @@ def seed() -> dict:
         services.add_ssh_key(
             tenant=tenant, name=name, public_key=f"{text} someone.with.a.long.name@workstation"
         )
+    # Storages in every phase, recorded as the service would (rows only: no worker makes
+    # their claims here), the longest mounted by the long-named unit and one other.
+    for name, size, phase, mode, storage_class, message in (
+        (LONG_STORAGE, "200Gi", "Bound", "ReadWriteMany", "nfs-client-provisioner-retain", ""),
+        ("model-cache", "50Gi", "Bound", "ReadWriteOnce", "", ""),
+        ("datasets", "500Gi", "Pending", "ReadOnlyMany", "standard", ""),
+        (
+            "scratch",
+            "1Gi",
+            "Failed",
+            "ReadWriteOncePod",
+            "no-such-class",
+            'the cluster refused the claim: storageclass.storage.k8s.io "no-such-class" not found',
+        ),
+        ("old-results", "10Gi", "Lost", "ReadWriteOnce", "", ""),
+        ("leftovers", "5Gi", "Terminating", "ReadWriteOnce", "", "Deletion requested."),
+    ):
+        GPUStorage.objects.create(
+            tenant=tenant,
+            name=name,
+            size=size,
+            size_bytes=quantity.parse_bytes(size),
+            phase=phase,
+            access_mode=mode,
+            storage_class=storage_class,
+            message=message,
+        )
+    mounted = make_unit(
+        tenant,
+        LONG_NAME.removesuffix("-name") + "-io",
+        reason="Running",
+        storage_mounts=[
+            {
+                "name": LONG_STORAGE,
+                "mountPath": "/checkpoints/nightly/large-model",
+                "readOnly": False,
+            },
+            {"name": "datasets", "mountPath": "/datasets", "readOnly": True},
+            {"name": "model-cache", "mountPath": "/root/.cache/huggingface", "readOnly": False},
+        ],
+    )
     make_unit(other, "someone-elses-unit", phase="Provisioning")
     sync_inventory()
     return {
@@ -138,6 +184,7 @@ def seed() -> dict:
         "running": running,
         "web": web,
         "tcp": tcp,
+        "mounted": mounted,
         "tenant": tenant,
     }
 
@@ -175,9 +222,16 @@ def test_every_page_fits_a_laptop_and_a_phone(page, live_server, settings):
         ("packages-customer", "/packages/"),
         ("ssh-keys-customer", "/ssh-keys/"),
         ("ssh-key-delete", "/ssh-keys/build-server-in-the-basement/delete/"),
+        ("storage-customer", "/storage/"),
+        ("storage-delete", "/storage/old-results/delete/"),
+        ("storage-delete-mounted", f"/storage/{LONG_STORAGE}/delete/"),
+        ("unit-storage", f"/units/{data['mounted'].uid}/"),
         ("new-unit", "/units/new"),
     ):
         page.goto(path)
+        if name == "unit-storage":
+            # The log region has fetched its answer (no pod: the unit is a row only).
+            expect(page.locator("#unit-log")).to_contain_text("No log yet")
         check_widths(page, name, problems)
         if name == "unit-access-http":
             expect(page.locator("a.unit-url")).to_have_attribute("href", re.compile("^https://"))
@@ -195,6 +249,18 @@ def test_every_page_fits_a_laptop_and_a_phone(page, live_server, settings):
     page.get_by_role("button", name="Order unit").click()
     expect(page.get_by_role("alert")).to_contain_text("Ports")
     check_widths(page, "new-unit-ports-error", problems)
+    page.get_by_label("Ports").fill("")
+    page.get_by_label("Storage mounts").fill(f"{LONG_STORAGE}:checkpoints, datasets:/data:ro")
+    page.get_by_role("button", name="Order unit").click()
+    expect(page.get_by_role("alert")).to_contain_text("Storage mounts")
+    check_widths(page, "new-unit-mounts-error", problems)
+
+    page.goto("/storage/")
+    page.get_by_label("Name").fill("huge")
+    page.get_by_label("Size").fill("100Ti")
+    page.get_by_role("button", name="Create storage").click()
+    expect(page.get_by_role("alert")).to_contain_text("The storage was not created")
+    check_widths(page, "storage-error", problems)
 
     page.goto("/ssh-keys/")
     page.get_by_label("Name").fill("old-rsa")
@@ -211,6 +277,8 @@ def test_every_page_fits_a_laptop_and_a_phone(page, live_server, settings):
         ("packages", "/packages/"),
         ("ssh-keys-staff", "/ssh-keys/"),
         ("ssh-keys-staff-tenant", f"/ssh-keys/?tenant={data['tenant'].slug}"),
+        ("storage-staff", "/storage/"),
+        ("storage-staff-tenant", f"/storage/?tenant={data['tenant'].slug}"),
     ):
         page.goto(path)
         check_widths(page, name, problems)
@@ -226,3 +294,61 @@ def test_every_page_fits_a_laptop_and_a_phone(page, live_server, settings):
     check_widths(page, "choose-tenant", problems)
     # Every page is measured before failing, so one run names all that do not fit.
     assert not problems, "\n".join(map(str, problems))
+
+
+# A log as customers' programs write them: a long unbroken line (a path, a URL), terminal
+# colours, a progress bar, and markup that must show as text.
+LOG_LINES = [
+    "Loading checkpoint /checkpoints/nightly/large-model/"
+    + "shard-00001-of-00008-" * 8
+    + "safetensors",
+    "\x1b[32mINFO\x1b[0m epoch 1/10 loss=0.9132 lr=3e-4 throughput=1843.2 samples/s",
+    " 10%|#         | 10/100\r 50%|#####     | 50/100\r100%|##########| 100/100",
+    '<script>alert("not run")</script> & <b>not bold</b>',
+    *(f"step {step} loss={1 / step:.4f}" for step in range(1, 40)),
+]
+
+
+def test_unit_log_fits_a_laptop_and_a_phone(page, live_server, cluster, celery_worker):
+    """The log tail of a unit that runs on the simulated cluster, on the unit page and its own
+    page, as text (never markup), refreshed as lines arrive."""
+    from playwright.sync_api import expect
+
+    PackageFactory(article=True)
+    tenant = TenantFactory()
+    customer = make_user(tenant)
+    orders.create_unit(
+        tenant=tenant,
+        operation_id="layout-log-1",
+        name=LONG_NAME,
+        package_id=ARTICLE_PACKAGE_ID,
+        image="registry.example.com/team/trainer:2026-12-01",
+    )
+    unit = wait_for_phase(GPUUnit.objects.get(name=LONG_NAME), "Running")
+    try:
+        cluster.append_log(unit.namespace, f"unit-{unit.name}", LOG_LINES)
+        problems: list = []
+        log_in(page, customer.username)
+        page.goto(f"/units/{unit.uid}/")
+        log = page.locator("pre.log-tail")
+        expect(log).to_contain_text("step 39 loss=0.0256")
+        expect(log).to_contain_text('<script>alert("not run")</script> & <b>not bold</b>')
+        expect(page.locator("pre.log-tail b")).to_have_count(0)
+        expect(log).to_contain_text("100%|##########| 100/100")
+        check_widths(page, "unit-log", problems)
+        # New lines arrive without a reload, and the box follows them.
+        cluster.append_log(unit.namespace, f"unit-{unit.name}", ["epoch 2/10 started"])
+        expect(log).to_contain_text("epoch 2/10 started", timeout=10_000)
+        at_end = log.evaluate("box => box.scrollTop + box.clientHeight >= box.scrollHeight - 4")
+        assert at_end, "the log box did not follow the newest line"
+        # A reader who scrolled up to older lines stays at them when new ones arrive.
+        log.evaluate("box => { box.scrollTop = 40; }")
+        cluster.append_log(unit.namespace, f"unit-{unit.name}", ["epoch 3/10 started"])
+        expect(log).to_contain_text("epoch 3/10 started", timeout=10_000)
+        assert log.evaluate("box => box.scrollTop") == 40, "the reader lost their place"
+        page.goto(f"/units/{unit.uid}/log/")
+        expect(page.locator("pre.log-tail")).to_contain_text("epoch 3/10 started")
+        check_widths(page, "unit-log-page", problems)
+        assert not problems, "\n".join(map(str, problems))
+    finally:
+        remove_namespace_objects(unit.namespace)

@@ -83,6 +83,38 @@
       say(document.execCommand("copy") ? "Copied" : "Press Ctrl+C to copy");
     }
   });
+  // A log box stays at its newest line while the reader leaves it there; one who scrolled up
+  // to read older lines stays at the lines they read. The box is replaced on every refresh, so
+  // the choice is kept on the region around it.
+  function atEnd(box) {
+    return box.scrollTop + box.clientHeight >= box.scrollHeight - 4;
+  }
+  function toEnd(root) {
+    root.querySelectorAll("pre[data-follow-end]").forEach(function (box) {
+      box.scrollTop = box.scrollHeight;
+    });
+  }
+  toEnd(document);
+  document.addEventListener("scroll", function (event) {
+    var box = event.target;
+    if (box.matches && box.matches("pre[data-follow-end]") && box.parentElement) {
+      box.parentElement.followEnd = atEnd(box);
+    }
+  }, true);
+  document.addEventListener("htmx:beforeSwap", function (event) {
+    var box = event.detail.target.querySelector("pre[data-follow-end]");
+    event.detail.target.keptScrollTop = box ? box.scrollTop : 0;
+  });
+  document.addEventListener("htmx:afterSwap", function (event) {
+    var target = event.detail.target;
+    if (target.followEnd !== false) {
+      toEnd(target);
+    } else {
+      target.querySelectorAll("pre[data-follow-end]").forEach(function (box) {
+        box.scrollTop = target.keptScrollTop;
+      });
+    }
+  });
   document.addEventListener("htmx:afterRequest", function (event) {
     var target = region(event.detail.elt);
     if (target && event.detail.successful && target.classList.contains("is-error")) {
