@@ -1,5 +1,6 @@
 """How the unit page shows where a unit is reached: its URL and endpoints as runtime.access
-derives them, each marked as a link a browser can open, text to copy, or not known yet."""
+derives them, each marked as a link a browser can open, text to copy, or not known yet; and
+its ssh command."""
 
 from __future__ import annotations
 
@@ -65,3 +66,11 @@ def unit_access(unit: GPUUnit) -> UnitAccess | None:
         primary=next((endpoint for endpoint in endpoints if endpoint.primary), None),
         endpoints=endpoints,
     )
+
+
+def unit_ssh(unit: GPUUnit) -> dict | None:
+    """The unit's `ssh` as the API gives it ({keys, username, host, port, command}; the
+    command None until the node port and the host are known), or None when SSH is off. Key
+    names only: no key material reaches the page."""
+    shown = access.ssh_for_unit(unit)
+    return shown if shown["enabled"] else None

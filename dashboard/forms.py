@@ -22,6 +22,8 @@ API_FIELDS = {"name": "name", "packageID": "package", "image": "image", "access.
 PORT_PATH = re.compile(r"^template\.ports(?:\[(\d+)\])?|^access\b")
 # Problems with a mount (storageMounts[0].mountPath) are about the storage mounts field.
 MOUNT_PATH = re.compile(r"^storageMounts(?:\[(\d+)\])?")
+# Problems with SSH (no key to give, ssh.keys[1] unknown) are about the SSH field.
+SSH_PATH = re.compile(r"^ssh(?:\.keys(?:\[(\d+)\])?|\.enabled)?$")
 OPERATION_ID = re.compile(r"^dash-[0-9a-f]{32}$")
 # One entry of the ports field: `name:port` or `name:port/UDP`.
 PORT_ENTRY = re.compile(r"^([^\s:/]+)\s*:\s*(\d{1,9})\s*(?:/\s*([A-Za-z]+))?$")
@@ -82,6 +84,8 @@ def api_field(path: str) -> str | None:
         return "ports"
     if MOUNT_PATH.match(path):
         return "storage_mounts"
+    if SSH_PATH.match(path):
+        return "ssh"
     return None
 
 
@@ -101,6 +105,23 @@ def mount_problem(path: str, message: str, mounts: list[dict]) -> str:
     if match and match.group(1) is not None and int(match.group(1)) < len(mounts):
         return f"{mount_text(mounts[int(match.group(1))])}: {message}"
     return message
+
+
+def ssh_problem(path: str, message: str, keys: list[str]) -> str:
+    """The message of a problem with one of the keys ticked, naming it."""
+    match = SSH_PATH.match(path)
+    if match and match.group(1) is not None and int(match.group(1)) < len(keys):
+        name = keys[int(match.group(1))]
+        return message if name in message else f"{name}: {message}"
+    return message
+
+
+class KeyNamesField(forms.MultipleChoiceField):
+    """The tenant's keys to tick. A name not offered (a key deleted since the form was shown)
+    goes on to the order, which says which key the tenant no longer has, as the API does."""
+
+    def valid_value(self, value: str) -> bool:
+        return True
 
 
 class UnitFilterForm(forms.Form):
@@ -209,6 +230,20 @@ class UnitCreateForm(forms.Form):
             attrs={"autocomplete": "off", "spellcheck": "false", "placeholder": "model-cache:/data"}
         ),
     )
+    ssh = forms.BooleanField(
+        label="Enable SSH with my registered keys",
+        required=False,
+        help_text=(
+            "Log in to the unit with ssh, where its GPUs and storage are; the unit page shows "
+            "the command."
+        ),
+    )
+    ssh_keys = KeyNamesField(
+        label="Keys to let in",
+        required=False,
+        widget=forms.CheckboxSelectMultiple,
+        help_text="None ticked: every key registered now.",
+    )
     operation_id = forms.CharField(widget=forms.HiddenInput, required=False)
 
     def __init__(
@@ -217,6 +252,7 @@ class UnitCreateForm(forms.Form):
         packages: list[PackageRow],
         tenants: QuerySet[Tenant] | None = None,
         storage_names: list[str] | None = None,
+        ssh_key_names: list[str] | None = None,
         **kwargs,
     ):
         super().__init__(*args, **kwargs)
@@ -226,6 +262,13 @@ class UnitCreateForm(forms.Form):
             field.help_text += f" Your storages: {', '.join(storage_names)}."
         elif storage_names is not None:
             field.help_text += " You have no storage to mount yet: create one on the Storage page."
+        # None: the tenant is not known yet (staff pick it in the form); the order gives
+        # the unit all the tenant's keys, and refuses when it has none.
+        self.ssh_key_names = ssh_key_names
+        if ssh_key_names:
+            self.fields["ssh_keys"].choices = [(name, name) for name in ssh_key_names]
+        else:
+            del self.fields["ssh_keys"]
         if tenants is None:
             del self.fields["tenant"]
         else:
@@ -253,6 +296,8 @@ class UnitCreateForm(forms.Form):
                 links.append((f"{bound.auto_id}_{index}", f"Package {self.failed_package}"))
             elif bound.name == "package":
                 links.append((f"{bound.auto_id}_0", str(bound.label)))
+            elif bound.name == "ssh_keys":
+                links.append((f"{bound.auto_id}_0", "SSH keys to let in"))
             else:
                 links.append((bound.id_for_label, str(bound.label)))
         return links
@@ -270,6 +315,14 @@ class UnitCreateForm(forms.Form):
     def clean_storage_mounts(self) -> list[dict]:
         return parse_mounts(self.cleaned_data.get("storage_mounts") or "")
 
+    def clean_ssh_keys(self) -> list[str]:
+        keys = self.cleaned_data.get("ssh_keys") or []
+        if keys and not self.cleaned_data.get("ssh"):
+            raise forms.ValidationError(
+                "Tick “Enable SSH with my registered keys” to let these keys in, or untick them."
+            )
+        return keys
+
     def clean(self) -> dict:
         cleaned = super().clean()
         if self.errors:
@@ -286,6 +339,8 @@ class UnitCreateForm(forms.Form):
             order["access"] = {"scheme": cleaned["scheme"] or "http"}
         if cleaned["storage_mounts"]:
             order["storageMounts"] = cleaned["storage_mounts"]
+        if cleaned["ssh"]:
+            order["ssh"] = {"enabled": True, "keys": cleaned.get("ssh_keys") or None}
         serializer = CreateUnitSerializer(data=order)
         if not serializer.is_valid():
             self.report({path: list(map(str, m)) for path, m in serializer.errors.items()})
@@ -297,6 +352,8 @@ class UnitCreateForm(forms.Form):
         cleaned["access"] = serializer.validated_data.get("access") or {}
         # Normalised and in the API's order, which the order service's problems index.
         cleaned["storage_mounts"] = serializer.validated_data.get("storageMounts") or []
+        # {} when off; keys None for all the tenant's, resolved by the order.
+        cleaned["ssh"] = serializer.validated_data.get("ssh") or {}
         return cleaned
 
     def report(self, problems: dict[str, list[str]]) -> None:
@@ -305,6 +362,7 @@ class UnitCreateForm(forms.Form):
         # add_error drops the field's value.
         ports = self.cleaned_data.get("ports") or []
         mounts = self.cleaned_data.get("storage_mounts") or []
+        keys = self.cleaned_data.get("ssh_keys") or []
         for path, messages in problems.items():
             field = api_field(path)
             for message in messages:
@@ -312,6 +370,8 @@ class UnitCreateForm(forms.Form):
                     message = port_problem(path, message, ports)
                 elif field == "storage_mounts":
                     message = mount_problem(path, message, mounts)
+                elif field == "ssh":
+                    message = ssh_problem(path, message, keys)
                 self.add_error(field if field in self.fields else None, message)
 
 

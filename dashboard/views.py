@@ -34,7 +34,7 @@ from dashboard.access import (
     linked_tenants,
     resolve_scope,
 )
-from dashboard.addresses import unit_access
+from dashboard.addresses import unit_access, unit_ssh
 from dashboard.charts import NARROW, utilisation_chart
 from dashboard.forms import (
     SSHKeyForm,
@@ -308,6 +308,8 @@ class UnitDetailView(DashboardView):
                 "devices": (unit.dra or {}).get("devices") or [],
                 "allocated": bool((unit.dra or {}).get("allocated")),
                 "access": unit_access(unit),
+                "ssh": unit_ssh(unit),
+                "scope": self.scope,
                 "events": queries.list_events(unit),
             },
             request,
@@ -392,6 +394,9 @@ class UnitCreateView(DashboardView):
                 for row in queries.list_storages(self.scope.tenant)
                 if row.storage.phase not in (StoragePhase.TERMINATING, StoragePhase.FAILED)
             ],
+            ssh_key_names=None
+            if self.scope.is_staff
+            else list(queries.list_ssh_keys(self.scope.tenant).values_list("name", flat=True)),
         )
 
     def get(self, request: HttpRequest) -> HttpResponse:
@@ -413,6 +418,7 @@ class UnitCreateView(DashboardView):
                     template=data["template"],
                     access=data["access"],
                     storage_mounts=data["storage_mounts"],
+                    ssh=data["ssh"],
                 )
             except ApiError as error:
                 self.report(form, error)
