@@ -175,6 +175,21 @@ def seed() -> dict:
             {"name": "model-cache", "mountPath": "/root/.cache/huggingface", "readOnly": False},
         ],
     )
+    # SSH with the command known (every key, the longest names), and one still waiting for
+    # its node port.
+    shell = make_unit(
+        tenant,
+        LONG_NAME.removesuffix("-name") + "-ssh",
+        reason="Running",
+        ssh={"enabled": True, "keys": ["build-server-in-the-basement", "laptop", "yubikey"]},
+        exposed={"sshNodePort": 31022},
+    )
+    shell_pending = make_unit(
+        tenant,
+        "shell-starting",
+        phase="Provisioning",
+        ssh={"enabled": True, "keys": ["laptop"]},
+    )
     make_unit(other, "someone-elses-unit", phase="Provisioning")
     sync_inventory()
     return {
@@ -185,6 +200,8 @@ def seed() -> dict:
         "web": web,
         "tcp": tcp,
         "mounted": mounted,
+        "shell": shell,
+        "shell_pending": shell_pending,
         "tenant": tenant,
     }
 
@@ -226,6 +243,8 @@ def test_every_page_fits_a_laptop_and_a_phone(page, live_server, settings):
         ("storage-delete", "/storage/old-results/delete/"),
         ("storage-delete-mounted", f"/storage/{LONG_STORAGE}/delete/"),
         ("unit-storage", f"/units/{data['mounted'].uid}/"),
+        ("unit-ssh", f"/units/{data['shell'].uid}/"),
+        ("unit-ssh-pending", f"/units/{data['shell_pending'].uid}/"),
         ("new-unit", "/units/new"),
     ):
         page.goto(path)
@@ -237,6 +256,11 @@ def test_every_page_fits_a_laptop_and_a_phone(page, live_server, settings):
             expect(page.locator("a.unit-url")).to_have_attribute("href", re.compile("^https://"))
         if name == "unit-access-tcp":
             expect(page.get_by_role("button", name="Copy the URL")).to_be_visible()
+        if name == "unit-ssh":
+            expect(page.get_by_role("button", name="Copy the ssh command")).to_be_visible()
+            expect(page.locator("#ssh-command")).to_have_text(
+                "ssh -p 31022 runtime@gpu-nodes.example.com"
+            )
     # The 8x H100 needs more memory than the tenant's whole quota: the form says so.
     page.get_by_role("radio", name=re.compile("gpu-h100-8x-cpu128-mem1024g")).check()
     page.get_by_label("Name").fill("too-big")
@@ -254,6 +278,11 @@ def test_every_page_fits_a_laptop_and_a_phone(page, live_server, settings):
     page.get_by_role("button", name="Order unit").click()
     expect(page.get_by_role("alert")).to_contain_text("Storage mounts")
     check_widths(page, "new-unit-mounts-error", problems)
+    page.get_by_label("Storage mounts").fill("")
+    page.get_by_label("build-server-in-the-basement").check()
+    page.get_by_role("button", name="Order unit").click()
+    expect(page.get_by_role("alert")).to_contain_text("SSH keys to let in")
+    check_widths(page, "new-unit-ssh-error", problems)
 
     page.goto("/storage/")
     page.get_by_label("Name").fill("huge")
