@@ -36,13 +36,15 @@ SEED_REQUEST = {
 def _package_and_cleanup(tenant):
     PackageFactory(article=True)
     yield
-    for kind in (kube.SERVICE, kube.NETWORKPOLICY, kube.HTTPROUTE):
+    for kind in (kube.SERVICE, kube.NETWORKPOLICY, kube.HTTPROUTE, kube.CONFIGMAP):
         try:
             for obj in kube.list_objects(kind, namespace=tenant.namespace):
                 kube.delete(kind, tenant.namespace, obj["metadata"]["name"])
         except kube.KubeError:
             pass  # the HTTPRoute kind exists only once the dev gateway was applied
     remove_namespace_objects(tenant.namespace)
+    for claim in kube.list_objects(kube.PERSISTENTVOLUMECLAIM, namespace=tenant.namespace):
+        kube.delete(kube.PERSISTENTVOLUMECLAIM, tenant.namespace, claim["metadata"]["name"])
 
 
 def order_and_run(client, body) -> tuple[GPUUnit, dict]:
@@ -199,3 +201,60 @@ def test_bad_ports_and_access_are_400_naming_the_field_and_create_nothing(
     assert response.status_code == 400, response.json()
     assert field in response.json()["error"]["details"]["fields"]
     assert not GPUUnit.objects.exists()
+
+
+@pytest.mark.usefixtures("gateway_worker")
+def test_a_unit_with_a_route_ssh_and_storage_at_once(auth_client, tenant):
+    """The seed runtime's request with SSH on: every object it needs is in the cluster, valid
+    for Kubernetes 1.34, and the unit JSON says how to reach it."""
+    key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAILSkOgILcqVAoeUWHkkxaz7JUr1aw5d3hCpJKnzFcYWi a@b"
+    assert (
+        auth_client.post(
+            "/api/v1/ssh-keys", {"name": "laptop", "publicKey": key}, format="json"
+        ).status_code
+        == 201
+    )
+    storage = {"name": "model-cache", "size": "50Gi"}
+    assert auth_client.post("/api/v1/gpu-storages", storage, format="json").status_code == 201
+    body = {
+        **SEED_REQUEST,
+        "storageMounts": [{"name": "model-cache", "mountPath": "/data"}],
+        "ssh": {"enabled": True},
+    }
+    _, shown = order_and_run(auth_client, body)
+    namespace = tenant.namespace
+    objects = {
+        "route": kube.get(kube.HTTPROUTE, namespace, "unit-demo-instance"),
+        "service": kube.get(kube.SERVICE, namespace, "unit-demo-instance"),
+        "ssh-service": kube.get(kube.SERVICE, namespace, "unit-demo-instance-ssh"),
+        "keys": kube.get(kube.CONFIGMAP, namespace, "unit-demo-instance-ssh"),
+        "claim": kube.get(kube.PERSISTENTVOLUMECLAIM, namespace, "storage-model-cache"),
+        "tenant-policy": kube.get(kube.NETWORKPOLICY, namespace, manifests.TENANT_POLICY),
+        "unit-policy": kube.get(kube.NETWORKPOLICY, namespace, "unit-demo-instance"),
+    }
+    assert all(objects.values()), [name for name, obj in objects.items() if obj is None]
+    assert objects["claim"]["status"]["phase"] == "Bound"
+    for name, obj in objects.items():
+        if name == "keys":
+            kubernetes_validate.validate(
+                {
+                    "apiVersion": "v1",
+                    "kind": "ConfigMap",
+                    "metadata": {"name": "k"},
+                    "data": obj["data"],
+                },
+                "1.34.0",
+                strict=True,
+            )
+        elif name != "route":
+            kubernetes_validate.validate(_as_sent(obj), "1.34.0", strict=True)
+    pod = kube.get(kube.POD, namespace, "unit-demo-instance")
+    volumes = {v["name"] for v in pod["spec"]["volumes"]}
+    assert volumes == {"dshm", "storage-model-cache", "ssh-keys"}
+    node_port = objects["ssh-service"]["spec"]["ports"][0]["nodePort"]
+    assert shown["ssh"]["command"] == f"ssh -p {node_port} runtime@gpu.example.test"
+    host = access.hostname(namespace, "demo-instance", "units.gpu.example.test")
+    assert shown["access"]["url"] == f"https://{host}"
+    assert shown["storageMounts"] == [
+        {"name": "model-cache", "mountPath": "/data", "readOnly": False}
+    ]
