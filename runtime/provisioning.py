@@ -152,7 +152,9 @@ def provision_access(contract: manifests.UnitContract, *, owner_uid: str) -> dic
         if node_port:
             exposed["sshNodePort"] = node_port
         public_ports.append({"port": manifests.SSH_PORT, "protocol": "TCP"})
-    if settings.NETWORK_POLICIES:
+    if settings.NETWORK_POLICIES and public_ports:
+        # A unit is one pod, so its own traffic needs no rule: only a port opened to the
+        # outside (tcp access, SSH) gets the unit a policy of its own.
         kube.create_or_adopt(
             kube.NETWORKPOLICY,
             manifests.build_unit_network_policy(
@@ -233,7 +235,9 @@ def _unit_objects(unit: GPUUnit) -> list[tuple[kube.Kind, str]]:
     if (unit.ssh or {}).get("enabled"):
         objects.append((kube.SERVICE, manifests.ssh_service_name(unit.name)))
         objects.append((kube.CONFIGMAP, manifests.ssh_config_map_name(unit.name)))
-    if settings.NETWORK_POLICIES:
+    if settings.NETWORK_POLICIES and (
+        (unit.ssh or {}).get("enabled") or (unit.access or {}).get("scheme") == "tcp"
+    ):
         objects.append((kube.NETWORKPOLICY, f"unit-{unit.name}"))
     return [*objects, (kube.GPUUNIT, unit.name)]
 

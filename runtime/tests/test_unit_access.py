@@ -76,8 +76,9 @@ def test_the_seed_request_gets_a_service_policies_and_its_in_cluster_url(auth_cl
         {"name": "http", "containerPort": 8080, "protocol": "TCP"}
     ]
     tenant_policy = kube.get(kube.NETWORKPOLICY, tenant.namespace, manifests.TENANT_POLICY)
-    unit_policy = kube.get(kube.NETWORKPOLICY, tenant.namespace, "unit-demo-instance")
-    for obj in (service, tenant_policy, unit_policy):
+    # Nothing opened to the outside: the tenant's policy covers the unit, no policy of its own.
+    assert kube.get(kube.NETWORKPOLICY, tenant.namespace, "unit-demo-instance") is None
+    for obj in (service, tenant_policy):
         assert obj["metadata"]["labels"][manifests.LABEL_MANAGED_BY] == manifests.MANAGED_BY
         kubernetes_validate.validate(_as_sent(obj), "1.34.0", strict=True)
     gpuunit = kube.get(kube.GPUUNIT, tenant.namespace, "demo-instance")
