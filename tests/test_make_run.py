@@ -72,6 +72,26 @@ def stop_with_ctrl_c(process: subprocess.Popen) -> dict[int, str]:
     return children
 
 
+def stop_whatever_is_left(process: subprocess.Popen) -> None:
+    """After a failed test: stop the stack as SIGTERM does, and kill what still runs (its
+    processes have sessions of their own, so killing the group alone would leave them)."""
+    if process.poll() is not None:
+        return
+    children = psutil.Process(process.pid).children(recursive=True)
+    leader = os.getpgid(process.pid) == process.pid  # started in a session of its own
+    if leader:
+        os.killpg(process.pid, signal.SIGTERM)
+    else:
+        process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        process.kill()
+    _gone, alive = psutil.wait_procs(children, timeout=10)
+    for child in alive:
+        child.kill()
+
+
 def order_and_wait_for_running(base: str, key: str) -> dict:
     """What the printed curl example does, then poll until the observer has seen it run."""
     request = urllib.request.Request(
@@ -138,8 +158,7 @@ def test_make_run_serves_api_and_admin_and_stops_on_ctrl_c(tmp_path):
         assert "controlplane_observer_leading 1.0" in observer_metrics
         children = stop_with_ctrl_c(process)
     finally:
-        if process.poll() is None:
-            process.kill()
+        stop_whatever_is_left(process)
     commands = " | ".join(children.values())
     for expected in ("redis-server", "simcluster", "gunicorn", "worker", "observe", "beat"):
         assert expected in commands
@@ -162,8 +181,7 @@ def test_make_run_serves_api_and_admin_and_stops_on_ctrl_c(tmp_path):
         assert unit["phase"] == "Running"  # the cluster's objects persisted too
         stop_with_ctrl_c(process)
     finally:
-        if process.poll() is None:
-            process.kill()
+        stop_whatever_is_left(process)
     output = log.read_text()
     assert "catalog already has packages" in output
     assert "superuser 'admin': password set from ADMIN_PASSWORD" in output

@@ -20,7 +20,7 @@ import psutil
 import pytest
 
 from devstack.services import free_port
-from tests.test_make_run import get, wait_until_up
+from tests.test_make_run import get, stop_whatever_is_left, wait_until_up
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -91,8 +91,7 @@ def stack(tmp_path_factory):
             time.sleep(0.5)
         yield {"process": process, "port": port, "data": data, "log": log, "env": env}
     finally:
-        if process.poll() is None:
-            os.killpg(process.pid, signal.SIGKILL)
+        stop_whatever_is_left(process)
 
 
 def run_block(stack, block: str) -> subprocess.CompletedProcess:
