@@ -97,6 +97,8 @@ def for_unit(unit: object, config: AccessConfig | None = None) -> dict:
     `url`/`endpoints`, from its template's ports and what provisioning saw of its Service."""
     settings_ = getattr(unit, "access", None) or {}
     ports = (getattr(unit, "template", None) or {}).get("ports") or []
+    if not ports:
+        return {"url": None, "endpoints": []}  # most units: nothing to read settings for
     exposed = getattr(unit, "exposed", None) or {}
     shown = describe(
         unit=unit.name,  # type: ignore[attr-defined]

@@ -275,7 +275,7 @@ class UnitSerializer(serializers.ModelSerializer):
 
     template = serializers.SerializerMethodField()
     access = serializers.SerializerMethodField()
-    storageMounts = StorageMountSerializer(source="storage_mounts", many=True)
+    storageMounts = serializers.SerializerMethodField()
     ssh = serializers.SerializerMethodField()
 
     class Meta:
@@ -309,6 +309,12 @@ class UnitSerializer(serializers.ModelSerializer):
     @extend_schema_field(TemplateSerializer)
     def get_template(self, unit: GPUUnit) -> dict:
         return unit.template or {}
+
+    @extend_schema_field(StorageMountSerializer(many=True))
+    def get_storageMounts(self, unit: GPUUnit) -> list[dict]:
+        # Stored normalised (validation.storage_mounts): rendered as is, no nested serializer
+        # per unit of a list.
+        return unit.storage_mounts or []
 
     @extend_schema_field(UnitSSHSerializer)
     def get_ssh(self, unit: GPUUnit) -> dict:
