@@ -259,3 +259,29 @@ def test_a_unit_with_a_route_ssh_and_storage_at_once(auth_client, tenant):
     assert shown["storageMounts"] == [
         {"name": "model-cache", "mountPath": "/data", "readOnly": False}
     ]
+
+
+@pytest.fixture
+def ingress_worker(session_worker_paused, cluster, settings):
+    """A worker (and this process) publishing HTTP units through an Ingress class instead."""
+    config = {"ACCESS_DOMAIN": "units.gpu.example.test", "ACCESS_INGRESS_CLASS": "nginx"}
+    for name, value in config.items():
+        setattr(settings, name, value)
+    worker = start_worker("ingress", **config)
+    yield
+    stop_worker(worker)
+
+
+@pytest.mark.usefixtures("ingress_worker")
+def test_with_an_ingress_class_http_units_get_an_ingress(auth_client, tenant):
+    _, shown = order_and_run(auth_client, SEED_REQUEST)
+    host = access.hostname(tenant.namespace, "demo-instance", "units.gpu.example.test")
+    assert shown["access"]["url"] == f"https://{host}"
+    ingress = kube.get(kube.INGRESS, tenant.namespace, "unit-demo-instance")
+    assert ingress["spec"]["ingressClassName"] == "nginx"
+    (rule,) = ingress["spec"]["rules"]
+    assert rule["host"] == host
+    backend = rule["http"]["paths"][0]["backend"]["service"]
+    assert backend == {"name": "unit-demo-instance", "port": {"number": 8080}}
+    kubernetes_validate.validate(_as_sent(ingress), "1.34.0", strict=True)
+    kube.delete(kube.INGRESS, tenant.namespace, "unit-demo-instance")
