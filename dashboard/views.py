@@ -676,7 +676,14 @@ class StorageListView(StoragePage):
     @staticmethod
     def report_quota(form: StorageForm, error: QuotaExceeded) -> None:
         details = error.details
-        if details.get("limit") == "requests.storage":
+        if details.get("limit") == "requests.storage" and details.get("largerThanQuota"):
+            form.add_error(
+                "size",
+                f"This is larger than your whole storage quota: it needs "
+                f"{details.get('requested')} of the {details.get('hard')} you have. Pick a "
+                "smaller size, or ask us to raise your quota.",
+            )
+        elif details.get("limit") == "requests.storage":
             form.add_error(
                 "size",
                 f"Not enough storage quota left: this needs {details.get('requested')}, and "

@@ -145,6 +145,8 @@ def _check_quota(tenant: Tenant, size_bytes: int) -> None:
                 "used": used,
                 "requested": requested,
                 "hard": tenant.quota_storage,
+                # Deleting storages never makes room for it: a smaller size does.
+                "largerThanQuota": size_bytes > tenant.quota_storage_bytes,
             },
         )
 

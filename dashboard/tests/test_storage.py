@@ -201,6 +201,20 @@ class TestCreate:
         assert "Not enough storage quota left: this needs 30Gi, and 80Gi of 100Gi" in error
         assert not GPUStorage.objects.filter(name="second").exists()
 
+    def test_a_storage_larger_than_the_whole_quota_is_not_told_to_delete_storages(
+        self, member_client, tenant
+    ):
+        tenant.quota_storage = "100Gi"
+        tenant.full_clean()
+        tenant.save()
+        body = member_client.post(
+            STORAGE, {"name": "huge", "size": "100Ti", "access_mode": "ReadWriteOnce"}
+        ).content.decode()
+        error = error_of(body, "size")
+        assert "larger than your whole storage quota: it needs 100Ti of the 100Gi" in error
+        assert "delete a storage" not in error
+        assert not GPUStorage.objects.exists()
+
     def test_the_storage_count_quota_is_said_above_the_form(self, member_client, tenant):
         tenant.quota_storages = 1
         tenant.save()

@@ -199,6 +199,11 @@ class TestStorageCreate(EndpointTest):
             client, data={"name": "b", "size": "50Gi"}, status=409, code="quota_exceeded"
         )
         assert error["details"]["limit"] == "requests.storage"
+        assert error["details"]["largerThanQuota"] is False
+        error = self.get_error_response(
+            client, data={"name": "b", "size": "200Gi"}, status=409, code="quota_exceeded"
+        )
+        assert error["details"]["largerThanQuota"] is True
         self.get_success_response(client, data={"name": "b", "size": "40Gi"}, status=201)
         error = self.get_error_response(
             client, data={"name": "c", "size": "1Mi"}, status=409, code="quota_exceeded"
