@@ -23,7 +23,7 @@ from catalog.serializers import PackageSerializer
 from controlplane.api.errors import NotFound
 from controlplane.api.pagination import cursor_scope, paginate
 from controlplane.api.schema import envelope, error_responses
-from controlplane.api.views import ApiView, StrictQueryMixin
+from controlplane.api.views import StrictQueryMixin
 from controlplane.kube import logs as kube_logs
 from controlplane.validation import fold_case
 from dracel import quantity
@@ -43,24 +43,13 @@ from runtime.serializers import (
 from tenancy.models import Tenant
 from tenancy.permissions import IsTenant, tenant_of
 from tenancy.selectors import usage_of
+from tenancy.views import TenantView
 
 _UNIT = envelope(UnitSerializer, name="UnitResponse")
 # One UnitSerializer renders every single unit: building a ModelSerializer's fields costs more
 # than rendering a unit with them, and to_representation keeps no per-call state.
 _render_unit = UnitSerializer().to_representation
 _REPLAYED = "Idempotent-Replayed"
-
-
-class TenantView(ApiView):
-    """A view acting for the tenant behind the request's key."""
-
-    permission_classes = [IsTenant]
-
-    @property
-    def tenant(self) -> Tenant:
-        tenant = tenant_of(self.request)
-        assert tenant is not None
-        return tenant
 
 
 def _unit_or_404(tenant: Tenant, name: str) -> GPUUnit:

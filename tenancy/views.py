@@ -16,7 +16,9 @@ from tenancy.permissions import IsTenant, tenant_of
 from tenancy.serializers import CreateSSHKeySerializer, SSHKeySerializer
 
 
-class _TenantView(ApiView):
+class TenantView(ApiView):
+    """An API view acting for the tenant behind the request's key (the runtime's views too)."""
+
     permission_classes = [IsTenant]
 
     @property
@@ -26,7 +28,7 @@ class _TenantView(ApiView):
         return tenant
 
 
-class SSHKeyListView(_TenantView):
+class SSHKeyListView(TenantView):
     @extend_schema(
         summary="The tenant's SSH public keys",
         operation_id="ssh_keys_list",
@@ -59,7 +61,7 @@ class SSHKeyListView(_TenantView):
         return Response(SSHKeySerializer(key).data, status=201)
 
 
-class SSHKeyDetailView(_TenantView):
+class SSHKeyDetailView(TenantView):
     def _key(self, name: str) -> SSHKey:
         key = SSHKey.objects.filter(tenant=self.tenant, name=fold_case(name.strip())).first()
         if key is None:
