@@ -53,15 +53,21 @@ def delete_operation_id(unit: GPUUnit) -> str:
     return f"{validation.DELETE_OPERATION_PREFIX}{unit.uid}"
 
 
+def send(task: str, pk: int) -> bool:
+    """Send a task by name for one row; False (logged) when the broker is unreachable, which
+    must not fail the request that recorded the work: each caller's backstop sends it later."""
+    try:
+        current_app.send_task(task, args=[pk], retry=False)
+    except Exception:
+        logger.warning("could not send %s for %s; its backstop will", task, pk, exc_info=True)
+        return False
+    return True
+
+
 def enqueue(operation: Operation) -> None:
     """Hand the operation to a worker. If the broker is down the operation stays pending in
     the database and the sweeper sends it later, so the caller's request still succeeds."""
-    try:
-        current_app.send_task(TASK_FOR_KIND[operation.kind], args=[operation.pk], retry=False)
-    except Exception:  # the broker being unreachable must not fail the accepted request
-        logger.warning(
-            "could not enqueue operation %s; the sweeper will", operation.pk, exc_info=True
-        )
+    send(TASK_FOR_KIND[operation.kind], operation.pk)
 
 
 def claim_operation(operation_pk: int) -> Operation | None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 
-from celery import current_app
 from django.db import IntegrityError, transaction
 from django.db.models import Count, Sum
 
@@ -18,7 +17,7 @@ from controlplane.api.errors import ApiError, InvalidRequest, NotFound
 from controlplane.kube.errors import KubeError, TemporaryError
 from controlplane.validation import dns_subdomain, fold_case, positive_quantity
 from dracel import quantity
-from runtime import manifests, provisioning, validation
+from runtime import manifests, outbox, provisioning, validation
 from runtime.errors import QuotaExceeded, StorageInUse
 from runtime.models import AccessMode, GPUStorage, GPUUnit, StoragePhase, UnitPhase
 from tenancy.models import Tenant
@@ -66,22 +65,15 @@ def create_storage(
                 storage_class=storage_class,
                 access_mode=access_mode,
             )
-            transaction.on_commit(lambda: _send(PROVISION_STORAGE_TASK, storage.pk))
+            transaction.on_commit(lambda: outbox.send(PROVISION_STORAGE_TASK, storage.pk))
     except IntegrityError:
         raise StorageConflict(f"a storage named {name} exists.", details={"name": name}) from None
     return storage
 
 
+# Sent by outbox.send; if the broker is down, beat's reconcile (sync_storages) sends them.
 PROVISION_STORAGE_TASK = "runtime.provision_storage"
 DELETE_STORAGE_TASK = "runtime.delete_storage"
-
-
-def _send(task: str, storage_pk: int) -> None:
-    """Hand the storage to a worker; if the broker is down, beat's reconcile picks it up."""
-    try:
-        current_app.send_task(task, args=[storage_pk], retry=False)
-    except Exception:  # the broker being unreachable must not fail the accepted request
-        logger.warning("could not send %s for storage %s", task, storage_pk, exc_info=True)
 
 
 def provision_storage(storage_pk: int) -> None:
@@ -184,7 +176,7 @@ def delete_storage(*, tenant: Tenant, name: str) -> GPUStorage:
             phase=StoragePhase.TERMINATING, message="Deletion requested."
         )
         storage.phase = StoragePhase.TERMINATING
-        transaction.on_commit(lambda: _send(DELETE_STORAGE_TASK, storage.pk))
+        transaction.on_commit(lambda: outbox.send(DELETE_STORAGE_TASK, storage.pk))
     return storage
 
 
@@ -226,10 +218,10 @@ def sync_storages() -> int:
     for storage in GPUStorage.objects.select_related("tenant"):
         claim = claims.get((storage.tenant.namespace, storage.claim_name))
         if storage.phase == StoragePhase.TERMINATING:
-            _send(DELETE_STORAGE_TASK, storage.pk)
+            outbox.send(DELETE_STORAGE_TASK, storage.pk)
             continue
         if claim is None and storage.phase != StoragePhase.FAILED:
-            _send(PROVISION_STORAGE_TASK, storage.pk)
+            outbox.send(PROVISION_STORAGE_TASK, storage.pk)
         before = storage.phase
         _observe(storage, claim)
         changed += storage.phase != before
