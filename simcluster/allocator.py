@@ -13,6 +13,7 @@ from typing import Any
 from dracel import CelCompileError, CompiledSelector, compile_selector, device_env
 from dracel import device_matches as cel_device_matches
 from simcluster.quota import pod_usage
+from simcluster.taints import TaintRules, all_tolerated
 
 DeviceKey = tuple[str, str, str]
 SelectorKey = tuple[str, ...]
@@ -93,6 +94,8 @@ class Device:
     node_selector: dict[str, Any] | None
     entry: _SliceEntry
     index: int
+    # The slice's own taints, then those of matching DeviceTaintRules.
+    taints: tuple[dict[str, Any], ...] = ()
 
     @property
     def key(self) -> DeviceKey:
@@ -121,10 +124,14 @@ class Pool:
 class Inventory:
     """The devices of a cluster, indexed by node: only the highest generation of each pool
     counts; a pool with fewer slices than resourceSliceCount is incomplete, one whose slices
-    disagree on that count or repeat a device name is invalid."""
+    disagree on that count or repeat a device name is invalid. Each device carries its taints,
+    its slice's and those `taint_rules` add."""
 
     def __init__(
-        self, slices: Iterable[Mapping[str, Any]], cache: SelectorCache | None = None
+        self,
+        slices: Iterable[Mapping[str, Any]],
+        cache: SelectorCache | None = None,
+        taint_rules: TaintRules | None = None,
     ) -> None:
         cache = cache or SelectorCache()
         grouped: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
@@ -139,6 +146,9 @@ class Inventory:
         self.node_pools: dict[str, list[Pool]] = {}
         self.shared_devices: list[Device] = []
         self.shared_pools: list[Pool] = []
+        self.by_key: dict[DeviceKey, Device] = {}
+        # Whether any device has a NoExecute taint: without one, nothing is to be evicted.
+        self.no_execute = False
         live: set[tuple[str, str, str]] = set()
         for (driver, pool_name), pool_slices in sorted(grouped.items()):
             generation = max(_pool_field(s, "generation", 0) for s in pool_slices)
@@ -163,8 +173,13 @@ class Inventory:
                     if device["name"] in names:
                         pool.invalid = True
                     names.add(device["name"])
-                    pool.devices.append(
-                        _device(driver, pool_name, resource_slice["spec"], device, entry, index)
+                    found = _device(driver, pool_name, resource_slice["spec"], device, entry, index)
+                    if taint_rules:
+                        _add_rule_taints(found, taint_rules)
+                    pool.devices.append(found)
+                    self.by_key.setdefault(found.key, found)
+                    self.no_execute = self.no_execute or any(
+                        t.get("effect") == "NoExecute" for t in found.taints
                     )
             self.pools.append(pool)
             pool_nodes = {d.node for d in pool.devices}
@@ -197,7 +212,19 @@ def _device(
     source = device if spec.get("perDeviceNodeSelection") else spec
     node = source.get("nodeName")
     selector = None if node or source.get("allNodes") else source.get("nodeSelector")
-    return Device(driver, pool, device["name"], node, selector, entry, index)
+    taints = tuple(t for t in device.get("taints") or () if isinstance(t, dict))
+    return Device(driver, pool, device["name"], node, selector, entry, index, taints)
+
+
+def _add_rule_taints(device: Device, rules: TaintRules) -> None:
+    """Append the taints of matching rules after the slice's own, as the tracker patches them."""
+
+    def matches(key: tuple[str, ...], selectors: list[CompiledSelector]) -> bool:
+        return device.entry.match(device.index, key, selectors)
+
+    added = rules.matching(device.driver, device.pool, device.name, matches)
+    if added:
+        device.taints = (*device.taints, *(taint for _name, taint in added))
 
 
 @dataclass
@@ -305,6 +332,14 @@ class _Alternative:
     admin_access: bool
     key: SelectorKey
     selectors: list[CompiledSelector]
+    tolerations: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def tolerations_key(self) -> str:
+        return json.dumps(self.tolerations, sort_keys=True) if self.tolerations else ""
+
+    def tolerates(self, device: Device) -> bool:
+        return not device.taints or all_tolerated(device.taints, self.tolerations)
 
 
 @dataclass
@@ -418,7 +453,7 @@ class Allocator:
         self._matching_cache: dict[tuple[str, SelectorKey], list[Device]] = {}
         self._shared_match: dict[SelectorKey, bool] = {}
         self._candidates: dict[SelectorKey, list[str]] = {}
-        self._first_candidate: dict[SelectorKey, int] = {}
+        self._first_candidate: dict[tuple[SelectorKey, str], int] = {}
         # Within a pass resources only shrink, so a pod shape that failed once fails again.
         self._failed_shapes: dict[Any, Unschedulable | SchedulingError] = {}
 
@@ -544,13 +579,17 @@ class Allocator:
             admin_access=bool(exact.get("adminAccess")),
             key=(*class_expressions, "\x00", *claim_expressions),
             selectors=compiled,
+            tolerations=[dict(t) for t in exact.get("tolerations") or [] if isinstance(t, dict)],
         )
 
     def _shape(self, pod: PodRequest, plan: _Plan) -> Any:
         if plan.pinned:
             return None
         needs = tuple(
-            tuple((a.key, a.mode, a.count, a.admin_access) for a in need.alternatives)
+            tuple(
+                (a.key, a.mode, a.count, a.admin_access, a.tolerations_key)
+                for a in need.alternatives
+            )
             for need in plan.needs
         )
         node_selector = tuple(sorted(pod.node_selector.items()))
@@ -581,10 +620,12 @@ class Allocator:
         # list whose devices are all taken stay taken for the rest of the pass: skip them for
         # good, which keeps a pass linear in pods rather than pods x nodes.
         candidates = self._candidate_nodes(first)
-        start = self._first_candidate.get(first.key, 0)
+        # Tolerations decide which free devices count, so the skip is per (selectors, them).
+        skip_key = (first.key, first.tolerations_key)
+        start = self._first_candidate.get(skip_key, 0)
         while start < len(candidates) and not self._free(candidates[start], first):
             start += 1
-        self._first_candidate[first.key] = start
+        self._first_candidate[skip_key] = start
         for name in candidates[start:]:
             if len(self._free(name, first)) >= first.count:
                 yield self.nodes[name]
@@ -619,7 +660,12 @@ class Allocator:
         return result
 
     def _free(self, node_name: str, alternative: _Alternative) -> list[Device]:
-        return [d for d in self._matching(node_name, alternative) if d.key not in self.allocated]
+        """Matching devices on the node that nobody holds and whose taints it tolerates."""
+        return [
+            d
+            for d in self._matching(node_name, alternative)
+            if d.key not in self.allocated and alternative.tolerates(d)
+        ]
 
     def _node_reasons(self, pod: PodRequest, node: NodeState) -> list[str]:
         """The non-DRA filters, in the default profile's order; all fit reasons are reported."""
@@ -679,14 +725,18 @@ class Allocator:
                 )
         devices = [*self._matching(node.name, alternative), *self._shared_on(node, alternative)]
         if alternative.mode == "All":
-            # Every matching device on the node, all of them free; at least one must exist.
-            if not devices:
+            # Every matching device on the node, all of them free and their taints tolerated;
+            # at least one must exist.
+            if not devices or not all(alternative.tolerates(d) for d in devices):
                 return None
             if not alternative.admin_access and any(
                 d.key in self.allocated or d.key in taken for d in devices
             ):
                 return None
             return devices
+        # A device whose taints the request does not tolerate is never allocated, not even
+        # with admin access.
+        devices = [d for d in devices if alternative.tolerates(d)]
         if not alternative.admin_access:
             devices = [d for d in devices if d.key not in self.allocated and d.key not in taken]
         if len(devices) < alternative.count:
@@ -771,6 +821,9 @@ class Allocator:
                         result["adminAccess"] = True
                     else:
                         taken.append(device.key)
+                    if alternative.tolerations:
+                        # What the eviction controller reads (the 1.34 fix of k8s #134434).
+                        result["tolerations"] = [dict(t) for t in alternative.tolerations]
                     results.append(result)
                     node_local = node_local or device.node is not None
                     if device.node_selector and device.node_selector not in selectors:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import threading
 from collections.abc import Iterable
 from pathlib import Path
@@ -206,6 +207,39 @@ class SimCluster:
             message=message,
             lines=lines,
         )
+
+    # -- test hooks: device health ----------------------------------------------------------
+
+    def taint_device(
+        self,
+        driver: str,
+        pool: str,
+        device: str,
+        *,
+        effect: str = "NoExecute",
+        key: str = "simcluster.lokiwager.io/unhealthy",
+        value: str = "",
+    ) -> str:
+        """Taint one device as an admin would, with a DeviceTaintRule (validated like any API
+        write) selecting it by driver, pool and name; returns the rule's name, which
+        `untaint_device` takes. NoExecute evicts the pods using it."""
+        name = f"sim-{hashlib.sha256(f'{driver}/{pool}/{device}/{key}'.encode()).hexdigest()[:12]}"
+        taint = {"key": key, "effect": effect, **({"value": value} if value else {})}
+        self.store.create(
+            "devicetaintrules",
+            {
+                "metadata": {"name": name, "labels": {"simcluster.lokiwager.io/taint": "device"}},
+                "spec": {
+                    "deviceSelector": {"driver": driver, "pool": pool, "device": device},
+                    "taint": taint,
+                },
+            },
+        )
+        return name
+
+    def untaint_device(self, name: str) -> None:
+        """Remove a taint `taint_device` made: the device is allocatable again."""
+        self.store.delete("devicetaintrules", None, name)
 
     def apply_manifests(self, path: str | Path) -> list[str]:
         """Create or update every object of a YAML file, or of a kustomize directory's

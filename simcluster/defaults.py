@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import datetime as dt
 from typing import Any
 
 from simcluster.errors import ApiError
@@ -65,6 +66,31 @@ def _default_exact(request: dict[str, Any]) -> None:
     request.setdefault("allocationMode", "ExactCount")
     if request["allocationMode"] == "ExactCount":
         request.setdefault("count", 1)
+    for toleration in request.get("tolerations") or []:
+        if isinstance(toleration, dict) and not toleration.get("operator"):
+            toleration["operator"] = "Equal"
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _default_taint(taint: Any) -> None:
+    """A taint without timeAdded gets the time of this write (SetDefaults_DeviceTaint)."""
+    if isinstance(taint, dict) and not taint.get("timeAdded"):
+        taint["timeAdded"] = _now()
+
+
+def _default_resource_slice(resource_slice: dict[str, Any], internal: bool) -> None:
+    for device in (resource_slice.get("spec") or {}).get("devices") or []:
+        for taint in (device.get("taints") if isinstance(device, dict) else None) or []:
+            _default_taint(taint)
+
+
+def _default_device_taint_rule(rule: dict[str, Any], internal: bool) -> None:
+    spec = rule.get("spec")
+    if isinstance(spec, dict) and isinstance(spec.get("taint"), dict):
+        _default_taint(spec["taint"])
 
 
 def _default_resource_claim(claim: dict[str, Any], internal: bool) -> None:
@@ -232,6 +258,8 @@ _DEFAULTERS = {
     "storageclasses": _default_storage_class,
     "networkpolicies": _default_network_policy,
     "ingresses": _default_ingress,
+    "resourceslices": _default_resource_slice,
+    "devicetaintrules": _default_device_taint_rule,
 }
 
 # Kinds whose every write is defaulted again (the real server defaults on each decode); the
@@ -243,6 +271,8 @@ _UPDATE_DEFAULTERS = {
     "persistentvolumes": _default_pv,
     "storageclasses": _default_storage_class,
     "networkpolicies": _default_network_policy,
+    "resourceslices": _default_resource_slice,
+    "devicetaintrules": _default_device_taint_rule,
 }
 
 
@@ -269,6 +299,22 @@ def prepare_for_update(rtype: ResourceType, new: dict[str, Any], old: dict[str, 
     defaulter(new, True)
     if rtype.key == "services":
         _keep_allocated(new, old)
+    if rtype.key == "devicetaintrules":
+        _retime_changed_effect(new, old)
+
+
+def _retime_changed_effect(new: dict[str, Any], old: dict[str, Any]) -> None:
+    """A rule whose effect changes while its timeAdded stays gets a new timeAdded, so that it
+    tells when the effect was added, which tolerationSeconds count from (the strategy's
+    PrepareForUpdate)."""
+    taint = (new.get("spec") or {}).get("taint")
+    old_taint = (old.get("spec") or {}).get("taint") or {}
+    if (
+        isinstance(taint, dict)
+        and taint.get("effect") != old_taint.get("effect")
+        and taint.get("timeAdded") == old_taint.get("timeAdded")
+    ):
+        taint["timeAdded"] = _now()
 
 
 def _keep_allocated(new: dict[str, Any], old: dict[str, Any]) -> None:

@@ -242,6 +242,16 @@ def _builtins() -> list[ResourceType]:
             False,
             field_selectors={"spec.nodeName": "spec.nodeName", "spec.driver": "spec.driver"},
         ),
+        # Served as a 1.34 server does with the DRADeviceTaintRules gate on: alpha only
+        # (v1beta2 comes with 1.36, v1 with 1.37), no status until 1.35.
+        ResourceType(
+            "resource.k8s.io",
+            "v1alpha3",
+            "DeviceTaintRule",
+            "devicetaintrules",
+            "devicetaintrule",
+            False,
+        ),
         ResourceType(
             "apiextensions.k8s.io",
             "v1",

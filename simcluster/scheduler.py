@@ -1,16 +1,18 @@
 """The simulated cluster's control loops for DRA pods: kube-scheduler (allocate claims, bind),
-the kubelet's Running status, the resourceclaim controller (release, deallocate) and pod GC."""
+the kubelet's Running status, the device-taint-eviction controller, the resourceclaim
+controller (release, deallocate) and pod GC."""
 
 from __future__ import annotations
 
 import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from simcluster import taints
 from simcluster.allocator import (
     Allocator,
     ClaimRequest,
@@ -28,6 +30,7 @@ from simcluster.errors import ApiError
 from simcluster.kubelet import Kubelet
 from simcluster.quota import Quantity, pod_is_terminal, pod_usage
 from simcluster.store import clone
+from simcluster.taints import TaintRules
 from simcluster.volumes import check_pod_volumes, provision_for_node
 
 if TYPE_CHECKING:
@@ -40,6 +43,7 @@ DELETE_PROTECTION = "resource.kubernetes.io/delete-protection"
 _WATCHED = (
     "nodes",
     "resourceslices",
+    "devicetaintrules",
     "deviceclasses",
     "resourceclaims",
     # What a pod's volumes and environment need, for the scheduler and the kubelet.
@@ -62,6 +66,7 @@ class PassReport:
     released: int = 0
     deallocated: int = 0
     failed_pods: int = 0
+    evicted: int = 0
 
 
 class Scheduler:
@@ -98,6 +103,10 @@ class Scheduler:
         self._requests: dict[tuple[str, str], tuple[int, int]] = {}
         self._events: dict[str, str] = {}
         self._next_retry: float | None = None
+        # Pods the eviction controller has a future deletion time for (uid -> when), and the
+        # monotonic time of the earliest, so the loop wakes for it.
+        self._evictions: dict[str, datetime] = {}
+        self._next_eviction: float | None = None
         store.add_listener(self._on_change)
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -125,8 +134,10 @@ class Scheduler:
                 break
             now = time.monotonic()
             # Besides changes: a periodic resync (level-based safety net) and due retries.
-            due = now - last_pass >= self.retry_interval or (
-                self._next_retry is not None and now >= self._next_retry
+            due = (
+                now - last_pass >= self.retry_interval
+                or (self._next_retry is not None and now >= self._next_retry)
+                or (self._next_eviction is not None and now >= self._next_eviction)
             )
             if not (woken or due):
                 continue
@@ -154,7 +165,8 @@ class Scheduler:
     # -- one pass ---------------------------------------------------------------------------
 
     def run_once(self) -> PassReport:
-        """One synchronous pass: pod GC, claim release, then scheduling of pending pods."""
+        """One synchronous pass: pod GC, taint eviction, claim release, then scheduling of
+        pending pods."""
         with self._pass_lock, self.store.lock:
             self._pass_thread = threading.get_ident()
             try:
@@ -176,6 +188,14 @@ class Scheduler:
         pods = [self._collect_orphan(pod, nodes, now, report) for pod in pods]
         if self.kubelet.retry(pods, nodes, now):
             pods = list(store.list_shared("pods")[0])
+        classes = {c["metadata"]["name"]: c for c in store.list_shared("deviceclasses")[0]}
+        inventory = Inventory(
+            store.list_shared("resourceslices")[0],
+            self._cache,
+            TaintRules(store.list_shared("devicetaintrules")[0], classes),
+        )
+        if self._evict(pods, claims, inventory, now, report):
+            pods = list(store.list_shared("pods")[0])
         active = {pod["metadata"]["uid"] for pod in pods if not _pod_done(pod)}
         for key, claim in list(claims.items()):
             released = self._release(claim, active, report)
@@ -187,8 +207,8 @@ class Scheduler:
             self._generation += 1
 
         allocator = Allocator(
-            Inventory(store.list_shared("resourceslices")[0], self._cache),
-            {c["metadata"]["name"]: c for c in store.list_shared("deviceclasses")[0]},
+            inventory,
+            classes,
             _node_states(nodes.values(), pods, self._requests),
             allocated_devices(claims.values()),
         )
@@ -201,6 +221,8 @@ class Scheduler:
                 report.unschedulable += 1
                 continue
             self._schedule(pod, claims, nodes, allocator, now, report)
+        if report.bound:
+            self._note_bound(pending, claims, inventory)
         pending_uids = {pod["metadata"]["uid"] for pod in pending}
         self._attempts = {u: a for u, a in self._attempts.items() if u in pending_uids}
         self._events = {u: e for u, e in self._events.items() if u in pending_uids}
@@ -272,6 +294,160 @@ class Scheduler:
         self._set_unscheduled(pod, reason, outcome.message, now)
         self._record_event(pod, "Warning", "FailedScheduling", outcome.message, now)
         self._attempts[uid] = (self._generation, time.monotonic())
+
+    # -- the device-taint-eviction controller ------------------------------------------------
+
+    def _evict(
+        self,
+        pods: list[dict[str, Any]],
+        claims: Mapping[tuple[str, str], dict[str, Any]],
+        inventory: Inventory,
+        now: str,
+        report: PassReport,
+    ) -> bool:
+        """Delete, with a DisruptionTarget condition first, every scheduled pod that a claim
+        reserved for it ties to a device with an untolerated NoExecute taint, once its
+        tolerationSeconds (if any) are over; remember when the others are due. True when a
+        pod was deleted."""
+        device_taints = _device_taints(inventory)
+        moment = datetime.now(UTC)
+        due: dict[str, datetime] = {}
+        spared: dict[str, dict[str, Any]] = {}
+        deleted = False
+        # Without a NoExecute taint anywhere only the pods with a pending deletion need a look
+        # (to call it off): a pass stays as cheap as it was for clusters without taints.
+        candidates = (
+            pods
+            if inventory.no_execute
+            else [p for p in pods if p["metadata"]["uid"] in self._evictions]
+        )
+        for pod in candidates:
+            metadata = pod["metadata"]
+            if (
+                not (pod.get("spec") or {}).get("nodeName")
+                or metadata.get("deletionTimestamp")
+                or pod_is_terminal(pod)
+            ):
+                continue
+            when = self._pod_eviction_time(pod, claims, device_taints, moment)
+            if when is None:
+                spared[metadata["uid"]] = pod
+                continue
+            if when > moment:
+                due[metadata["uid"]] = when
+                continue
+            self._delete_evicted(pod, now)
+            report.evicted += 1
+            deleted = True
+        # A pending deletion whose taint went away (or is now tolerated) is called off.
+        for uid in set(self._evictions) & set(spared):
+            self._record_event(
+                spared[uid],
+                "Normal",
+                taints.EVICTION_EVENT_REASON,
+                taints.CANCEL_EVENT_MESSAGE,
+                now,
+                component=taints.EVICTION_CONTROLLER,
+            )
+        self._evictions = due
+        self._time_next_eviction(moment)
+        return deleted
+
+    def _note_bound(
+        self,
+        pending: list[dict[str, Any]],
+        claims: Mapping[tuple[str, str], dict[str, Any]],
+        inventory: Inventory,
+    ) -> None:
+        """Pods bound in this pass to a device whose NoExecute taint they do not tolerate for
+        good (a toleration with no effect lets the allocator place them): the controller deals
+        with them in the next pass, as the real one reacts to the claim's reservation."""
+        if not inventory.no_execute:
+            return
+        device_taints = _device_taints(inventory)
+        moment = datetime.now(UTC)
+        for pod in pending:
+            metadata = pod["metadata"]
+            bound = self.store.get_shared("pods", metadata["namespace"], metadata["name"])
+            if bound is None or bound["metadata"]["uid"] != metadata["uid"]:
+                continue
+            if not (bound.get("spec") or {}).get("nodeName"):
+                continue
+            when = self._pod_eviction_time(bound, claims, device_taints, moment)
+            if when is not None:
+                self._evictions[metadata["uid"]] = when
+        self._time_next_eviction(moment)
+
+    def _time_next_eviction(self, moment: datetime) -> None:
+        self._next_eviction = (
+            time.monotonic() + max(0.0, (min(self._evictions.values()) - moment).total_seconds())
+            if self._evictions
+            else None
+        )
+
+    @staticmethod
+    def _pod_eviction_time(
+        pod: Mapping[str, Any],
+        claims: Mapping[tuple[str, str], dict[str, Any]],
+        device_taints: Callable[[taints.DeviceKey], Sequence[Mapping[str, Any]]],
+        moment: datetime,
+    ) -> datetime | None:
+        """The earliest eviction time of the allocated claims reserved for this pod."""
+        metadata = pod["metadata"]
+        when: datetime | None = None
+        for reference in (pod.get("spec") or {}).get("resourceClaims") or []:
+            claim = claims.get((metadata["namespace"], _claim_name(pod, reference) or ""))
+            if claim is None:
+                continue
+            reserved = (claim.get("status") or {}).get("reservedFor") or []
+            if not any(r.get("uid") == metadata["uid"] for r in reserved):
+                continue
+            at = taints.claim_eviction_time(claim, device_taints, moment)
+            if at is not None and (when is None or at < when):
+                when = at
+        return when
+
+    def _delete_evicted(self, pod: dict[str, Any], now: str) -> None:
+        """What the controller does to a pod it evicts: an event, the DisruptionTarget
+        condition, then a delete with the pod's UID as precondition."""
+        metadata = pod["metadata"]
+        self._record_event(
+            pod,
+            "Normal",
+            taints.EVICTION_EVENT_REASON,
+            taints.EVICTION_EVENT_MESSAGE,
+            now,
+            component=taints.EVICTION_CONTROLLER,
+        )
+        status = dict(pod.get("status") or {})
+        conditions = [
+            c for c in status.get("conditions") or [] if c.get("type") != "DisruptionTarget"
+        ]
+        conditions.append(
+            {
+                "type": "DisruptionTarget",
+                "status": "True",
+                "lastProbeTime": None,
+                "lastTransitionTime": now,
+                "reason": taints.EVICTION_REASON,
+                "message": taints.EVICTION_MESSAGE,
+            }
+        )
+        self.store.update(
+            "pods", {**pod, "status": {**status, "conditions": conditions}}, internal=True
+        )
+        try:
+            self.store.delete_object(
+                "pods",
+                metadata["namespace"],
+                metadata["name"],
+                preconditions={"uid": metadata["uid"]},
+                internal=True,
+            )
+        except ApiError as exc:
+            logger.debug(
+                "evicted pod %s/%s not deleted: %s", metadata["namespace"], metadata["name"], exc
+            )
 
     # -- writes -----------------------------------------------------------------------------
 
@@ -425,9 +601,18 @@ class Scheduler:
         self.store.update("pods", updated, internal=True)
 
     def _record_event(
-        self, pod: dict[str, Any], kind: str, reason: str, message: str, now: str
+        self,
+        pod: dict[str, Any],
+        kind: str,
+        reason: str,
+        message: str,
+        now: str,
+        *,
+        component: str = SCHEDULER_NAME,
     ) -> None:
-        """One Event per pod and failure streak; a repeat bumps count instead of adding more."""
+        """One Event per pod and failure streak; a repeat bumps count instead of adding more.
+        The scheduler's events name an action and the scheduler instance; a controller's (the
+        taint eviction's) only its component, as client-go's legacy recorder writes them."""
         metadata = pod["metadata"]
         namespace, uid = metadata["namespace"], metadata["uid"]
         name = self._events.get(uid) if reason == "FailedScheduling" else None
@@ -439,7 +624,7 @@ class Scheduler:
             self.store.update("events", existing, internal=True)
             return
         name = f"{metadata['name']}.{time.time_ns():x}"
-        event = {
+        event: dict[str, Any] = {
             "apiVersion": "v1",
             "kind": "Event",
             "metadata": {"name": name, "namespace": namespace},
@@ -453,14 +638,16 @@ class Scheduler:
             "reason": reason,
             "message": message,
             "type": kind,
-            "action": "Scheduling" if kind == "Warning" else "Binding",
-            "source": {"component": SCHEDULER_NAME},
-            "reportingComponent": SCHEDULER_NAME,
-            "reportingInstance": f"{SCHEDULER_NAME}-simcluster",
+            "source": {"component": component},
+            "reportingComponent": component,
+            "reportingInstance": "",
             "firstTimestamp": now,
             "lastTimestamp": now,
             "count": 1,
         }
+        if component == SCHEDULER_NAME:
+            event["action"] = "Scheduling" if kind == "Warning" else "Binding"
+            event["reportingInstance"] = f"{SCHEDULER_NAME}-simcluster"
         try:
             self.store.create("events", event, internal=True)
         except ApiError as exc:
@@ -469,6 +656,16 @@ class Scheduler:
             return
         if reason == "FailedScheduling":
             self._events[uid] = name
+
+
+def _device_taints(
+    inventory: Inventory,
+) -> Callable[[taints.DeviceKey], tuple[dict[str, Any], ...]]:
+    def device_taints(key: taints.DeviceKey) -> tuple[dict[str, Any], ...]:
+        device = inventory.by_key.get(key)
+        return device.taints if device is not None else ()
+
+    return device_taints
 
 
 def _claim_name(pod: Mapping[str, Any], reference: Mapping[str, Any]) -> str | None:

@@ -15,8 +15,10 @@ from typing import Any
 import jsonschema
 from referencing import Registry, Resource
 
+from dracel import CelCompileError, compile_selector
 from simcluster.errors import ApiError, cause
 from simcluster.resources import ResourceType
+from simcluster.taints import EFFECTS, OPERATORS
 
 SCHEMA_DIR = "kubernetes-json-schema/v1.34.0-local-strict"
 _DEFS_PREFIX = "#/$defs/"
@@ -350,6 +352,120 @@ def _pod_update_rules(spec: dict[str, Any], old_spec: dict[str, Any]) -> list[di
     return []
 
 
+_QUALIFIED_NAME_MESSAGE = (
+    "must consist of alphanumeric characters, '-', '_' or '.', and must start and end with an "
+    "alphanumeric character (e.g. 'MyName',  or 'my.name',  or '123-abc', regex used for "
+    "validation is '([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]')"
+)
+_LABEL_VALUE_MESSAGE = (
+    "a valid label must be an empty string or consist of alphanumeric characters, '-', '_' or "
+    "'.', and must start and end with an alphanumeric character (e.g. 'MyValue',  or "
+    "'my_value',  or '12345', regex used for validation is "
+    "'(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?')"
+)
+# A device with taints (or counters) caps its slice at 64 devices instead of 128.
+MAX_DEVICES = 128
+MAX_DEVICES_WITH_TAINTS = 64
+MAX_TAINTS_PER_DEVICE = 4
+MAX_TOLERATIONS = 16
+
+
+def _invalid(path: str, value: Any, message: str) -> dict:
+    return cause("FieldValueInvalid", path, f"Invalid value: {go_value(value)}: {message}")
+
+
+def _too_many(path: str, count: int, limit: int) -> dict:
+    return cause("FieldValueTooMany", path, f"Too many: {count}: must have at most {limit} items")
+
+
+def _label_name_causes(name: str, path: str) -> list[dict]:
+    """metav1validation.ValidateLabelName: a qualified name, `[prefix/]name`."""
+    messages = []
+    parts = name.split("/")
+    if len(parts) > 2:
+        messages.append(
+            f"a qualified name {_QUALIFIED_NAME_MESSAGE} with an optional DNS subdomain prefix "
+            "and '/' (e.g. 'example.com/MyName')"
+        )
+    else:
+        if len(parts) == 2:
+            prefix = parts[0]
+            if not prefix:
+                messages.append("prefix part must be non-empty")
+            elif len(prefix) > 253:
+                messages.append("prefix part must be no more than 253 characters")
+            elif not DNS_SUBDOMAIN.match(prefix):
+                messages.append(f"prefix part {SUBDOMAIN_MESSAGE}")
+        local = parts[-1]
+        if not local:
+            messages.append("name part must be non-empty")
+        elif len(local) > 63:
+            messages.append("name part must be no more than 63 characters")
+        if not _LABEL_NAME.match(local):
+            messages.append(f"name part {_QUALIFIED_NAME_MESSAGE}")
+    return [_invalid(path, name, message) for message in messages]
+
+
+def _label_value_causes(value: str, path: str) -> list[dict]:
+    messages = []
+    if len(value) > 63:
+        messages.append("must be no more than 63 characters")
+    if not _LABEL_VALUE.match(value):
+        messages.append(_LABEL_VALUE_MESSAGE)
+    return [_invalid(path, value, message) for message in messages]
+
+
+def _effect_not_supported(path: str, effect: Any) -> dict:
+    supported = ", ".join(go_value(e) for e in EFFECTS)
+    return cause(
+        "FieldValueNotSupported",
+        path,
+        f"Unsupported value: {go_value(effect)}: supported values: {supported}",
+    )
+
+
+def _taint_causes(taint: dict[str, Any], path: str) -> list[dict]:
+    """A device taint (in a slice or a DeviceTaintRule): a label key, a label value, and one of
+    the effects 1.34 knows."""
+    causes = _label_name_causes(str(taint.get("key") or ""), f"{path}.key")
+    if taint.get("value"):
+        causes += _label_value_causes(str(taint["value"]), f"{path}.value")
+    effect = taint.get("effect") or ""
+    if not effect:
+        causes.append(cause("FieldValueRequired", f"{path}.effect", "Required value"))
+    elif effect not in EFFECTS:
+        causes.append(_effect_not_supported(f"{path}.effect", effect))
+    return causes
+
+
+def _toleration_causes(toleration: dict[str, Any], path: str) -> list[dict]:
+    causes = []
+    if toleration.get("key"):
+        causes += _label_name_causes(str(toleration["key"]), f"{path}.key")
+    operator = toleration.get("operator") or ""
+    value = toleration.get("value") or ""
+    if operator == "Exists":
+        if value:
+            causes.append(_invalid(f"{path}.value", value, "must be empty for operator `Exists`"))
+    elif operator == "Equal":
+        causes += _label_value_causes(str(value), f"{path}.value")
+    elif not operator:
+        causes.append(cause("FieldValueRequired", f"{path}.operator", "Required value"))
+    else:
+        supported = ", ".join(go_value(o) for o in OPERATORS)
+        causes.append(
+            cause(
+                "FieldValueNotSupported",
+                f"{path}.operator",
+                f"Unsupported value: {go_value(operator)}: supported values: {supported}",
+            )
+        )
+    effect = toleration.get("effect") or ""
+    if effect and effect not in EFFECTS:
+        causes.append(_effect_not_supported(f"{path}.effect", effect))
+    return causes
+
+
 def _device_request_rules(request: dict[str, Any], where: str, *, sub: bool) -> list[dict]:
     causes: list[dict] = []
     name = request.get("name", "")
@@ -427,6 +543,11 @@ def _device_request_rules(request: dict[str, Any], where: str, *, sub: bool) -> 
                     "Too many: must have at most 32 items",
                 )
             )
+        tolerations = exact.get("tolerations") or []
+        if len(tolerations) > MAX_TOLERATIONS:
+            causes.append(_too_many(f"{prefix}.tolerations", len(tolerations), MAX_TOLERATIONS))
+        for index, toleration in enumerate(tolerations):
+            causes += _toleration_causes(toleration, f"{prefix}.tolerations[{index}]")
     return causes
 
 
@@ -483,10 +604,18 @@ def _resource_slice_rules(obj: dict[str, Any], old: dict[str, Any] | None) -> li
                 else f"Forbidden: {_SLICE_NODE_FIELDS} is required, but multiple fields are set",
             )
         )
-    if len(spec.get("devices") or []) > 128:
-        causes.append(
-            cause("FieldValueTooMany", "spec.devices", "Too many: must have at most 128 items")
-        )
+    devices = spec.get("devices") or []
+    tainted = any(d.get("taints") or d.get("consumesCounters") for d in devices)
+    limit = MAX_DEVICES_WITH_TAINTS if tainted else MAX_DEVICES
+    if len(devices) > limit:
+        causes.append(_too_many("spec.devices", len(devices), limit))
+    for index, device in enumerate(devices):
+        taints = device.get("taints") or []
+        where = f"spec.devices[{index}].taints"
+        if len(taints) > MAX_TAINTS_PER_DEVICE:
+            causes.append(_too_many(where, len(taints), MAX_TAINTS_PER_DEVICE))
+        for number, taint in enumerate(taints):
+            causes += _taint_causes(taint, f"{where}[{number}]")
     if (spec.get("pool") or {}).get("resourceSliceCount", 1) <= 0:
         causes.append(
             cause(
@@ -500,6 +629,74 @@ def _resource_slice_rules(obj: dict[str, Any], old: dict[str, Any] | None) -> li
         for key in ("driver", "nodeName"):
             if spec.get(key) != old_spec.get(key):
                 causes.append(_immutable(f"spec.{key}", spec.get(key)))
+    return causes
+
+
+def _device_taint_rule_rules(obj: dict[str, Any], old: dict[str, Any] | None) -> list[dict]:
+    """The 1.34 (v1alpha3) DeviceTaintRule: a selector of deviceClassName, driver, pool, device
+    and CEL selectors, each checked as where it comes from, and one taint."""
+    spec = obj.get("spec") or {}
+    causes: list[dict] = []
+    selector = spec.get("deviceSelector")
+    if selector is not None:
+        path = "spec.deviceSelector"
+        class_name = selector.get("deviceClassName")
+        if class_name is not None and not (
+            len(class_name) <= 253 and DNS_SUBDOMAIN.match(class_name)
+        ):
+            causes.append(_invalid(f"{path}.deviceClassName", class_name, SUBDOMAIN_MESSAGE))
+        driver = selector.get("driver")
+        if driver is not None:
+            if not driver:
+                causes.append(cause("FieldValueRequired", f"{path}.driver", "Required value"))
+            elif len(driver) > 63:
+                causes.append(
+                    cause(
+                        "FieldValueTooLong",
+                        f"{path}.driver",
+                        "Too long: may not be more than 63 bytes",
+                    )
+                )
+            elif not DNS_SUBDOMAIN.match(driver.lower()):
+                causes.append(_invalid(f"{path}.driver", driver, SUBDOMAIN_MESSAGE))
+        pool = selector.get("pool")
+        if pool is not None:
+            if not pool:
+                causes.append(cause("FieldValueRequired", f"{path}.pool", "Required value"))
+            elif len(pool) > 253:
+                causes.append(
+                    cause(
+                        "FieldValueTooLong",
+                        f"{path}.pool",
+                        "Too long: may not be more than 253 bytes",
+                    )
+                )
+            else:
+                causes += [
+                    _invalid(f"{path}.pool", pool, SUBDOMAIN_MESSAGE)
+                    for part in pool.split("/")
+                    if not DNS_SUBDOMAIN.match(part)
+                ]
+        device = selector.get("device")
+        if device is not None and not (len(device) <= 63 and DNS_LABEL.match(device)):
+            causes.append(_invalid(f"{path}.device", device, LABEL_MESSAGE))
+        selectors = selector.get("selectors") or []
+        if len(selectors) > 32:
+            causes.append(_too_many(f"{path}.selectors", len(selectors), 32))
+        for index, entry in enumerate(selectors):
+            where = f"{path}.selectors[{index}].cel"
+            if not entry.get("cel"):
+                causes.append(cause("FieldValueRequired", where, "Required value"))
+                continue
+            expression = entry["cel"].get("expression", "")
+            try:
+                compile_selector(expression)
+            except CelCompileError as exc:
+                detail = str(exc).removeprefix("CEL compile error: ")
+                causes.append(
+                    _invalid(f"{where}.expression", expression, f"compilation failed: {detail}")
+                )
+    causes += _taint_causes(spec.get("taint") or {}, "spec.taint")
     return causes
 
 
@@ -768,6 +965,7 @@ _KIND_RULES = {
     "storageclasses": _storage_class_rules,
     "resourceclaims": _resource_claim_rules,
     "resourceslices": _resource_slice_rules,
+    "devicetaintrules": _device_taint_rule_rules,
     "customresourcedefinitions": _crd_rules,
 }
 
