@@ -46,6 +46,11 @@ RESOURCEQUOTA = Kind("ResourceQuota", "", "v1", "resourcequotas")
 NODE = Kind("Node", "", "v1", "nodes", namespaced=False)
 DEVICECLASS = Kind("DeviceClass", "resource.k8s.io", "v1", "deviceclasses", namespaced=False)
 RESOURCESLICE = Kind("ResourceSlice", "resource.k8s.io", "v1", "resourceslices", namespaced=False)
+# Served by 1.34 and 1.35 with the DRADeviceTaintRules gate and resource.k8s.io/v1alpha3 on;
+# a cluster without them answers 404 (the inventory sync reads that as no rules).
+DEVICETAINTRULE = Kind(
+    "DeviceTaintRule", "resource.k8s.io", "v1alpha3", "devicetaintrules", namespaced=False
+)
 SERVICE = Kind("Service", "", "v1", "services")
 CONFIGMAP = Kind("ConfigMap", "", "v1", "configmaps")
 PERSISTENTVOLUMECLAIM = Kind("PersistentVolumeClaim", "", "v1", "persistentvolumeclaims")
