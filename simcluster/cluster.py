@@ -67,11 +67,16 @@ class SimCluster:
         scheduler: bool = True,
         seed: int = 0,
         bookmark_interval: float = 60.0,
+        device_taint_rules: bool = True,
     ) -> None:
+        """`device_taint_rules=False` serves no DeviceTaintRule kind, as a cluster without the
+        DRADeviceTaintRules gate (list and watch answer 404); slice taints still apply."""
         self.topology = topology
         self.host = host
         self.port = port
         self.store = Store(seed=seed)
+        if not device_taint_rules:
+            self.store.registry.unregister("devicetaintrules")
         self.faults = FaultInjector(seed=seed)
         self.requests = RequestLog()
         self.logs = ContainerLogs()

@@ -192,7 +192,7 @@ class Scheduler:
         inventory = Inventory(
             store.list_shared("resourceslices")[0],
             self._cache,
-            TaintRules(store.list_shared("devicetaintrules")[0], classes),
+            TaintRules(_taint_rules(store), classes),
         )
         if self._evict(pods, claims, inventory, now, report):
             pods = list(store.list_shared("pods")[0])
@@ -656,6 +656,13 @@ class Scheduler:
             return
         if reason == "FailedScheduling":
             self._events[uid] = name
+
+
+def _taint_rules(store: Store) -> list[dict[str, Any]]:
+    """The DeviceTaintRules, none where the kind is not served (its gate off)."""
+    if store.registry.get("devicetaintrules") is None:
+        return []
+    return store.list_shared("devicetaintrules")[0]
 
 
 def _device_taints(

@@ -550,6 +550,18 @@ def test_the_taint_device_hook_evicts_and_untaint_makes_the_device_allocatable(
     gpus.wait_running("pair-again")
 
 
+def test_a_cluster_without_the_rules_gate_answers_404_and_still_schedules() -> None:
+    with SimCluster(
+        topology={"generate": {"nodes": 1, "gpus_per_node": 1}}, device_taint_rules=False
+    ) as bare:
+        status, body = _raw(bare, "GET", RULES_PATH)
+        assert bare.scheduler is not None
+        report = bare.scheduler.run_once()
+
+    assert (status, body["reason"]) == (404, "NotFound")
+    assert report.errors == 0
+
+
 # -- kubectl -----------------------------------------------------------------------------------
 
 
