@@ -81,11 +81,19 @@ class DeviceAdmin(ReadOnlyAdmin):
         "node_name",
         "product",
         "allocated",
+        "tainted",
         "claim_namespace",
         "claim_name",
         "pool_complete",
     )
-    list_filter = (DeviceClassFilter, "node_name", "allocated", "pool_complete", "product")
+    list_filter = (
+        DeviceClassFilter,
+        "node_name",
+        "allocated",
+        "tainted",
+        "pool_complete",
+        "product",
+    )
     search_fields = ("name", "pool", "node_name", "claim_name")
 
 

@@ -90,6 +90,18 @@ class Device(models.Model):
     allocated = models.BooleanField(default=False)
     claim_namespace = models.CharField(max_length=63, blank=True)
     claim_name = models.CharField(max_length=253, blank=True)
+    taints = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="[{key, value, effect, timeAdded, source}]: the slice's own taints, then those "
+        "of matching DeviceTaintRules; source names the object (ResourceSlice/<name> or "
+        "DeviceTaintRule/<name>)",
+    )
+    tainted = models.BooleanField(
+        default=False,
+        help_text="has a NoSchedule or NoExecute taint: the scheduler gives it to no claim that "
+        "does not tolerate it, so it is never counted free",
+    )
 
     class Meta:
         ordering = ["driver", "pool", "name"]

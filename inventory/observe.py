@@ -2,7 +2,9 @@
 package availability. No database, no network: the sync feeds them and applies the result.
 
 Counting follows the scheduler's allocator (dra-facts §3): slices grouped by (driver, pool),
-only the highest generation kept, a pool complete when it has resourceSliceCount slices.
+only the highest generation kept, a pool complete when it has resourceSliceCount slices. A
+device with a NoSchedule or NoExecute taint (its slice's or a DeviceTaintRule's) is given to no
+claim that does not tolerate it, and the runtime's claims tolerate none: it is never free.
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ import dracel
 from dracel import quantity
 
 NVIDIA_PRODUCT = "productName"
+# The effects that keep a device from claims that do not tolerate them.
+BLOCKING_EFFECTS = ("NoSchedule", "NoExecute")
 
 
 @dataclass(frozen=True)
@@ -192,6 +196,89 @@ def _compile_all(expressions: Iterable[str]) -> list[dracel.CompiledSelector] | 
         return None  # a class or package that cannot compile matches nothing
 
 
+@dataclass(frozen=True)
+class _TaintRule:
+    """A DeviceTaintRule (resource.k8s.io/v1alpha3, as 1.34 serves it) ready to match."""
+
+    name: str
+    taint: dict
+    selected: bool  # has a deviceSelector; without one it taints every device (1.34)
+    driver: str | None
+    pool: str | None
+    device: str | None
+    device_class: str | None
+    selectors: list[dracel.CompiledSelector] | None  # None: cannot compile, matches nothing
+
+
+def _taint_rules(rules: Iterable[dict]) -> list[_TaintRule]:
+    prepared = []
+    for rule in sorted(rules, key=lambda r: r["metadata"]["name"]):
+        spec = rule.get("spec") or {}
+        selector = spec.get("deviceSelector")
+        chosen = selector or {}
+        prepared.append(
+            _TaintRule(
+                name=rule["metadata"]["name"],
+                taint=spec.get("taint") or {},
+                selected=selector is not None,
+                driver=chosen.get("driver"),
+                pool=chosen.get("pool"),
+                device=chosen.get("device"),
+                device_class=chosen.get("deviceClassName"),
+                selectors=_compile_all(
+                    (s.get("cel") or {}).get("expression", "")
+                    for s in chosen.get("selectors") or []
+                ),
+            )
+        )
+    return prepared
+
+
+def _taint_row(taint: dict, source: str) -> dict:
+    return {
+        "key": taint.get("key", ""),
+        "value": taint.get("value", ""),
+        "effect": taint.get("effect", ""),
+        "timeAdded": taint.get("timeAdded", ""),
+        "source": source,
+    }
+
+
+def _device_taints(
+    slice_name: str,
+    driver: str,
+    pool: str,
+    device: dict,
+    member_of: list[str],
+    rules: list[_TaintRule],
+) -> list[dict]:
+    """The device's taints, its slice's first, then those of the rules that select it as the
+    scheduler's slice tracker does: driver, pool and device by name, the class's selectors (the
+    device is of that class) and the rule's own CEL selectors (an error matches nothing)."""
+    taints = [
+        _taint_row(t, f"ResourceSlice/{slice_name}")
+        for t in device.get("taints") or []
+        if isinstance(t, dict)
+    ]
+    env = None
+    for rule in rules:
+        if rule.selected:
+            if (
+                (rule.driver is not None and rule.driver != driver)
+                or (rule.pool is not None and rule.pool != pool)
+                or (rule.device is not None and rule.device != device["name"])
+                or (rule.device_class is not None and rule.device_class not in member_of)
+                or rule.selectors is None
+            ):
+                continue
+            if rule.selectors:
+                env = env or dracel.device_env(driver, device)
+                if not dracel.device_matches(rule.selectors, env):
+                    continue
+        taints.append(_taint_row(rule.taint, f"DeviceTaintRule/{rule.name}"))
+    return taints
+
+
 def observe(
     *,
     nodes: list[dict],
@@ -201,11 +288,13 @@ def observe(
     pods: list[dict],
     quotas: list[dict],
     packages: list[PackageSpec],
+    device_taint_rules: list[dict] | None = None,
     previous_membership: dict[tuple[str, str, str], tuple[str, list[str], list[str]]] | None = None,
 ) -> Observation:
     """Mirror rows for everything observed. `previous_membership` maps a device to the
     (content hash, classes, packages) of the last sync, so unchanged devices skip CEL."""
     previous_membership = previous_membership or {}
+    taint_rules = _taint_rules(device_taint_rules or [])
     observation = Observation(slice_count=len(slices))
     observation.nodes = _observe_nodes(nodes, pods)
     class_selectors: dict[str, list[dracel.CompiledSelector]] = {}
@@ -278,6 +367,14 @@ def observe(
                         if shared is not None:
                             alike[shared] = (member_of, fits)
                 holder = holders.get(key)
+                taints = _device_taints(
+                    resource_slice["metadata"].get("name", ""),
+                    driver,
+                    pool_name,
+                    device,
+                    member_of,
+                    taint_rules,
+                )
                 product = (device.get("attributes") or {}).get(NVIDIA_PRODUCT) or {}
                 observation.devices[key] = {
                     "driver": driver,
@@ -294,6 +391,8 @@ def observe(
                     "allocated": holder is not None,
                     "claim_namespace": holder[0] if holder else "",
                     "claim_name": holder[1] if holder else "",
+                    "taints": taints,
+                    "tainted": any(t["effect"] in BLOCKING_EFFECTS for t in taints),
                 }
     observation.claims = _observe_claims(claims)
     for quota in quotas:
@@ -313,11 +412,32 @@ def observe(
 
 
 def _tally(devices: Iterable[dict]) -> dict:
-    total = allocated = 0
+    """Free devices are neither allocated nor tainted NoSchedule/NoExecute."""
+    total = allocated = tainted = free = 0
     for device in devices:
         total += 1
         allocated += device["allocated"]
-    return {"total": total, "allocated": allocated, "free": total - allocated}
+        tainted += device["tainted"]
+        free += not (device["allocated"] or device["tainted"])
+    return {"total": total, "allocated": allocated, "tainted": tainted, "free": free}
+
+
+def _tainted_devices(observation: Observation) -> list[dict]:
+    return [
+        {
+            "driver": device["driver"],
+            "pool": device["pool"],
+            "device": device["name"],
+            "nodeName": device["node_name"],
+            "allocated": device["allocated"],
+            "claim": f"{device['claim_namespace']}/{device['claim_name']}"
+            if device["allocated"]
+            else None,
+            "taints": device["taints"],
+        }
+        for _key, device in sorted(observation.devices.items())
+        if device["taints"]
+    ]
 
 
 def build_document(observation: Observation) -> dict:
@@ -359,6 +479,7 @@ def build_document(observation: Observation) -> dict:
                 ),
             )
         nodes.append(entry)
+    tainted = _tainted_devices(observation)
     return {
         "totalGpuAllocatable": len(counted),
         "draClaimCount": len(observation.claims),
@@ -366,6 +487,8 @@ def build_document(observation: Observation) -> dict:
         "draAllocatedDevices": len(allocated_results),
         "draResourceSlices": observation.slice_count,
         "draDevices": allocated_results,
+        "draTaintedDevices": len(tainted),
+        "taintedDevices": tainted,
         "deviceClasses": [
             {"name": name, **_tally(devices)} for name, devices in sorted(by_class.items())
         ],
@@ -389,19 +512,26 @@ def build_document(observation: Observation) -> dict:
 
 def package_availability(observation: Observation, packages: list[PackageSpec]) -> dict[str, dict]:
     """Units of each package that fit right now, node by node: free matching devices on the
-    node divided by the package's count, bounded by the node's free cpu and memory."""
+    node divided by the package's count, bounded by the node's free cpu and memory. A tainted
+    device is not free (a unit's claim tolerates no taint); when taints are why nothing fits,
+    the reason says so."""
     free_by_node: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    tainted_by_node: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     for device in observation.devices.values():
         if not device["allocated"] and device["node_name"]:
+            counts = tainted_by_node if device["tainted"] else free_by_node
             for package_id in device["packages"]:
-                free_by_node[device["node_name"]][package_id] += 1
+                counts[device["node_name"]][package_id] += 1
     result = {}
     for package in packages:
-        placeable = free_devices = 0
-        device_bound = False
-        for node_name, free in free_by_node.items():
-            matching = free.get(package.id, 0)
+        placeable = free_devices = tainted_devices = 0
+        device_bound = tainted_bound = False
+        for node_name in free_by_node.keys() | tainted_by_node.keys():
+            matching = free_by_node[node_name].get(package.id, 0)
+            tainted = tainted_by_node[node_name].get(package.id, 0)
             free_devices += matching
+            tainted_devices += tainted
+            tainted_bound = tainted_bound or (matching + tainted) // package.count > 0
             node = observation.nodes.get(node_name)
             if not matching or node is None or not node["ready"]:
                 continue
@@ -422,16 +552,32 @@ def package_availability(observation: Observation, packages: list[PackageSpec]) 
             "free_devices": free_devices,
             "reason": ""
             if placeable
-            else _why_not(observation, package, free_devices, device_bound),
+            else _why_not(
+                observation, package, free_devices, device_bound, tainted_devices, tainted_bound
+            ),
         }
     return result
 
 
-def _why_not(observation: Observation, package: PackageSpec, free: int, device_bound: bool) -> str:
+def _why_not(
+    observation: Observation,
+    package: PackageSpec,
+    free: int,
+    device_bound: bool,
+    tainted: int,
+    tainted_bound: bool,
+) -> str:
+    """Why no unit fits. `tainted` counts the unallocated matching devices that taints keep
+    from the package; `tainted_bound`, whether some node would have enough without them."""
     if package.device_class_name not in observation.classes:
         return f"device class {package.device_class_name} does not exist"
+    because = f": {tainted} matching devices are tainted"
     if not free:
-        return f"no free devices match device class {package.device_class_name}"
+        return f"no free devices match device class {package.device_class_name}" + (
+            because if tainted else ""
+        )
     if not device_bound:
-        return f"no node has {package.count} free matching devices"
+        return f"no node has {package.count} free matching devices" + (
+            because if tainted_bound else ""
+        )
     return "nodes with free devices lack the cpu or memory the package needs"

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.utils import timezone
 
-from inventory.models import InventorySnapshot, PackageAvailability, SyncRun
+from inventory.models import Device, InventorySnapshot, PackageAvailability, SyncRun
 from inventory.observe import Observation, build_document
 
 
@@ -67,3 +68,33 @@ def get_inventory_document() -> bytes:
 
 def list_package_availability() -> dict[str, PackageAvailability]:
     return {row.package_id: row for row in PackageAvailability.objects.all()}
+
+
+DeviceKey = tuple[str, str, str]  # (driver, pool, device)
+
+
+def device_taints(devices: Iterable[DeviceKey]) -> dict[DeviceKey, list[dict]]:
+    """The mirrored taints of those of `devices` that have any, by (driver, pool, device):
+    `[{"key", "value", "effect", "source"}]`, the slice's own first, then the DeviceTaintRules'
+    (source `ResourceSlice/<name>` or `DeviceTaintRule/<name>`). One query for any number of
+    devices (none for none)."""
+    wanted = set(devices)
+    if not wanted:
+        return {}
+    rows = (
+        Device.objects.filter(
+            driver__in={d for d, _p, _n in wanted},
+            pool__in={p for _d, p, _n in wanted},
+            name__in={n for _d, _p, n in wanted},
+        )
+        .exclude(taints=[])
+        .values_list("driver", "pool", "name", "taints")
+    )
+    return {
+        (driver, pool, name): [
+            {key: taint.get(key, "") for key in ("key", "value", "effect", "source")}
+            for taint in taints
+        ]
+        for driver, pool, name, taints in rows
+        if (driver, pool, name) in wanted
+    }

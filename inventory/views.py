@@ -20,8 +20,35 @@ _device = inline_serializer(
 _tally = {
     "total": serializers.IntegerField(),
     "allocated": serializers.IntegerField(),
-    "free": serializers.IntegerField(),
+    "tainted": serializers.IntegerField(
+        help_text="devices with a NoSchedule or NoExecute taint (allocated or not)"
+    ),
+    "free": serializers.IntegerField(help_text="neither allocated nor tainted"),
 }
+_taint = inline_serializer(
+    name="DeviceTaint",
+    fields={
+        "key": serializers.CharField(),
+        "value": serializers.CharField(allow_blank=True),
+        "effect": serializers.CharField(help_text="NoSchedule or NoExecute"),
+        "timeAdded": serializers.CharField(allow_blank=True),
+        "source": serializers.CharField(
+            help_text="where it comes from: ResourceSlice/<name> or DeviceTaintRule/<name>"
+        ),
+    },
+)
+_tainted_device = inline_serializer(
+    name="TaintedDevice",
+    fields={
+        "driver": serializers.CharField(),
+        "pool": serializers.CharField(),
+        "device": serializers.CharField(),
+        "nodeName": serializers.CharField(allow_blank=True),
+        "allocated": serializers.BooleanField(),
+        "claim": serializers.CharField(allow_null=True, help_text="<namespace>/<name>"),
+        "taints": serializers.ListField(child=_taint),
+    },
+)
 _inventory = inline_serializer(
     name="Inventory",
     fields={
@@ -33,6 +60,8 @@ _inventory = inline_serializer(
         "draAllocatedDevices": serializers.IntegerField(),
         "draResourceSlices": serializers.IntegerField(),
         "draDevices": serializers.ListField(child=_device),
+        "draTaintedDevices": serializers.IntegerField(help_text="devices with any taint"),
+        "taintedDevices": serializers.ListField(child=_tainted_device),
         "deviceClasses": serializers.ListField(
             child=inline_serializer(
                 name="DeviceClassTally", fields={"name": serializers.CharField(), **_tally}

@@ -1,5 +1,5 @@
 """Pure inventory rules: pool generations and completeness, class membership through CEL,
-allocation, node headroom, package availability."""
+allocation, node headroom, device taints, package availability."""
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -158,10 +158,121 @@ def test_document_counts_allocations():
         "device": "gpu-0",
     }
     assert document["deviceClasses"] == [
-        {"name": "nvidia-rtx-3080", "total": 8, "allocated": 2, "free": 6}
+        {"name": "nvidia-rtx-3080", "total": 8, "allocated": 2, "tainted": 0, "free": 6}
     ]
     assert document["nodes"][0]["name"] == "n1"
     assert (document["nodes"][0]["allocated"], document["nodes"][0]["free"]) == (2, 2)
+
+
+def taint(key: str, effect: str = "NoExecute", value: str = "") -> dict:
+    return {"key": key, "value": value, "effect": effect, "timeAdded": "2026-01-01T00:00:00Z"}
+
+
+def rule(name: str, selector: dict | None, effect: str = "NoSchedule") -> dict:
+    spec: dict = {"taint": taint(f"rule.example.com/{name}", effect)}
+    if selector is not None:
+        spec["deviceSelector"] = selector
+    return {"metadata": {"name": name}, "spec": spec}
+
+
+def test_slice_and_rule_taints_are_mirrored_with_where_they_come_from():
+    own = {**gpu(0), "taints": [taint("gpu.nvidia.com/xid", value="79")]}
+    observation = run(
+        slices=[slice_("n1", [own, gpu(1)], name="n1-gpus")],
+        device_taint_rules=[
+            rule("drain-n1-gpu-0", {"driver": DRIVER, "pool": "n1", "device": "gpu-0"}),
+            rule("elsewhere", {"pool": "n9"}),
+        ],
+    )
+
+    assert observation.devices[(DRIVER, "n1", "gpu-0")]["taints"] == [
+        {
+            "key": "gpu.nvidia.com/xid",
+            "value": "79",
+            "effect": "NoExecute",
+            "timeAdded": "2026-01-01T00:00:00Z",
+            "source": "ResourceSlice/n1-gpus",
+        },
+        {
+            "key": "rule.example.com/drain-n1-gpu-0",
+            "value": "",
+            "effect": "NoSchedule",
+            "timeAdded": "2026-01-01T00:00:00Z",
+            "source": "DeviceTaintRule/drain-n1-gpu-0",
+        },
+    ]
+    assert observation.devices[(DRIVER, "n1", "gpu-0")]["tainted"]
+    assert observation.devices[(DRIVER, "n1", "gpu-1")]["taints"] == []
+    assert not observation.devices[(DRIVER, "n1", "gpu-1")]["tainted"]
+
+
+def test_rules_select_by_class_and_cel_as_the_scheduler_does():
+    product = "device.attributes['gpu.nvidia.com'].productName"
+    observation = run(
+        slices=[slice_("n1", [gpu(0), gpu(1, product="NVIDIA L40S")])],
+        device_taint_rules=[
+            rule("rtx", {"deviceClassName": "nvidia-rtx-3080"}),
+            rule("no-such-class", {"deviceClassName": "nvidia-b200"}),
+            rule("l40s", {"selectors": [{"cel": {"expression": f"{product} == 'NVIDIA L40S'"}}]}),
+            rule("broken", {"selectors": [{"cel": {"expression": "device.attributes["}}]}),
+        ],
+    )
+    sources = {key[2]: [t["source"] for t in d["taints"]] for key, d in observation.devices.items()}
+
+    assert sources == {"gpu-0": ["DeviceTaintRule/rtx"], "gpu-1": ["DeviceTaintRule/l40s"]}
+
+
+def test_a_rule_without_selector_taints_every_device_as_1_34_does():
+    observation = run(device_taint_rules=[rule("everything", None)])
+
+    assert all(d["tainted"] for d in observation.devices.values())
+    assert len(observation.devices) == 8
+
+
+def test_tainted_devices_are_never_free_and_are_listed():
+    observation = run(
+        claims=[claim("c1", "n1", ["gpu-0"])],
+        device_taint_rules=[
+            rule("n1-0", {"pool": "n1", "device": "gpu-0"}, effect="NoExecute"),
+            rule("n1-1", {"pool": "n1", "device": "gpu-1"}),
+        ],
+    )
+    document = observe.build_document(observation)
+
+    assert document["deviceClasses"] == [
+        {"name": "nvidia-rtx-3080", "total": 8, "allocated": 1, "tainted": 2, "free": 6}
+    ]
+    n1 = document["nodes"][0]
+    assert (n1["name"], n1["allocated"], n1["tainted"], n1["free"]) == ("n1", 1, 2, 2)
+    assert document["draTaintedDevices"] == 2
+    assert [(d["device"], d["allocated"], d["claim"]) for d in document["taintedDevices"]] == [
+        ("gpu-0", True, "ns/c1"),
+        ("gpu-1", False, None),
+    ]
+    assert document["taintedDevices"][0]["taints"][0]["effect"] == "NoExecute"
+
+
+def test_availability_skips_tainted_devices_and_says_when_they_are_why():
+    # n1: 4 GPUs, 3 tainted -> 1 free; n2: 4 GPUs, all tainted.
+    observation = run(
+        device_taint_rules=[
+            rule("n2", {"pool": "n2"}),
+            *(rule(f"n1-{i}", {"pool": "n1", "device": f"gpu-{i}"}) for i in range(3)),
+        ]
+    )
+    everything = run(device_taint_rules=[rule("all", {"driver": DRIVER})])
+
+    assert observe.package_availability(observation, [RTX2])["rtx-2x"] == {
+        "placeable": 0,
+        "free_devices": 1,
+        "reason": "no node has 2 free matching devices: 7 matching devices are tainted",
+    }
+    assert observe.package_availability(everything, [RTX2])["rtx-2x"] == {
+        "placeable": 0,
+        "free_devices": 0,
+        "reason": "no free devices match device class nvidia-rtx-3080: "
+        "8 matching devices are tainted",
+    }
 
 
 def test_availability_counts_node_by_node():
