@@ -112,6 +112,35 @@ def start_worker(name: str, **extra_env: str) -> subprocess.Popen:
     raise RuntimeError("celery worker did not answer ping within 60 s")
 
 
+def start_beat(tmp_path, **extra_env: str) -> subprocess.Popen:
+    """Start a real `celery beat` on the test database and Redis (its schedule file in
+    `tmp_path`); the tasks it sends go to whichever worker consumes."""
+    from django.conf import settings
+
+    env = dict(os.environ)
+    test_db = settings.DATABASES["default"]["NAME"]
+    base, _, query = os.environ["DATABASE_URL"].partition("?")
+    env["DATABASE_URL"] = base.rsplit("/", 1)[0] + "/" + test_db + (f"?{query}" if query else "")
+    env.update(extra_env)
+    return subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "controlplane",
+            "beat",
+            "--schedule",
+            str(tmp_path / "beat-schedule"),
+            "--loglevel",
+            "WARNING",
+        ],
+        cwd=ROOT,
+        env=env,
+        start_new_session=True,
+    )
+
+
 def stop_worker(process: subprocess.Popen) -> None:
     process.terminate()
     try:

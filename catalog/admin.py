@@ -64,6 +64,7 @@ class PackageForm(forms.ModelForm):
             "count",
             "selectors",
             "capacity",
+            "max_stop_after",
         ]
 
 
@@ -89,6 +90,7 @@ class PackageAdmin(admin.ModelAdmin):
     fieldsets = (
         (None, {"fields": ("id", "spec_name", "active")}),
         ("Resources", {"fields": ("cpu", "memory", "gpu")}),
+        ("Auto-stop", {"fields": ("max_stop_after",)}),
         (
             "DRA allocation",
             {

@@ -8,7 +8,13 @@ from django.db import models
 from django.db.models.functions import Lower
 
 from catalog import validation
-from controlplane.validation import dns_label, dns_subdomain, fold_case, positive_quantity
+from controlplane.validation import (
+    dns_label,
+    dns_subdomain,
+    fold_case,
+    positive_quantity,
+    validate_duration,
+)
 from dracel import quantity
 
 # Model field -> the path customers and ops see in JSON and YAML.
@@ -62,6 +68,14 @@ class Package(models.Model):
     )
     capacity = models.JSONField(
         default=dict, blank=True, help_text="Optional per-device capacity requests."
+    )
+    max_stop_after = models.CharField(
+        "longest stopAfter",
+        max_length=16,
+        blank=True,
+        validators=[validate_duration],
+        help_text='Units of this package stop at most this long after they start, e.g. "8h" '
+        "(blank: no limit). A unit ordered without stopAfter gets this one.",
     )
     active = models.BooleanField(default=True, help_text="Only active packages can be ordered.")
     created_at = models.DateTimeField(auto_now_add=True)

@@ -15,3 +15,10 @@ def get_active_package(package_id: str) -> Package | None:
     if dns_label(package_id):
         return None  # cannot exist; never send it to the database
     return Package.objects.filter(active=True, id=package_id).first()
+
+
+def max_stop_after(package_id: str) -> str:
+    """The package's longest stopAfter ("" when it sets none, or is gone), active or not: a
+    unit keeps its package's limit after the package leaves the catalog."""
+    value = Package.objects.filter(id=package_id).values_list("max_stop_after", flat=True).first()
+    return value or ""

@@ -6,7 +6,7 @@ from typing import Any
 
 import yaml
 
-ENTRY_KEYS = {"id", "specName", "cpu", "memory", "gpu", "allocation", "active"}
+ENTRY_KEYS = {"id", "specName", "cpu", "memory", "gpu", "allocation", "maxStopAfter", "active"}
 ALLOCATION_KEYS = {"deviceClassName", "claimRequestName", "count", "selectors", "capacity"}
 
 
@@ -69,6 +69,7 @@ def entry_to_fields(entry: Any) -> tuple[dict, dict[str, str]]:
         "capacity": {k: _text(v) for k, v in (allocation.get("capacity") or {}).items()}
         if isinstance(allocation.get("capacity") or {}, dict)
         else allocation.get("capacity"),
+        "max_stop_after": _text(entry.get("maxStopAfter")),
         "active": active is not False,
     }
     return fields, errors
@@ -84,6 +85,8 @@ def package_to_entry(package: Any) -> dict:
         "gpu": package.gpu,
         "allocation": package.allocation,
     }
+    if package.max_stop_after:
+        entry["maxStopAfter"] = package.max_stop_after
     if not package.active:
         entry["active"] = False
     return entry

@@ -22,6 +22,10 @@ def beat_schedule() -> dict[str, dict]:
             "task": "runtime.recount_usage",
             "schedule": settings.RECONCILE_INTERVAL_SECONDS,
         },
+        "runtime.stop_expired_units": {
+            "task": "runtime.stop_expired_units",
+            "schedule": settings.AUTO_STOP_INTERVAL_SECONDS,
+        },
         "runtime.sweep_operations": {
             "task": "runtime.sweep_operations",
             "schedule": settings.SWEEP_INTERVAL_SECONDS,

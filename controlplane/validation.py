@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import re
 
+from django.core.exceptions import ValidationError
+
 from dracel import quantity
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -66,3 +68,43 @@ def positive_quantity(value: str, *, resource: str) -> str | None:
     if resource == "memory" and amount % 1:
         return f'memory "{value}" is not a whole number of bytes.'
     return None
+
+
+# Durations as Go and kubectl write them (`8h`, `90m`, `1h30m`, `45s`): whole units, largest
+# first, each at most once. Used for stopAfter and the maximums ops set on it.
+_DURATION = re.compile(r"^(?:(?P<d>\d+)d)?(?:(?P<h>\d+)h)?(?:(?P<m>\d+)m)?(?:(?P<s>\d+)s)?$")
+_DURATION_UNITS = (("d", 86400), ("h", 3600), ("m", 60), ("s", 1))
+MAX_DURATION_SECONDS = 366 * 86400
+
+
+def parse_duration(value: str) -> tuple[int | None, str | None]:
+    """(seconds, None) for a duration such as "8h" or "1h30m", else (None, the problem)."""
+    match = _DURATION.fullmatch(value) if value else None
+    if match is None or not any(match.groupdict().values()):
+        return None, (
+            f'"{value}" is not a duration: whole days, hours, minutes and seconds, largest '
+            'first, e.g. "45s", "90m", "8h", "1h30m" or "7d".'
+        )
+    seconds = sum(int(match[unit] or 0) * size for unit, size in _DURATION_UNITS)
+    if not 1 <= seconds <= MAX_DURATION_SECONDS:
+        return (
+            None,
+            f'"{value}" is out of range: from 1s to {format_duration(MAX_DURATION_SECONDS)}.',
+        )
+    return seconds, None
+
+
+def format_duration(seconds: int) -> str:
+    """The canonical spelling of a duration: 5400 -> "1h30m", 86400 -> "1d"."""
+    parts = []
+    for unit, size in _DURATION_UNITS:
+        amount, seconds = divmod(seconds, size)
+        if amount:
+            parts.append(f"{amount}{unit}")
+    return "".join(parts) or "0s"
+
+
+def validate_duration(value: str) -> None:
+    """Model-field validator for a duration setting (blank means none)."""
+    if value and (problem := parse_duration(value)[1]):
+        raise ValidationError(problem)

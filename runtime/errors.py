@@ -29,11 +29,51 @@ class StorageInUse(ApiError):
     code = "storage_in_use"
 
 
+class InvalidState(ApiError):
+    """The action makes no sense in the unit's phase (starting a running unit)."""
+
+    status_code = 409
+    code = "invalid_state"
+
+
+class OperationInProgress(ApiError):
+    """Another operation on the unit is still open; retry once it has finished."""
+
+    status_code = 409
+    code = "operation_in_progress"
+
+
+class ImmutableField(ApiError):
+    """An update names a field fixed at creation (the package: order a new unit instead)."""
+
+    status_code = 400
+    code = "immutable_field"
+
+
+class PreconditionFailed(ApiError):
+    """If-Match names a version of the unit that is no longer current."""
+
+    status_code = 412
+    code = "precondition_failed"
+
+
+class PreconditionRequired(ApiError):
+    """An update without If-Match: read the unit first and send its etag."""
+
+    status_code = 428
+    code = "precondition_required"
+
+
 __all__ = [
+    "ImmutableField",
     "InvalidRequest",
+    "InvalidState",
     "NameConflict",
     "NotFound",
     "OperationConflict",
+    "OperationInProgress",
+    "PreconditionFailed",
+    "PreconditionRequired",
     "QuotaExceeded",
     "ServiceUnavailable",
     "StorageInUse",

@@ -103,8 +103,10 @@ def record_provisioned(
             claim_k8s_uid=claim_k8s_uid,
             pod_k8s_uid=pod_k8s_uid,
             exposed=exposed or {},
+            observed_generation=unit.generation,
         )
         unit.exposed = exposed or {}
+        unit.observed_generation = unit.generation
         unit.unit_k8s_uid, unit.claim_k8s_uid, unit.pod_k8s_uid = (
             unit_k8s_uid,
             claim_k8s_uid,
@@ -149,9 +151,10 @@ def request_unit_deletion(*, tenant: Tenant, name: str, uid: str | None = None) 
             raise NotFound(f"gpu unit {name} not found.")
         if unit.phase in (UnitPhase.TERMINATING, UnitPhase.TERMINATED):
             return unit
-        # An order not yet carried out ends here, whatever its worker is doing: the worker
-        # finishes under this row's lock and finds the unit Terminating (provisioning.py).
-        outbox.cancel_open_create(unit)
+        # An order (or a stop, start, restart, update) not yet carried out ends here, whatever
+        # its worker is doing: the worker finishes under this row's lock and finds the unit
+        # Terminating (provisioning.py).
+        outbox.cancel_open_operations(unit)
         operation = Operation.objects.create(
             tenant=tenant,
             operation_id=outbox.delete_operation_id(unit),
@@ -175,7 +178,12 @@ def mark_unit_terminated(unit: GPUUnit) -> bool:
     orders do, so an order waiting on this unit's name never holds the lock this needs.
     False when the unit was not Terminating (someone else finished it)."""
     with transaction.atomic():
-        list(Tenant.objects.select_for_update().filter(pk=unit.tenant_id).values_list("pk"))
+        list(
+            Tenant.objects.select_for_update(no_key=True)
+            .filter(pk=unit.tenant_id)
+            .values_list("pk")
+        )
+        charged = _charged_now(unit)
         terminated = transition_unit(
             unit,
             to=UnitPhase.TERMINATED,
@@ -189,12 +197,104 @@ def mark_unit_terminated(unit: GPUUnit) -> bool:
             # Whoever saw the objects gone (the delete task, or the observer first), the
             # deletion ends with the unit: Terminated never shows beside an open deletion.
             outbox.finish_open_delete(unit)
+            GPUUnit.objects.filter(pk=unit.pk).update(compute_charged=False)
+            unit.compute_charged = False
             Tenant.objects.filter(pk=unit.tenant_id).update(
-                used_cpu_millicores=F("used_cpu_millicores") - unit.cpu_millicores,
-                used_memory_bytes=F("used_memory_bytes") - unit.memory_bytes,
+                used_cpu_millicores=F("used_cpu_millicores") - (unit.cpu_millicores * charged),
+                used_memory_bytes=F("used_memory_bytes") - (unit.memory_bytes * charged),
                 used_claims=F("used_claims") - 1,
             )
     return terminated
+
+
+# Tenant rows are locked FOR NO KEY UPDATE (the orders' statement takes FOR UPDATE, which
+# waits for it): a lock that also blocked the KEY SHARE every INSERT of an operation takes on
+# its tenant would deadlock against a request that holds a unit's row and records an
+# operation for it (stop, restart, delete) while a start or termination holds the tenant and
+# waits for that unit.
+
+
+def _charged_now(unit: GPUUnit) -> bool:
+    """The unit's compute_charged as stored (read under its tenant's lock, which every
+    writer of it holds)."""
+    return bool(
+        GPUUnit.objects.filter(pk=unit.pk).values_list("compute_charged", flat=True).first()
+    )
+
+
+def mark_unit_stopped(unit: GPUUnit, operation: Operation) -> bool:
+    """A Stopping unit's pod is gone: it is Stopped, its devices back in the pool, its CPU and
+    memory given back to the tenant, its stop operation succeeded, in one transaction (the
+    tenant lock first, as orders take it). False when the unit was no longer Stopping (its
+    deletion was requested meanwhile)."""
+    with transaction.atomic():
+        list(
+            Tenant.objects.select_for_update(no_key=True)
+            .filter(pk=unit.tenant_id)
+            .values_list("pk")
+        )
+        charged = _charged_now(unit)
+        stopped = transition_unit(
+            unit,
+            to=UnitPhase.STOPPED,
+            reason="Stopped",
+            message="The pod is gone and the claim's devices are back in the pool; the name, "
+            "storage, SSH and access settings stay. Start the unit to run it again.",
+            allowed_from={UnitPhase.STOPPING},
+            compute_charged=False,
+            observed_generation=unit.generation,
+            dra={**(unit.dra or {}), "allocated": False, "devices": []},
+            node_name="",
+            pod_k8s_uid="",
+        )
+        if stopped:
+            if charged:
+                Tenant.objects.filter(pk=unit.tenant_id).update(
+                    used_cpu_millicores=F("used_cpu_millicores") - unit.cpu_millicores,
+                    used_memory_bytes=F("used_memory_bytes") - unit.memory_bytes,
+                )
+            outbox.finish_operation(operation)
+    return stopped
+
+
+def record_rolled_out(
+    unit: GPUUnit, operation: Operation, *, pod_k8s_uid: str, exposed: dict | None
+) -> bool:
+    """The unit's objects now say what its spec says (a start, restart or update carried
+    out): its new pod's UID, the generation the cluster caught up with, the operation
+    succeeded, under the unit's row lock. False, with nothing recorded, when its deletion was
+    requested first (which cancelled the operation)."""
+    with transaction.atomic():
+        current = (
+            GPUUnit.objects.select_for_update()
+            .filter(pk=unit.pk)
+            .values_list("phase", "generation")
+            .first()
+        )
+        if current is None or current[0] in (UnitPhase.TERMINATING, UnitPhase.TERMINATED):
+            return False
+        fields: dict[str, Any] = {"observed_generation": current[1]}
+        if exposed is not None:
+            fields["exposed"] = exposed
+        if pod_k8s_uid:
+            fields["pod_k8s_uid"] = pod_k8s_uid
+        GPUUnit.objects.filter(pk=unit.pk).update(**fields)
+        for name, value in fields.items():
+            setattr(unit, name, value)
+        what: dict[str, str] = {
+            OperationKind.START: "Started",
+            OperationKind.RESTART: "Restarted",
+            OperationKind.UPDATE: "Updated",
+        }[operation.kind]
+        pod = manifests.pod_name_for(unit.name)
+        record_event(
+            unit,
+            reason=what,
+            message=f"Generation {current[1]} rolled out"
+            + (f": pod {pod} created, devices allocated afresh." if pod_k8s_uid else "."),
+        )
+        outbox.finish_operation(operation)
+    return True
 
 
 def recount_usage() -> list[str]:
@@ -211,7 +311,7 @@ def recount_usage() -> list[str]:
     fixed = []
     for pk in suspects:
         with transaction.atomic():
-            tenant = Tenant.objects.select_for_update().get(pk=pk)
+            tenant = Tenant.objects.select_for_update(no_key=True).get(pk=pk)
             # A statement after the lock: it sees every order committed before it.
             usage = selectors.count_tenant_usage(tenant=tenant).get(pk, NO_USAGE)
             charged = usage_of(tenant)

@@ -3,6 +3,8 @@ that tell an object of ours from a foreign one of the same name: dict in, dict o
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -18,6 +20,10 @@ LABEL_TENANT = f"{GROUP}/tenant"
 LABEL_STORAGE = f"{GROUP}/storage"
 ANNOTATION_OPERATION = f"{GROUP}/operation-id"
 ANNOTATION_REQUEST_HASH = f"{GROUP}/request-hash"
+# On the pod: the hash of what it was built from, and the restart that asked for it.
+ANNOTATION_TEMPLATE_HASH = f"{GROUP}/template-hash"
+ANNOTATION_RESTARTED_AT = f"{GROUP}/restarted-at"
+
 POD_CLAIM_NAME = "gpu"
 CONTAINER_NAME = "runtime-worker"
 # The pod runs as this unprivileged user so it meets Pod Security "restricted" whatever the image.
@@ -54,6 +60,9 @@ class UnitContract:
     memory_bytes: int = 0  # /dev/shm is sized half of it
     ssh: bool = False
     ssh_image: str = ""
+    run_policy: str = "Running"
+    stop_after: str = ""
+    restarted_at: str = ""  # RFC 3339, the last restart's time
 
 
 def claim_name_for(unit_name: str) -> str:
@@ -166,6 +175,11 @@ def build_gpuunit(contract: UnitContract) -> dict:
     if contract.ssh:
         # Whether SSH is on; the keys live in the unit's ConfigMap, never here.
         spec["ssh"] = {"enabled": True}
+    if contract.stop_after:
+        spec["stopAfter"] = contract.stop_after
+    if contract.restarted_at:
+        spec["restartedAt"] = contract.restarted_at
+    spec["runPolicy"] = contract.run_policy
     return {
         "apiVersion": API_VERSION,
         "kind": "GPUUnit",
@@ -317,13 +331,15 @@ def build_pod(contract: UnitContract, *, owner_uid: str) -> dict:
         container["command"] = list(contract.command)
     if contract.args:
         container["args"] = list(contract.args)
-    return {
+    annotations = {ANNOTATION_RESTARTED_AT: contract.restarted_at} if contract.restarted_at else {}
+    pod = {
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {
             "name": pod_name_for(contract.name),
             "namespace": contract.namespace,
             "labels": labels(contract),
+            "annotations": annotations,
             "ownerReferences": [owner_reference(contract, owner_uid)],
         },
         "spec": {
@@ -343,6 +359,18 @@ def build_pod(contract: UnitContract, *, owner_uid: str) -> dict:
             "volumes": volumes,
         },
     }
+    # What the pod was built from, as a Deployment's pod-template-hash: a rollout replaces a
+    # pod whose hash differs and adopts one whose hash is the same.
+    annotations[ANNOTATION_TEMPLATE_HASH] = hashlib.sha256(
+        json.dumps(pod, sort_keys=True, separators=(",", ":")).encode()
+    ).hexdigest()[:16]
+    return pod
+
+
+def template_hash(pod: dict | None) -> str:
+    """The template hash a pod carries ("" for one built before hashes existed)."""
+    annotations = ((pod or {}).get("metadata") or {}).get("annotations") or {}
+    return annotations.get(ANNOTATION_TEMPLATE_HASH, "")
 
 
 def build_ssh_config_map(contract: UnitContract, *, owner_uid: str, public_keys: list[str]) -> dict:

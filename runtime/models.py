@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import hashlib
 import uuid
 from typing import Any
 
@@ -21,15 +22,36 @@ class UnitPhase(models.TextChoices):
     PENDING = "Pending"
     RUNNING = "Running"
     FAILED = "Failed"
+    STOPPING = "Stopping"
+    STOPPED = "Stopped"
     TERMINATING = "Terminating"
     TERMINATED = "Terminated"
 
-    # A unit keeps its name and its share of the tenant quota until it is Terminated.
+    # A unit keeps its name and its claim's share of the tenant quota until it is Terminated
+    # (a Stopped unit gives back its CPU and memory: GPUUnit.compute_charged).
     LIVE = enum.nonmember(
-        frozenset({"Accepted", "Provisioning", "Pending", "Running", "Failed", "Terminating"})
+        frozenset(
+            {
+                "Accepted",
+                "Provisioning",
+                "Pending",
+                "Running",
+                "Failed",
+                "Stopping",
+                "Stopped",
+                "Terminating",
+            }
+        )
     )
     # Phases reconcile_units derives from the cluster; the others are driven by requests.
     OBSERVED = enum.nonmember(frozenset({"Provisioning", "Pending", "Running", "Failed"}))
+
+
+class RunPolicy(models.TextChoices):
+    """Whether the unit should have a pod (GPUUnit spec.runPolicy): stop and start set it."""
+
+    RUNNING = "Running"
+    STOPPED = "Stopped"
 
 
 class GPUUnit(models.Model):
@@ -66,6 +88,21 @@ class GPUUnit(models.Model):
     # {"enabled": true, "keys": [names of the tenant's SSH keys]} or {}: the public keys
     # themselves go to the unit's ConfigMap, never its spec.
     ssh = models.JSONField(default=dict, blank=True)
+    # What the customer wants of it now. `generation` counts changes to the spec (update, stop,
+    # start), as a Kubernetes object's metadata.generation does; `observed_generation` is the
+    # one the cluster's objects were last brought to.
+    run_policy = models.CharField(max_length=8, choices=RunPolicy, default=RunPolicy.RUNNING)
+    generation = models.PositiveIntegerField(default=1)
+    observed_generation = models.PositiveIntegerField(default=0)
+    # Auto-stop: the unit stops `stop_after` (a duration, "8h") after it last started.
+    stop_after = models.CharField(max_length=16, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    # The last restart (the pod carries it, so a restart is a change its template shows).
+    restarted_at = models.DateTimeField(null=True, blank=True)
+    stops_at = models.DateTimeField(null=True, blank=True)
+    # Whether the unit's CPU and memory are charged to the tenant's usage counters (false
+    # once Stopped or Terminated; a start charges them again).
+    compute_charged = models.BooleanField(default=True)
     # Observed state.
     phase = models.CharField(max_length=16, choices=UnitPhase, default=UnitPhase.ACCEPTED)
     reason = models.CharField(max_length=64, blank=True)
@@ -96,10 +133,19 @@ class GPUUnit(models.Model):
         indexes = [
             models.Index(fields=["tenant", "-id"], name="unit_tenant_recent"),
             models.Index(fields=["phase"], name="unit_phase"),
+            models.Index(
+                fields=["stops_at"], name="unit_stops_at", condition=Q(stops_at__isnull=False)
+            ),
         ]
 
     def __str__(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+    @property
+    def etag(self) -> str:
+        """The HTTP entity tag of the unit's spec as of its generation (If-Match takes it)."""
+        digest = hashlib.sha256(f"{self.uid}:{self.generation}".encode()).hexdigest()
+        return f'"{self.generation}-{digest[:16]}"'
 
     @staticmethod
     def contract_fields(package: Package, *, name: str) -> dict[str, Any]:
@@ -152,6 +198,11 @@ class GPUUnit(models.Model):
             storage_mounts=list(self.storage_mounts or []),
             memory_bytes=self.memory_bytes,
             ssh=bool((self.ssh or {}).get("enabled")),
+            run_policy=self.run_policy,
+            stop_after=self.stop_after,
+            restarted_at=(
+                self.restarted_at.strftime("%Y-%m-%dT%H:%M:%SZ") if self.restarted_at else ""
+            ),
             ssh_image=settings.SSH_SERVER_IMAGE,
         )
 
@@ -213,6 +264,10 @@ class GPUStorage(models.Model):
 class OperationKind(models.TextChoices):
     CREATE = "create"
     DELETE = "delete"
+    STOP = "stop"
+    START = "start"
+    RESTART = "restart"
+    UPDATE = "update"
 
 
 class OperationStatus(models.TextChoices):
@@ -225,7 +280,9 @@ class OperationStatus(models.TextChoices):
 
 
 class Operation(models.Model):
-    """A create or delete request. It is the outbox: the sweeper re-enqueues open ones."""
+    """A change a customer (or the control plane: deletions, auto-stops) asked for. It is the
+    outbox: the sweeper re-enqueues open ones. A unit has at most one open operation but for
+    the deletion, which cancels the others."""
 
     # Indexed by operation_id_unique_per_tenant, which leads with it.
     tenant = models.ForeignKey(

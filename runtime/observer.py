@@ -46,6 +46,7 @@ INVENTORY_KINDS = {
     "nodes": kube.NODE,
     "device_classes": kube.DEVICECLASS,
     "slices": kube.RESOURCESLICE,
+    "device_taint_rules": kube.DEVICETAINTRULE,
     "claims": kube.RESOURCECLAIM,
     "pods": kube.POD,
     "quotas": kube.RESOURCEQUOTA,
@@ -93,6 +94,7 @@ class Observer:
         self._last_touch = 0.0
         self._last_status = 0.0
         self._generations: dict[Key, tuple] = {}
+        self._gone_pods: dict[Key, dict] = {}  # unit key -> its pod as it was deleted
         self.informers: dict[kube.Kind, Informer] = {}
         self._lead: psycopg.Connection | None = None
         self.leading = threading.Event()
@@ -122,6 +124,9 @@ class Observer:
                 key = None  # our own status write coming back: nothing to reconcile
             if key:
                 self._dirty_units.setdefault(key, now)
+                if kind == kube.POD and event.type == "DELETED":
+                    # Why it went (an eviction for a device taint) is only on its last state.
+                    self._gone_pods[key] = event.object
             if kind in INVENTORY_KINDS.values():
                 self._inventory_dirty_since = self._inventory_dirty_since or now
             self._wake.notify()
@@ -332,30 +337,52 @@ class Observer:
         for key in due:
             if key not in seen:
                 self._retry.pop(key, None)  # no live unit of that name: nothing to do
+                self._gone_pods.pop(key, None)
         result = reconcile.ReconcileResult()
-        planned: list[tuple[GPUUnit, dict | None, dict | None, dict | None]] = []
+        planned: list[tuple[GPUUnit, dict | None, dict | None, dict | None, dict | None]] = []
         for unit in units:
             key = (unit.namespace, unit.name)
-            if not unit.unit_k8s_uid and unit.phase != UnitPhase.TERMINATING:
-                self._requeue(key)  # its provisioning has not recorded the objects yet
-                continue
-            self._retry.pop(key, None)
+            if (
+                not unit.unit_k8s_uid and unit.phase != UnitPhase.TERMINATING
+            ) or reconcile.rolling_out(unit):
+                # Its provisioning (or a stop, start, restart, update) has not recorded what
+                # it did yet: look again once it has, the events may all be in by then.
+                self._requeue(key)
+                if not reconcile.rolling_out(unit):
+                    continue
+            else:
+                self._retry.pop(key, None)
             gpuunit = reconcile.own_gpuunit(unit, self._object(kube.GPUUNIT, key))
             claim = self._object(kube.RESOURCECLAIM, (unit.namespace, unit.claim_name))
             pod = self._object(kube.POD, (unit.namespace, manifests.pod_name_for(unit.name)))
-            recreated = reconcile.recreate_missing_pod(unit, gpuunit=gpuunit, claim=claim, pod=pod)
+            with self._wake:
+                last_pod = self._gone_pods.pop(key, None)
+            recreated = reconcile.recreate_missing_pod(
+                unit, gpuunit=gpuunit, claim=claim, pod=pod, last_pod=last_pod
+            )
             if recreated is not pod:
                 result.recreated += 1 if recreated else 0
                 pod = recreated
-            planned.append((unit, gpuunit, claim, pod))
+            planned.append((unit, gpuunit, claim, pod, last_pod))
         to_patch: list[tuple[GPUUnit, dict]] = []
         synced: list[int] = []
 
-        def apply(unit: GPUUnit, gpuunit: dict | None, claim: dict | None, pod: dict | None):
+        def apply(
+            unit: GPUUnit,
+            gpuunit: dict | None,
+            claim: dict | None,
+            pod: dict | None,
+            last_pod: dict | None,
+        ):
             try:
                 with transaction.atomic():
                     if reconcile.apply_observation(
-                        unit, gpuunit=gpuunit, claim=claim, pod=pod, result=result
+                        unit,
+                        gpuunit=gpuunit,
+                        claim=claim,
+                        pod=pod,
+                        result=result,
+                        last_pod=last_pod,
                     ):
                         assert gpuunit is not None
                         to_patch.append((unit, gpuunit))

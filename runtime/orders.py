@@ -25,11 +25,12 @@ from django.core.exceptions import ValidationError
 from django.db import IntegrityError, connection, models, transaction
 from django.db.backends.utils import CursorWrapper
 from django.db.models.signals import post_save, pre_save
+from django.utils import timezone
 
 from catalog.models import Package
 from controlplane.validation import dns_label
 from dracel import quantity
-from runtime import outbox, selectors
+from runtime import outbox, selectors, stopafter
 from runtime.errors import InvalidRequest, NameConflict, QuotaExceeded, StorageInUse
 from runtime.models import (
     EventType,
@@ -68,6 +69,7 @@ def create_unit(
     access: dict | None = None,
     storage_mounts: list[dict] | None = None,
     ssh: dict | None = None,
+    stop_after: str | None = None,
 ) -> CreateResult:
     """Record a new unit and its create operation, or return the unit an earlier identical
     request created (same operationID and payload; a different payload is a conflict).
@@ -90,6 +92,8 @@ def create_unit(
     ssh = ssh or {}
     if ssh:
         request["ssh"] = ssh
+    if stop_after:
+        request["stopAfter"] = stop_after
     request_hash = outbox.fingerprint(request)
     earlier, package = _lookup(tenant, operation_id, package_id)
     if earlier is not None:
@@ -101,6 +105,7 @@ def create_unit(
         )
     if ssh:
         ssh = {"enabled": True, "keys": ssh_key_names(tenant, ssh.get("keys"))}
+    now = timezone.now()
     unit = GPUUnit(
         tenant=tenant,
         name=name,
@@ -111,8 +116,13 @@ def create_unit(
         access=access,
         storage_mounts=storage_mounts,
         ssh=ssh,
+        stop_after=stopafter.effective_stop_after(
+            tenant, package.id, stop_after, package_max=package.max_stop_after
+        ),
+        started_at=now,
         **GPUUnit.contract_fields(package, name=name),
     )
+    unit.stops_at = stopafter.stops_at(unit)
     operation = Operation(
         tenant=tenant,
         operation_id=operation_id,
@@ -185,10 +195,11 @@ def _replayed(operation: Operation, request_hash: str) -> CreateResult:
 
 
 def quota_problem(
-    tenant: Tenant, usage: TenantUsage, *, cpu_millicores: int, memory_bytes: int
+    tenant: Tenant, usage: TenantUsage, *, cpu_millicores: int, memory_bytes: int, claims: int = 1
 ) -> QuotaExceeded | None:
-    """Why the tenant's live units plus a new one do not fit its quota (checked under the
-    tenant lock), or None when they do."""
+    """Why the tenant's live units plus a new one (or a stopped one started again, which
+    already holds its claim: `claims=0`) do not fit its quota (checked under the tenant
+    lock), or None when they do."""
     limits: list[tuple[str, int, int, int, Callable[[int], str]]] = [
         (
             "requests.cpu",
@@ -204,10 +215,10 @@ def quota_problem(
             tenant.quota_memory_bytes,
             quantity.format_bytes,
         ),
-        ("count/resourceclaims.resource.k8s.io", usage.claims, 1, tenant.quota_claims, str),
+        ("count/resourceclaims.resource.k8s.io", usage.claims, claims, tenant.quota_claims, str),
     ]
     for limit, used, requested, hard, show in limits:
-        if used + requested > hard:
+        if requested and used + requested > hard:
             # Larger than the whole quota: deleting units never helps, a smaller package does.
             never = requested > hard
             return QuotaExceeded(
@@ -475,9 +486,12 @@ def check_order_models(
     return errors
 
 
-def check_storage_mounts(tenant: Tenant, mounts: list[dict]) -> None:
+def check_storage_mounts(
+    tenant: Tenant, mounts: list[dict], *, exclude: GPUUnit | None = None
+) -> None:
     """Every mounted storage is the tenant's and usable, and none that only one live unit
-    may mount is mounted by another: 400 naming the mount, 409 `storage_in_use`."""
+    may mount is mounted by another (than `exclude`, the unit being updated): 400 naming the
+    mount, 409 `storage_in_use`."""
     names = [mount["name"] for mount in mounts]
     found = {s.name: s for s in GPUStorage.objects.filter(tenant=tenant, name__in=names)}
     problems = {}
@@ -494,11 +508,12 @@ def check_storage_mounts(tenant: Tenant, mounts: list[dict]) -> None:
     for name in names:
         if not found[name].exclusive:
             continue
-        holders = list(
-            GPUUnit.objects.filter(tenant=tenant, storage_mounts__contains=[{"name": name}])
-            .exclude(phase=UnitPhase.TERMINATED)
-            .values_list("name", flat=True)
-        )
+        others = GPUUnit.objects.filter(
+            tenant=tenant, storage_mounts__contains=[{"name": name}]
+        ).exclude(phase=UnitPhase.TERMINATED)
+        if exclude is not None:
+            others = others.exclude(pk=exclude.pk)
+        holders = list(others.values_list("name", flat=True))
         if holders:
             raise StorageInUse(
                 f"storage {name} ({found[name].access_mode}) is mounted by {holders[0]}: one "

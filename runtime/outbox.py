@@ -12,7 +12,7 @@ from datetime import timedelta
 
 from celery import current_app
 from django.conf import settings
-from django.db.models import F
+from django.db.models import Case, F, Value, When
 from django.utils import timezone
 
 from runtime import selectors, validation
@@ -25,9 +25,16 @@ logger = logging.getLogger(__name__)
 # this module and registers them under these names.
 PROVISION_TASK = "runtime.provision_unit"
 DELETE_TASK = "runtime.delete_unit"
+STOP_TASK = "runtime.stop_unit"
+# Start, restart and update all bring the unit's objects to its spec (a new pod when it runs).
+ROLL_OUT_TASK = "runtime.roll_out_unit"
 TASK_FOR_KIND: dict[str, str] = {
     OperationKind.CREATE: PROVISION_TASK,
     OperationKind.DELETE: DELETE_TASK,
+    OperationKind.STOP: STOP_TASK,
+    OperationKind.START: ROLL_OUT_TASK,
+    OperationKind.RESTART: ROLL_OUT_TASK,
+    OperationKind.UPDATE: ROLL_OUT_TASK,
 }
 SWEEP_BATCH = 500
 
@@ -51,6 +58,11 @@ def check_replay(operation: Operation, *, kind: str, request_hash: str) -> None:
 def delete_operation_id(unit: GPUUnit) -> str:
     """The operationID the service gives a unit's deletion (clients cannot use '@')."""
     return f"{validation.DELETE_OPERATION_PREFIX}{unit.uid}"
+
+
+def auto_stop_operation_id(unit: GPUUnit) -> str:
+    """The operationID of the auto-stop of this run of the unit (one per generation)."""
+    return f"{validation.AUTO_STOP_OPERATION_PREFIX}{unit.uid}-{unit.generation}"
 
 
 def send(task: str, pk: int) -> bool:
@@ -84,20 +96,32 @@ def claim_operation(operation_pk: int) -> Operation | None:
 
 CANCELLED = "cancelled"
 CANCELLED_MESSAGE = "The unit was deleted before it was provisioned."
+CANCELLED_BY_DELETE = "The unit was deleted before the operation finished."
 
 
-def cancel_open_create(unit: GPUUnit) -> int:
-    """Fail the unit's create operation with `cancelled` if it is still open."""
+def cancel_open_operations(unit: GPUUnit) -> int:
+    """Fail the unit's open operations (its create, stop, start, restart or update) with
+    `cancelled`, in one statement: its deletion supersedes them."""
     now = timezone.now()
-    return Operation.objects.filter(
-        unit=unit, kind=OperationKind.CREATE, status__in=OperationStatus.OPEN
-    ).update(
-        status=OperationStatus.FAILED,
-        error_code=CANCELLED,
-        error_message=CANCELLED_MESSAGE,
-        finished_at=now,
-        updated_at=now,
+    return (
+        Operation.objects.filter(unit=unit, status__in=OperationStatus.OPEN)
+        .exclude(kind=OperationKind.DELETE)
+        .update(
+            status=OperationStatus.FAILED,
+            error_code=CANCELLED,
+            error_message=Case(
+                When(kind=OperationKind.CREATE, then=Value(CANCELLED_MESSAGE)),
+                default=Value(CANCELLED_BY_DELETE),
+            ),
+            finished_at=now,
+            updated_at=now,
+        )
     )
+
+
+def open_operation(unit: GPUUnit) -> Operation | None:
+    """The unit's open operation, if any (at most one but for a deletion)."""
+    return Operation.objects.filter(unit=unit, status__in=OperationStatus.OPEN).first()
 
 
 def finish_open_delete(unit: GPUUnit) -> int:

@@ -18,7 +18,7 @@ from django.conf import settings
 from controlplane import kube
 from controlplane.kube.errors import KubeError, PermanentError, TemporaryError
 from runtime import access, lifecycle, manifests, outbox, selectors
-from runtime.models import EventType, GPUUnit, Operation, UnitPhase
+from runtime.models import EventType, GPUUnit, Operation, OperationKind, RunPolicy, UnitPhase
 from tenancy.models import Tenant
 
 logger = logging.getLogger(__name__)
@@ -109,24 +109,37 @@ def provision_objects(contract: manifests.UnitContract) -> tuple[dict, dict, dic
     return gpuunit, claim, pod
 
 
-def provision_access(contract: manifests.UnitContract, *, owner_uid: str) -> dict:
+def provision_access(
+    contract: manifests.UnitContract, *, owner_uid: str, converge: bool = False
+) -> dict:
     """The objects that reach the unit, owned by its GPUUnit: the Service `unit-<name>` (with
     ports), the HTTPRoute or Ingress publishing its primary HTTP port, and its NetworkPolicy.
-    Returns what the unit shows of them (`exposed`: node ports, load balancer address)."""
+    Returns what the unit shows of them (`exposed`: node ports, load balancer address). With
+    `converge` (an update), objects already there are brought to what the contract says and
+    the ones it no longer needs are deleted."""
     config = access.from_settings()
     ours = manifests.owned_by(owner_uid, contract)
     exposed: dict = {}
     public_ports: list[dict] = []
+    wanted: set[tuple[str, str]] = set()
+
+    def put(kind: kube.Kind, body: dict) -> dict:
+        wanted.add((kind.plural, body["metadata"]["name"]))
+        if converge:
+            found = kube.get(kind, contract.namespace, body["metadata"]["name"])
+            if found is not None and ours(found):
+                return kube.ensure(kind, body, fields=[("spec",)])
+        return kube.create_or_adopt(kind, body, ours=ours)
+
     if contract.ports:
         tcp = access.tcp_exposed(contract.access, config)
-        service = kube.create_or_adopt(
+        service = put(
             kube.SERVICE,
             manifests.build_service(
                 contract,
                 owner_uid=owner_uid,
                 service_type=config.tcp_service_type if tcp else "ClusterIP",
             ),
-            ours=ours,
         )
         node_ports = {
             port["name"]: port["nodePort"]
@@ -139,14 +152,13 @@ def provision_access(contract: manifests.UnitContract, *, owner_uid: str) -> dic
         if tcp and primary is not None:
             public_ports.append(primary)
         if primary is not None and contract.access.get("scheme") in ("http", "https"):
-            _publish_http(contract, owner_uid, config, primary["port"], ours)
+            _publish_http(contract, owner_uid, config, primary["port"], put)
     if contract.ssh and config.tcp_service_type != "ClusterIP":
-        ssh_service = kube.create_or_adopt(
+        ssh_service = put(
             kube.SERVICE,
             manifests.build_ssh_service(
                 contract, owner_uid=owner_uid, service_type=config.tcp_service_type
             ),
-            ours=ours,
         )
         node_port = (ssh_service["spec"].get("ports") or [{}])[0].get("nodePort")
         if node_port:
@@ -155,14 +167,34 @@ def provision_access(contract: manifests.UnitContract, *, owner_uid: str) -> dic
     if settings.NETWORK_POLICIES and public_ports:
         # A unit is one pod, so its own traffic needs no rule: only a port opened to the
         # outside (tcp access, SSH) gets the unit a policy of its own.
-        kube.create_or_adopt(
+        put(
             kube.NETWORKPOLICY,
             manifests.build_unit_network_policy(
                 contract, owner_uid=owner_uid, public_ports=public_ports
             ),
-            ours=ours,
         )
+    if converge:
+        if contract.ssh:
+            wanted.add((kube.CONFIGMAP.plural, manifests.ssh_config_map_name(contract.name)))
+        for kind, name in _access_objects(contract.name):
+            if (kind.plural, name) in wanted:
+                continue
+            found = kube.get(kind, contract.namespace, name)
+            if found is not None and ours(found):
+                kube.delete(kind, contract.namespace, name)
     return exposed
+
+
+def _access_objects(unit: str) -> list[tuple[kube.Kind, str]]:
+    """Every object a unit may have for reaching it, by name."""
+    return [
+        (kube.SERVICE, access.service_name(unit)),
+        (kube.SERVICE, manifests.ssh_service_name(unit)),
+        (kube.CONFIGMAP, manifests.ssh_config_map_name(unit)),
+        (kube.HTTPROUTE, f"unit-{unit}"),
+        (kube.INGRESS, f"unit-{unit}"),
+        (kube.NETWORKPOLICY, f"unit-{unit}"),
+    ]
 
 
 def ensure_ssh_keys(unit: GPUUnit, *, owner_uid: str) -> None:
@@ -182,7 +214,7 @@ def _publish_http(
     owner_uid: str,
     config: access.AccessConfig,
     port: int,
-    ours: Callable[[dict], bool],
+    put: Callable[[kube.Kind, dict], dict],
 ) -> None:
     if not config.http_exposed:
         return  # in-cluster only
@@ -197,7 +229,7 @@ def _publish_http(
             gateway_name=name,
             port=port,
         )
-        kube.create_or_adopt(kube.HTTPROUTE, route, ours=ours)
+        put(kube.HTTPROUTE, route)
     else:
         ingress = manifests.build_ingress(
             contract,
@@ -206,7 +238,7 @@ def _publish_http(
             ingress_class=config.ingress_class,
             port=port,
         )
-        kube.create_or_adopt(kube.INGRESS, ingress, ours=ours)
+        put(kube.INGRESS, ingress)
 
 
 def recreate_pod(unit: GPUUnit, gpuunit: dict) -> dict:
@@ -221,6 +253,15 @@ def recreate_pod(unit: GPUUnit, gpuunit: dict) -> dict:
     )
     lifecycle.record_pod_recreated(unit, pod_k8s_uid=pod["metadata"]["uid"])
     return pod
+
+
+def remove_stray_pod(unit: GPUUnit) -> None:
+    """A stopped unit has no pod: delete one that is there (created behind our back, or by
+    a worker that lost a race with the stop)."""
+    name = manifests.pod_name_for(unit.name)
+    pod = kube.get(kube.POD, unit.namespace, name)
+    if pod is not None and _labelled_for(pod, unit):
+        kube.delete(kube.POD, unit.namespace, name)
 
 
 def _unit_objects(unit: GPUUnit) -> list[tuple[kube.Kind, str]]:
@@ -359,6 +400,139 @@ def delete_unit(*, operation_pk: int) -> None:
         raise TemporaryError(f"waiting for {', '.join(remaining)} to be deleted", delay=1)
     lifecycle.mark_unit_terminated(unit)
     outbox.finish_operation(operation)
+
+
+# Spec fields the unit may have or not: a merge patch sets the absent ones to null (removed).
+_OPTIONAL_SPEC = ("template", "access", "storageMounts", "ssh", "stopAfter", "restartedAt")
+
+
+def _patch_spec(unit: GPUUnit, contract: manifests.UnitContract) -> dict:
+    """Bring the GPUUnit's spec to the unit's (one merge patch, none when it already says
+    it); returns the GPUUnit, or raises PermanentError when it is not the unit's any more."""
+    current = kube.get(kube.GPUUNIT, unit.namespace, unit.name)
+    if current is None or current["metadata"].get("uid") != unit.unit_k8s_uid:
+        raise PermanentError(
+            f"GPUUnit {unit.name} was deleted outside the control plane", reason="ObjectDeleted"
+        )
+    spec = manifests.build_gpuunit(contract)["spec"]
+    patch = {key: None for key in _OPTIONAL_SPEC if key not in spec}
+    patch.update(spec)
+    have = current.get("spec") or {}
+    if all(have.get(key) == value for key, value in patch.items()):
+        return current
+    return kube.merge_patch(kube.GPUUNIT, unit.namespace, unit.name, {"spec": patch})
+
+
+def _remove_pod(unit: GPUUnit, *, unless_hash: str = "") -> None:
+    """Delete the unit's pod (unless it is already built as `unless_hash` says) and wait for
+    it to go: TemporaryError while it is still there."""
+    name = manifests.pod_name_for(unit.name)
+    pod = kube.get(kube.POD, unit.namespace, name)
+    if pod is None or not _labelled_for(pod, unit):
+        return
+    if unless_hash and manifests.template_hash(pod) == unless_hash:
+        return
+    if not (pod.get("metadata") or {}).get("deletionTimestamp"):
+        kube.delete(kube.POD, unit.namespace, name)
+        pod = kube.get(kube.POD, unit.namespace, name)
+    if pod is not None:
+        raise TemporaryError(f"waiting for pod {name} to be deleted", delay=0.5)
+
+
+def _claim_lifecycle_operation(operation_pk: int) -> Operation | None:
+    """Claim a stop, start, restart or update; None when there is nothing (more) to do. One
+    whose unit's deletion was requested ends cancelled; one that kept failing ends failed."""
+    operation = outbox.claim_operation(operation_pk)
+    if operation is None:
+        return None
+    unit = operation.unit
+    if unit.phase in (UnitPhase.TERMINATING, UnitPhase.TERMINATED):
+        outbox.finish_operation(
+            operation, error_code=outbox.CANCELLED, error_message=outbox.CANCELLED_BY_DELETE
+        )
+        return None
+    if operation.attempts > settings.OPERATION_MAX_ATTEMPTS:
+        _fail_lifecycle(
+            unit,
+            operation,
+            PermanentError(
+                "gave up after repeated cluster errors",
+                reason=f"{operation.kind.capitalize()}Failed",
+            ),
+        )
+        return None
+    return operation
+
+
+def _fail_lifecycle(unit: GPUUnit, operation: Operation, exc: PermanentError) -> None:
+    reason = exc.reason or f"{operation.kind.capitalize()}Failed"
+    lifecycle.transition_unit(
+        unit,
+        to=UnitPhase.FAILED,
+        reason=reason,
+        message=exc.message,
+        allowed_from=UnitPhase.LIVE - {UnitPhase.TERMINATING},
+        event_type=EventType.WARNING,
+        observed_generation=unit.generation,
+    )
+    outbox.finish_operation(operation, error_code=reason, error_message=exc.message)
+
+
+def _contract(unit: GPUUnit, gpuunit: dict | None = None) -> manifests.UnitContract:
+    annotations = ((gpuunit or {}).get("metadata") or {}).get("annotations") or {}
+    return unit.contract(request_hash=annotations.get(manifests.ANNOTATION_REQUEST_HASH, ""))
+
+
+def stop_unit(*, operation_pk: int) -> None:
+    """Carry out a stop: the GPUUnit says runPolicy Stopped, the pod goes (its claim stays;
+    with no pod reserving it the claim is deallocated and its devices return to the pool),
+    then the unit is Stopped and its CPU and memory given back."""
+    operation = _claim_lifecycle_operation(operation_pk)
+    if operation is None:
+        return
+    unit = operation.unit
+    try:
+        _patch_spec(unit, _contract(unit, kube.get(kube.GPUUNIT, unit.namespace, unit.name)))
+    except PermanentError as exc:
+        _fail_lifecycle(unit, operation, exc)
+        return
+    _remove_pod(unit)
+    lifecycle.mark_unit_stopped(unit, operation)
+
+
+def roll_out_unit(*, operation_pk: int) -> None:
+    """Carry out a start, restart or update: the GPUUnit's spec, the objects that reach the
+    unit (an update may change them), and, when the unit runs, a pod built from the unit as
+    it is now, replacing one built otherwise (the claim is kept; the new pod's devices are
+    allocated afresh). Then the generation is recorded as rolled out."""
+    operation = _claim_lifecycle_operation(operation_pk)
+    if operation is None:
+        return
+    unit = operation.unit
+    try:
+        gpuunit = _patch_spec(
+            unit, _contract(unit, kube.get(kube.GPUUNIT, unit.namespace, unit.name))
+        )
+        owner_uid = gpuunit["metadata"]["uid"]
+        contract = _contract(unit, gpuunit)
+        exposed = None
+        if operation.kind == OperationKind.UPDATE:
+            exposed = provision_access(contract, owner_uid=owner_uid, converge=True)
+            if contract.ssh:
+                ensure_ssh_keys(unit, owner_uid=owner_uid)
+        pod_uid = ""
+        if unit.run_policy == RunPolicy.RUNNING:
+            desired = manifests.build_pod(contract, owner_uid=owner_uid)
+            _remove_pod(unit, unless_hash=manifests.template_hash(desired))
+            pod = kube.create_or_adopt(
+                kube.POD, desired, ours=manifests.owned_by(owner_uid, contract)
+            )
+            pod_uid = pod["metadata"]["uid"]
+    except PermanentError as exc:
+        _fail_lifecycle(unit, operation, exc)
+        return
+    if not lifecycle.record_rolled_out(unit, operation, pod_k8s_uid=pod_uid, exposed=exposed):
+        remove_objects(unit)  # deleted meanwhile: the delete task may have swept before us
 
 
 CRD_MANIFEST = settings.BASE_DIR / "k8s" / "gpuunit-crd.yaml"

@@ -15,8 +15,9 @@ from django.utils import timezone
 
 from controlplane import kube, metrics
 from controlplane.kube.errors import KubeError
+from inventory import selectors as inventory_selectors
 from runtime import access, lifecycle, manifests, provisioning, selectors
-from runtime.models import EventType, GPUUnit, UnitPhase
+from runtime.models import EventType, GPUUnit, RunPolicy, UnitPhase
 from runtime.status import Observed, observe
 
 logger = logging.getLogger(__name__)
@@ -37,7 +38,7 @@ def _index(objects: list[dict]) -> dict[tuple[str, str], dict]:
     return {(o["metadata"].get("namespace", ""), o["metadata"]["name"]): o for o in objects}
 
 
-def _desired_status(unit: GPUUnit) -> dict:
+def _desired_status(unit: GPUUnit, gpuunit: dict) -> dict:
     status = {
         "phase": unit.phase,
         "reason": unit.reason,
@@ -45,6 +46,9 @@ def _desired_status(unit: GPUUnit) -> dict:
         "nodeName": unit.node_name,
         "dra": unit.dra,
     }
+    if not rolling_out(unit):
+        # Caught up: the objects say what this version of the GPUUnit's spec says.
+        status["observedGeneration"] = gpuunit["metadata"].get("generation")
     if unit.access:
         shown = access.for_unit(unit)
         status["access"] = {"url": shown["url"], "endpoints": shown["endpoints"]}
@@ -86,21 +90,85 @@ def own_gpuunit(unit: GPUUnit, gpuunit: dict | None) -> dict | None:
     return gpuunit
 
 
+def rolling_out(unit: GPUUnit) -> bool:
+    """A stop, start, restart or update is being carried out: its worker moves the unit's
+    pod and phase, so the reconcile leaves both alone until it has recorded the rollout."""
+    return unit.observed_generation < unit.generation or unit.phase == UnitPhase.STOPPING
+
+
+def _wants_pod(unit: GPUUnit) -> bool:
+    return (
+        unit.run_policy == RunPolicy.RUNNING
+        and unit.phase not in (UnitPhase.TERMINATING, UnitPhase.STOPPING, UnitPhase.STOPPED)
+        and not (unit.phase == UnitPhase.FAILED and unit.reason == DEVICE_UNHEALTHY)
+        and not rolling_out(unit)
+    )
+
+
 def recreate_missing_pod(
-    unit: GPUUnit, *, gpuunit: dict | None, claim: dict | None, pod: dict | None
+    unit: GPUUnit,
+    *,
+    gpuunit: dict | None,
+    claim: dict | None,
+    pod: dict | None,
+    last_pod: dict | None = None,
 ) -> dict | None:
     """The unit's pod, created again when it is gone while its GPUUnit (see own_gpuunit) and
-    claim are still there (a cluster call; None when that failed or the pod is not the unit's
-    to have)."""
-    if pod is not None or claim is None or gpuunit is None:
+    claim are still there and the unit should run, and deleted when a stopped unit has one
+    (cluster calls; None when that failed or the pod is not the unit's to have). A pod
+    evicted from an unhealthy device is not recreated: the unit fails, and a restart gets it
+    healthy devices. `last_pod` is the pod as it was deleted, when a watch saw that."""
+    if gpuunit is None:
         return pod
-    if unit.phase == UnitPhase.TERMINATING:
+    if pod is not None:
+        if unit.phase == UnitPhase.STOPPED and not rolling_out(unit):
+            try:
+                provisioning.remove_stray_pod(unit)
+            except KubeError as exc:
+                logger.warning("could not remove the pod of stopped %s: %s", unit, exc)
+        return pod
+    if claim is None or not _wants_pod(unit) or unhealthy_devices(unit, last_pod):
         return None
     try:
         return provisioning.recreate_pod(unit, gpuunit)
     except KubeError as exc:
         logger.warning("could not recreate pod of %s: %s", unit, exc)
         return None
+
+
+DEVICE_UNHEALTHY = "DeviceUnhealthy"
+# The condition kube-controller-manager's device taint eviction puts on a pod it deletes.
+_TAINT_EVICTION = "DeletionByDeviceTaintManager"
+
+
+def _evicted_by_taint(pod: dict | None) -> bool:
+    for condition in ((pod or {}).get("status") or {}).get("conditions") or []:
+        if (
+            condition.get("type") == "DisruptionTarget"
+            and condition.get("reason") == _TAINT_EVICTION
+        ):
+            return True
+    return False
+
+
+def unhealthy_devices(unit: GPUUnit, last_pod: dict | None = None) -> list[str]:
+    """The devices the unit last held that are tainted NoExecute (by the inventory mirror),
+    as "pool/device (key=value:NoExecute)"; when the pod was seen evicted for a taint, every
+    device it held."""
+    devices = (unit.dra or {}).get("devices") or []
+    if not devices:
+        return []
+    keys = [(d.get("driver", ""), d.get("pool", ""), d.get("device", "")) for d in devices]
+    taints = inventory_selectors.device_taints(keys)
+    named = []
+    for key in keys:
+        bad = [t for t in taints.get(key, []) if t.get("effect") == "NoExecute"]
+        if bad:
+            shown = ", ".join(f"{t['key']}={t.get('value', '')}:{t['effect']}" for t in bad)
+            named.append(f"{key[1]}/{key[2]} ({shown})")
+    if not named and _evicted_by_taint(last_pod):
+        named = [f"{pool}/{device}" for _driver, pool, device in keys]
+    return named
 
 
 def apply_observation(
@@ -110,6 +178,7 @@ def apply_observation(
     claim: dict | None,
     pod: dict | None,
     result: ReconcileResult,
+    last_pod: dict | None = None,
 ) -> bool:
     """Bring the unit's row in line with its objects as observed (database only): Terminated
     once a Terminating unit's objects are gone, Failed when its GPUUnit was deleted behind our
@@ -122,7 +191,7 @@ def apply_observation(
             result.terminated += 1
         return False
     result.observed += 1
-    if gpuunit is None:
+    if gpuunit is None and not rolling_out(unit):
         if unit.phase != UnitPhase.FAILED:
             lifecycle.transition_unit(
                 unit,
@@ -133,6 +202,26 @@ def apply_observation(
             )
             result.changed += 1
         return False
+    if gpuunit is None:
+        return False
+    if rolling_out(unit) or unit.phase == UnitPhase.STOPPED:
+        return True  # the worker's (or nobody's: a stopped unit has no pod to observe)
+    if pod is None or _evicted_by_taint(pod):
+        if unit.phase == UnitPhase.FAILED and unit.reason == DEVICE_UNHEALTHY:
+            return True
+        if named := unhealthy_devices(unit, last_pod or pod):
+            lifecycle.transition_unit(
+                unit,
+                to=UnitPhase.FAILED,
+                reason=DEVICE_UNHEALTHY,
+                message=f"The pod was evicted: device {', '.join(named)} is unhealthy. Restart "
+                "the unit to run it on healthy devices.",
+                event_type=EventType.WARNING,
+                dra={**(unit.dra or {}), "allocated": False, "devices": []},
+                node_name="",
+            )
+            result.changed += 1
+            return True
     if _apply(unit, observe(claim_name=unit.claim_name, claim=claim, pod=pod)):
         result.changed += 1
     return True
@@ -141,7 +230,7 @@ def apply_observation(
 def sync_gpuunit_status(unit: GPUUnit, gpuunit: dict) -> bool:
     """Mirror the unit's phase, reason and DRA status into its GPUUnit's status subresource
     when they differ (a cluster call); whether it patched."""
-    desired = _desired_status(unit)
+    desired = _desired_status(unit, gpuunit)
     current = gpuunit.get("status") or {}
     if all(current.get(key) == value for key, value in desired.items()):
         return False

@@ -6,7 +6,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime
 
-from django.db.models import Count, QuerySet, Sum
+from django.db.models import Count, Q, QuerySet, Sum
+from django.db.models.functions import Coalesce
 
 from controlplane.validation import fold_case
 from runtime.models import GPUUnit, Operation, OperationStatus, UnitEvent, UnitPhase
@@ -55,9 +56,14 @@ def count_tenant_usage(*, tenant: Tenant | None = None) -> dict[int, TenantUsage
     units = GPUUnit.objects.filter(phase__in=UnitPhase.LIVE)
     if tenant is not None:
         units = units.filter(tenant=tenant)
+    charged = Q(compute_charged=True)  # a Stopped unit holds its claim, not CPU or memory
     rows = (
         units.values("tenant_id")
-        .annotate(cpu=Sum("cpu_millicores"), memory=Sum("memory_bytes"), claims=Count("id"))
+        .annotate(
+            cpu=Coalesce(Sum("cpu_millicores", filter=charged), 0),
+            memory=Coalesce(Sum("memory_bytes", filter=charged), 0),
+            claims=Count("id"),
+        )
         .values_list("tenant_id", "cpu", "memory", "claims")
     )
     return {tenant_id: TenantUsage(*usage) for tenant_id, *usage in rows}
@@ -83,6 +89,8 @@ _RECONCILED = (
     UnitPhase.PENDING,
     UnitPhase.RUNNING,
     UnitPhase.FAILED,
+    UnitPhase.STOPPING,
+    UnitPhase.STOPPED,
     UnitPhase.TERMINATING,
 )
 
@@ -154,4 +162,22 @@ def units_using_ssh_key(*, tenant: Tenant, name: str) -> list[GPUUnit]:
         GPUUnit.objects.filter(tenant=tenant, ssh__keys__contains=[name]).exclude(
             phase=UnitPhase.TERMINATED
         )
+    )
+
+
+def list_units_past_stop(*, now: datetime, limit: int) -> list[GPUUnit]:
+    """Units whose stopAfter ran out by `now` and that run (or try to), oldest deadline
+    first, with their tenants (the partial index unit_stops_at serves it)."""
+    return list(
+        GPUUnit.objects.filter(stops_at__lte=now, run_policy="Running")
+        .exclude(
+            phase__in=(
+                UnitPhase.STOPPING,
+                UnitPhase.STOPPED,
+                UnitPhase.TERMINATING,
+                UnitPhase.TERMINATED,
+            )
+        )
+        .select_related("tenant")
+        .order_by("stops_at")[:limit]
     )

@@ -8,9 +8,10 @@ from rest_framework import serializers
 
 from controlplane.api.fields import StrictSerializer, StringField
 from controlplane.api.pagination import DEFAULT_LIMIT, MAX_LIMIT
-from controlplane.validation import fold_case
+from controlplane.validation import fold_case, format_duration, parse_duration
 from runtime import access, validation
 from runtime import storage as storage_service
+from runtime.errors import ImmutableField
 from runtime.models import GPUStorage, GPUUnit, Operation, UnitEvent, UnitPhase
 
 
@@ -121,6 +122,25 @@ class SSHField(serializers.JSONField):
         return normalised
 
 
+@extend_schema_field(
+    {
+        "type": "string",
+        "maxLength": 16,
+        "pattern": r"^(\d+d)?(\d+h)?(\d+m)?(\d+s)?$",
+        "example": "8h",
+    }
+)
+class DurationField(StringField):
+    """A duration such as "8h" or "1h30m" (whole days, hours, minutes, seconds; 1s to 366d)."""
+
+    def __init__(self, **kwargs) -> None:
+        super().__init__(max_length=16, **kwargs)
+
+    def to_internal_value(self, data) -> str:
+        value = super().to_internal_value(data)
+        return _duration(value) if value else ""
+
+
 class CreateUnitSerializer(StrictSerializer):
     """An order for one GPU unit of a package. Fields not listed here are refused."""
 
@@ -132,13 +152,14 @@ class CreateUnitSerializer(StrictSerializer):
     access = AccessField(required=False)
     storageMounts = StorageMountsField(required=False)
     ssh = SSHField(required=False)
+    stopAfter = DurationField(
+        required=False,
+        help_text='auto-stop: a duration such as "8h" or "1h30m" after each start (at most '
+        "the package's and the tenant's maximum, which applies when this is left out)",
+    )
 
     def validate_operationID(self, value: str) -> str:
-        if not validation.OPERATION_ID.fullmatch(value):
-            raise serializers.ValidationError(
-                "operationID must be 1-128 characters of letters, digits, '.', '_', ':' or '-'."
-            )
-        return value
+        return _operation_id(value)
 
     def validate_name(self, value: str) -> str:
         value = fold_case(value.strip())
@@ -167,6 +188,92 @@ class CreateUnitSerializer(StrictSerializer):
 
     def to_internal_value(self, data):
         # A template's problems are keyed by their own paths, beside the other fields'.
+        try:
+            return super().to_internal_value(data)
+        except serializers.ValidationError as exc:
+            raise serializers.ValidationError(_flatten_template(exc.detail)) from None
+
+
+def _duration(value: str) -> str:
+    seconds, problem = parse_duration(value.strip())
+    if problem or seconds is None:
+        raise serializers.ValidationError(problem)
+    return format_duration(seconds)
+
+
+def _operation_id(value: str) -> str:
+    if not validation.OPERATION_ID.fullmatch(value):
+        raise serializers.ValidationError(
+            "operationID must be 1-128 characters of letters, digits, '.', '_', ':' or '-'."
+        )
+    return value
+
+
+class ActionSerializer(StrictSerializer):
+    """A stop, start or restart: only the operationID that makes it idempotent."""
+
+    operationID = StringField(max_length=128, trim_whitespace=False)
+
+    def validate_operationID(self, value: str) -> str:
+        return _operation_id(value)
+
+
+# Fields of a unit fixed at creation: an update naming them is refused as immutable.
+IMMUTABLE_FIELDS = (
+    "name",
+    "packageID",
+    "specName",
+    "cpu",
+    "memory",
+    "gpu",
+    "allocation",
+    "namespace",
+    "uid",
+)
+
+
+class UpdateUnitSerializer(StrictSerializer):
+    """A JSON merge patch (RFC 7396) of the unit's changeable fields: a field left out stays,
+    null clears it, objects merge key by key, lists are replaced. The merged unit is then
+    checked as an order would be (UnitSpecSerializer)."""
+
+    operationID = StringField(max_length=128, trim_whitespace=False)
+    image = StringField(max_length=validation.MAX_IMAGE, required=False)
+    template = serializers.JSONField(required=False, allow_null=True)
+    access = serializers.JSONField(required=False, allow_null=True)
+    ssh = serializers.JSONField(required=False, allow_null=True)
+    storageMounts = serializers.JSONField(required=False, allow_null=True)
+    stopAfter = DurationField(
+        required=False, allow_null=True, help_text="null: the maximum, or none"
+    )
+
+    def validate_operationID(self, value: str) -> str:
+        return _operation_id(value)
+
+    def to_internal_value(self, data):
+        if isinstance(data, dict) and (named := [f for f in IMMUTABLE_FIELDS if f in data]):
+            raise ImmutableField(
+                f"{', '.join(named)} cannot change after creation; a different package is a "
+                "new unit (order one, then delete this one).",
+                details={"fields": {field: ["This field is immutable."] for field in named}},
+            )
+        return super().to_internal_value(data)
+
+
+class UnitSpecSerializer(serializers.Serializer):
+    """A unit's changeable fields after an update's merge, checked as an order checks them."""
+
+    image = StringField(max_length=validation.MAX_IMAGE)
+    template = TemplateField(required=False)
+    access = AccessField(required=False)
+    storageMounts = StorageMountsField(required=False)
+    ssh = SSHField(required=False)
+    stopAfter = DurationField(required=False, allow_blank=True)
+
+    validate_image = CreateUnitSerializer.validate_image
+    validate = CreateUnitSerializer.validate
+
+    def to_internal_value(self, data):
         try:
             return super().to_internal_value(data)
         except serializers.ValidationError as exc:
@@ -277,6 +384,17 @@ class UnitSerializer(serializers.ModelSerializer):
     access = serializers.SerializerMethodField()
     storageMounts = serializers.SerializerMethodField()
     ssh = serializers.SerializerMethodField()
+    runPolicy = serializers.CharField(source="run_policy")
+    observedGeneration = serializers.IntegerField(
+        source="observed_generation",
+        help_text="the generation the cluster's objects were last brought to; below "
+        "`generation` while a stop, start, restart or update is carried out",
+    )
+    etag = serializers.CharField(help_text="send it in If-Match to update the unit")
+    stopAfter = serializers.CharField(source="stop_after", help_text='"" when none')
+    stopsAt = serializers.DateTimeField(
+        source="stops_at", allow_null=True, help_text="when auto-stop stops the unit"
+    )
 
     class Meta:
         model = GPUUnit
@@ -301,6 +419,12 @@ class UnitSerializer(serializers.ModelSerializer):
             "message",
             "draStatus",
             "nodeName",
+            "runPolicy",
+            "generation",
+            "observedGeneration",
+            "etag",
+            "stopAfter",
+            "stopsAt",
             "createdAt",
             "updatedAt",
             "lastSyncTime",

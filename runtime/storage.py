@@ -55,7 +55,9 @@ def create_storage(
     size_bytes = quantity.parse_bytes(size)
     try:
         with transaction.atomic():
-            list(Tenant.objects.select_for_update().filter(pk=tenant.pk).values_list("pk"))
+            list(
+                Tenant.objects.select_for_update(no_key=True).filter(pk=tenant.pk).values_list("pk")
+            )
             _check_quota(tenant, size_bytes)
             storage = GPUStorage.objects.create(
                 tenant=tenant,
@@ -165,7 +167,7 @@ def delete_storage(*, tenant: Tenant, name: str) -> GPUStorage:
     """Mark the storage Terminating and have a worker delete its claim (its data goes with
     the volume's reclaim policy); 409 while a live unit mounts it. Repeating it is harmless."""
     with transaction.atomic():
-        list(Tenant.objects.select_for_update().filter(pk=tenant.pk).values_list("pk"))
+        list(Tenant.objects.select_for_update(no_key=True).filter(pk=tenant.pk).values_list("pk"))
         storage = get_storage(tenant=tenant, name=name)
         if units := mounted_by(storage):
             raise StorageInUse(

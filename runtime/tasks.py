@@ -12,7 +12,7 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection
 
 from controlplane.kube.errors import KubeError, TemporaryError
-from runtime import lifecycle, outbox, provisioning, reconcile, storage
+from runtime import actions, lifecycle, outbox, provisioning, reconcile, storage
 from runtime.models import GPUUnit, UnitPhase
 
 logger = logging.getLogger(__name__)
@@ -45,6 +45,22 @@ def provision_unit(self: Task, operation_pk: int) -> None:
 @shared_task(name=outbox.DELETE_TASK, bind=True, max_retries=None)
 def delete_unit(self: Task, operation_pk: int) -> None:
     _run_operation(self, provisioning.delete_unit, operation_pk)
+
+
+@shared_task(name=outbox.STOP_TASK, bind=True, max_retries=None)
+def stop_unit(self: Task, operation_pk: int) -> None:
+    _run_operation(self, provisioning.stop_unit, operation_pk)
+
+
+@shared_task(name=outbox.ROLL_OUT_TASK, bind=True, max_retries=None)
+def roll_out_unit(self: Task, operation_pk: int) -> None:
+    _run_operation(self, provisioning.roll_out_unit, operation_pk)
+
+
+@shared_task(name="runtime.stop_expired_units", expires=30)
+def stop_expired_units() -> int:
+    """Database only: the stops it records are carried out by stop_unit."""
+    return actions.stop_expired_units()
 
 
 @shared_task(name=storage.PROVISION_STORAGE_TASK, bind=True, max_retries=None)

@@ -8,6 +8,9 @@ import re
 OPERATION_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 # Deletions get IDs of their own; '@' is not allowed in client IDs, so they never collide.
 DELETE_OPERATION_PREFIX = "@delete-"
+# Operations the control plane starts itself: a unit's deletion, and its auto-stop.
+AUTO_STOP_OPERATION_PREFIX = "@autostop-"
+_SERVICE_OPERATION = re.compile(r"^@(delete|autostop)-")
 UNIT_NAME_MAX = 54  # so unit-<name>-gpu fits a 63-character name
 _LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
@@ -31,7 +34,7 @@ MAX_STRING = 4096
 
 def operation_lookup_id(value: str) -> bool:
     """An ID an operation can have: a client's, or one the service gave a deletion."""
-    return bool(OPERATION_ID.fullmatch(value.removeprefix(DELETE_OPERATION_PREFIX)))
+    return bool(OPERATION_ID.fullmatch(_SERVICE_OPERATION.sub("", value, count=1)))
 
 
 def unit_name(value: str) -> str | None:

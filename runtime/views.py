@@ -8,6 +8,7 @@ from collections.abc import Iterable
 from django.conf import settings
 from django.http import HttpResponse, StreamingHttpResponse
 from drf_spectacular.utils import (
+    OpenApiParameter,
     OpenApiResponse,
     extend_schema,
     extend_schema_view,
@@ -27,10 +28,22 @@ from controlplane.api.views import StrictQueryMixin
 from controlplane.kube import logs as kube_logs
 from controlplane.validation import fold_case
 from dracel import quantity
-from runtime import availability, lifecycle, logs, orders, outbox, selectors, validation
+from runtime import (
+    actions,
+    availability,
+    lifecycle,
+    logs,
+    orders,
+    outbox,
+    selectors,
+    stopafter,
+    validation,
+)
 from runtime import storage as storage_service
-from runtime.models import GPUStorage, GPUUnit
+from runtime.errors import PreconditionFailed, PreconditionRequired
+from runtime.models import GPUStorage, GPUUnit, OperationKind
 from runtime.serializers import (
+    ActionSerializer,
     CreateStorageSerializer,
     CreateUnitSerializer,
     OperationSerializer,
@@ -39,6 +52,8 @@ from runtime.serializers import (
     UnitListQuerySerializer,
     UnitLogQuerySerializer,
     UnitSerializer,
+    UnitSpecSerializer,
+    UpdateUnitSerializer,
 )
 from tenancy.models import Tenant
 from tenancy.permissions import IsTenant, tenant_of
@@ -46,6 +61,7 @@ from tenancy.selectors import usage_of
 from tenancy.views import TenantView
 
 _UNIT = envelope(UnitSerializer, name="UnitResponse")
+_OPERATION = envelope(OperationSerializer, name="OperationResponse")
 # One UnitSerializer renders every single unit: building a ModelSerializer's fields costs more
 # than rendering a unit with them, and to_representation keeps no per-call state.
 _render_unit = UnitSerializer().to_representation
@@ -170,17 +186,118 @@ class UnitListView(TenantView):
             access=data.get("access"),
             storage_mounts=data.get("storageMounts"),
             ssh=data.get("ssh"),
+            stop_after=data.get("stopAfter"),
         )
         body = _render_unit(result.unit)
+        headers = {"ETag": result.unit.etag}
         if result.created:
-            return Response(body, status=201)
-        return Response(body, status=200, headers={_REPLAYED: "true"})
+            return Response(body, status=201, headers=headers)
+        return Response(body, status=200, headers={**headers, _REPLAYED: "true"})
+
+
+def _with_operation(unit: GPUUnit, operation_id: str, *, status: int, replayed: bool = False):
+    response = Response(
+        {"data": _render_unit(unit), "meta": {"operationID": operation_id}},
+        status=status,
+        headers={"ETag": unit.etag, **({_REPLAYED: "true"} if replayed else {})},
+    )
+    response.enveloped = True
+    return response
+
+
+_UNIT_WITH_OPERATION = envelope(
+    UnitSerializer,
+    name="UnitOperationResponse",
+    meta=inline_serializer(name="OperationMeta", fields={"operationID": serializers.CharField()}),
+)
 
 
 class UnitDetailView(TenantView):
     @extend_schema(summary="One GPU unit", responses={200: _UNIT, **error_responses(401, 404)})
     def get(self, request: Request, name: str) -> Response:
-        return Response(_render_unit(_unit_or_404(self.tenant, name)))
+        unit = _unit_or_404(self.tenant, name)
+        return Response(_render_unit(unit), headers={"ETag": unit.etag})
+
+    @extend_schema(
+        summary="Update a GPU unit (JSON merge patch; If-Match: its etag)",
+        description="Changes image, template, access, ssh, storageMounts or stopAfter: a field "
+        "left out stays, null clears it. The pod is replaced when what it runs changes; the "
+        "claim is kept. 202 with the unit at its new generation (meta.operationID names the "
+        "update); 200 when nothing changed; 428 without If-Match, 412 when the unit changed "
+        "since that etag; 400 immutable_field for the package and the other fixed fields.",
+        request=UpdateUnitSerializer,
+        parameters=[
+            OpenApiParameter(
+                "If-Match",
+                str,
+                OpenApiParameter.HEADER,
+                required=True,
+                description="the unit's etag as last read",
+            )
+        ],
+        responses={
+            202: _UNIT_WITH_OPERATION,
+            200: OpenApiResponse(_UNIT_WITH_OPERATION, description="nothing changed, or a replay"),
+            **error_responses(400, 401, 404, 409, 412, 428),
+        },
+    )
+    def patch(self, request: Request, name: str) -> Response:
+        serializer = UpdateUnitSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = dict(serializer.validated_data)
+        operation_id = data.pop("operationID")
+        patch = {key: request.data[key] for key in data}  # as sent: nulls clear
+        unit = _unit_or_404(self.tenant, name)
+        request_hash = actions.action_fingerprint(OperationKind.UPDATE, unit.name, patch)
+        earlier = selectors.get_operation(tenant=self.tenant, operation_id=operation_id)
+        if earlier is not None:
+            outbox.check_replay(earlier, kind=OperationKind.UPDATE, request_hash=request_hash)
+            return _with_operation(earlier.unit, operation_id, status=200, replayed=True)
+        if_match = request.headers.get("If-Match", "").strip()
+        if not if_match:
+            raise PreconditionRequired(
+                "An update needs If-Match with the unit's etag (GET the unit: its etag field "
+                "and ETag header).",
+                details={"etag": unit.etag},
+            )
+        if if_match not in ("*", unit.etag):
+            raise PreconditionFailed(
+                f"gpu unit {unit.name} has changed since {if_match} (now {unit.etag}); read it "
+                "again and send its etag in If-Match.",
+                details={"etag": unit.etag, "generation": unit.generation},
+            )
+        merged = actions.merge_patch(actions.current_spec(unit), patch)
+        spec = UnitSpecSerializer(data=merged)
+        spec.is_valid(raise_exception=True)
+        checked = spec.validated_data
+        if checked.get("ssh") and "ssh" in patch:
+            checked["ssh"] = {
+                "enabled": True,
+                "keys": orders.ssh_key_names(self.tenant, checked["ssh"].get("keys")),
+            }
+        result = actions.update_unit(
+            tenant=self.tenant,
+            name=unit.name,
+            operation_id=operation_id,
+            request_hash=request_hash,
+            if_match=unit.etag,  # the version the merge was made on (checked again under lock)
+            spec={
+                "image": checked["image"],
+                "template": checked.get("template") or {},
+                "access": checked.get("access") or {},
+                "ssh": checked.get("ssh") or {},
+                "storageMounts": checked.get("storageMounts") or [],
+                "stopAfter": stopafter.effective_stop_after(
+                    self.tenant, unit.package_id, checked.get("stopAfter")
+                ),
+            },
+        )
+        return _with_operation(
+            result.unit,
+            operation_id,
+            status=202 if result.changed and not result.replayed else 200,
+            replayed=result.replayed,
+        )
 
     @extend_schema(
         summary="Delete a GPU unit (repeatable); meta.operationID names the deletion",
@@ -210,6 +327,77 @@ class UnitDetailView(TenantView):
         )
         response.enveloped = True
         return response
+
+
+class UnitActionView(TenantView):
+    """POST /gpu-units/{name}/stop, /start, /restart: 202 with the operation."""
+
+    kind = ""
+    summary = ""
+
+    def post(self, request: Request, name: str) -> Response:
+        serializer = ActionSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        name = fold_case(name.strip())
+        if validation.unit_name(name):
+            raise NotFound(f"gpu unit {name} not found.")
+        result = actions.request_action(
+            tenant=self.tenant,
+            name=name,  # the action locks the unit, or answers 404
+            kind=self.kind,
+            operation_id=serializer.validated_data["operationID"],
+        )
+        headers = {"Location": f"/api/v1/operations/{result.operation.operation_id}"}
+        if result.replayed:
+            headers[_REPLAYED] = "true"
+        return Response(
+            OperationSerializer(result.operation).data,
+            status=200 if result.replayed else 202,
+            headers=headers,
+        )
+
+
+def _action_view(kind: str, summary: str, description: str) -> type[UnitActionView]:
+    view = type(
+        f"Unit{kind.capitalize()}View", (UnitActionView,), {"kind": kind, "summary": summary}
+    )
+    return extend_schema_view(
+        post=extend_schema(
+            summary=summary,
+            description=description,
+            operation_id=f"gpu_units_{kind}",
+            request=ActionSerializer,
+            responses={
+                202: _OPERATION,
+                200: OpenApiResponse(_OPERATION, description="Replay of an earlier request"),
+                **error_responses(400, 401, 404, 409),
+            },
+        )
+    )(view)
+
+
+UnitStopView = _action_view(
+    OperationKind.STOP,
+    "Stop a GPU unit (its devices go back to the pool; name, storage, access stay)",
+    "The pod is deleted and the claim's devices are released; the unit goes Stopping, then "
+    "Stopped, and its CPU and memory no longer count against the quota. 409 invalid_state "
+    "from Stopping, Stopped, Terminating, Terminated; 409 operation_in_progress while another "
+    "operation on the unit is open.",
+)
+UnitStartView = _action_view(
+    OperationKind.START,
+    "Start a stopped GPU unit (devices are allocated afresh)",
+    "The pod is created again; the unit is Pending with a reason while no devices fit "
+    "(GET /packages says beforehand whether its package is placeable). 409 quota_exceeded when "
+    "its CPU or memory no longer fit the quota; 409 invalid_state unless Stopped.",
+)
+UnitRestartView = _action_view(
+    OperationKind.RESTART,
+    "Restart a GPU unit (a new pod; healthy devices)",
+    "The pod is replaced by a new one; the claim is kept and its devices allocated afresh, so "
+    "a unit that failed on an unhealthy device lands on healthy ones. 409 invalid_state from "
+    "Stopping, Stopped, Terminating, Terminated.",
+)
 
 
 class UnitEventsView(TenantView):
@@ -264,9 +452,9 @@ class UnitLogsView(TenantView):
 
 class OperationDetailView(TenantView):
     @extend_schema(
-        summary="Status of a create or delete operation",
+        summary="Status of an operation (create, delete, stop, start, restart, update)",
         responses={
-            200: envelope(OperationSerializer, name="OperationResponse"),
+            200: _OPERATION,
             **error_responses(401, 404),
         },
     )

@@ -7,7 +7,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models
 
-from controlplane.validation import dns_label, fold_case, positive_quantity
+from controlplane.validation import dns_label, fold_case, positive_quantity, validate_duration
 from dracel import quantity
 
 
@@ -26,12 +26,21 @@ class Tenant(models.Model):
         "storage quota", max_length=32, default="1Ti", help_text="Sum of the tenant's storages."
     )
     quota_storages = models.PositiveIntegerField("storage count quota", default=16)
+    max_stop_after = models.CharField(
+        "longest stopAfter",
+        max_length=16,
+        blank=True,
+        validators=[validate_duration],
+        help_text='Units stop at most this long after they start, e.g. "8h" (blank: no limit). '
+        "A unit ordered without stopAfter gets this one.",
+    )
     is_operator = models.BooleanField(
         default=False, help_text="Operator keys may read the cluster-wide inventory."
     )
     # What the tenant's live (not Terminated) units hold against the quota, kept like a
     # ResourceQuota's status.used: the order that creates a unit charges it under the tenant row
-    # lock, the unit's termination gives it back, and recount_usage (beat) recounts it should it
+    # lock, the unit's termination gives it back (a stop gives back its CPU and memory, a start
+    # takes them again), and recount_usage (beat) recounts it should it
     # ever drift. Orders read one row instead of summing every live unit.
     used_cpu_millicores = models.BigIntegerField(default=0, editable=False)
     used_memory_bytes = models.BigIntegerField(default=0, editable=False)

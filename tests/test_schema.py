@@ -26,8 +26,11 @@ def test_swagger_ui_assets_come_from_this_server_not_a_cdn(client):
 
 
 def _example(schema: dict, components: dict):
-    """The request body Swagger UI prefills from a schema: "string" for strings, an integer's
-    minimum, an enum's first value, one item per array, every property of an object."""
+    """The request body Swagger UI prefills from a schema: a property's example, else
+    "string" for strings, an integer's minimum, an enum's first value, one item per array,
+    every property of an object."""
+    if "example" in schema:
+        return schema["example"]
     if "$ref" in schema:
         return _example(components[schema["$ref"].rsplit("/", 1)[1]], components)
     if "allOf" in schema:

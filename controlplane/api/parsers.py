@@ -100,3 +100,9 @@ class StrictJSONParser(BaseParser):
             raise ParseError(f"JSON parse error - {exc}.") from None
         except ValueError as exc:
             raise ParseError(f"JSON parse error - {exc}") from None
+
+
+class MergePatchParser(StrictJSONParser):
+    """JSON merge patch (RFC 7396) bodies, as strict as any other JSON the API takes."""
+
+    media_type = "application/merge-patch+json"

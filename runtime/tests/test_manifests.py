@@ -1,5 +1,6 @@
 """The three objects behind a unit: exact shapes, and valid for Kubernetes 1.34 and the CRD."""
 
+import dataclasses
 from pathlib import Path
 
 import jsonschema
@@ -69,6 +70,7 @@ def test_gpuunit_is_the_article_object_with_idempotency_annotations():
                 "claimRequestName": "gpu",
                 "count": 2,
             },
+            "runPolicy": "Running",
         },
     }
 
@@ -200,3 +202,27 @@ def _undescribed(schema: dict, path: str) -> list[str]:
 def test_every_gpuunit_field_is_described_for_kubectl_explain():
     schema = CRD["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
     assert _undescribed(schema, "gpuunit") == []
+
+
+def test_the_pod_carries_the_hash_of_what_it_was_built_from():
+    base = CONTRACT
+    pod = manifests.build_pod(base, owner_uid="u")
+    same = manifests.build_pod(dataclasses.replace(CONTRACT), owner_uid="u")
+    assert manifests.template_hash(pod) == manifests.template_hash(same) != ""
+    changed = [
+        dataclasses.replace(base, image="python:3.13"),
+        dataclasses.replace(base, env=[{"name": "A", "value": "b"}]),
+        dataclasses.replace(base, restarted_at="2026-12-01T10:00:00Z"),
+    ]
+    hashes = {manifests.template_hash(manifests.build_pod(c, owner_uid="u")) for c in changed}
+    assert len(hashes) == 3
+    assert manifests.template_hash(pod) not in hashes
+    # What does not reach the pod leaves its hash alone (no replacement for it).
+    quiet = dataclasses.replace(base, stop_after="8h", run_policy="Stopped")
+    assert manifests.template_hash(manifests.build_pod(quiet, owner_uid="u")) == (
+        manifests.template_hash(pod)
+    )
+    restarted = manifests.build_pod(changed[2], owner_uid="u")
+    assert restarted["metadata"]["annotations"][manifests.ANNOTATION_RESTARTED_AT] == (
+        "2026-12-01T10:00:00Z"
+    )

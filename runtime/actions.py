@@ -1,0 +1,384 @@
+"""Stop, start, restart and update: the changes a customer (or auto-stop) asks of a unit that
+exists (ARCHITECTURE §12). Each is an Operation recorded with the unit's new wishes in one
+transaction under the unit's row lock, then carried out by a worker (provisioning.py) like a
+create. A unit has one open operation at a time, deletions aside; the phase table below says
+which phases each action starts from."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from django.db import IntegrityError, transaction
+from django.db.models import F
+from django.utils import timezone
+
+from runtime import lifecycle, orders, outbox, selectors, stopafter
+from runtime.errors import (
+    InvalidState,
+    NotFound,
+    OperationInProgress,
+    PreconditionFailed,
+)
+from runtime.models import (
+    GPUUnit,
+    Operation,
+    OperationKind,
+    OperationStatus,
+    RunPolicy,
+    UnitPhase,
+)
+from tenancy.models import Tenant
+from tenancy.selectors import TenantUsage
+
+# The phases each action starts from (README: "What you can do to a unit, by phase").
+# Accepted units are still being created: their open create answers operation_in_progress.
+ALLOWED_FROM: dict[str, frozenset[str]] = {
+    OperationKind.STOP: frozenset(
+        {UnitPhase.PROVISIONING, UnitPhase.PENDING, UnitPhase.RUNNING, UnitPhase.FAILED}
+    ),
+    OperationKind.START: frozenset({UnitPhase.STOPPED}),
+    OperationKind.RESTART: frozenset(
+        {UnitPhase.PROVISIONING, UnitPhase.PENDING, UnitPhase.RUNNING, UnitPhase.FAILED}
+    ),
+    OperationKind.UPDATE: frozenset(
+        {
+            UnitPhase.PROVISIONING,
+            UnitPhase.PENDING,
+            UnitPhase.RUNNING,
+            UnitPhase.FAILED,
+            UnitPhase.STOPPED,
+        }
+    ),
+}
+_VERB = {
+    OperationKind.STOP: "stop",
+    OperationKind.START: "start",
+    OperationKind.RESTART: "restart",
+    OperationKind.UPDATE: "update",
+}
+# Fields of the unit an update may change (the rest is the package contract).
+UPDATABLE = ("image", "template", "access", "ssh", "storageMounts", "stopAfter")
+# Changes the pod shows: they replace it. Access and stopAfter leave it running.
+_POD_FIELDS = {"image", "template", "ssh", "storageMounts"}
+
+
+@dataclass(frozen=True)
+class ActionResult:
+    operation: Operation
+    unit: GPUUnit
+    replayed: bool = False
+    changed: bool = True  # False: an update that changed nothing (no new generation)
+
+
+# ---------------------------------------------------------------------------------- actions
+
+
+def _lock_unit(tenant: Tenant, name: str) -> GPUUnit:
+    unit = (
+        GPUUnit.objects.select_for_update().filter(tenant=tenant, name=name).order_by("-id").first()
+    )
+    if unit is None:
+        raise NotFound(f"gpu unit {name} not found.")
+    unit.tenant = tenant
+    return unit
+
+
+def _check_actionable(unit: GPUUnit, kind: str) -> None:
+    verb = _VERB[kind]
+    if unit.phase in (UnitPhase.TERMINATING, UnitPhase.TERMINATED):
+        raise InvalidState(
+            f"cannot {verb} gpu unit {unit.name}: it is {unit.phase}.",
+            details={"phase": unit.phase, "allowedFrom": sorted(ALLOWED_FROM[kind])},
+        )
+    if (open_op := outbox.open_operation(unit)) is not None:
+        raise OperationInProgress(
+            f"gpu unit {unit.name} has an open {open_op.kind} operation "
+            f"({open_op.operation_id}); retry once it has finished.",
+            details={"operationID": open_op.operation_id, "kind": open_op.kind},
+        )
+    if unit.phase not in ALLOWED_FROM[kind]:
+        raise InvalidState(
+            f"cannot {verb} gpu unit {unit.name}: it is {unit.phase}.",
+            details={"phase": unit.phase, "allowedFrom": sorted(ALLOWED_FROM[kind])},
+        )
+    if not unit.unit_k8s_uid or unit.reason == "ObjectDeleted":
+        raise InvalidState(
+            f"cannot {verb} gpu unit {unit.name}: it has no objects in the cluster "
+            f"({unit.reason or unit.phase}); delete it and order a new one.",
+            details={"phase": unit.phase, "reason": unit.reason},
+        )
+
+
+def refusal(unit: GPUUnit, kind: str, *, open_op: Operation | None = None) -> str | None:
+    """Why `kind` would be refused for the unit now (None when it would be accepted): the
+    same rules as the API, for pages that offer the action. `open_op`: the unit's open
+    operation, when the caller has looked it up already."""
+    try:
+        if open_op is not None and unit.phase not in (UnitPhase.TERMINATING, UnitPhase.TERMINATED):
+            raise OperationInProgress(
+                f"its {open_op.kind} operation ({open_op.operation_id}) is still open."
+            )
+        _check_actionable(unit, kind)
+    except (InvalidState, OperationInProgress) as exc:
+        return exc.message
+    return None
+
+
+def _record(unit: GPUUnit, *, tenant: Tenant, kind: str, operation_id: str, request_hash: str):
+    operation = Operation.objects.create(
+        tenant=tenant,
+        operation_id=operation_id,
+        kind=kind,
+        fingerprint=request_hash,
+        unit=unit,
+    )
+    transaction.on_commit(lambda: outbox.enqueue(operation))
+    return operation
+
+
+def _replay(tenant: Tenant, operation_id: str, *, kind: str, request_hash: str):
+    earlier = selectors.get_operation(tenant=tenant, operation_id=operation_id)
+    if earlier is None:
+        return None
+    outbox.check_replay(earlier, kind=kind, request_hash=request_hash)
+    return ActionResult(operation=earlier, unit=earlier.unit, replayed=True)
+
+
+def action_fingerprint(kind: str, name: str, patch: dict | None = None) -> str:
+    return outbox.fingerprint({"kind": kind, "name": name, **({"patch": patch} if patch else {})})
+
+
+def request_action(
+    *, tenant: Tenant, name: str, kind: str, operation_id: str, reason: str = "", message: str = ""
+) -> ActionResult:
+    """Stop, start or restart the tenant's unit `name`, idempotent by operationID."""
+    request_hash = action_fingerprint(kind, name)
+    if (
+        replayed := _replay(tenant, operation_id, kind=kind, request_hash=request_hash)
+    ) is not None:
+        return replayed
+    try:
+        with transaction.atomic():
+            if kind == OperationKind.START:  # the tenant lock first, as orders take it
+                usage = TenantUsage(
+                    *Tenant.objects.select_for_update(no_key=True)
+                    .filter(pk=tenant.pk)
+                    .values_list("used_cpu_millicores", "used_memory_bytes", "used_claims")
+                    .get()
+                )
+            unit = _lock_unit(tenant, name)
+            _check_actionable(unit, kind)
+            operation = _record(
+                unit, tenant=tenant, kind=kind, operation_id=operation_id, request_hash=request_hash
+            )
+            said = message or f"{_VERB[kind].capitalize()} requested (operation {operation_id})."
+            if kind == OperationKind.STOP:
+                lifecycle.transition_unit(
+                    unit,
+                    to=UnitPhase.STOPPING,
+                    reason=reason or "StopRequested",
+                    message=said,
+                    run_policy=RunPolicy.STOPPED,
+                    generation=unit.generation + 1,
+                    stops_at=None,
+                )
+            elif kind == OperationKind.START:
+                if problem := orders.quota_problem(
+                    tenant,
+                    usage,
+                    cpu_millicores=unit.cpu_millicores,
+                    memory_bytes=unit.memory_bytes,
+                    claims=0,  # a stopped unit still holds its claim
+                ):
+                    raise problem
+                Tenant.objects.filter(pk=tenant.pk).update(
+                    used_cpu_millicores=F("used_cpu_millicores") + unit.cpu_millicores,
+                    used_memory_bytes=F("used_memory_bytes") + unit.memory_bytes,
+                )
+                unit.started_at = timezone.now()
+                lifecycle.transition_unit(
+                    unit,
+                    to=UnitPhase.PROVISIONING,
+                    reason="Starting",
+                    message=f"{said} The pod is created again and devices allocated afresh.",
+                    run_policy=RunPolicy.RUNNING,
+                    generation=unit.generation + 1,
+                    compute_charged=True,
+                    started_at=unit.started_at,
+                    stops_at=stopafter.stops_at(unit),
+                )
+            else:
+                lifecycle.transition_unit(
+                    unit,
+                    to=UnitPhase.PROVISIONING,
+                    reason="Restarting",
+                    message=f"{said} The pod is replaced.",
+                    generation=unit.generation + 1,
+                    restarted_at=timezone.now(),
+                )
+    except IntegrityError:
+        # The same operationID committed first by a concurrent request: a replay, or a conflict.
+        replayed = _replay(tenant, operation_id, kind=kind, request_hash=request_hash)
+        if replayed is None:
+            raise
+        return replayed
+    return ActionResult(operation=operation, unit=unit)
+
+
+# ---------------------------------------------------------------------------------- updates
+
+
+def current_spec(unit: GPUUnit) -> dict:
+    """What an update patches: the unit's changeable fields as the API shows them."""
+    return {
+        "image": unit.image,
+        "template": unit.template or {},
+        "access": unit.access or {},
+        "ssh": unit.ssh or {},
+        "storageMounts": unit.storage_mounts or [],
+        "stopAfter": unit.stop_after,
+    }
+
+
+def merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7396 JSON merge patch: objects merge key by key, null removes, the rest replaces."""
+    if not isinstance(patch, dict):
+        return patch
+    result = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = merge_patch(result.get(key), value)
+    return result
+
+
+def changed_fields(before: dict, after: dict) -> list[str]:
+    """The updatable fields that differ, by the paths the timeline names."""
+    changed = []
+    for key in UPDATABLE:
+        old, new = before.get(key), after.get(key)
+        if key == "template" and isinstance(old, dict) and isinstance(new, dict):
+            changed += [
+                f"template.{part}"
+                for part in ("command", "args", "env", "ports")
+                if old.get(part) != new.get(part)
+            ]
+        elif (old or None) != (new or None):
+            changed.append(key)
+    return changed
+
+
+def update_unit(
+    *,
+    tenant: Tenant,
+    name: str,
+    operation_id: str,
+    request_hash: str,
+    if_match: str,
+    spec: dict,
+) -> ActionResult:
+    """Apply `spec` (the unit's changeable fields after the merge patch, validated) to the
+    unit whose etag is `if_match`: generation + 1, the update operation recorded and queued.
+    Nothing changes (412) when the unit moved on since; an update that changes nothing is
+    recorded as succeeded at once, with no new generation."""
+    if replayed := _replay(
+        tenant, operation_id, kind=OperationKind.UPDATE, request_hash=request_hash
+    ):
+        return replayed
+    try:
+        with transaction.atomic():
+            # Tenant lock first: storage mounts are checked against the other units under it.
+            list(
+                Tenant.objects.select_for_update(no_key=True).filter(pk=tenant.pk).values_list("pk")
+            )
+            unit = _lock_unit(tenant, name)
+            if if_match != "*" and if_match != unit.etag:
+                raise PreconditionFailed(
+                    f"gpu unit {unit.name} has changed since {if_match} (now {unit.etag}); "
+                    "read it again and send its etag in If-Match.",
+                    details={"etag": unit.etag, "generation": unit.generation},
+                )
+            _check_actionable(unit, OperationKind.UPDATE)
+            before = current_spec(unit)
+            changes = changed_fields(before, spec)
+            operation = Operation(
+                tenant=tenant,
+                operation_id=operation_id,
+                kind=OperationKind.UPDATE,
+                fingerprint=request_hash,
+                unit=unit,
+            )
+            if not changes:
+                operation.status = OperationStatus.SUCCEEDED
+                operation.finished_at = timezone.now()
+                operation.save()
+                return ActionResult(operation=operation, unit=unit, changed=False)
+            if "storageMounts" in changes and spec["storageMounts"]:
+                orders.check_storage_mounts(tenant, spec["storageMounts"], exclude=unit)
+            fields: dict[str, Any] = {
+                "image": spec["image"],
+                "template": spec["template"],
+                "access": spec["access"],
+                "storage_mounts": spec["storageMounts"],
+                "ssh": spec["ssh"],
+                "stop_after": spec["stopAfter"],
+                "generation": unit.generation + 1,
+            }
+            for field, value in fields.items():
+                setattr(unit, field, value)
+            unit.stops_at = (
+                stopafter.stops_at(unit) if unit.run_policy == RunPolicy.RUNNING else None
+            )
+            fields["stops_at"] = unit.stops_at
+            GPUUnit.objects.filter(pk=unit.pk).update(**fields, updated_at=timezone.now())
+            operation.save()
+            transaction.on_commit(lambda: outbox.enqueue(operation))
+            replaces_pod = unit.run_policy == RunPolicy.RUNNING and bool(
+                _POD_FIELDS & {change.split(".")[0] for change in changes}
+            )
+            message = (
+                f"Update {operation_id} to generation {unit.generation} changes "
+                f"{', '.join(changes)}"
+                + ("; the pod is replaced, the claim kept." if replaces_pod else ".")
+            )
+            if replaces_pod:
+                lifecycle.transition_unit(
+                    unit, to=UnitPhase.PROVISIONING, reason="Updating", message=message
+                )
+            else:
+                lifecycle.record_event(unit, reason="UpdateRequested", message=message)
+    except IntegrityError:
+        replayed = _replay(
+            tenant, operation_id, kind=OperationKind.UPDATE, request_hash=request_hash
+        )
+        if replayed is None:
+            raise
+        return replayed
+    return ActionResult(operation=operation, unit=unit)
+
+
+# ---------------------------------------------------------------------------------- auto-stop
+
+
+def stop_expired_units(*, limit: int = 500) -> int:
+    """Stop the units whose stopAfter has run out (beat); returns how many stops it asked
+    for. A unit with another operation open is stopped on a later pass."""
+    now = timezone.now()
+    stopped = 0
+    for unit in selectors.list_units_past_stop(now=now, limit=limit):
+        try:
+            request_action(
+                tenant=unit.tenant,
+                name=unit.name,
+                kind=OperationKind.STOP,
+                operation_id=outbox.auto_stop_operation_id(unit),
+                reason="AutoStop",
+                message=f"Stopped by the control plane: stopAfter {unit.stop_after} ran out at "
+                f"{unit.stops_at:%Y-%m-%d %H:%M:%S} UTC.",
+            )
+        except (InvalidState, OperationInProgress):
+            continue
+        stopped += 1
+    return stopped
