@@ -176,7 +176,7 @@ def provision_access(
     if converge:
         if contract.ssh:
             wanted.add((kube.CONFIGMAP.plural, manifests.ssh_config_map_name(contract.name)))
-        for kind, name in _access_objects(contract.name):
+        for kind, name in _access_objects(contract.name, config):
             if (kind.plural, name) in wanted:
                 continue
             found = kube.get(kind, contract.namespace, name)
@@ -185,16 +185,19 @@ def provision_access(
     return exposed
 
 
-def _access_objects(unit: str) -> list[tuple[kube.Kind, str]]:
-    """Every object a unit may have for reaching it, by name."""
-    return [
+def _access_objects(unit: str, config: access.AccessConfig) -> list[tuple[kube.Kind, str]]:
+    """Every object a unit may have for reaching it under this configuration, by name (the
+    route kind only when one is configured: the control plane may not read the other)."""
+    objects = [
         (kube.SERVICE, access.service_name(unit)),
         (kube.SERVICE, manifests.ssh_service_name(unit)),
         (kube.CONFIGMAP, manifests.ssh_config_map_name(unit)),
-        (kube.HTTPROUTE, f"unit-{unit}"),
-        (kube.INGRESS, f"unit-{unit}"),
-        (kube.NETWORKPOLICY, f"unit-{unit}"),
     ]
+    if config.http_exposed:
+        objects.append((kube.HTTPROUTE if config.gateway else kube.INGRESS, f"unit-{unit}"))
+    if settings.NETWORK_POLICIES:
+        objects.append((kube.NETWORKPOLICY, f"unit-{unit}"))
+    return objects
 
 
 def ensure_ssh_keys(unit: GPUUnit, *, owner_uid: str) -> None:

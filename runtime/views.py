@@ -266,10 +266,15 @@ class UnitDetailView(TenantView):
                 "again and send its etag in If-Match.",
                 details={"etag": unit.etag, "generation": unit.generation},
             )
-        merged = actions.merge_patch(actions.current_spec(unit), patch)
-        spec = UnitSpecSerializer(data=merged)
+        current = actions.current_spec(unit)
+        merged = actions.merge_patch(current, patch)
+        # What the patch leaves alone stays as it is, even where today's rules would refuse
+        # it (an SSH key list emptied by a removed key); image, template and access are
+        # checked together (access depends on the ports).
+        kept = {key: current[key] for key in ("ssh", "storageMounts") if key not in patch}
+        spec = UnitSpecSerializer(data={k: v for k, v in merged.items() if k not in kept})
         spec.is_valid(raise_exception=True)
-        checked = spec.validated_data
+        checked = {**spec.validated_data, **kept}
         if checked.get("ssh") and "ssh" in patch:
             checked["ssh"] = {
                 "enabled": True,

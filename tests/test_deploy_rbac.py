@@ -239,6 +239,33 @@ def recorded(cluster, celery_worker, django_db_blocker) -> dict[str, list]:
                 ),
                 "the unit's keys to be rewritten",
             )
+            # Stop, start, restart and update (spec patched, pod deleted and created again,
+            # the unit's Service and route brought to its new ports).
+            url = "/api/v1/gpu-units/rbac-unit"
+            assert (
+                client.post(f"{url}/stop", {"operationID": "rbac-stop"}, format="json").status_code
+                == 202
+            )
+            unit = wait_for_phase(unit, "Stopped")
+            assert (
+                client.post(
+                    f"{url}/start", {"operationID": "rbac-start"}, format="json"
+                ).status_code
+                == 202
+            )
+            unit = _wait_rolled_out(unit)
+            assert (
+                client.post(f"{url}/restart", {"operationID": "rbac-rs"}, format="json").status_code
+                == 202
+            )
+            unit = _wait_rolled_out(unit)
+            patch = {
+                "operationID": "rbac-update",
+                "template": {"ports": [{"name": "http", "port": 8081}]},
+            }
+            updated = client.patch(url, patch, format="json", HTTP_IF_MATCH=unit.etag)
+            assert updated.status_code == 202, updated.json()
+            unit = _wait_rolled_out(unit)
             assert client.delete("/api/v1/gpu-units/rbac-unit").status_code == 202
             wait_for_phase(unit, "Terminated")
             _wait_for_operations(tenant)
@@ -314,6 +341,17 @@ def _calls(entries: list) -> set[Call]:
 
 def _denied(calls: set[Call], grants: list[Grant]) -> list[str]:
     return sorted(str(c) for c in calls if not any(g.allows(c) for g in grants))
+
+
+def _wait_rolled_out(unit: GPUUnit) -> GPUUnit:
+    """Until the unit's worker recorded its rollout and the unit runs again."""
+
+    def caught_up() -> bool:
+        unit.refresh_from_db()
+        return unit.observed_generation == unit.generation
+
+    _wait(caught_up, "the rollout")
+    return wait_for_phase(unit, "Running")
 
 
 def test_every_call_of_provisioning_teardown_and_reconcile_is_granted(recorded, rbac_objects):
