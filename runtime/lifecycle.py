@@ -257,6 +257,13 @@ def mark_unit_stopped(unit: GPUUnit, operation: Operation) -> bool:
     return stopped
 
 
+_ROLLED_OUT: dict[str, str] = {
+    OperationKind.START: "Started",
+    OperationKind.RESTART: "Restarted",
+    OperationKind.UPDATE: "Updated",
+}
+
+
 def record_rolled_out(
     unit: GPUUnit, operation: Operation, *, pod_k8s_uid: str, exposed: dict | None
 ) -> bool:
@@ -281,11 +288,7 @@ def record_rolled_out(
         GPUUnit.objects.filter(pk=unit.pk).update(**fields)
         for name, value in fields.items():
             setattr(unit, name, value)
-        what: dict[str, str] = {
-            OperationKind.START: "Started",
-            OperationKind.RESTART: "Restarted",
-            OperationKind.UPDATE: "Updated",
-        }[operation.kind]
+        what = _ROLLED_OUT[operation.kind]
         pod = manifests.pod_name_for(unit.name)
         record_event(
             unit,
