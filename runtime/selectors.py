@@ -16,11 +16,19 @@ from tenancy.selectors import TenantUsage
 
 
 def list_units(
-    *, tenant: Tenant, phase: str | None = None, package_id: str | None = None
+    *,
+    tenant: Tenant,
+    phase: str | None = None,
+    package_id: str | None = None,
+    include_terminated: bool = True,
 ) -> QuerySet[GPUUnit]:
+    """The tenant's units; Terminated ones only with `include_terminated` or when `phase`
+    asks for them."""
     units = GPUUnit.objects.filter(tenant=tenant)
     if phase:
         units = units.filter(phase=phase)
+    elif not include_terminated:
+        units = units.exclude(phase=UnitPhase.TERMINATED)
     if package_id:
         units = units.filter(package_id=fold_case(package_id.strip()))
     return units

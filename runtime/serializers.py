@@ -299,6 +299,11 @@ class UnitListQuerySerializer(serializers.Serializer):
 
     phase = serializers.ChoiceField(choices=UnitPhase.choices, required=False)
     packageID = serializers.RegexField(r"^[A-Za-z0-9-]{1,63}$", required=False)
+    include = serializers.ChoiceField(
+        choices=["terminated"],
+        required=False,
+        help_text="terminated: list Terminated units too (left out by default)",
+    )
     cursor = serializers.CharField(
         max_length=512, required=False, help_text="meta.nextCursor of the previous page (opaque)"
     )

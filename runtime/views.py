@@ -146,14 +146,20 @@ class UnitListView(TenantView):
         query.is_valid(raise_exception=True)
         params = query.validated_data
         units = selectors.list_units(
-            tenant=self.tenant, phase=params.get("phase"), package_id=params.get("packageID")
+            tenant=self.tenant,
+            phase=params.get("phase"),
+            package_id=params.get("packageID"),
+            include_terminated=params.get("include") == "terminated",
         )
         page, next_cursor = paginate(
             units,
             cursor=params.get("cursor"),
             limit=params["limit"],
             scope=cursor_scope(
-                self.tenant.pk, params.get("phase"), fold_case(params.get("packageID") or "")
+                self.tenant.pk,
+                params.get("phase"),
+                fold_case(params.get("packageID") or ""),
+                *([params["include"]] if params.get("include") else []),
             ),
         )
         response = Response(

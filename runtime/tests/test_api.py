@@ -289,6 +289,28 @@ class TestUnitList(EndpointTest):
         assert [u["name"] for u in third["data"]] == ["unit-0"]
         assert third["meta"]["nextCursor"] is None
 
+    def test_terminated_units_are_left_out_unless_asked_for(self, auth_client, tenant):
+        make_units(tenant, 3)
+        gone = GPUUnit.objects.get(name="unit-1")
+        GPUUnit.objects.filter(pk=gone.pk).update(phase=UnitPhase.TERMINATED)
+        names = [u["name"] for u in self.get_success_response(auth_client).json()["data"]]
+        assert names == ["unit-2", "unit-0"]
+        every = self.get_success_response(auth_client, query={"include": "terminated"})
+        assert [u["name"] for u in every.json()["data"]] == ["unit-2", "unit-1", "unit-0"]
+        asked = self.get_success_response(auth_client, query={"phase": "Terminated"})
+        assert [u["name"] for u in asked.json()["data"]] == ["unit-1"]
+        error = self.get_error_response(
+            auth_client, status=400, code="invalid_request", query={"include": "all"}
+        )
+        assert "include" in error["details"]["fields"]
+        # A cursor of the full list is not one of the default list.
+        cursor = self.get_success_response(
+            auth_client, query={"include": "terminated", "limit": 1}
+        ).json()["meta"]["nextCursor"]
+        self.get_error_response(
+            auth_client, status=400, code="invalid_request", query={"cursor": cursor}
+        )
+
     def test_cursors_are_opaque_and_bound_to_the_tenant_and_filters(self, auth_client, tenant):
         make_units(tenant, 3)
         other = TenantFactory()
