@@ -43,11 +43,19 @@ def legible(data: bytes) -> str:
 def read_tail(unit: GPUUnit) -> LogTail:
     """The unit's last TAIL_LINES lines, or the reason there are none. Never raises for the
     cluster's refusals or its being unreachable: the page shows the reason instead."""
+    if unit.phase == UnitPhase.STOPPED:
+        # Known without asking the cluster: a stop deletes the pod, and its log with it.
+        return _problem(
+            "The unit is stopped: it has no pod, so there is no log (the last pod's went with "
+            "it). Start the unit to run it again."
+        )
     try:
         data = logs.read(unit, LogOptions(tail_lines=TAIL_LINES, limit_bytes=LIMIT_BYTES))
     except NotFound:
         if unit.phase == UnitPhase.TERMINATED:
             return _problem("The unit is Terminated: its pod, and the log with it, are gone.")
+        if unit.phase == UnitPhase.STOPPING:
+            return _problem("The unit is stopping: its pod, and the log with it, are gone.")
         return _problem("No log yet: the unit's pod has not been created.", transient=True)
     except logs.LogsUnavailable as error:
         waiting = error.message.removeprefix("no log yet: ")

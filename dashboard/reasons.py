@@ -1,10 +1,12 @@
-"""Plain-language sentences for the machine reasons a unit reports when it waits or fails."""
+"""Plain-language sentences for the machine reasons a unit reports when it waits, fails,
+stops or is being changed."""
 
 from __future__ import annotations
 
 from runtime.models import GPUUnit
 
-# Each sentence may use {gpu}, {device_class}, {image}, {claim}, {namespace} and {name}.
+# Each sentence may use {gpu}, {device_class}, {image}, {claim}, {namespace}, {name},
+# {generation} and {stop_after}.
 SENTENCES: dict[str, str] = {
     "NoMatchingDevices": (
         "No node has {gpu} free {device_class} GPUs for this unit right now. It stays pending "
@@ -47,12 +49,72 @@ SENTENCES: dict[str, str] = {
     "Completed": "The workload exited on its own, so the unit no longer runs.",
     "PodFailed": "The unit's pod failed.",
     "PodMissing": "The unit's pod disappeared; the control plane is recreating it.",
+    # Stop, start, restart, update and auto-stop (ARCHITECTURE §12).
+    "StopRequested": (
+        "The unit is stopping: its pod is removed and its {gpu} GPUs go back to the pool. Its "
+        "name, storage, SSH and access settings stay; start it again when you need it."
+    ),
+    "AutoStop": (
+        "Auto-stop: the unit has run for its stopAfter of {stop_after}, so the control plane "
+        "stops it. Its GPUs go back to the pool and stop costing; start it again when you "
+        "need it."
+    ),
+    "Stopped": (
+        "The unit is stopped: it has no pod and holds no GPUs, and its CPU and memory no "
+        "longer count against your quota. Its name, storage, SSH and access settings are "
+        "kept; Start runs it again on GPUs allocated afresh."
+    ),
+    "Restarting": (
+        "The unit is restarting: its pod is replaced by a new one, whose GPUs are allocated afresh."
+    ),
+    "Updating": (
+        "The unit's settings changed: its pod is replaced by one built from generation "
+        "{generation}. The claim and its GPUs are kept."
+    ),
+    "UpdateRequested": (
+        "A change to the unit's settings was recorded as generation {generation}; it needs no "
+        "new pod."
+    ),
+    "Started": "The unit was started again and runs on GPUs allocated afresh.",
+    "Restarted": "The unit's pod was replaced by a new one.",
+    "Updated": "The unit's change is rolled out: its pod runs generation {generation}.",
+    "DeviceUnhealthy": (
+        "A GPU this unit held is unhealthy (tainted NoExecute, named below), so the cluster "
+        "removed the unit's pod and it no longer costs anything. Restart the unit to get "
+        "healthy GPUs."
+    ),
+    "StopFailed": (
+        "The control plane could not stop the unit and gave up after repeated attempts. Stop "
+        "it again, or delete it."
+    ),
+    "StartFailed": (
+        "The control plane could not start the unit and gave up after repeated attempts. "
+        "Restart it to try again, or stop it."
+    ),
+    "RestartFailed": (
+        "The control plane could not restart the unit and gave up after repeated attempts. "
+        "Restart it to try again."
+    ),
+    "UpdateFailed": (
+        "The control plane could not roll out the unit's change and gave up after repeated "
+        "attempts. Restart it to try again, or edit it."
+    ),
 }
+# A reason whose meaning depends on the phase: "Starting" in Pending is the pod starting on
+# allocated GPUs; in Provisioning it is a stopped unit's start, before any GPU is allocated.
+PHASE_SENTENCES: dict[tuple[str, str], str] = {
+    ("Provisioning", "Starting"): (
+        "The unit is starting again: its pod is created and its GPUs allocated afresh, which "
+        "may be other GPUs than before."
+    ),
+}
+# Phases whose reason is always worth a sentence, even one the dashboard has no words for.
+EXPLAINED_PHASES = frozenset({"Pending", "Failed", "Stopping", "Stopped"})
 
 
 def explain(unit: GPUUnit) -> str:
     """One sentence on why `unit` is where it is; empty when its reason needs no words."""
-    template = SENTENCES.get(unit.reason)
+    template = PHASE_SENTENCES.get((unit.phase, unit.reason)) or SENTENCES.get(unit.reason)
     if template is None:
         return f"Kubernetes reports {unit.reason}." if unit.reason else ""
     return template.format(
@@ -62,4 +124,15 @@ def explain(unit: GPUUnit) -> str:
         claim=unit.claim_name,
         namespace=unit.namespace,
         name=unit.name,
+        generation=unit.generation,
+        stop_after=unit.stop_after or "its limit",
     )
+
+
+def status_explanation(unit: GPUUnit) -> str:
+    """What the unit page says under the phase: every reason of a unit that waits, failed or
+    stops; in the other phases only the reasons it has words for (a Running unit's reason
+    Running needs none)."""
+    if unit.phase in EXPLAINED_PHASES or (unit.phase, unit.reason) in PHASE_SENTENCES:
+        return explain(unit)
+    return explain(unit) if unit.reason in SENTENCES else ""

@@ -1,11 +1,12 @@
-"""The utilisation chart's geometry and the plain-language reasons, as pure functions."""
+"""The utilisation chart's geometry and the plain-language reasons (those of the lifecycle
+too), as pure functions."""
 
 from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
 from dashboard.charts import LEFT, RIGHT, TOP, Sample, utilisation_chart
-from dashboard.reasons import SENTENCES, explain
+from dashboard.reasons import PHASE_SENTENCES, SENTENCES, explain, status_explanation
 from runtime.models import GPUUnit
 
 START = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
@@ -91,3 +92,51 @@ def test_every_documented_reason_has_a_sentence_with_the_units_facts():
 def test_unknown_reason_is_named_and_no_reason_says_nothing():
     assert explain(unit(reason="Evicted")) == "Kubernetes reports Evicted."
     assert explain(unit(reason="")) == ""
+
+
+LIFECYCLE_REASONS = (
+    "StopRequested",
+    "AutoStop",
+    "Stopped",
+    "Starting",
+    "Restarting",
+    "Updating",
+    "Started",
+    "Restarted",
+    "Updated",
+    "UpdateRequested",
+    "DeviceUnhealthy",
+    "StopFailed",
+    "StartFailed",
+    "RestartFailed",
+    "UpdateFailed",
+)
+
+
+def test_every_lifecycle_reason_has_words():
+    assert [reason for reason in LIFECYCLE_REASONS if reason not in SENTENCES] == []
+
+
+def test_starting_reads_by_phase():
+    assert ("Provisioning", "Starting") in PHASE_SENTENCES
+    assert "starting again" in explain(unit(phase="Provisioning", reason="Starting"))
+    assert explain(unit(phase="Pending", reason="Starting")) == SENTENCES["Starting"]
+
+
+def test_device_unhealthy_says_a_restart_gets_healthy_gpus():
+    failed = unit(phase="Failed", reason="DeviceUnhealthy")
+    assert "Restart the unit to get healthy GPUs" in status_explanation(failed)
+
+
+def test_lifecycle_words_use_the_units_facts():
+    assert "stopAfter of 8h" in explain(unit(reason="AutoStop", stop_after="8h"))
+    assert "generation 4" in explain(unit(reason="Updating", generation=4))
+    assert "its 4 GPUs go back to the pool" in explain(unit(reason="StopRequested"))
+
+
+def test_the_status_card_explains_lifecycle_reasons_but_not_running():
+    assert status_explanation(unit(phase="Running", reason="Running")) == ""
+    assert "restarting" in status_explanation(unit(phase="Provisioning", reason="Restarting"))
+    assert status_explanation(unit(phase="Stopped", reason="Whatever")) == (
+        "Kubernetes reports Whatever."
+    )

@@ -58,6 +58,18 @@ class TestRegion:
         assert "its pod, and the log with it, are gone" in body
         assert f'hx-get="{log_live(unit)}"' not in body
 
+    def test_a_stopped_unit_says_it_has_no_pod_without_asking_the_cluster(
+        self, member_client, tenant, monkeypatch
+    ):
+        def unreachable(*args, **kwargs):
+            raise AssertionError("a stopped unit has no pod to read a log from")
+
+        monkeypatch.setattr("dashboard.logtail.logs.read", unreachable)
+        unit = make_unit(tenant, "demo", phase=UnitPhase.STOPPED)
+        body = html.unescape(member_client.get(log_live(unit)).content.decode())
+        assert "The unit is stopped: it has no pod, so there is no log" in body
+        assert "Asking again" not in body
+
     def test_an_unreachable_cluster_is_a_message_not_an_error(
         self, member_client, tenant, monkeypatch
     ):
