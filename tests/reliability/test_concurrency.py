@@ -105,6 +105,9 @@ def test_quota_freed_by_deletions_goes_to_exactly_that_many_concurrent_orders(
     tenant.refresh_from_db()
     assert (tenant.used_cpu_millicores, tenant.used_claims, live) == (100_000, 10, 10)
     assert lifecycle.recount_usage() == []  # the counters agree with the units
+    # The four new orders are provisioned before the test ends: a worker still writing them
+    # while the test database is flushed deadlocks with the flush's TRUNCATE.
+    wait_until_settled(tenant, {"Running", "Pending", "Terminated"})
     record(
         ordered_then_deleted=4,
         concurrent_requests=20,
