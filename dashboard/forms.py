@@ -1,18 +1,29 @@
-"""Dashboard forms: the units filter, the order form (which validates like the API), the
-SSH key form and the storage form."""
+"""Dashboard forms: the units filter, the order form and the edit form (which validate like
+the API), the SSH key form and the storage form."""
 
 from __future__ import annotations
 
 import re
+import shlex
 import uuid
 
 from django import forms
 from django.db.models import QuerySet
 
+from controlplane.validation import format_duration
 from dashboard.queries import ALL_PHASES, PackageRow
-from runtime.models import AccessMode, UnitPhase
-from runtime.serializers import CreateUnitSerializer
-from runtime.validation import MAX_MOUNTS, MAX_PORTS, STORAGE_NAME_MAX, UNIT_NAME_MAX
+from runtime import actions, stopafter
+from runtime.errors import InvalidRequest
+from runtime.models import AccessMode, GPUUnit, OperationKind, UnitPhase
+from runtime.serializers import CreateUnitSerializer, UnitSpecSerializer
+from runtime.validation import (
+    MAX_ITEMS,
+    MAX_MOUNTS,
+    MAX_PORTS,
+    MAX_STRING,
+    STORAGE_NAME_MAX,
+    UNIT_NAME_MAX,
+)
 from tenancy.models import Tenant
 
 # The API's field names -> this form's, so the API's messages land next to the right field.
@@ -24,7 +35,16 @@ PORT_PATH = re.compile(r"^template\.ports(?:\[(\d+)\])?|^access\b")
 MOUNT_PATH = re.compile(r"^storageMounts(?:\[(\d+)\])?")
 # Problems with SSH (no key to give, ssh.keys[1] unknown) are about the SSH field.
 SSH_PATH = re.compile(r"^ssh(?:\.keys(?:\[(\d+)\])?|\.enabled)?$")
+# Problems with the environment (template.env[2].name) are about the edit form's env field.
+ENV_PATH = re.compile(r"^template\.env(?:\[(\d+)\])?")
 OPERATION_ID = re.compile(r"^dash-[0-9a-f]{32}$")
+# Ports are listed one a line (the edit form), or comma-separated on one (the order form).
+ENTRY_SEPARATOR = re.compile(r"[,\n]")
+SCHEME_CHOICES = [
+    ("http", "http: a web address"),
+    ("https", "https: a web address; the container serves TLS itself"),
+    ("tcp", "tcp: a host and port, for SSH, databases and other protocols"),
+]
 # One entry of the ports field: `name:port` or `name:port/UDP`.
 PORT_ENTRY = re.compile(r"^([^\s:/]+)\s*:\s*(\d{1,9})\s*(?:/\s*([A-Za-z]+))?$")
 # One entry of the storage mounts field: `name:/path` or `name:/path:ro` (a mount path has no
@@ -37,10 +57,11 @@ def new_operation_id() -> str:
 
 
 def parse_ports(text: str) -> list[dict]:
-    """`http:8080, metrics:9100/UDP` as template.ports. Only the syntax is checked here; names,
-    numbers and duplicates are the API's validation's to judge, so both say the same."""
+    """`http:8080, metrics:9100/UDP` (or one a line) as template.ports. Only the syntax is
+    checked here; names, numbers and duplicates are the API's validation's to judge, so both
+    say the same."""
     ports = []
-    for entry in (part.strip() for part in text.split(",")):
+    for entry in (part.strip() for part in ENTRY_SEPARATOR.split(text)):
         if not entry:
             continue
         match = PORT_ENTRY.fullmatch(entry)
@@ -72,6 +93,44 @@ def parse_mounts(text: str) -> list[dict]:
     return mounts
 
 
+def port_text(port: dict) -> str:
+    protocol = port.get("protocol", "TCP")
+    return f"{port['name']}:{port['port']}{'' if protocol == 'TCP' else '/' + protocol}"
+
+
+def parse_env(text: str) -> list[dict]:
+    """`NAME=value` lines as template.env; the value is everything after the first '=', as
+    typed. Names and duplicates are the API's validation's to judge."""
+    env = []
+    for line in text.splitlines():
+        if not line.strip():
+            continue
+        name, equals, value = line.partition("=")
+        if not equals:
+            raise forms.ValidationError(
+                f"“{line.strip()}” is not NAME=value: write one variable a line, e.g. "
+                "HF_HOME=/data/cache."
+            )
+        env.append({"name": name.strip(), "value": value})
+    return env
+
+
+def env_text(env: list[dict]) -> str:
+    return "\n".join(f"{entry['name']}={entry.get('value', '')}" for entry in env)
+
+
+def parse_command(text: str) -> list[str]:
+    """A command line as the container's command, split as a POSIX shell splits words (quotes
+    keep spaces; nothing is expanded)."""
+    try:
+        return shlex.split(text)
+    except ValueError as error:
+        raise forms.ValidationError(
+            f"The command cannot be split into words ({error}): close the quote, or escape "
+            "it with a backslash."
+        ) from None
+
+
 def mount_text(mount: dict) -> str:
     return f"{mount['name']}:{mount['mountPath']}{':ro' if mount['readOnly'] else ''}"
 
@@ -93,9 +152,15 @@ def port_problem(path: str, message: str, ports: list[dict]) -> str:
     """The message of a problem with one port, saying which of those typed it is about."""
     match = PORT_PATH.match(path)
     if match and match.group(1) is not None and int(match.group(1)) < len(ports):
-        port = ports[int(match.group(1))]
-        suffix = "" if port["protocol"] == "TCP" else f"/{port['protocol']}"
-        return f"{port['name']}:{port['port']}{suffix}: {message}"
+        return f"{port_text(ports[int(match.group(1))])}: {message}"
+    return message
+
+
+def env_problem(path: str, message: str, env: list[dict]) -> str:
+    """The message of a problem with one variable, saying which line it is about."""
+    match = ENV_PATH.match(path)
+    if match and match.group(1) is not None and int(match.group(1)) < len(env):
+        return f"{env[int(match.group(1))]['name'] or '(no name)'}=…: {message}"
     return message
 
 
@@ -208,11 +273,7 @@ class UnitCreateForm(forms.Form):
     )
     scheme = forms.ChoiceField(
         label="Primary port's scheme",
-        choices=[
-            ("http", "http: a web address"),
-            ("https", "https: a web address; the container serves TLS itself"),
-            ("tcp", "tcp: a host and port, for SSH, databases and other protocols"),
-        ],
+        choices=SCHEME_CHOICES,
         initial="http",
         required=False,  # http when not sent, as the API defaults it
         help_text="How the primary port is reached; used only when there are ports.",
@@ -373,6 +434,219 @@ class UnitCreateForm(forms.Form):
                 elif field == "ssh":
                     message = ssh_problem(path, message, keys)
                 self.add_error(field if field in self.fields else None, message)
+
+
+# The API's field paths -> the edit form's fields (ports and env by PORT_PATH and ENV_PATH).
+EDIT_FIELDS = {
+    "image": "image",
+    "template.command": "command",
+    "access.scheme": "scheme",
+    "stopAfter": "stop_after",
+}
+
+
+def edit_field(path: str) -> str | None:
+    """The edit form's field for an API field path; None for what the form does not edit."""
+    if path in EDIT_FIELDS:
+        return EDIT_FIELDS[path]
+    if ENV_PATH.match(path):
+        return "env"
+    if PORT_PATH.match(path):
+        return "ports"
+    return None
+
+
+class UnitEditForm(forms.Form):
+    """A change to a unit's image, command, environment, ports and auto-stop. What the unit
+    would be after it is checked by the API's own rules for an update (UnitSpecSerializer,
+    then the stopAfter maximums). The unit's etag as shown and an operationID made when the
+    form is shown travel in hidden fields: a unit changed meanwhile is refused rather than
+    overwritten, and a double submit replays the same update."""
+
+    image = forms.CharField(
+        max_length=512,
+        help_text='Container image, e.g. "python:3.12" or "ghcr.io/org/app:1.0".',
+        widget=forms.TextInput(attrs={"autocomplete": "off", "spellcheck": "false"}),
+    )
+    command = forms.CharField(
+        required=False,
+        max_length=MAX_STRING,
+        help_text=(
+            "Optional: replaces the image's entrypoint, split into words as a shell would "
+            "(quotes keep spaces together; nothing is expanded), e.g. python -m http.server "
+            "8080. Empty: the image's own."
+        ),
+        widget=forms.TextInput(attrs={"autocomplete": "off", "spellcheck": "false"}),
+    )
+    env = forms.CharField(
+        label="Environment",
+        required=False,
+        strip=False,
+        max_length=MAX_ITEMS * MAX_STRING,
+        help_text=(
+            f"Optional: one NAME=value a line, e.g. HF_HOME=/data/cache. At most {MAX_ITEMS}."
+        ),
+        widget=forms.Textarea(
+            attrs={"rows": 4, "autocomplete": "off", "spellcheck": "false", "wrap": "off"}
+        ),
+    )
+    ports = forms.CharField(
+        required=False,
+        max_length=1024,
+        help_text=(
+            "Optional: ports the container listens on, one name:number a line; /UDP after a "
+            "number for UDP, e.g. http:8080 then metrics:9100/UDP. The first is the primary "
+            f"port, reached at the unit's URL, unless the unit names another. At most "
+            f"{MAX_PORTS}."
+        ),
+        widget=forms.Textarea(attrs={"rows": 3, "autocomplete": "off", "spellcheck": "false"}),
+    )
+    scheme = forms.ChoiceField(
+        label="Primary port's scheme",
+        choices=SCHEME_CHOICES,
+        required=False,
+        help_text="How the primary port is reached; used only when there are ports.",
+    )
+    stop_after = forms.CharField(
+        label="Auto-stop after",
+        required=False,
+        max_length=16,
+        help_text=(
+            "Optional: the unit stops by itself this long after each start, e.g. 45m, 8h, "
+            "1h30m or 7d; empty: it runs until stopped."
+        ),
+        # No placeholder: a grey "8h" in an empty field reads as a limit the unit has.
+        widget=forms.TextInput(attrs={"autocomplete": "off", "spellcheck": "false"}),
+    )
+    etag = forms.CharField(widget=forms.HiddenInput, max_length=64)
+    operation_id = forms.CharField(widget=forms.HiddenInput, required=False)
+
+    def __init__(self, *args, unit: GPUUnit, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.unit = unit
+        args_kept = (unit.template or {}).get("args") or []
+        if args_kept:
+            self.fields[
+                "command"
+            ].help_text += f" The image's arguments stay as they are: {shlex.join(args_kept)}."
+        limit, who = stopafter.stop_after_limit(unit.tenant, unit.package_id)
+        if limit is not None:
+            self.fields["stop_after"].help_text = (
+                "The unit stops by itself this long after each start, e.g. 45m, 8h or 1h30m: "
+                f"at most {format_duration(limit)}, the maximum set for {who}, which also "
+                "applies when this is empty."
+            )
+
+    @staticmethod
+    def initial_for(unit: GPUUnit) -> dict:
+        """The form filled in with the unit as it is now, a fresh operationID and its etag."""
+        template = unit.template or {}
+        return {
+            "image": unit.image,
+            "command": shlex.join(template.get("command") or []),
+            "env": env_text(template.get("env") or []),
+            "ports": "\n".join(port_text(port) for port in template.get("ports") or []),
+            "scheme": (unit.access or {}).get("scheme") or "http",
+            "stop_after": unit.stop_after,
+            "etag": unit.etag,
+            "operation_id": new_operation_id(),
+        }
+
+    def error_links(self) -> list[tuple[str, str]]:
+        """(element id, what to fix) for each field with an error, for the summary."""
+        fields = self.visible_fields()
+        return [(bound.id_for_label, str(bound.label)) for bound in fields if bound.errors]
+
+    def clean_operation_id(self) -> str:
+        value = self.cleaned_data.get("operation_id") or ""
+        return value if OPERATION_ID.match(value) else new_operation_id()
+
+    def clean_command(self) -> list[str]:
+        return parse_command(self.cleaned_data.get("command") or "")
+
+    def clean_env(self) -> list[dict]:
+        return parse_env(self.cleaned_data.get("env") or "")
+
+    def clean_ports(self) -> list[dict]:
+        return parse_ports(self.cleaned_data.get("ports") or "")
+
+    def clean(self) -> dict:
+        cleaned = super().clean()
+        # A field the form could not read is taken as the unit has it, so that the API's rules
+        # still judge all the others now, not one round trip at a time.
+        unreadable = set(self.errors)
+        current = actions.current_spec(self.unit)
+        kept = current["template"]
+        command = cleaned.get("command", kept.get("command") or [])
+        env = cleaned.get("env", kept.get("env") or [])
+        ports = cleaned.get("ports", kept.get("ports") or [])
+        # The template's other parts (args) stay; what the form shows replaces the rest.
+        template = {
+            key: value for key, value in kept.items() if key not in ("command", "env", "ports")
+        } | {"command": command, "env": env, "ports": ports}
+        access: dict = {}
+        if ports:
+            access["scheme"] = cleaned.get("scheme") or "http"
+            # The unit's primary port stays primary while it is still listed.
+            primary = current["access"].get("primaryPort")
+            if primary in {port.get("name") for port in ports}:
+                access["primaryPort"] = primary
+        patch = {
+            "image": cleaned.get("image", current["image"]),
+            "template": {"command": command, "env": env, "ports": ports},
+            "access": access,
+            "stopAfter": cleaned.get("stop_after", current["stopAfter"]),
+        }
+        # The API's own rules for the unit after an update, so the browser and a PATCH accept
+        # exactly the same changes; then the stopAfter maximums of its package and tenant.
+        serializer = UnitSpecSerializer(data={**current, **patch, "template": template})
+        valid = serializer.is_valid()
+        problems = {} if valid else {p: list(map(str, m)) for p, m in serializer.errors.items()}
+        stop_after = ""
+        if "stopAfter" not in problems:
+            try:
+                stop_after = stopafter.effective_stop_after(
+                    self.unit.tenant, self.unit.package_id, patch["stopAfter"]
+                )
+            except InvalidRequest as error:
+                problems |= error.details.get("fields") or {"": [error.message]}
+        self.report(problems, skip=unreadable)
+        if self.errors or not valid:
+            return cleaned
+        checked = serializer.validated_data
+        cleaned["spec"] = {
+            "image": checked["image"],
+            "template": checked.get("template") or {},
+            "access": checked.get("access") or {},
+            "ssh": checked.get("ssh") or {},
+            "storageMounts": checked.get("storageMounts") or [],
+            "stopAfter": stop_after,
+        }
+        # What the form changes, as an API client would PATCH it: the same form sent twice
+        # has the same fingerprint, so its second submit is a replay.
+        cleaned["request_hash"] = actions.action_fingerprint(
+            OperationKind.UPDATE, self.unit.name, patch
+        )
+        return cleaned
+
+    def report(self, problems: dict[str, list[str]], *, skip: set[str] | None = None) -> None:
+        """Put the problems the API's rules found, keyed by API field path, next to the
+        fields they are about; those about what the form does not edit above it, named.
+        Problems of the fields in `skip` are left out (their own error says what to fix)."""
+        ports = self.cleaned_data.get("ports") or []
+        env = self.cleaned_data.get("env") or []
+        for path, messages in problems.items():
+            field = edit_field(path)
+            if skip and field in skip:
+                continue
+            for message in messages if isinstance(messages, list) else [messages]:
+                if field == "ports":
+                    message = port_problem(path, message, ports)
+                elif field == "env":
+                    message = env_problem(path, message, env)
+                elif field is None and path:
+                    message = f"{path}: {message}"
+                self.add_error(field, message)
 
 
 class SSHKeyForm(forms.Form):

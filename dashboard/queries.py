@@ -15,8 +15,8 @@ from dashboard.charts import Sample
 from dracel import quantity
 from inventory import selectors as inventory_selectors
 from inventory.models import Device, Node, SyncRun
-from runtime import availability
-from runtime.models import GPUStorage, GPUUnit, UnitEvent, UnitPhase
+from runtime import actions, availability, outbox
+from runtime.models import GPUStorage, GPUUnit, OperationKind, UnitEvent, UnitPhase
 from tenancy.models import SSHKey, Tenant
 from tenancy.selectors import usage_of
 
@@ -250,6 +250,66 @@ def tenant_usage(tenant: Tenant) -> TenantUsage:
 def get_unit(scope: Scope, uid: str) -> GPUUnit | None:
     """A unit by its UID, only if the scope may see it."""
     return scope.units().select_related("tenant").filter(uid=uid).first()
+
+
+@dataclass(frozen=True)
+class UnitAction:
+    """One of the unit page's lifecycle buttons: enabled when `refusal` is None, else
+    disabled with the words why (`reason_id` names them for aria-describedby)."""
+
+    kind: str
+    label: str
+    refusal: str | None
+    reason_id: str = ""
+
+
+@dataclass(frozen=True)
+class ActionRefusal:
+    """Why some of the buttons are disabled: one line for the buttons refused alike."""
+
+    id: str
+    labels: list[str]
+    message: str
+
+
+@dataclass(frozen=True)
+class UnitActions:
+    buttons: dict[str, UnitAction]
+    refusals: list[ActionRefusal]
+
+
+ACTION_LABELS = (
+    (OperationKind.START, "Start"),
+    (OperationKind.STOP, "Stop"),
+    (OperationKind.RESTART, "Restart"),
+    (OperationKind.UPDATE, "Edit"),
+)
+
+
+def unit_actions(unit: GPUUnit) -> UnitActions:
+    """What the unit page offers now, by the runtime's own rules (actions.refusal); buttons
+    refused for the same reason share its line (the unit's open operation refuses them all).
+    A fixed number of queries."""
+    open_op = outbox.open_operation(unit)
+    refusals = {kind: actions.refusal(unit, kind, open_op=open_op) for kind, _ in ACTION_LABELS}
+    ids: dict[str, str] = {}
+    for message in refusals.values():
+        if message is not None and message not in ids:
+            ids[message] = f"action-refusal-{len(ids) + 1}"
+    return UnitActions(
+        buttons={
+            kind: UnitAction(kind, label, refusals[kind], ids.get(refusals[kind] or "", ""))
+            for kind, label in ACTION_LABELS
+        },
+        refusals=[
+            ActionRefusal(
+                reason_id,
+                [label for kind, label in ACTION_LABELS if refusals[kind] == message],
+                message,
+            )
+            for message, reason_id in ids.items()
+        ],
+    )
 
 
 def list_events(unit: GPUUnit) -> QuerySet[UnitEvent]:

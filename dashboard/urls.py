@@ -4,6 +4,7 @@ from django.contrib.auth import views as auth_views
 from django.urls import path
 
 from dashboard import views
+from runtime.models import OperationKind
 
 app_name = "dashboard"
 
@@ -16,6 +17,22 @@ urlpatterns = [
     path("units/<uuid:uid>/", views.UnitDetailView.as_view(), name="unit-detail"),
     path("units/<uuid:uid>/live/", views.UnitDetailView.as_view(live=True), name="unit-live"),
     path("units/<uuid:uid>/delete/", views.UnitDeleteView.as_view(), name="unit-delete"),
+    path(
+        "units/<uuid:uid>/stop/",
+        views.UnitActionView.as_view(kind=OperationKind.STOP),
+        name="unit-stop",
+    ),
+    path(
+        "units/<uuid:uid>/start/",
+        views.UnitActionView.as_view(kind=OperationKind.START),
+        name="unit-start",
+    ),
+    path(
+        "units/<uuid:uid>/restart/",
+        views.UnitActionView.as_view(kind=OperationKind.RESTART),
+        name="unit-restart",
+    ),
+    path("units/<uuid:uid>/edit/", views.UnitEditView.as_view(), name="unit-edit"),
     path("units/<uuid:uid>/log/", views.UnitLogView.as_view(), name="unit-log"),
     path("units/<uuid:uid>/log/live/", views.UnitLogView.as_view(live=True), name="unit-log-live"),
     path("packages/", views.PackageListView.as_view(), name="package-list"),

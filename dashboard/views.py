@@ -37,25 +37,28 @@ from dashboard.access import (
 from dashboard.addresses import unit_access, unit_ssh
 from dashboard.charts import NARROW, utilisation_chart
 from dashboard.forms import (
+    OPERATION_ID,
     SSHKeyForm,
     StorageForm,
     TenantPickForm,
     UnitCreateForm,
+    UnitEditForm,
     UnitFilterForm,
     new_operation_id,
 )
-from dashboard.reasons import explain
+from dashboard.reasons import status_explanation
 from inventory import selectors as inventory_selectors
-from runtime import lifecycle, manifests, orders
+from runtime import actions, lifecycle, manifests, orders
 from runtime import storage as storage_service
 from runtime.errors import (
     InvalidRequest,
     NameConflict,
     OperationConflict,
+    PreconditionFailed,
     QuotaExceeded,
     StorageInUse,
 )
-from runtime.models import StoragePhase, UnitPhase
+from runtime.models import GPUUnit, OperationKind, RunPolicy, StoragePhase, UnitPhase
 from runtime.storage import StorageConflict
 from tenancy import services as tenancy_services
 from tenancy.errors import SSHKeyConflict
@@ -93,13 +96,17 @@ def age_seconds(moment: datetime, now: datetime) -> int:
 # The inventory's age as _freshness.html writes it: the number the browser counts on from,
 # and the words it shows.
 SYNC_AGE = re.compile(r'(data-age-seconds=")\d+(">)[^<]*')
+# A form's CSRF token (masked afresh on every render) and its operationID (made per render):
+# the form a poller holds works as well as a new one.
+FORM_NONCE = re.compile(r'(name="(?:csrfmiddlewaretoken|operation_id)" value=")[^"]*')
 
 
 def digest(html: str) -> str:
     """What a poller holds, named. The sync's age is left out: it reads differently every
     second and the browser ticks it on by itself, so a body is sent again (and announced to
-    screen readers) only when a figure in it moved."""
-    return hashlib.sha256(SYNC_AGE.sub(r"\1\2", html).encode()).hexdigest()[:16]
+    screen readers) only when a figure in it moved; so are the nonces of forms in it."""
+    html = FORM_NONCE.sub(r"\1", SYNC_AGE.sub(r"\1\2", html))
+    return hashlib.sha256(html.encode()).hexdigest()[:16]
 
 
 def freshness_context(now: datetime) -> dict:
@@ -299,18 +306,26 @@ class UnitDetailView(DashboardView):
         unit = queries.get_unit(self.scope, uid)
         if unit is None:
             return self.not_found("unit")
-        waiting_or_failed = unit.phase in (UnitPhase.PENDING, UnitPhase.FAILED)
+        ended = unit.phase in (UnitPhase.TERMINATING, UnitPhase.TERMINATED)
         status = render_to_string(
             "dashboard/_unit_status.html",
             {
                 "unit": unit,
-                "explanation": explain(unit) if waiting_or_failed else "",
+                "explanation": status_explanation(unit),
                 "devices": (unit.dra or {}).get("devices") or [],
                 "allocated": bool((unit.dra or {}).get("allocated")),
                 "access": unit_access(unit),
                 "ssh": unit_ssh(unit),
                 "scope": self.scope,
                 "events": queries.list_events(unit),
+                # Lifecycle buttons, live with the phase; an ending unit offers none.
+                "actions": None if ended else queries.unit_actions(unit),
+                "operation_id": new_operation_id(),
+                # A change (update, stop, start) the cluster has not caught up with yet; a
+                # unit still being created is not "rolling out" anything.
+                "rolling_out": not ended
+                and unit.generation > 1
+                and unit.observed_generation < unit.generation,
             },
             request,
         )
@@ -500,6 +515,203 @@ class UnitDeleteView(DashboardView):
             lifecycle.request_unit_deletion(tenant=unit.tenant, name=unit.name, uid=unit.uid)
             messages.success(request, f"Deletion of {unit.name} requested.")
         return HttpResponseRedirect(reverse("dashboard:unit-detail", args=[unit.uid]))
+
+
+def unit_page(unit: GPUUnit) -> HttpResponseRedirect:
+    return HttpResponseRedirect(reverse("dashboard:unit-detail", args=[unit.uid]))
+
+
+# Per action: its button's words, the confirmation page's (None: no confirmation), and what
+# the unit does once it is asked.
+ACTION_WORDS: dict[str, dict[str, str]] = {
+    OperationKind.STOP: {
+        "label": "Stop",
+        "done": "stopped",
+        "next": "It goes Stopping, then Stopped; its GPUs go back to the pool.",
+        "confirm": (
+            "Stopping removes the unit's pod, so whatever runs in it ends and what it keeps "
+            "outside its storage is lost. Its {gpu} GPU{s} go back to the pool and its CPU and "
+            "memory stop counting against the quota; its name, storage, SSH and access "
+            "settings stay. Starting it again allocates GPUs afresh: when none are free then, "
+            "it waits as Pending."
+        ),
+    },
+    OperationKind.START: {
+        "label": "Start",
+        "done": "started",
+        "next": "Its pod is created again and its GPUs allocated afresh.",
+    },
+    OperationKind.RESTART: {
+        "label": "Restart",
+        "done": "restarted",
+        "next": "Its pod is replaced by a new one.",
+        "confirm": (
+            "Restarting replaces the unit's pod with a new one, so whatever runs in it is "
+            "ended and starts over; what it keeps outside its storage is lost. The unit keeps "
+            "its claim, and the new pod gets its {gpu} GPU{s} allocated afresh (a unit that "
+            "failed on an unhealthy GPU lands on healthy ones)."
+        ),
+    },
+}
+
+
+class UnitActionView(DashboardView):
+    """Stop, start or restart a unit: a POST from its page (stop and restart after a
+    confirmation page, as deletion), carried out by actions.request_action under the
+    operationID the page was rendered with, so a double submit is one action."""
+
+    kind = ""
+
+    def get(self, request: HttpRequest, uid: str) -> HttpResponse:
+        unit = queries.get_unit(self.scope, uid)
+        if unit is None:
+            return self.not_found("unit")
+        words = ACTION_WORDS[self.kind]
+        if "confirm" not in words:
+            return unit_page(unit)
+        if refusal := actions.refusal(unit, self.kind):
+            messages.info(request, f"{words['label']} is not possible now: {refusal}")
+            return unit_page(unit)
+        return self.page(
+            "dashboard/unit_action.html",
+            {
+                "unit": unit,
+                "kind": self.kind,
+                "words": words,
+                "consequences": words["confirm"].format(
+                    gpu=unit.gpu, s="" if unit.gpu == 1 else "s"
+                ),
+                "operation_id": new_operation_id(),
+            },
+        )
+
+    def post(self, request: HttpRequest, uid: str) -> HttpResponse:
+        unit = queries.get_unit(self.scope, uid)
+        if unit is None:
+            return self.not_found("unit")
+        words = ACTION_WORDS[self.kind]
+        if unit.phase == UnitPhase.TERMINATED:
+            # The runtime acts on a name: a newer unit of this name is not this page's.
+            messages.error(request, f"{words['label']} refused: unit {unit.name} is Terminated.")
+            return unit_page(unit)
+        operation_id = request.POST.get("operation_id", "")
+        if not OPERATION_ID.match(operation_id):
+            operation_id = new_operation_id()
+        try:
+            result = actions.request_action(
+                tenant=unit.tenant, name=unit.name, kind=self.kind, operation_id=operation_id
+            )
+        except QuotaExceeded as error:
+            messages.error(request, self.quota_message(unit, error))
+        except ApiError as error:
+            messages.error(request, f"{words['label']} refused: {error.message}")
+        else:
+            if result.replayed:
+                messages.info(
+                    request,
+                    f"{words['label']} of {unit.name} was already requested "
+                    f"(operation {operation_id}).",
+                )
+            else:
+                messages.success(
+                    request,
+                    f"{words['label']} of {unit.name} requested (operation {operation_id}). "
+                    f"{words['next']}",
+                )
+        return unit_page(unit)
+
+    @staticmethod
+    def quota_message(unit: GPUUnit, error: QuotaExceeded) -> str:
+        details = error.details
+        what = QUOTA_NAMES.get(details.get("limit", ""), details.get("limit", ""))
+        return (
+            f"{unit.name} was not started: it needs {details.get('requested')} {what}, and "
+            f"{details.get('used')} of the {details.get('hard')} of your quota are in use. "
+            "Stop or delete another unit, or ask us to raise your quota."
+        )
+
+
+class UnitEditView(DashboardView):
+    """Change a unit's image, command, environment, ports and auto-stop through
+    actions.update_unit, as PATCH does: If-Match is the etag the form was shown with."""
+
+    def get(self, request: HttpRequest, uid: str) -> HttpResponse:
+        unit = queries.get_unit(self.scope, uid)
+        if unit is None:
+            return self.not_found("unit")
+        if unit.phase in (UnitPhase.TERMINATING, UnitPhase.TERMINATED):
+            messages.info(request, f"Unit {unit.name} is {unit.phase}: it cannot be changed.")
+            return unit_page(unit)
+        return self.show(unit, UnitEditForm(unit=unit, initial=UnitEditForm.initial_for(unit)))
+
+    def post(self, request: HttpRequest, uid: str) -> HttpResponse:
+        unit = queries.get_unit(self.scope, uid)
+        if unit is None:
+            return self.not_found("unit")
+        if unit.phase in (UnitPhase.TERMINATING, UnitPhase.TERMINATED):
+            messages.error(request, f"Unit {unit.name} is {unit.phase}: it was not changed.")
+            return unit_page(unit)
+        form = UnitEditForm(request.POST, unit=unit)
+        if not form.is_valid():
+            return self.show(unit, form)
+        data = form.cleaned_data
+        try:
+            result = actions.update_unit(
+                tenant=unit.tenant,
+                name=unit.name,
+                operation_id=data["operation_id"],
+                request_hash=data["request_hash"],
+                if_match=data["etag"],
+                spec=data["spec"],
+            )
+        except (PreconditionFailed, OperationConflict):
+            # Changed since the form was shown (or the form was used for another change
+            # already): nothing was saved; the form starts again from the unit as it is now.
+            current = queries.get_unit(self.scope, uid) or unit
+            return self.show(
+                current,
+                UnitEditForm(unit=current, initial=UnitEditForm.initial_for(current)),
+                changed_meanwhile=True,
+            )
+        except InvalidRequest as error:
+            form.report(error.details.get("fields") or {"": [error.message]})
+            return self.show(unit, form)
+        except ApiError as error:
+            form.add_error(None, error.message)
+            return self.show(unit, form)
+        updated = result.unit
+        if result.replayed:
+            messages.info(
+                request,
+                f"This change of {unit.name} was already saved (operation "
+                f"{result.operation.operation_id}).",
+            )
+        elif not result.changed:
+            messages.info(request, f"Nothing to save: the form had no change for {unit.name}.")
+        else:
+            if updated.run_policy == RunPolicy.STOPPED:
+                then = "The unit is stopped: the change takes effect when it is started."
+            elif updated.phase == UnitPhase.PROVISIONING and updated.reason == "Updating":
+                then = "Its pod is replaced with the new settings; the claim and its GPUs stay."
+            else:
+                then = "It needs no new pod."
+            messages.success(
+                request,
+                f"Update of {unit.name} to generation {updated.generation} requested "
+                f"(operation {result.operation.operation_id}). {then}",
+            )
+        return unit_page(unit)
+
+    def show(self, unit: GPUUnit, form: UnitEditForm, *, changed_meanwhile: bool = False):
+        return self.page(
+            "dashboard/unit_edit.html",
+            {
+                "unit": unit,
+                "form": form,
+                "changed_meanwhile": changed_meanwhile,
+                "refusal": actions.refusal(unit, OperationKind.UPDATE),
+            },
+        )
 
 
 class PackageListView(LivePage):
