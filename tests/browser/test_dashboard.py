@@ -1,6 +1,7 @@
 """The dashboard in a real browser (Debian's Chromium, headless, driven by Playwright) against
 the live server, a real Celery worker and the simulated cluster: order a unit, watch it turn
-Running without reloading, inspect it, delete it, and stay inside one's own tenant."""
+Running without reloading, inspect it, stop, start and edit it, delete it, and stay inside
+one's own tenant."""
 
 from __future__ import annotations
 
@@ -12,11 +13,12 @@ from types import SimpleNamespace
 import pytest
 from django.db import connections
 
-from catalog.tests.factories import PackageFactory
+from catalog.tests.factories import ARTICLE_PACKAGE_ID, PackageFactory
 from dashboard.tests.conftest import make_unit, make_user
 from inventory.sync import sync_inventory
-from runtime import reconcile
-from runtime.tests.helpers import remove_namespace_objects
+from runtime import orders, reconcile
+from runtime.models import GPUUnit
+from runtime.tests.helpers import remove_namespace_objects, wait_for_phase
 from tenancy.tests.factories import TenantFactory
 from tests.browser.conftest import ARTIFACTS, log_in
 
@@ -134,6 +136,75 @@ def test_order_watch_inspect_and_delete_a_unit(page, beat, live_server):
         expect(status).to_have_text("Terminated", timeout=SLOW)
         assert page.evaluate("window.loadedOnce") is True
         expect(page.get_by_role("link", name="Delete unit")).to_have_count(0)
+    finally:
+        remove_namespace_objects(tenant.namespace)
+
+
+def test_stop_start_and_edit_a_unit_while_its_page_stays_open(page, beat, live_server):
+    """Each action from the unit page, carried out by the worker against the simulated
+    cluster; the page follows the phases and the buttons without a reload."""
+    from playwright.sync_api import expect
+
+    PackageFactory(article=True)
+    tenant = TenantFactory()
+    alice = make_user(tenant)
+    orders.create_unit(
+        tenant=tenant,
+        operation_id="browser-lifecycle-1",
+        name="lifecycle-demo",
+        package_id=ARTICLE_PACKAGE_ID,
+        image="python:3.12",
+    )
+    unit = wait_for_phase(GPUUnit.objects.get(name="lifecycle-demo"), "Running")
+    beat.resume()
+    try:
+        log_in(page, alice.username)
+        page.goto(f"/units/{unit.uid}/")
+        status = page.locator("#status-heading .phase")
+        expect(status).to_have_text("Running", timeout=SLOW)
+        start = page.get_by_role("button", name="Start")
+        expect(start).to_have_attribute("aria-disabled", "true")
+        expect(start).to_have_accessible_description(re.compile("it is Running"))
+
+        page.get_by_role("link", name="Stop lifecycle-demo").click()
+        expect(page.get_by_role("heading", name="Stop unit lifecycle-demo?")).to_be_visible()
+        page.screenshot(path=ARTIFACTS / "unit-stop-confirm.png", full_page=True)
+        page.get_by_role("button", name="Stop lifecycle-demo").click()
+        expect(page.get_by_text(re.compile(r"Stop of lifecycle-demo requested"))).to_be_visible()
+        page.evaluate("window.loadedOnce = true")
+        expect(status).to_have_text("Stopped", timeout=SLOW)
+        expect(page.get_by_role("button", name="Start lifecycle-demo")).to_be_enabled(timeout=SLOW)
+        expect(page.locator("table.devices")).to_have_count(0)
+        assert page.evaluate("window.loadedOnce") is True
+        page.screenshot(path=ARTIFACTS / "unit-stopped-live.png", full_page=True)
+
+        page.get_by_role("button", name="Start lifecycle-demo").click()
+        expect(page.get_by_text(re.compile(r"Start of lifecycle-demo requested"))).to_be_visible()
+        page.evaluate("window.loadedOnce = true")
+        expect(status).to_have_text("Running", timeout=SLOW)
+        expect(page.get_by_role("link", name="Edit lifecycle-demo")).to_be_visible(timeout=SLOW)
+        assert page.evaluate("window.loadedOnce") is True
+
+        page.get_by_role("link", name="Edit lifecycle-demo").click()
+        expect(page.get_by_label("Image")).to_have_value("python:3.12")
+        page.get_by_label("Image").fill("python:3.13")
+        page.get_by_label("Command").fill("python -m http.server 8080")
+        page.get_by_label("Environment").fill("HF_HOME=/data/cache")
+        page.get_by_label("Ports").fill("http:8080")
+        page.screenshot(path=ARTIFACTS / "unit-edit-filled.png", full_page=True)
+        page.get_by_role("button", name="Save changes").click()
+        saved = page.get_by_text(re.compile(r"Update of lifecycle-demo to generation \d+"))
+        expect(saved).to_be_visible()
+        page.evaluate("window.loadedOnce = true")
+        expect(page.locator(".facts").first).to_contain_text("python:3.13")
+        expect(page.locator(".status-facts .rollout")).to_have_count(0, timeout=SLOW)
+        expect(status).to_have_text("Running", timeout=SLOW)
+        expect(page.locator("ol.timeline")).to_contain_text("Updated")
+        assert page.evaluate("window.loadedOnce") is True
+        page.screenshot(path=ARTIFACTS / "unit-updated.png", full_page=True)
+        unit.refresh_from_db()
+        assert unit.image == "python:3.13"
+        assert unit.observed_generation == unit.generation
     finally:
         remove_namespace_objects(tenant.namespace)
 

@@ -5,10 +5,12 @@ in test-artifacts/ (`<page>-<width>.png`) to look at."""
 from __future__ import annotations
 
 import re
+from datetime import timedelta
 
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
+from django.utils import timezone
 
 from catalog.tests.factories import ARTICLE_PACKAGE_ID, PackageFactory
 from dashboard.tests.conftest import PASSWORD, make_unit, make_user
@@ -67,10 +69,16 @@ def seed() -> dict:
     PackageFactory(id="gpu-a100-4x-cpu32-mem256g-retired", active=False)
     tenant, other = TenantFactory(), TenantFactory()
     customer = make_user(tenant)
+    # Its objects exist as far as the lifecycle rules look, so its buttons are enabled.
     running = make_unit(
         tenant,
         LONG_NAME,
         reason="Running",
+        unit_k8s_uid="00000000-0000-0000-0000-000000000001",
+        stop_after="8h",
+        stops_at=timezone.now() + timedelta(hours=7, minutes=12),
+        generation=3,
+        observed_generation=2,
         node_name="sim-node-rtx3080-a",
         dra={
             "allocated": True,
@@ -100,6 +108,30 @@ def seed() -> dict:
         message='Back-off pulling image "registry.example.com/team/trainer:does-not-exist"',
     )
     make_unit(tenant, "finished-yesterday", phase="Terminated", reason="Terminated")
+    stopped = make_unit(
+        tenant,
+        LONG_NAME.removesuffix("-name") + "-off",
+        phase="Stopped",
+        reason="Stopped",
+        message="The pod is gone and the claim's devices are back in the pool; the name, "
+        "storage, SSH and access settings stay. Start the unit to run it again.",
+        run_policy="Stopped",
+        compute_charged=False,
+        unit_k8s_uid="00000000-0000-0000-0000-000000000002",
+        stop_after="1h30m",
+        generation=2,
+        observed_generation=2,
+    )
+    make_unit(
+        tenant,
+        "stopping-by-itself",
+        phase="Stopping",
+        reason="AutoStop",
+        message="Stopped by the control plane: stopAfter 2h ran out at 2026-12-01 12:00:00 UTC.",
+        run_policy="Stopped",
+        unit_k8s_uid="00000000-0000-0000-0000-000000000003",
+        stop_after="2h",
+    )
     # Reached by a public URL, with in-cluster ports beside it whose addresses are the longest
     # a unit name allows; and one reached over TCP on a node port.
     web = make_unit(
@@ -114,6 +146,7 @@ def seed() -> dict:
             ]
         },
         access={"primaryPort": "http", "scheme": "http"},
+        unit_k8s_uid="00000000-0000-0000-0000-000000000004",
     )
     tcp = make_unit(
         tenant,
@@ -197,6 +230,7 @@ def seed() -> dict:
         "staff": make_user(staff=True),
         "two_tenants": make_user(tenant, other),
         "running": running,
+        "stopped": stopped,
         "web": web,
         "tcp": tcp,
         "mounted": mounted,
@@ -234,6 +268,10 @@ def test_every_page_fits_a_laptop_and_a_phone(page, live_server, settings):
         ("units-customer", "/units/"),
         ("unit-detail", f"/units/{data['running'].uid}/"),
         ("unit-delete", f"/units/{data['running'].uid}/delete/"),
+        ("unit-stopped", f"/units/{data['stopped'].uid}/"),
+        ("unit-stop", f"/units/{data['running'].uid}/stop/"),
+        ("unit-restart", f"/units/{data['running'].uid}/restart/"),
+        ("unit-edit", f"/units/{data['web'].uid}/edit/"),
         ("unit-access-http", f"/units/{data['web'].uid}/"),
         ("unit-access-tcp", f"/units/{data['tcp'].uid}/"),
         ("packages-customer", "/packages/"),
@@ -252,6 +290,17 @@ def test_every_page_fits_a_laptop_and_a_phone(page, live_server, settings):
             # The log region has fetched its answer (no pod: the unit is a row only).
             expect(page.locator("#unit-log")).to_contain_text("No log yet")
         check_widths(page, name, problems)
+        if name == "unit-detail":
+            # A button that cannot act now is still reached from the keyboard, and says why.
+            page.get_by_role("link", name="Delete unit").focus()
+            page.keyboard.press("Tab")
+            start = page.get_by_role("button", name="Start")
+            expect(start).to_be_focused()
+            expect(start).to_have_accessible_description(re.compile(r"it is Running\.$"))
+            page.locator(".status-card").screenshot(path=ARTIFACTS / "unit-actions-focus-start.png")
+            page.keyboard.press("Tab")
+            expect(page.get_by_role("link", name="Stop")).to_be_focused()
+            page.locator(".status-card").screenshot(path=ARTIFACTS / "unit-actions-focus-stop.png")
         if name == "unit-access-http":
             expect(page.locator("a.unit-url")).to_have_attribute("href", re.compile("^https://"))
         if name == "unit-access-tcp":
@@ -283,6 +332,14 @@ def test_every_page_fits_a_laptop_and_a_phone(page, live_server, settings):
     page.get_by_role("button", name="Order unit").click()
     expect(page.get_by_role("alert")).to_contain_text("SSH keys to let in")
     check_widths(page, "new-unit-ssh-error", problems)
+
+    # The edit form's errors, each next to its field.
+    page.goto(f"/units/{data['web'].uid}/edit/")
+    page.get_by_label("Image").fill("Not An Image!")
+    page.get_by_label("Environment").fill("HF_HOME=/data/cache\nJUST_A_NAME")
+    page.get_by_role("button", name="Save changes").click()
+    expect(page.get_by_role("alert")).to_contain_text("The change was not saved")
+    check_widths(page, "unit-edit-error", problems)
 
     page.goto("/storage/")
     page.get_by_label("Name").fill("huge")
