@@ -69,8 +69,8 @@ class TaintRules:
     """The DeviceTaintRules of a pass, matched as the 1.34 ResourceSlice tracker does: driver,
     pool and device by name, the named DeviceClass's selectors and the rule's own selectors
     (a CEL error, or a class that does not exist, matches nothing). A rule without any
-    deviceSelector taints every device: the tracker's behaviour up to 1.37 (k8s #141620), whatever
-    the field's description says."""
+    deviceSelector taints every device, whatever the field's description says: what the 1.34
+    tracker does, for scheduling and (through it) eviction alike (k8s #141620, fixed in 1.38)."""
 
     def __init__(
         self,
