@@ -599,7 +599,12 @@ class UnitEditForm(forms.Form):
         }
         # The API's own rules for the unit after an update, so the browser and a PATCH accept
         # exactly the same changes; then the stopAfter maximums of its package and tenant.
-        serializer = UnitSpecSerializer(data={**current, **patch, "template": template})
+        # SSH and storage mounts, which the form leaves alone, stay as they are unchecked, as
+        # a PATCH without them keeps them (an SSH key list a removed key emptied is no reason
+        # to refuse a new image).
+        serializer = UnitSpecSerializer(
+            data={"image": current["image"], **patch, "template": template}
+        )
         valid = serializer.is_valid()
         problems = {} if valid else {p: list(map(str, m)) for p, m in serializer.errors.items()}
         stop_after = ""
@@ -618,8 +623,8 @@ class UnitEditForm(forms.Form):
             "image": checked["image"],
             "template": checked.get("template") or {},
             "access": checked.get("access") or {},
-            "ssh": checked.get("ssh") or {},
-            "storageMounts": checked.get("storageMounts") or [],
+            "ssh": current["ssh"],
+            "storageMounts": current["storageMounts"],
             "stopAfter": stop_after,
         }
         # What the form changes, as an API client would PATCH it: the same form sent twice

@@ -401,6 +401,16 @@ class TestEditForm:
         assert unit.access == {"primaryPort": "web", "scheme": "https"}
         assert unit.stop_after == "1h30m"
 
+    def test_ssh_and_mounts_the_form_leaves_alone_stay_as_they_are(self, member_client, tenant):
+        # The only key it let in was removed since: its list is empty, which an order refuses.
+        ssh = {"enabled": True, "keys": []}
+        mounts = [{"name": "models", "mountPath": "/models", "readOnly": True}]
+        unit = unit_in(tenant, ssh=ssh, storage_mounts=mounts)
+        response = edit(member_client, unit, image="python:3.13")
+        assert response.status_code == 302, response.context["form"].errors
+        unit.refresh_from_db()
+        assert (unit.image, unit.ssh, unit.storage_mounts) == ("python:3.13", ssh, mounts)
+
     def test_a_stale_etag_says_the_unit_changed_and_records_nothing(self, member_client, tenant):
         unit = unit_in(tenant)
         form = member_client.get(edit_url(unit)).context["form"]
