@@ -162,6 +162,8 @@ class Observer:
                 self,
                 label_selector=OURS if kind == kube.GPUUNIT else "",
                 timeout_seconds=settings.OBSERVER_WATCH_TIMEOUT_SECONDS,
+                # Alpha on 1.34-1.35: many clusters do not serve it, and then have no rules.
+                optional=kind == kube.DEVICETAINTRULE,
             )
             for kind in (kube.GPUUNIT, *INVENTORY_KINDS.values())
         }

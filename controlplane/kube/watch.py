@@ -121,8 +121,16 @@ class Informer:
         page_size: int = 500,
         timeout_seconds: int = 300,
         max_backoff: float = 30.0,
+        optional: bool = False,
+        recheck_seconds: float = 60.0,
     ) -> None:
         self.kind = kind
+        # An optional kind may not be served (an alpha API left off, as DeviceTaintRule is on
+        # most clusters): a 404 on its list means none exist, and the informer is healthy
+        # with nothing, listing again every `recheck_seconds` in case it is turned on.
+        self.optional = optional
+        self.recheck_seconds = recheck_seconds
+        self.served = True
         self.handler = handler
         self.label_selector = label_selector
         self.page_size = page_size
@@ -181,8 +189,9 @@ class Informer:
         failures = 0
         while not self._stop.is_set():
             try:
-                if not self.resource_version:
-                    self._relist()
+                if not self.resource_version and not self._relist():
+                    self._stop.wait(self.recheck_seconds)  # not served: nothing to watch
+                    continue
                 self._watch()
                 failures = 0
             except Gone:
@@ -202,12 +211,22 @@ class Informer:
                     self.resource_version = ""
                 self._stop.wait(delay)
 
-    def _relist(self) -> None:
-        items, version = list_all(
-            self.kind, label_selector=self.label_selector, page_size=self.page_size
-        )
+    def _relist(self) -> bool:
+        """List the kind and replace what is held; False when an optional kind is not
+        served (then nothing is held)."""
+        try:
+            items, version = list_all(
+                self.kind, label_selector=self.label_selector, page_size=self.page_size
+            )
+            self.served = True
+        except KubeError as exc:
+            if not (self.optional and exc.status == 404):
+                raise
+            if self.served:
+                logger.info("%s are not served by the cluster: none", self.kind.plural)
+            items, version, self.served = [], "", False
         if self._stop.is_set():
-            return
+            return self.served
         objects = {key_of(obj): obj for obj in items}
         with self._lock:
             gone = [obj for key, obj in self.objects.items() if key not in objects]
@@ -220,6 +239,9 @@ class Informer:
             self.handler.changed(self.kind, Event("DELETED", obj))
         self.handler.replaced(self.kind, dict(objects))
         self.synced.set()
+        if not self.served:
+            self.failing = False  # nothing to watch, and nothing missed
+        return self.served
 
     def _opened(self, response: Any) -> None:
         self._response = response

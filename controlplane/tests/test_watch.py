@@ -200,3 +200,25 @@ def test_stop_ends_the_thread_promptly(sim: SimCluster) -> None:
     informer.stop()
     assert not informer._thread.is_alive()
     assert time.monotonic() - started < 3
+
+
+def test_an_optional_kind_the_cluster_does_not_serve_is_empty_and_healthy(sim: SimCluster):
+    # A kind of an API group version this cluster does not serve (404 on its list), as
+    # resource.k8s.io/v1alpha3 DeviceTaintRules on a cluster with alpha APIs off.
+    unserved = Kind("Widget", "example.com", "v1alpha1", "widgets", namespaced=False)
+    handler = Recorder()
+    informer = Informer(unserved, handler, optional=True, recheck_seconds=0.2).start()
+    try:
+        assert informer.synced.wait(10)
+        assert informer.healthy and not informer.served
+        assert informer.snapshot() == {}
+        handler.wait_for(lambda: len(handler.replacements) >= 2)  # listed again, still 404
+        assert informer.healthy and informer.watches == 0
+    finally:
+        informer.stop()
+    required = Informer(unserved, Recorder(), max_backoff=0.2).start()
+    try:
+        time.sleep(0.5)
+        assert not required.healthy  # a kind that must be served is a failure when it is not
+    finally:
+        required.stop()
