@@ -210,10 +210,12 @@ def test_an_optional_kind_the_cluster_does_not_serve_is_empty_and_healthy(sim: S
     informer = Informer(unserved, handler, optional=True, recheck_seconds=0.2).start()
     try:
         assert informer.synced.wait(10)
-        assert informer.healthy and not informer.served
+        assert informer.healthy
+        assert not informer.served
         assert informer.snapshot() == {}
         handler.wait_for(lambda: len(handler.replacements) >= 2)  # listed again, still 404
-        assert informer.healthy and informer.watches == 0
+        assert informer.healthy
+        assert informer.watches == 0
     finally:
         informer.stop()
     required = Informer(unserved, Recorder(), max_backoff=0.2).start()
