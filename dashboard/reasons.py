@@ -50,6 +50,10 @@ SENTENCES: dict[str, str] = {
     "PodFailed": "The unit's pod failed.",
     "PodMissing": "The unit's pod disappeared; the control plane is recreating it.",
     # Stop, start, restart, update and auto-stop (ARCHITECTURE §12).
+    "StartRequested": (
+        "The unit is starting again: its pod is created and its GPUs allocated afresh, which "
+        "may be other GPUs than before."
+    ),
     "StopRequested": (
         "The unit is stopping: its pod is removed and its {gpu} GPUs go back to the pool. Its "
         "name, storage, SSH and access settings stay; start it again when you need it."
@@ -100,21 +104,13 @@ SENTENCES: dict[str, str] = {
         "attempts. Restart it to try again, or edit it."
     ),
 }
-# A reason whose meaning depends on the phase: "Starting" in Pending is the pod starting on
-# allocated GPUs; in Provisioning it is a stopped unit's start, before any GPU is allocated.
-PHASE_SENTENCES: dict[tuple[str, str], str] = {
-    ("Provisioning", "Starting"): (
-        "The unit is starting again: its pod is created and its GPUs allocated afresh, which "
-        "may be other GPUs than before."
-    ),
-}
 # Phases whose reason is always worth a sentence, even one the dashboard has no words for.
 EXPLAINED_PHASES = frozenset({"Pending", "Failed", "Stopping", "Stopped"})
 
 
 def explain(unit: GPUUnit) -> str:
     """One sentence on why `unit` is where it is; empty when its reason needs no words."""
-    template = PHASE_SENTENCES.get((unit.phase, unit.reason)) or SENTENCES.get(unit.reason)
+    template = SENTENCES.get(unit.reason)
     if template is None:
         return f"Kubernetes reports {unit.reason}." if unit.reason else ""
     return template.format(
@@ -133,6 +129,6 @@ def status_explanation(unit: GPUUnit) -> str:
     """What the unit page says under the phase: every reason of a unit that waits, failed or
     stops; in the other phases only the reasons it has words for (a Running unit's reason
     Running needs none)."""
-    if unit.phase in EXPLAINED_PHASES or (unit.phase, unit.reason) in PHASE_SENTENCES:
+    if unit.phase in EXPLAINED_PHASES:
         return explain(unit)
     return explain(unit) if unit.reason in SENTENCES else ""

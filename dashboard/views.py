@@ -599,7 +599,11 @@ class UnitActionView(DashboardView):
             operation_id = new_operation_id()
         try:
             result = actions.request_action(
-                tenant=unit.tenant, name=unit.name, kind=self.kind, operation_id=operation_id
+                tenant=unit.tenant,
+                name=unit.name,
+                kind=self.kind,
+                operation_id=operation_id,
+                uid=str(unit.uid),  # this page's unit, never a newer one of its name
             )
         except QuotaExceeded as error:
             messages.error(request, self.quota_message(unit, error))
@@ -663,6 +667,7 @@ class UnitEditView(DashboardView):
                 request_hash=data["request_hash"],
                 if_match=data["etag"],
                 spec=data["spec"],
+                uid=str(unit.uid),
             )
         except (PreconditionFailed, OperationConflict):
             # Changed since the form was shown (or the form was used for another change

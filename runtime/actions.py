@@ -74,24 +74,33 @@ class ActionResult:
 # ---------------------------------------------------------------------------------- actions
 
 
-def _lock_unit(tenant: Tenant, name: str) -> GPUUnit:
-    unit = (
-        GPUUnit.objects.select_for_update().filter(tenant=tenant, name=name).order_by("-id").first()
-    )
+# `open_op` not looked up yet (None: looked up, and there is none).
+_UNKNOWN: Any = object()
+
+
+def _lock_unit(tenant: Tenant, name: str, uid: str | None = None) -> GPUUnit:
+    """The unit of that name (the newest), or with `uid` only that one: a page that shows one
+    unit never acts on a newer unit of its name."""
+    units = GPUUnit.objects.select_for_update().filter(tenant=tenant, name=name)
+    if uid is not None:
+        units = units.filter(uid=uid)
+    unit = units.order_by("-id").first()
     if unit is None:
         raise NotFound(f"gpu unit {name} not found.")
     unit.tenant = tenant
     return unit
 
 
-def _check_actionable(unit: GPUUnit, kind: str) -> None:
+def _check_actionable(unit: GPUUnit, kind: str, open_op: Operation | None = _UNKNOWN) -> None:
     verb = _VERB[kind]
     if unit.phase in (UnitPhase.TERMINATING, UnitPhase.TERMINATED):
         raise InvalidState(
             f"cannot {verb} gpu unit {unit.name}: it is {unit.phase}.",
             details={"phase": unit.phase, "allowedFrom": sorted(ALLOWED_FROM[kind])},
         )
-    if (open_op := outbox.open_operation(unit)) is not None:
+    if open_op is _UNKNOWN:
+        open_op = outbox.open_operation(unit)
+    if open_op is not None:
         raise OperationInProgress(
             f"gpu unit {unit.name} has an open {open_op.kind} operation "
             f"({open_op.operation_id}); retry once it has finished.",
@@ -110,16 +119,12 @@ def _check_actionable(unit: GPUUnit, kind: str) -> None:
         )
 
 
-def refusal(unit: GPUUnit, kind: str, *, open_op: Operation | None = None) -> str | None:
+def refusal(unit: GPUUnit, kind: str, *, open_op: Operation | None = _UNKNOWN) -> str | None:
     """Why `kind` would be refused for the unit now (None when it would be accepted): the
     same rules as the API, for pages that offer the action. `open_op`: the unit's open
-    operation, when the caller has looked it up already."""
+    operation (None for none) when the caller has looked it up already."""
     try:
-        if open_op is not None and unit.phase not in (UnitPhase.TERMINATING, UnitPhase.TERMINATED):
-            raise OperationInProgress(
-                f"its {open_op.kind} operation ({open_op.operation_id}) is still open."
-            )
-        _check_actionable(unit, kind)
+        _check_actionable(unit, kind, open_op)
     except (InvalidState, OperationInProgress) as exc:
         return exc.message
     return None
@@ -150,9 +155,17 @@ def action_fingerprint(kind: str, name: str, patch: dict | None = None) -> str:
 
 
 def request_action(
-    *, tenant: Tenant, name: str, kind: str, operation_id: str, reason: str = "", message: str = ""
+    *,
+    tenant: Tenant,
+    name: str,
+    kind: str,
+    operation_id: str,
+    reason: str = "",
+    message: str = "",
+    uid: str | None = None,
 ) -> ActionResult:
-    """Stop, start or restart the tenant's unit `name`, idempotent by operationID."""
+    """Stop, start or restart the tenant's unit `name` (with `uid`, only that one),
+    idempotent by operationID."""
     request_hash = action_fingerprint(kind, name)
     if (
         replayed := _replay(tenant, operation_id, kind=kind, request_hash=request_hash)
@@ -167,7 +180,7 @@ def request_action(
                     .values_list("used_cpu_millicores", "used_memory_bytes", "used_claims")
                     .get()
                 )
-            unit = _lock_unit(tenant, name)
+            unit = _lock_unit(tenant, name, uid)
             _check_actionable(unit, kind)
             operation = _record(
                 unit, tenant=tenant, kind=kind, operation_id=operation_id, request_hash=request_hash
@@ -200,7 +213,7 @@ def request_action(
                 lifecycle.transition_unit(
                     unit,
                     to=UnitPhase.PROVISIONING,
-                    reason="Starting",
+                    reason="StartRequested",
                     message=f"{said} The pod is created again and devices allocated afresh.",
                     run_policy=RunPolicy.RUNNING,
                     generation=unit.generation + 1,
@@ -278,6 +291,7 @@ def update_unit(
     request_hash: str,
     if_match: str,
     spec: dict,
+    uid: str | None = None,
 ) -> ActionResult:
     """Apply `spec` (the unit's changeable fields after the merge patch, validated) to the
     unit whose etag is `if_match`: generation + 1, the update operation recorded and queued.
@@ -293,7 +307,7 @@ def update_unit(
             list(
                 Tenant.objects.select_for_update(no_key=True).filter(pk=tenant.pk).values_list("pk")
             )
-            unit = _lock_unit(tenant, name)
+            unit = _lock_unit(tenant, name, uid)
             if if_match != "*" and if_match != unit.etag:
                 raise PreconditionFailed(
                     f"gpu unit {unit.name} has changed since {if_match} (now {unit.etag}); "

@@ -76,7 +76,12 @@ class TemplateField(serializers.JSONField):
         if problems:
             raise serializers.ValidationError(problems)
         assert isinstance(data, dict)
-        template = {key: data[key] for key in ("command", "args", "env") if data.get(key)}
+        template = {key: data[key] for key in ("command", "args") if data.get(key)}
+        if data.get("env"):
+            # One spelling: a variable without a value has the empty one, as in the pod.
+            template["env"] = [
+                {"name": e["name"], "value": e.get("value", "")} for e in data["env"]
+            ]
         if data.get("ports"):
             template["ports"] = [
                 {"name": p["name"], "port": p["port"], "protocol": p.get("protocol", "TCP")}

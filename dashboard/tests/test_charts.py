@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from dashboard.charts import LEFT, RIGHT, TOP, Sample, utilisation_chart
-from dashboard.reasons import PHASE_SENTENCES, SENTENCES, explain, status_explanation
+from dashboard.reasons import SENTENCES, explain, status_explanation
 from runtime.models import GPUUnit
 
 START = datetime(2026, 1, 1, 12, 0, 0, tzinfo=UTC)
@@ -98,7 +98,7 @@ LIFECYCLE_REASONS = (
     "StopRequested",
     "AutoStop",
     "Stopped",
-    "Starting",
+    "StartRequested",
     "Restarting",
     "Updating",
     "Started",
@@ -117,9 +117,8 @@ def test_every_lifecycle_reason_has_words():
     assert [reason for reason in LIFECYCLE_REASONS if reason not in SENTENCES] == []
 
 
-def test_starting_reads_by_phase():
-    assert ("Provisioning", "Starting") in PHASE_SENTENCES
-    assert "starting again" in explain(unit(phase="Provisioning", reason="Starting"))
+def test_a_start_and_a_starting_pod_read_apart():
+    assert "starting again" in explain(unit(phase="Provisioning", reason="StartRequested"))
     assert explain(unit(phase="Pending", reason="Starting")) == SENTENCES["Starting"]
 
 

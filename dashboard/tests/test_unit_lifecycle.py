@@ -131,7 +131,8 @@ class TestButtons:
         assert enabled(card, unit) == set()
         reasons = {refusal_of(card, label) for label in ("Start", "Stop", "Restart", "Edit")}
         assert reasons == {
-            "Start, Stop, Restart, Edit: its restart operation (op-restart-1) is still open."
+            "Start, Stop, Restart, Edit: gpu unit demo has an open restart operation "
+            "(op-restart-1); retry once it has finished."
         }
         assert card.count("<li id=") == 1
 
@@ -194,7 +195,7 @@ class TestActions:
         assert response["Location"] == detail(unit)
         assert Operation.objects.get().kind == "start"
         unit.refresh_from_db()
-        assert (unit.phase, unit.reason, unit.generation) == ("Provisioning", "Starting", 2)
+        assert (unit.phase, unit.reason, unit.generation) == ("Provisioning", "StartRequested", 2)
 
     def test_restart_asks_first_then_records_a_restart(self, member_client, tenant):
         unit = unit_in(tenant, "Failed", reason="DeviceUnhealthy")
@@ -271,7 +272,7 @@ class TestLivePart:
         assert 'data-phase="Stopping"' in body
         assert "demo is Stopping." in body
         assert enabled(status_card(body), unit) == set()
-        assert "its stop operation (" in (refusal_of(status_card(body), "Start") or "")
+        assert "has an open stop operation (" in (refusal_of(status_card(body), "Start") or "")
 
         GPUUnit.objects.filter(pk=unit.pk).update(phase="Stopped", reason="Stopped")
         Operation.objects.update(status=OperationStatus.SUCCEEDED)
@@ -288,7 +289,7 @@ class TestLivePart:
         assert 'name="csrfmiddlewaretoken"' in status_card(first.content.decode())
         since = first.context["live"]["digest"]
         assert member_client.get(live(unit), {"since": since}).status_code == 204
-        GPUUnit.objects.filter(pk=unit.pk).update(phase="Provisioning", reason="Starting")
+        GPUUnit.objects.filter(pk=unit.pk).update(phase="Provisioning", reason="StartRequested")
         assert member_client.get(live(unit), {"since": since}).status_code == 200
 
     def test_shows_the_generation_and_a_rollout_until_the_cluster_catches_up(

@@ -111,7 +111,9 @@ def test_stop_frees_the_devices_for_another_unit_and_start_waits_for_them(tenant
     assert len(devices_of(first)) == 8
     assert unit_objects(first)["claim"]["metadata"]["uid"] == claim_uid
     reasons = [e.reason for e in first.events.order_by("id")]
-    assert reasons.index("StopRequested") < reasons.index("Stopped") < reasons.index("Starting")
+    assert (
+        reasons.index("StopRequested") < reasons.index("Stopped") < reasons.index("StartRequested")
+    )
     assert reasons[-1] == "Running"
 
 
