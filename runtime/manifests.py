@@ -491,6 +491,9 @@ def build_namespace(name: str, *, tenant: str) -> dict:
 QUOTA_NAME = "gpu-units"
 
 
+DEVICE_QUOTA_SUFFIX = ".deviceclass.resource.k8s.io/devices"
+
+
 def build_resource_quota(
     namespace: str,
     *,
@@ -500,7 +503,14 @@ def build_resource_quota(
     claims: int,
     storage: str = "1Ti",
     storages: int = 16,
+    devices: dict[str, int] | None = None,
 ) -> dict:
+    """The tenant's ResourceQuota; `devices`: per DeviceClass, what its claims may request
+    (the DRA quota key `<class>.deviceclass.resource.k8s.io/devices`)."""
+    per_class = {
+        f"{name}{DEVICE_QUOTA_SUFFIX}": str(count)
+        for name, count in sorted((devices or {}).items())
+    }
     return {
         "apiVersion": "v1",
         "kind": "ResourceQuota",
@@ -516,6 +526,7 @@ def build_resource_quota(
                 "count/resourceclaims.resource.k8s.io": str(claims),
                 "requests.storage": storage,
                 "persistentvolumeclaims": str(storages),
+                **per_class,
             }
         },
     }

@@ -30,7 +30,7 @@ from django.utils import timezone
 from catalog.models import Package
 from controlplane.validation import dns_label
 from dracel import quantity
-from runtime import outbox, selectors, stopafter
+from runtime import manifests, outbox, selectors, stopafter
 from runtime.errors import InvalidRequest, NameConflict, QuotaExceeded, StorageInUse
 from runtime.models import (
     EventType,
@@ -164,6 +164,8 @@ def create_unit(
                 tenant, usage, cpu_millicores=unit.cpu_millicores, memory_bytes=unit.memory_bytes
             ):
                 raise problem
+            if problem := device_quota_problem(tenant, unit.device_class_name, unit.count):
+                raise problem
             if storage_mounts:  # under the tenant lock: two orders cannot take one storage
                 check_storage_mounts(tenant, storage_mounts)
             sql.execute(_order_sql(), params)
@@ -236,6 +238,34 @@ def quota_problem(
                 },
             )
     return None
+
+
+def device_quota_problem(tenant: Tenant, device_class: str, count: int) -> QuotaExceeded | None:
+    """Why `count` more devices of `device_class` do not fit the tenant's device quota for
+    that class (checked under the tenant lock), or None. Every live unit's claim counts, a
+    stopped one's too, as the ResourceQuota counts claims. No query for a class without one."""
+    hard = (tenant.quota_devices or {}).get(device_class)
+    if hard is None:
+        return None
+    used = selectors.devices_requested(tenant=tenant, device_class=device_class)
+    if used + count <= hard:
+        return None
+    limit = f"{device_class}{manifests.DEVICE_QUOTA_SUFFIX}"
+    never = count > hard
+    return QuotaExceeded(
+        f"the package is larger than tenant {tenant.slug}'s quota for {limit}: "
+        f"requested={count} hard={hard}"
+        if never
+        else f"tenant {tenant.slug} quota would be exceeded for {limit}: "
+        f"used={used} requested={count} hard={hard}",
+        details={
+            "limit": limit,
+            "used": str(used),
+            "requested": str(count),
+            "hard": str(hard),
+            "largerThanQuota": never,
+        },
+    )
 
 
 def find_api_key(prefix: str) -> ApiKey | None:

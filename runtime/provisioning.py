@@ -39,6 +39,7 @@ def _ensured_key(tenant: Tenant) -> tuple:
         tenant.quota_claims,
         tenant.quota_storage,
         tenant.quota_storages,
+        tuple(sorted((tenant.quota_devices or {}).items())),
     )
 
 
@@ -73,8 +74,10 @@ def ensure_tenant_namespace(tenant: Tenant) -> None:
             claims=tenant.quota_claims,
             storage=tenant.quota_storage,
             storages=tenant.quota_storages,
+            devices=tenant.quota_devices,
         ),
-        fields=[("spec", "hard")],
+        # All of spec.hard: a class taken off the tenant's device quota goes from it.
+        exact_fields=[("spec", "hard")],
     )
     if settings.NETWORK_POLICIES:
         kube.ensure(

@@ -189,3 +189,23 @@ def list_units_past_stop(*, now: datetime, limit: int) -> list[GPUUnit]:
         .select_related("tenant")
         .order_by("stops_at")[:limit]
     )
+
+
+def devices_requested(*, tenant: Tenant, device_class: str) -> int:
+    """Devices of `device_class` the tenant's live units' claims request (a stopped unit's
+    claim too: it still exists)."""
+    total = GPUUnit.objects.filter(
+        tenant=tenant, phase__in=UnitPhase.LIVE, device_class_name=device_class
+    ).aggregate(total=Sum("count"))["total"]
+    return int(total or 0)
+
+
+def devices_requested_by_class(*, tenant: Tenant) -> dict[str, int]:
+    """Devices requested by the tenant's live units, per device class."""
+    rows = (
+        GPUUnit.objects.filter(tenant=tenant, phase__in=UnitPhase.LIVE)
+        .values("device_class_name")
+        .annotate(total=Sum("count"))
+        .values_list("device_class_name", "total")
+    )
+    return {name: int(total) for name, total in rows}

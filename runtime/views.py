@@ -11,6 +11,7 @@ from drf_spectacular.utils import (
     OpenApiParameter,
     OpenApiResponse,
     extend_schema,
+    extend_schema_field,
     extend_schema_view,
     inline_serializer,
 )
@@ -487,6 +488,20 @@ _quota_line = {
 }
 
 
+@extend_schema_field(
+    {
+        "type": "object",
+        "additionalProperties": {
+            "type": "object",
+            "properties": {name: {"type": "string"} for name in ("hard", "used", "free")},
+            "required": ["hard", "used", "free"],
+        },
+    }
+)
+class _DeviceQuotaField(serializers.JSONField):
+    """{device class: {hard, used, free}} (devices)."""
+
+
 class QuotaView(TenantView):
     """The tenant's quota, what its live units hold of it, and what is left."""
 
@@ -497,8 +512,14 @@ class QuotaView(TenantView):
                 inline_serializer(
                     name="Quota",
                     fields={
-                        name: inline_serializer(name=f"Quota_{name}", fields=_quota_line)
-                        for name in ("cpu", "memory", "claims")
+                        **{
+                            name: inline_serializer(name=f"Quota_{name}", fields=_quota_line)
+                            for name in ("cpu", "memory", "claims")
+                        },
+                        "devices": _DeviceQuotaField(
+                            required=False,
+                            help_text="per DeviceClass, when the tenant has a device quota",
+                        ),
                     },
                 ),
                 name="QuotaResponse",
@@ -514,12 +535,21 @@ class QuotaView(TenantView):
             ("memory", tenant.quota_memory_bytes, usage.memory_bytes, quantity.format_bytes),
             ("claims", tenant.quota_claims, usage.claims, str),
         )
-        return Response(
-            {
-                name: {"hard": show(hard), "used": show(used), "free": show(max(0, hard - used))}
-                for name, hard, used, show in lines
+        body: dict = {
+            name: {"hard": show(hard), "used": show(used), "free": show(max(0, hard - used))}
+            for name, hard, used, show in lines
+        }
+        if tenant.quota_devices:
+            requested = selectors.devices_requested_by_class(tenant=tenant)
+            body["devices"] = {
+                name: {
+                    "hard": str(hard),
+                    "used": str(requested.get(name, 0)),
+                    "free": str(max(0, hard - requested.get(name, 0))),
+                }
+                for name, hard in sorted(tenant.quota_devices.items())
             }
-        )
+        return Response(body)
 
 
 def _mounts_of(tenant: Tenant) -> dict[str, list[str]]:

@@ -7,8 +7,26 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.db import models
 
-from controlplane.validation import dns_label, fold_case, positive_quantity, validate_duration
+from controlplane.validation import (
+    dns_label,
+    dns_subdomain,
+    fold_case,
+    positive_quantity,
+    validate_duration,
+)
 from dracel import quantity
+
+
+def device_quota_problem(value: object) -> str | None:
+    """Why a per-class device quota is not `{DeviceClass name: whole number >= 0}`."""
+    if not isinstance(value, dict):
+        return 'a mapping of device class to device count, e.g. {"nvidia-h100": 8}.'
+    for name, count in value.items():
+        if problem := dns_subdomain(name):
+            return f"device class {problem}"
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            return f"the quota for {name} must be a whole number of devices, 0 or more."
+    return None
 
 
 class Tenant(models.Model):
@@ -26,6 +44,14 @@ class Tenant(models.Model):
         "storage quota", max_length=32, default="1Ti", help_text="Sum of the tenant's storages."
     )
     quota_storages = models.PositiveIntegerField("storage count quota", default=16)
+    quota_devices = models.JSONField(
+        "device quota per device class",
+        default=dict,
+        blank=True,
+        help_text="Devices the tenant's claims may request per DeviceClass, e.g. "
+        '{"nvidia-h100": 8} (no entry: no limit). Written into its ResourceQuota as '
+        "<class>.deviceclass.resource.k8s.io/devices; a stopped unit's claim still counts.",
+    )
     max_stop_after = models.CharField(
         "longest stopAfter",
         max_length=16,
@@ -72,6 +98,7 @@ class Tenant(models.Model):
             "quota_memory": positive_quantity(self.quota_memory, resource="memory"),
             "quota_storage": positive_quantity(self.quota_storage, resource="storage"),
         }
+        errors["quota_devices"] = device_quota_problem(self.quota_devices)
         problems = {field: message for field, message in errors.items() if message}
         if problems:
             raise ValidationError(problems)

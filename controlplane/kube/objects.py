@@ -50,13 +50,18 @@ def _nested(path: Sequence[str], value: Any) -> dict:
 
 
 def ensure(
-    kind: Kind, body: dict, *, fields: Sequence[Sequence[str]] = (), replace_all: bool = False
+    kind: Kind,
+    body: dict,
+    *,
+    fields: Sequence[Sequence[str]] = (),
+    exact_fields: Sequence[Sequence[str]] = (),
+    replace_all: bool = False,
 ) -> dict:
     """Create `body`, or bring the object already there in line with it: with `fields` (paths
     to mappings such as ("metadata", "labels") or ("spec", "hard")), merge-patch each one whose
-    keys do not all hold body's values (keys we do not set are left alone); with
-    `replace_all`, replace the whole object (at its current resourceVersion). Returns the
-    object as the server has it."""
+    keys do not all hold body's values (keys we do not set are left alone); `exact_fields`
+    likewise, and keys we do not set are removed; with `replace_all`, replace the whole object
+    (at its current resourceVersion). Returns the object as the server has it."""
     metadata = body["metadata"]
     namespace, name = metadata.get("namespace"), metadata["name"]
     try:
@@ -76,6 +81,11 @@ def ensure(
         wanted, found = _at(body, path), _at(current, path)
         if any(found.get(key) != value for key, value in wanted.items()):
             patch = _merge(patch, _nested(path, wanted))
+    for path in exact_fields:
+        wanted, found = _at(body, path), _at(current, path)
+        if found != wanted:
+            extra = {key: None for key in found if key not in wanted}  # null removes
+            patch = _merge(patch, _nested(path, {**extra, **wanted}))
     return merge_patch(kind, namespace, name, patch) if patch else current
 
 

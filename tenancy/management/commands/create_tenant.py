@@ -1,5 +1,5 @@
 """`manage.py create_tenant SLUG --namespace NS [--cpu --memory --claims --storage --storages]
-[--operator]`."""
+[--devices CLASS=N ...] [--operator]`."""
 
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
@@ -19,6 +19,13 @@ class Command(BaseCommand):
         parser.add_argument("--claims", type=int, default=64, help="ResourceClaim quota")
         parser.add_argument("--storage", default="1Ti", help="storage quota (total size)")
         parser.add_argument("--storages", type=int, default=16, help="storage count quota")
+        parser.add_argument(
+            "--devices",
+            action="append",
+            default=[],
+            metavar="CLASS=N",
+            help="device quota for a DeviceClass, e.g. nvidia-h100=8 (repeatable)",
+        )
         parser.add_argument("--operator", action="store_true", help="may read the inventory")
         parser.add_argument(
             "--if-missing", action="store_true", help="succeed quietly if the slug exists"
@@ -28,6 +35,12 @@ class Command(BaseCommand):
         if options["if_missing"] and selectors.get_tenant(slug=slug) is not None:
             self.stdout.write(f"tenant {slug} exists")
             return
+        devices = {}
+        for item in options["devices"]:
+            name, _, count = item.partition("=")
+            if not count.isdigit():
+                raise CommandError(f"--devices {item}: expected CLASS=N, e.g. nvidia-h100=8")
+            devices[name] = int(count)
         try:
             tenant = services.create_tenant(
                 slug=slug,
@@ -38,6 +51,7 @@ class Command(BaseCommand):
                 quota_claims=options["claims"],
                 quota_storage=options["storage"],
                 quota_storages=options["storages"],
+                quota_devices=devices,
                 is_operator=options["operator"],
             )
         except ValidationError as exc:
