@@ -93,14 +93,24 @@ def _default_device_taint_rule(rule: dict[str, Any], internal: bool) -> None:
         _default_taint(spec["taint"])
 
 
-def _default_resource_claim(claim: dict[str, Any], internal: bool) -> None:
-    for request in ((claim.get("spec") or {}).get("devices") or {}).get("requests") or []:
+def _default_claim_spec(spec: Any) -> None:
+    if not isinstance(spec, dict):
+        return
+    for request in (spec.get("devices") or {}).get("requests") or []:
         if isinstance(request.get("exactly"), dict):
             _default_exact(request["exactly"])
         for subrequest in request.get("firstAvailable") or []:
             _default_exact(subrequest)
+
+
+def _default_resource_claim(claim: dict[str, Any], internal: bool) -> None:
+    _default_claim_spec(claim.get("spec"))
     if not internal:
         claim.pop("status", None)
+
+
+def _default_resource_claim_template(template: dict[str, Any], internal: bool) -> None:
+    _default_claim_spec((template.get("spec") or {}).get("spec"))
 
 
 def _default_namespace(namespace: dict[str, Any], internal: bool) -> None:
@@ -248,6 +258,7 @@ def _default_crd(crd: dict[str, Any], internal: bool) -> None:
 _DEFAULTERS = {
     "pods": _default_pod,
     "resourceclaims": _default_resource_claim,
+    "resourceclaimtemplates": _default_resource_claim_template,
     "namespaces": _default_namespace,
     "resourcequotas": _default_resource_quota,
     "customresourcedefinitions": _default_crd,

@@ -236,6 +236,14 @@ def _builtins() -> list[ResourceType]:
         ResourceType(
             "resource.k8s.io",
             "v1",
+            "ResourceClaimTemplate",
+            "resourceclaimtemplates",
+            "resourceclaimtemplate",
+            True,
+        ),
+        ResourceType(
+            "resource.k8s.io",
+            "v1",
             "ResourceSlice",
             "resourceslices",
             "resourceslice",

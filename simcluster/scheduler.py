@@ -1,6 +1,6 @@
 """The simulated cluster's control loops for DRA pods: kube-scheduler (allocate claims, bind),
 the kubelet's Running status, the device-taint-eviction controller, the resourceclaim
-controller (release, deallocate) and pod GC."""
+controller (claims from templates, release, deallocate, delete) and pod GC."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from simcluster import taints
+from simcluster import claimtemplates, taints
 from simcluster.allocator import (
     Allocator,
     ClaimRequest,
@@ -39,6 +39,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 SCHEDULER_NAME = "default-scheduler"
+# The event source of kube-controller-manager's resourceclaim controller.
+CLAIM_CONTROLLER = "resource_claim"
 DELETE_PROTECTION = "resource.kubernetes.io/delete-protection"
 _WATCHED = (
     "nodes",
@@ -46,6 +48,7 @@ _WATCHED = (
     "devicetaintrules",
     "deviceclasses",
     "resourceclaims",
+    "resourceclaimtemplates",
     # What a pod's volumes and environment need, for the scheduler and the kubelet.
     "persistentvolumeclaims",
     "persistentvolumes",
@@ -67,6 +70,8 @@ class PassReport:
     deallocated: int = 0
     failed_pods: int = 0
     evicted: int = 0
+    claims_created: int = 0
+    claims_deleted: int = 0
 
 
 class Scheduler:
@@ -102,6 +107,12 @@ class Scheduler:
         # stored objects never change in place, so a version's requests never change either.
         self._requests: dict[tuple[str, str], tuple[int, int]] = {}
         self._events: dict[str, str] = {}
+        # Pending pods changed by someone else since their last attempt (a new
+        # resourceClaimStatuses entry, say): retried at once, as an update requeues a pod.
+        self._touched: set[str] = set()
+        # The last FailedResourceClaimCreation message per (pod uid, pod claim), so a failure
+        # that repeats on every pass records one event.
+        self._claim_failures: dict[tuple[str, str], str] = {}
         self._next_retry: float | None = None
         # Pods the eviction controller has a future deletion time for (uid -> when), and the
         # monotonic time of the earliest, so the loop wakes for it.
@@ -157,6 +168,8 @@ class Scheduler:
                 self._generation += 1
             elif (obj.get("spec") or {}).get("nodeName"):
                 return
+            else:
+                self._touched.add(metadata.get("uid", ""))
             self._wake.set()
         elif resource in _WATCHED:
             self._generation += 1
@@ -186,6 +199,7 @@ class Scheduler:
         now = _timestamp()
 
         pods = [self._collect_orphan(pod, nodes, now, report) for pod in pods]
+        pods = self._create_template_claims(pods, claims, now, report)
         if self.kubelet.retry(pods, nodes, now):
             pods = list(store.list_shared("pods")[0])
         classes = {c["metadata"]["name"]: c for c in store.list_shared("deviceclasses")[0]}
@@ -203,7 +217,8 @@ class Scheduler:
                 del claims[key]
             else:
                 claims[key] = released
-        if report.released or report.deallocated:
+        self._delete_unused_generated(claims, pods, report)
+        if report.released or report.deallocated or report.claims_deleted:
             self._generation += 1
 
         allocator = Allocator(
@@ -214,10 +229,16 @@ class Scheduler:
         )
         pending = sorted((pod for pod in pods if _is_pending(pod)), key=_queue_order)
         clock = time.monotonic()
+        touched, self._touched = self._touched, set()
         for pod in pending:
             uid = pod["metadata"]["uid"]
             last = self._attempts.get(uid)
-            if last and last[0] == self._generation and clock - last[1] < self.retry_interval:
+            if (
+                last
+                and uid not in touched
+                and last[0] == self._generation
+                and clock - last[1] < self.retry_interval
+            ):
                 report.unschedulable += 1
                 continue
             self._schedule(pod, claims, nodes, allocator, now, report)
@@ -268,6 +289,18 @@ class Scheduler:
                 self._attempts[uid] = (self._generation, time.monotonic())
                 report.waiting_for_claims += 1
                 return
+            if (
+                reference.get("resourceClaimTemplateName")
+                and (claimtemplates.owning_pod(claim) or ("", ""))[1] != uid
+            ):
+                message = (
+                    f"ResourceClaim {claim_name} was not created for pod "
+                    f"{namespace}/{metadata['name']} (pod is not owner)"
+                )
+                self._set_unscheduled(pod, "Unschedulable", message, now)
+                self._attempts[uid] = (self._generation, time.monotonic())
+                report.waiting_for_claims += 1
+                return
             if all(r.name != claim_name for r in requests):
                 requests.append(ClaimRequest.from_claim(claim))
         request = PodRequest.from_pod(pod, requests)
@@ -294,6 +327,142 @@ class Scheduler:
         self._set_unscheduled(pod, reason, outcome.message, now)
         self._record_event(pod, "Warning", "FailedScheduling", outcome.message, now)
         self._attempts[uid] = (self._generation, time.monotonic())
+
+    # -- the resourceclaim controller: claims from templates ----------------------------------
+
+    def _create_template_claims(
+        self,
+        pods: list[dict[str, Any]],
+        claims: dict[tuple[str, str], dict[str, Any]],
+        now: str,
+        report: PassReport,
+    ) -> list[dict[str, Any]]:
+        """For each live pod entry naming a ResourceClaimTemplate and no existing claim: create
+        the claim through the API (validation and quota apply, as for the real controller) and
+        record it in pod.status.resourceClaimStatuses. A failure is a FailedResourceClaimCreation
+        event on the pod, which stays Pending. Returns the pods as now stored."""
+        templates: dict[tuple[str, str], dict[str, Any]] | None = None
+        updated: list[dict[str, Any]] = []
+        failing: set[tuple[str, str]] = set()
+        for pod in pods:
+            metadata = pod["metadata"]
+            references = [
+                r
+                for r in (pod.get("spec") or {}).get("resourceClaims") or []
+                if r.get("resourceClaimTemplateName")
+            ]
+            if not references or metadata.get("deletionTimestamp") or _pod_done(pod):
+                updated.append(pod)
+                continue
+            namespace, uid = metadata["namespace"], metadata["uid"]
+            recorded = {
+                s.get("name"): s.get("resourceClaimName")
+                for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []
+            }
+            new_names: dict[str, str] = {}
+            for reference in references:
+                pod_claim = reference.get("name", "")
+                name = recorded.get(pod_claim)
+                existing = claims.get((namespace, name or "")) if name else None
+                if (
+                    existing is not None
+                    and (claimtemplates.owning_pod(existing) or ("", ""))[1] == uid
+                ):
+                    continue
+                found = claimtemplates.find_generated(
+                    pod, pod_claim, (c for (ns, _), c in claims.items() if ns == namespace)
+                )
+                if found is None:
+                    if templates is None:
+                        templates = {
+                            (t["metadata"]["namespace"], t["metadata"]["name"]): t
+                            for t in self.store.list_shared("resourceclaimtemplates")[0]
+                        }
+                    template_name = reference["resourceClaimTemplateName"]
+                    template = templates.get((namespace, template_name))
+                    if template is None:
+                        problem = (
+                            f'resource claim template "{template_name}": '
+                            f'resourceclaimtemplates.resource.k8s.io "{template_name}" not found'
+                        )
+                        self._claim_creation_failed(pod, pod_claim, problem, now, failing)
+                        continue
+                    body = claimtemplates.build_claim(pod, pod_claim, template)
+                    try:
+                        found = self.store.create("resourceclaims", body)
+                    except ApiError as exc:
+                        problem = f"create ResourceClaim : {exc.message}"
+                        self._claim_creation_failed(pod, pod_claim, problem, now, failing)
+                        continue
+                    report.claims_created += 1
+                    claims[(namespace, found["metadata"]["name"])] = found
+                new_names[pod_claim] = found["metadata"]["name"]
+            if not new_names:
+                updated.append(pod)
+                continue
+            statuses = [
+                s
+                for s in (pod.get("status") or {}).get("resourceClaimStatuses") or []
+                if s.get("name") not in new_names
+            ]
+            statuses += [{"name": n, "resourceClaimName": c} for n, c in new_names.items()]
+            status = {**(pod.get("status") or {}), "resourceClaimStatuses": statuses}
+            updated.append(self.store.update("pods", {**pod, "status": status}, internal=True))
+        self._claim_failures = {k: v for k, v in self._claim_failures.items() if k in failing}
+        return updated
+
+    def _claim_creation_failed(
+        self,
+        pod: dict[str, Any],
+        pod_claim: str,
+        problem: str,
+        now: str,
+        failing: set[tuple[str, str]],
+    ) -> None:
+        key = (pod["metadata"]["uid"], pod_claim)
+        failing.add(key)
+        message = f"PodResourceClaim {pod_claim}: {problem}"
+        if self._claim_failures.get(key) == message:
+            return
+        self._claim_failures[key] = message
+        self._record_event(
+            pod,
+            "Warning",
+            "FailedResourceClaimCreation",
+            message,
+            now,
+            component=CLAIM_CONTROLLER,
+        )
+
+    def _delete_unused_generated(
+        self,
+        claims: dict[tuple[str, str], dict[str, Any]],
+        pods: list[dict[str, Any]],
+        report: PassReport,
+    ) -> None:
+        """A claim generated for a pod, reserved by nobody, whose pod is done or was replaced
+        by a new one of the same name, is deleted; one whose pod is gone is left to the
+        garbage collector (syncClaim)."""
+        by_name = {(p["metadata"]["namespace"], p["metadata"]["name"]): p for p in pods}
+        for key, claim in list(claims.items()):
+            owner = claimtemplates.owning_pod(claim)
+            if owner is None or (claim.get("status") or {}).get("reservedFor"):
+                continue
+            if claim["metadata"].get("deletionTimestamp"):
+                continue
+            pod = by_name.get((key[0], owner[0]))
+            if pod is None or (pod["metadata"]["uid"] == owner[1] and not _pod_done(pod)):
+                continue
+            try:
+                _, removed = self.store.delete_object(
+                    "resourceclaims", key[0], key[1], internal=True
+                )
+            except ApiError as exc:
+                logger.debug("generated claim %s/%s not deleted: %s", key[0], key[1], exc)
+                continue
+            report.claims_deleted += 1
+            if removed:
+                del claims[key]
 
     # -- the device-taint-eviction controller ------------------------------------------------
 

@@ -688,6 +688,7 @@ _BUILTIN: dict[str, tuple[list[Column], Callable[[dict[str, Any]], Row]]] = {
         ],
         _claim_row,
     ),
+    "resourceclaimtemplates": ([NAME, AGE], lambda obj: [obj["metadata"]["name"], _created(obj)]),
     "resourceslices": (
         [
             NAME,

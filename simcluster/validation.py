@@ -557,17 +557,34 @@ def _resource_claim_rules(obj: dict[str, Any], old: dict[str, Any] | None) -> li
         if spec != (old.get("spec") or {}):
             return [_immutable("spec", spec)]
         return []
+    return _claim_spec_causes(spec, "spec")
+
+
+def _resource_claim_template_rules(obj: dict[str, Any], old: dict[str, Any] | None) -> list[dict]:
+    """A template's spec is immutable too; its claim spec is checked as a claim's, at
+    spec.spec (validateResourceClaimTemplateSpec)."""
+    spec = obj.get("spec") or {}
+    if old is not None:
+        if spec != (old.get("spec") or {}):
+            return [_immutable("spec", spec)]
+        return []
+    return _claim_spec_causes(spec.get("spec") or {}, "spec.spec")
+
+
+def _claim_spec_causes(spec: dict[str, Any], at: str) -> list[dict]:
     causes: list[dict] = []
     requests = (spec.get("devices") or {}).get("requests") or []
     if len(requests) > 32:
         causes.append(
             cause(
-                "FieldValueTooMany", "spec.devices.requests", "Too many: must have at most 32 items"
+                "FieldValueTooMany",
+                f"{at}.devices.requests",
+                "Too many: must have at most 32 items",
             )
         )
     names: set[str] = set()
     for index, request in enumerate(requests):
-        where = f"spec.devices.requests[{index}]"
+        where = f"{at}.devices.requests[{index}]"
         causes += _device_request_rules(request, where, sub=False)
         if request.get("name") in names:
             causes.append(
@@ -964,6 +981,7 @@ _KIND_RULES = {
     "persistentvolumes": _pv_rules,
     "storageclasses": _storage_class_rules,
     "resourceclaims": _resource_claim_rules,
+    "resourceclaimtemplates": _resource_claim_template_rules,
     "resourceslices": _resource_slice_rules,
     "devicetaintrules": _device_taint_rule_rules,
     "customresourcedefinitions": _crd_rules,
