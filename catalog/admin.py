@@ -64,6 +64,7 @@ class PackageForm(forms.ModelForm):
             "count",
             "selectors",
             "capacity",
+            "alternatives",
             "max_stop_after",
         ]
 
@@ -100,6 +101,7 @@ class PackageAdmin(admin.ModelAdmin):
                     "count",
                     "selectors",
                     "capacity",
+                    "alternatives",
                 )
             },
         ),

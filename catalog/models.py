@@ -29,6 +29,7 @@ FIELD_PATHS = {
     "count": "allocation.count",
     "selectors": "allocation.selectors",
     "capacity": "allocation.capacity",
+    "alternatives": "allocation.alternatives",
     "active": "active",
 }
 
@@ -68,6 +69,13 @@ class Package(models.Model):
     )
     capacity = models.JSONField(
         default=dict, blank=True, help_text="Optional per-device capacity requests."
+    )
+    alternatives = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="Fallbacks in order when the package's own class has no fit: "
+        '[{"name": "l40s", "deviceClassName": "nvidia-l40s", "count": 1}] (at most 7). The '
+        "claim asks firstAvailable; the unit shows which one it got.",
     )
     max_stop_after = models.CharField(
         "longest stopAfter",
@@ -123,6 +131,7 @@ class Package(models.Model):
             "claim_request_name": dns_label(self.claim_request_name),
             "capacity": validation.capacity_requests(self.capacity),
         }
+        self.alternatives, errors["alternatives"] = validation.alternatives(self.alternatives)
         if not isinstance(self.selectors, list):
             errors["selectors"] = "selectors must be a list of CEL expressions."
         else:
@@ -153,4 +162,6 @@ class Package(models.Model):
             block["selectors"] = list(self.selectors)
         if self.capacity:
             block["capacity"] = dict(self.capacity)
+        if self.alternatives:
+            block["alternatives"] = [dict(alternative) for alternative in self.alternatives]
         return block

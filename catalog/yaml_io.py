@@ -7,7 +7,14 @@ from typing import Any
 import yaml
 
 ENTRY_KEYS = {"id", "specName", "cpu", "memory", "gpu", "allocation", "maxStopAfter", "active"}
-ALLOCATION_KEYS = {"deviceClassName", "claimRequestName", "count", "selectors", "capacity"}
+ALLOCATION_KEYS = {
+    "deviceClassName",
+    "claimRequestName",
+    "count",
+    "selectors",
+    "capacity",
+    "alternatives",
+}
 
 
 class CatalogFormatError(ValueError):
@@ -69,6 +76,7 @@ def entry_to_fields(entry: Any) -> tuple[dict, dict[str, str]]:
         "capacity": {k: _text(v) for k, v in (allocation.get("capacity") or {}).items()}
         if isinstance(allocation.get("capacity") or {}, dict)
         else allocation.get("capacity"),
+        "alternatives": allocation.get("alternatives") or [],
         "max_stop_after": _text(entry.get("maxStopAfter")),
         "active": active is not False,
     }

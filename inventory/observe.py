@@ -34,6 +34,9 @@ class PackageSpec:
     count: int
     cpu_millicores: int
     memory_bytes: int
+    # A fallback package's alternatives, in order: the ids of their own specs
+    # ("<package>/<alternative>"), whose availability stands in when its own class has none.
+    alternatives: tuple[str, ...] = ()
 
 
 @dataclass
@@ -556,6 +559,32 @@ def package_availability(observation: Observation, packages: list[PackageSpec]) 
                 observation, package, free_devices, device_bound, tainted_devices, tainted_bound
             ),
         }
+    return _with_alternatives(result, packages)
+
+
+def _with_alternatives(result: dict[str, dict], packages: list[PackageSpec]) -> dict[str, dict]:
+    """A fallback package is as placeable as its first alternative that is (its own class
+    first); the alternatives' own entries are not packages and leave the result."""
+    for package in packages:
+        if not package.alternatives:
+            continue
+        own = result[package.id]
+        if own["placeable"]:
+            continue
+        for alternative in package.alternatives:
+            found = result.get(alternative, {})
+            if found.get("placeable"):
+                result[package.id] = {
+                    **found,
+                    "reason": f"its own class has no fit; alternative "
+                    f"{alternative.rpartition('/')[2]} has",
+                }
+                break
+        else:
+            own["reason"] = f"{own['reason']}; no alternative fits either"
+    for package in packages:
+        for alternative in package.alternatives:
+            result.pop(alternative, None)
     return result
 
 

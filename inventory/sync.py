@@ -54,17 +54,34 @@ def _exclusive() -> Iterator[bool]:
 
 
 def package_specs() -> list[observe.PackageSpec]:
-    return [
-        observe.PackageSpec(
-            id=p.id,
-            device_class_name=p.device_class_name,
-            selectors=tuple(p.selectors or ()),
-            count=p.count,
-            cpu_millicores=p.cpu_millicores,
-            memory_bytes=p.memory_bytes,
+    """What availability is computed for: each active package, and each alternative of a
+    fallback package as a spec of its own (`<package>/<alternative>`)."""
+    specs = []
+    for p in Package.objects.filter(active=True):
+        alternatives = list(p.alternatives or [])
+        specs.append(
+            observe.PackageSpec(
+                id=p.id,
+                device_class_name=p.device_class_name,
+                selectors=tuple(p.selectors or ()),
+                count=p.count,
+                cpu_millicores=p.cpu_millicores,
+                memory_bytes=p.memory_bytes,
+                alternatives=tuple(f"{p.id}/{a['name']}" for a in alternatives),
+            )
         )
-        for p in Package.objects.filter(active=True)
-    ]
+        specs += [
+            observe.PackageSpec(
+                id=f"{p.id}/{a['name']}",
+                device_class_name=a["deviceClassName"],
+                selectors=tuple(a.get("selectors") or ()),
+                count=a["count"],
+                cpu_millicores=p.cpu_millicores,
+                memory_bytes=p.memory_bytes,
+            )
+            for a in alternatives
+        ]
+    return specs
 
 
 def fetch() -> dict[str, list[dict]]:

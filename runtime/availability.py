@@ -40,10 +40,11 @@ def for_tenant(tenant: Tenant, packages: Iterable[Package]) -> dict[str, dict]:
             reason = "not in the inventory yet"
         elif fits == 0:
             reason = row.reason
-        elif quota_allows < fits:
-            reason = "" if quota_allows else "your quota is used up"
+        elif not quota_allows:
+            reason = "your quota is used up"
         else:
-            reason = ""
+            # Empty, but for a fallback package placed by an alternative (which says so).
+            reason = row.reason
         result[package.id] = {
             "placeableNow": min(fits, quota_allows),
             "freeDevices": row.free_devices if row else 0,

@@ -51,6 +51,9 @@ class UnitContract:
     count: int
     selectors: list[str] = field(default_factory=list)
     capacity: dict[str, str] = field(default_factory=dict)
+    # Fallbacks after the package's own class: [{name, deviceClassName, count, selectors?,
+    # capacity?}] (catalog.validation.alternatives).
+    alternatives: list[dict] = field(default_factory=list)
     command: list[str] = field(default_factory=list)
     args: list[str] = field(default_factory=list)
     env: list[dict[str, str]] = field(default_factory=list)
@@ -143,6 +146,8 @@ def allocation(contract: UnitContract) -> dict:
         block["selectors"] = list(contract.selectors)
     if contract.capacity:
         block["capacity"] = dict(contract.capacity)
+    if contract.alternatives:
+        block["alternatives"] = [dict(alternative) for alternative in contract.alternatives]
     return block
 
 
@@ -196,16 +201,49 @@ def build_gpuunit(contract: UnitContract) -> dict:
     }
 
 
-def build_resource_claim(contract: UnitContract, *, owner_uid: str) -> dict:
-    exactly: dict = {
-        "deviceClassName": contract.device_class_name,
+# The firstAvailable subrequest of the package's own class (catalog.validation reserves it).
+PRIMARY_ALTERNATIVE = "primary"
+
+
+def _device_request(
+    device_class: str, count: int, selectors: list[str], capacity: dict[str, str]
+) -> dict:
+    request: dict = {
+        "deviceClassName": device_class,
         "allocationMode": "ExactCount",
-        "count": contract.count,
+        "count": count,
     }
-    if contract.selectors:
-        exactly["selectors"] = [{"cel": {"expression": e}} for e in contract.selectors]
-    if contract.capacity:
-        exactly["capacity"] = {"requests": dict(contract.capacity)}
+    if selectors:
+        request["selectors"] = [{"cel": {"expression": e}} for e in selectors]
+    if capacity:
+        request["capacity"] = {"requests": dict(capacity)}
+    return request
+
+
+def build_resource_claim(contract: UnitContract, *, owner_uid: str) -> dict:
+    own = _device_request(
+        contract.device_class_name, contract.count, contract.selectors, contract.capacity
+    )
+    request: dict = {"name": contract.claim_request_name}
+    if contract.alternatives:
+        # A fallback package: the scheduler takes the first alternative that fits.
+        request["firstAvailable"] = [
+            {"name": PRIMARY_ALTERNATIVE, **own},
+            *(
+                {
+                    "name": alternative["name"],
+                    **_device_request(
+                        alternative["deviceClassName"],
+                        alternative["count"],
+                        list(alternative.get("selectors") or []),
+                        dict(alternative.get("capacity") or {}),
+                    ),
+                }
+                for alternative in contract.alternatives
+            ),
+        ]
+    else:
+        request["exactly"] = own
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
@@ -215,9 +253,7 @@ def build_resource_claim(contract: UnitContract, *, owner_uid: str) -> dict:
             "labels": labels(contract),
             "ownerReferences": [owner_reference(contract, owner_uid)],
         },
-        "spec": {
-            "devices": {"requests": [{"name": contract.claim_request_name, "exactly": exactly}]}
-        },
+        "spec": {"devices": {"requests": [request]}},
     }
 
 

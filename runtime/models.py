@@ -79,6 +79,8 @@ class GPUUnit(models.Model):
     count = models.PositiveIntegerField()
     selectors = models.JSONField(default=list, blank=True)
     capacity = models.JSONField(default=dict, blank=True)
+    # The package's fallbacks ([{name, deviceClassName, count, selectors?, capacity?}]).
+    alternatives = models.JSONField(default=list, blank=True)
     image = models.CharField(max_length=512)
     template = models.JSONField(default=dict, blank=True)
     # {primaryPort, scheme} when the template has ports (validation.access), else {}.
@@ -166,6 +168,7 @@ class GPUUnit(models.Model):
             "count": package.count,
             "selectors": list(package.selectors),
             "capacity": dict(package.capacity),
+            "alternatives": [dict(alternative) for alternative in package.alternatives or []],
             "dra": {"claimName": claim_name, "allocated": False, "devices": []},
         }
 
@@ -190,6 +193,7 @@ class GPUUnit(models.Model):
             count=self.count,
             selectors=list(self.selectors or []),
             capacity=dict(self.capacity or {}),
+            alternatives=[dict(alternative) for alternative in self.alternatives or []],
             command=list(template.get("command") or []),
             args=list(template.get("args") or []),
             env=list(template.get("env") or []),

@@ -339,19 +339,37 @@ class UnitAllocationSerializer(serializers.Serializer):
     claimName = serializers.CharField(source="claim_name")
     claimRequestName = serializers.CharField(source="claim_request_name")
     count = serializers.IntegerField()
+    alternatives = serializers.ListField(
+        child=serializers.DictField(),
+        required=False,
+        help_text="a fallback package's alternatives, in order (absent for others)",
+    )
+
+    def to_representation(self, instance):
+        shown = super().to_representation(instance)
+        if not shown.get("alternatives"):
+            shown.pop("alternatives", None)
+        return shown
 
 
 class DeviceSerializer(serializers.Serializer):
-    request = serializers.CharField()
+    request = serializers.CharField(help_text='"<request>/<alternative>" for a fallback package')
     driver = serializers.CharField()
     pool = serializers.CharField()
     device = serializers.CharField()
+    shareID = serializers.CharField(required=False, help_text="the share, on a shared device")
+    consumedCapacity = serializers.DictField(
+        child=serializers.CharField(), required=False, help_text="what the share takes"
+    )
 
 
 class DraStatusSerializer(serializers.Serializer):
     claimName = serializers.CharField()
     allocated = serializers.BooleanField()
     devices = DeviceSerializer(many=True)
+    alternative = serializers.CharField(
+        required=False, help_text="the fallback package's alternative allocated (primary: its own)"
+    )
 
 
 class EndpointSerializer(serializers.Serializer):
@@ -461,11 +479,14 @@ class UnitSerializer(serializers.ModelSerializer):
     @extend_schema_field(DraStatusSerializer)
     def get_draStatus(self, unit: GPUUnit) -> dict:
         dra = unit.dra or {}
-        return {
+        shown = {
             "claimName": dra.get("claimName", unit.claim_name),
             "allocated": bool(dra.get("allocated")),
             "devices": list(dra.get("devices") or []),
         }
+        if dra.get("alternative"):
+            shown["alternative"] = dra["alternative"]
+        return shown
 
 
 class UnitEventSerializer(serializers.ModelSerializer):

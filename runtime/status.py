@@ -31,12 +31,22 @@ def dra_status(claim_name: str, claim: dict | None) -> dict:
                 "driver": r.get("driver", ""),
                 "pool": r.get("pool", ""),
                 "device": r.get("device", ""),
+                # A share of a device (consumable capacity): which share, and how much of it.
+                **({"shareID": r["shareID"]} if r.get("shareID") else {}),
+                **(
+                    {"consumedCapacity": r["consumedCapacity"]} if r.get("consumedCapacity") else {}
+                ),
             }
             for r in results
         ),
         key=lambda d: (d["request"], d["driver"], d["pool"], d["device"]),
     )
-    return {"claimName": claim_name, "allocated": allocation is not None, "devices": devices}
+    status = {"claimName": claim_name, "allocated": allocation is not None, "devices": devices}
+    # A firstAvailable request's results name it "<request>/<subrequest>": the alternative.
+    chosen = {d["request"].partition("/")[2] for d in devices if "/" in d["request"]}
+    if len(chosen) == 1:
+        status["alternative"] = chosen.pop()
+    return status
 
 
 def scheduling_reason(message: str) -> str:
