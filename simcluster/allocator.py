@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import uuid
 from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -12,6 +13,8 @@ from typing import Any
 
 from dracel import CelCompileError, CompiledSelector, compile_selector, device_env
 from dracel import device_matches as cel_device_matches
+from simcluster import capacity
+from simcluster.capacity import Consumption, CounterSetKey, Usage
 from simcluster.quota import pod_usage
 from simcluster.taints import TaintRules, all_tolerated
 
@@ -30,6 +33,9 @@ REASON_SELECTOR = "node(s) didn't match Pod's node affinity/selector"
 REASON_CORDONED = "node(s) were unschedulable"
 REASON_VOLUME_NODE = "node(s) had volume node affinity conflict"
 REASON_NOT_READY = "node(s) had untolerated taint {node.kubernetes.io/not-ready: }"
+REASON_TIMEOUT = "timed out trying to allocate devices"
+# Device choices tried per node before giving up; the real allocator is bounded by a timeout.
+SEARCH_LIMIT = 20_000
 # Reasons preemption could fix by evicting pods; everything else is "not helpful".
 _RESOLVABLE = {REASON_CPU, REASON_MEMORY, REASON_PODS}
 
@@ -96,6 +102,11 @@ class Device:
     index: int
     # The slice's own taints, then those of matching DeviceTaintRules.
     taints: tuple[dict[str, Any], ...] = ()
+    # The device as published (capacity, consumesCounters); shareable when it allows
+    # multiple allocations.
+    spec: Mapping[str, Any] = field(default_factory=dict)
+    shareable: bool = False
+    draws: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def key(self) -> DeviceKey:
@@ -147,6 +158,8 @@ class Inventory:
         self.shared_devices: list[Device] = []
         self.shared_pools: list[Pool] = []
         self.by_key: dict[DeviceKey, Device] = {}
+        # Counter sets of each pool (sharedCounters of any of its kept slices).
+        self.counter_sets: dict[CounterSetKey, dict[str, Any]] = {}
         # Whether any device has a NoExecute taint: without one, nothing is to be evicted.
         self.no_execute = False
         live: set[tuple[str, str, str]] = set()
@@ -169,6 +182,11 @@ class Inventory:
                 if version:
                     live.add(version)
                 entry = cache.entry(resource_slice)
+                for counter_set in resource_slice["spec"].get("sharedCounters") or []:
+                    self.counter_sets[(driver, pool_name, str(counter_set.get("name", "")))] = {
+                        name: capacity.quantity(counter.get("value", "0"))
+                        for name, counter in (counter_set.get("counters") or {}).items()
+                    }
                 for index, device in enumerate(resource_slice["spec"].get("devices") or []):
                     if device["name"] in names:
                         pool.invalid = True
@@ -213,7 +231,19 @@ def _device(
     node = source.get("nodeName")
     selector = None if node or source.get("allNodes") else source.get("nodeSelector")
     taints = tuple(t for t in device.get("taints") or () if isinstance(t, dict))
-    return Device(driver, pool, device["name"], node, selector, entry, index, taints)
+    return Device(
+        driver,
+        pool,
+        device["name"],
+        node,
+        selector,
+        entry,
+        index,
+        taints,
+        spec=device,
+        shareable=bool(device.get("allowMultipleAllocations")),
+        draws=capacity.counter_draws(device),
+    )
 
 
 def _add_rule_taints(device: Device, rules: TaintRules) -> None:
@@ -248,6 +278,7 @@ class ClaimRequest:
     name: str
     requests: list[dict[str, Any]]
     config: list[dict[str, Any]] = field(default_factory=list)
+    constraints: list[dict[str, Any]] = field(default_factory=list)
     allocation: dict[str, Any] | None = None
     reserved_for: list[dict[str, Any]] = field(default_factory=list)
     deleting: bool = False
@@ -262,6 +293,7 @@ class ClaimRequest:
             name=metadata.get("name", ""),
             requests=list(devices.get("requests") or []),
             config=list(devices.get("config") or []),
+            constraints=[c for c in devices.get("constraints") or [] if isinstance(c, dict)],
             allocation=status.get("allocation"),
             reserved_for=list(status.get("reservedFor") or []),
             deleting=bool(metadata.get("deletionTimestamp")),
@@ -303,6 +335,8 @@ class Placement:
     # status.allocation for each claim allocated now (claims allocated before are not here).
     allocations: dict[str, dict[str, Any]]
     devices: list[DeviceKey]
+    # What the placement takes: devices whole, shares and counters.
+    usage: Usage = field(default_factory=Usage)
 
 
 @dataclass
@@ -333,6 +367,12 @@ class _Alternative:
     key: SelectorKey
     selectors: list[CompiledSelector]
     tolerations: list[dict[str, Any]] = field(default_factory=list)
+    # exactly.capacity.requests: {capacity name: quantity}.
+    capacity: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def capacity_key(self) -> str:
+        return json.dumps(self.capacity, sort_keys=True) if self.capacity else ""
 
     @property
     def tolerations_key(self) -> str:
@@ -349,7 +389,10 @@ class _Need:
     alternatives: list[_Alternative]
 
 
-_Pick = tuple[_Need, _Alternative, list[Device]]
+# A device chosen for a request, with what it consumes when shared (None: held whole or,
+# with admin access, not held at all).
+_Chosen = tuple[Device, Consumption | None]
+_Pick = tuple[_Need, _Alternative, list[_Chosen]]
 
 
 @dataclass
@@ -444,12 +487,15 @@ class Allocator:
         inventory: Inventory,
         classes: Mapping[str, Mapping[str, Any]],
         nodes: Iterable[NodeState],
-        allocated: Iterable[DeviceKey] = (),
+        allocated: Iterable[DeviceKey] | Usage = (),
     ) -> None:
         self.inventory = inventory
         self.classes = classes
         self.nodes = {node.name: node for node in sorted(nodes, key=lambda n: n.name)}
-        self.allocated: set[DeviceKey] = set(allocated)
+        self.usage = allocated if isinstance(allocated, Usage) else Usage(set(allocated))
+        # Devices held whole; shareable devices and their counters are in `usage` only.
+        self.allocated: set[DeviceKey] = self.usage.exclusive
+        self._consumptions: dict[tuple[DeviceKey, str], Consumption | None] = {}
         self._matching_cache: dict[tuple[str, SelectorKey], list[Device]] = {}
         self._shared_match: dict[SelectorKey, bool] = {}
         self._candidates: dict[SelectorKey, list[str]] = {}
@@ -489,7 +535,7 @@ class Allocator:
         node.cpu_free -= pod.cpu
         node.memory_free -= pod.memory
         node.pods_free -= 1
-        self.allocated.update(placement.devices)
+        self.usage.merge(placement.usage)
 
     def _prefilter(self, pod: PodRequest) -> _Plan | Unschedulable | SchedulingError:
         total = len(self.nodes)
@@ -580,6 +626,10 @@ class Allocator:
             key=(*class_expressions, "\x00", *claim_expressions),
             selectors=compiled,
             tolerations=[dict(t) for t in exact.get("tolerations") or [] if isinstance(t, dict)],
+            capacity={
+                str(k): str(v)
+                for k, v in ((exact.get("capacity") or {}).get("requests") or {}).items()
+            },
         )
 
     def _shape(self, pod: PodRequest, plan: _Plan) -> Any:
@@ -587,14 +637,18 @@ class Allocator:
             return None
         needs = tuple(
             tuple(
-                (a.key, a.mode, a.count, a.admin_access, a.tolerations_key)
+                (a.key, a.mode, a.count, a.admin_access, a.tolerations_key, a.capacity_key)
                 for a in need.alternatives
             )
             for need in plan.needs
         )
+        constraints = json.dumps(
+            [need.claim.constraints for need in plan.needs if need.claim.constraints],
+            sort_keys=True,
+        )
         node_selector = tuple(sorted(pod.node_selector.items()))
         volumes = json.dumps(pod.volume_affinities, sort_keys=True)
-        return (pod.cpu, pod.memory, node_selector, volumes, bool(pod.claims), needs)
+        return (pod.cpu, pod.memory, node_selector, volumes, bool(pod.claims), needs, constraints)
 
     def _search_order(self, pod: PodRequest, plan: _Plan) -> Iterator[NodeState]:
         """Nodes worth a full Filter, in name order; placing a pod is first-fit."""
@@ -697,23 +751,18 @@ class Allocator:
             selector = (claim.allocation or {}).get("nodeSelector")
             if selector and not node_selector_matches(selector, node):
                 return [REASON_CLAIM_ELSEWHERE]
-        taken: set[DeviceKey] = set()
-        picks: list[_Pick] = []
-        for need in plan.needs:
-            for alternative in need.alternatives:
-                devices = self._pick(need, alternative, node, taken)
-                if devices is not None:
-                    picks.append((need, alternative, devices))
-                    if not alternative.admin_access:
-                        taken.update(d.key for d in devices)
-                    break
-            else:
-                return [REASON_CLAIMS]
+        search = _Search(self, plan, node)
+        try:
+            picks = search.run()
+        except _Exhausted:
+            return [REASON_TIMEOUT]
+        if picks is None:
+            return [REASON_CLAIMS]
         return _Fit(picks)
 
-    def _pick(
-        self, need: _Need, alternative: _Alternative, node: NodeState, taken: set[DeviceKey]
-    ) -> list[Device] | None:
+    def candidates(self, need: _Need, alternative: _Alternative, node: NodeState) -> list[Device]:
+        """Devices on or usable from the node that match the alternative's selectors and whose
+        taints it tolerates, in publication order; `All` fails when a pool is mid-update."""
         if alternative.mode == "All":
             for pool in [*self.inventory.node_pools.get(node.name, ()), *self._shared_pools(node)]:
                 if pool.complete and not pool.invalid:
@@ -724,24 +773,20 @@ class Allocator:
                     f"asks for all devices, but resource pool {pool.pool_id} is {state}"
                 )
         devices = [*self._matching(node.name, alternative), *self._shared_on(node, alternative)]
-        if alternative.mode == "All":
-            # Every matching device on the node, all of them free and their taints tolerated;
-            # at least one must exist.
-            if not devices or not all(alternative.tolerates(d) for d in devices):
-                return None
-            if not alternative.admin_access and any(
-                d.key in self.allocated or d.key in taken for d in devices
-            ):
-                return None
-            return devices
         # A device whose taints the request does not tolerate is never allocated, not even
-        # with admin access.
-        devices = [d for d in devices if alternative.tolerates(d)]
-        if not alternative.admin_access:
-            devices = [d for d in devices if d.key not in self.allocated and d.key not in taken]
-        if len(devices) < alternative.count:
-            return None
-        return devices[: alternative.count]
+        # with admin access; `All` then cannot have every device.
+        tolerated = [d for d in devices if alternative.tolerates(d)]
+        if alternative.mode == "All" and len(tolerated) < len(devices):
+            return []
+        return tolerated
+
+    def consumption(self, device: Device, alternative: _Alternative) -> Consumption | None:
+        key = (device.key, alternative.capacity_key)
+        if key not in self._consumptions:
+            self._consumptions[key] = capacity.consumption(
+                device.driver, device.spec, alternative.capacity
+            )
+        return self._consumptions[key]
 
     def _shared_pools(self, node: NodeState) -> list[Pool]:
         return [
@@ -803,14 +848,15 @@ class Allocator:
             by_claim.setdefault(pick[0].claim.name, []).append(pick)
         allocations: dict[str, dict[str, Any]] = {}
         taken: list[DeviceKey] = []
+        usage = Usage()
         for claim_name, claim_picks in by_claim.items():
             claim = claim_picks[0][0].claim
             results: list[dict[str, Any]] = []
             config: list[dict[str, Any]] = []
             node_local = False
             selectors: list[dict[str, Any]] = []
-            for _need, alternative, devices in claim_picks:
-                for device in devices:
+            for _need, alternative, chosen in claim_picks:
+                for device, share in chosen:
                     result: dict[str, Any] = {
                         "request": alternative.result_name,
                         "driver": device.driver,
@@ -819,8 +865,15 @@ class Allocator:
                     }
                     if alternative.admin_access:
                         result["adminAccess"] = True
+                    elif share is not None:
+                        result["shareID"] = str(uuid.uuid4())
+                        result["consumedCapacity"] = dict(share.text)
+                        usage.add_share(device.key, share.amounts)
+                        usage.draw(device.key, device.draws)
                     else:
                         taken.append(device.key)
+                        usage.exclusive.add(device.key)
+                        usage.draw(device.key, device.draws)
                     if alternative.tolerations:
                         # What the eviction controller reads (the 1.34 fix of k8s #134434).
                         result["tolerations"] = [dict(t) for t in alternative.tolerations]
@@ -839,7 +892,251 @@ class Allocator:
             elif selectors:
                 allocation["nodeSelector"] = selectors[0]
             allocations[claim_name] = allocation
-        return Placement(node=node.name, allocations=allocations, devices=taken)
+        return Placement(node=node.name, allocations=allocations, devices=taken, usage=usage)
+
+
+class _Exhausted(Exception):
+    """The search tried SEARCH_LIMIT device choices on a node without finding a fit."""
+
+
+class _Search:
+    """Backtracking over a pod's requests on one node, as the structured allocator searches:
+    for each request its alternatives in order, for each the devices in publication order,
+    undoing a choice when a later request (or a constraint) cannot be met with it. What is
+    taken is checked against the pass's usage plus this search's tentative picks: devices held
+    whole, capacity left on shareable devices, and counters left in counter sets."""
+
+    def __init__(self, allocator: Allocator, plan: _Plan, node: NodeState) -> None:
+        self.allocator = allocator
+        self.plan = plan
+        self.node = node
+        self.usage = allocator.usage
+        self.exclusive: set[DeviceKey] = set()
+        self.shared: dict[DeviceKey, dict[str, Any]] = {}
+        self.counters: dict[CounterSetKey, dict[str, Any]] = {}
+        self.drawing: dict[DeviceKey, int] = {}
+        self.picks: list[_Pick] = []
+        self.steps = 0
+        # How many tentative shares each shareable device has in this search.
+        self.shared_uses: dict[DeviceKey, int] = {}
+
+    def run(self) -> list[_Pick] | None:
+        return self.picks if self._place(0) else None
+
+    def _place(self, index: int) -> bool:
+        if index == len(self.plan.needs):
+            return True
+        need = self.plan.needs[index]
+        for alternative in need.alternatives:
+            candidates = self.allocator.candidates(need, alternative, self.node)
+            if alternative.mode == "All":
+                if self._take_all(index, need, alternative, candidates):
+                    return True
+            elif self._choose(index, need, alternative, candidates, 0, []):
+                return True
+        return False
+
+    def _take_all(
+        self, index: int, need: _Need, alternative: _Alternative, candidates: list[Device]
+    ) -> bool:
+        """Every matching device, all of them free; at least one must exist."""
+        if not candidates:
+            return False
+        chosen: list[_Chosen] = []
+        undo: list[Any] = []
+        for device in candidates:
+            taken = self._take(device, alternative)
+            if taken is None or not self._constraints_hold(need, alternative, device, chosen):
+                if taken is not None:
+                    taken[1]()
+                for release in reversed(undo):
+                    release()
+                return False
+            chosen.append((device, taken[0]))
+            undo.append(taken[1])
+        self.picks.append((need, alternative, chosen))
+        if self._place(index + 1):
+            return True
+        self.picks.pop()
+        for release in reversed(undo):
+            release()
+        return False
+
+    def _choose(
+        self,
+        index: int,
+        need: _Need,
+        alternative: _Alternative,
+        candidates: list[Device],
+        start: int,
+        chosen: list[_Chosen],
+    ) -> bool:
+        if len(chosen) == alternative.count:
+            self.picks.append((need, alternative, list(chosen)))
+            if self._place(index + 1):
+                return True
+            self.picks.pop()
+            return False
+        for position in range(start, len(candidates)):
+            if len(candidates) - position < alternative.count - len(chosen):
+                return False
+            self.steps += 1
+            if self.steps > SEARCH_LIMIT:
+                raise _Exhausted
+            device = candidates[position]
+            taken = self._take(device, alternative)
+            if taken is None:
+                continue
+            if not self._constraints_hold(need, alternative, device, chosen):
+                taken[1]()
+                continue
+            chosen.append((device, taken[0]))
+            if self._choose(index, need, alternative, candidates, position + 1, chosen):
+                return True
+            chosen.pop()
+            taken[1]()
+        return False
+
+    # -- what a device has left ---------------------------------------------------------------
+
+    def _take(
+        self, device: Device, alternative: _Alternative
+    ) -> tuple[Consumption | None, Any] | None:
+        """Tentatively allocate the device for the alternative: (its share or None, undo), or
+        None when it is taken, lacks room, or its counters would be exceeded."""
+        if alternative.admin_access:
+            # Admin access ignores whether the device is in use and takes nothing.
+            if alternative.capacity and not capacity.fits_exclusive(
+                device.driver, device.spec, alternative.capacity
+            ):
+                return None
+            return None, _nothing
+        key = device.key
+        if key in self.usage.exclusive or key in self.exclusive:
+            return None
+        share: Consumption | None = None
+        if device.shareable:
+            share = self.allocator.consumption(device, alternative)
+            if share is None:
+                return None
+            totals = capacity.device_totals(device.spec)
+            used = self.usage.shared.get(key, {})
+            pending = self.shared.get(key, {})
+            for name, amount in share.amounts.items():
+                if used.get(name, 0) + pending.get(name, 0) + amount > totals.get(name, 0):
+                    return None
+        else:
+            if key in self.usage.shared or key in self.shared:
+                return None
+            if alternative.capacity and not capacity.fits_exclusive(
+                device.driver, device.spec, alternative.capacity
+            ):
+                return None
+        # Counters are drawn by a device's first allocation; one already in use has drawn them.
+        counted = not self.usage.in_use(key)
+        if counted and key not in self.drawing and not self._counters_fit(device):
+            return None
+        if share is not None:
+            current = self.shared.setdefault(key, {})
+            for name, amount in share.amounts.items():
+                current[name] = current.get(name, 0) + amount
+        else:
+            self.exclusive.add(key)
+        if counted:
+            self._draw(device, 1)
+        amounts = share.amounts if share is not None else None
+
+        def undo() -> None:
+            if amounts is not None:
+                pending = self.shared[key]
+                for name, amount in amounts.items():
+                    pending[name] -= amount
+                self.shared_uses[key] -= 1
+                if not self.shared_uses[key]:
+                    del self.shared[key]
+                    del self.shared_uses[key]
+            else:
+                self.exclusive.discard(key)
+            if counted:
+                self._draw(device, -1)
+
+        if amounts is not None:
+            self.shared_uses[key] = self.shared_uses.get(key, 0) + 1
+        return share, undo
+
+    def _counters_fit(self, device: Device) -> bool:
+        sets = self.allocator.inventory.counter_sets
+        for counter_set, counters in device.draws.items():
+            set_key = (device.driver, device.pool, counter_set)
+            total = sets.get(set_key)
+            if total is None:
+                return False
+            used = self.usage.counters.get(set_key, {})
+            pending = self.counters.get(set_key, {})
+            for name, amount in counters.items():
+                if name not in total:
+                    return False
+                if used.get(name, 0) + pending.get(name, 0) + amount > total[name]:
+                    return False
+        return True
+
+    def _draw(self, device: Device, direction: int) -> None:
+        """Count a tentative user of the device; its counters are drawn by the first one and
+        given back with the last."""
+        key = device.key
+        before = self.drawing.get(key, 0)
+        after = before + direction
+        if after:
+            self.drawing[key] = after
+        else:
+            self.drawing.pop(key, None)
+        if (before == 0) == (after == 0):
+            return
+        for counter_set, counters in device.draws.items():
+            pending = self.counters.setdefault((device.driver, device.pool, counter_set), {})
+            for name, amount in counters.items():
+                pending[name] = pending.get(name, 0) + direction * amount
+
+    # -- constraints --------------------------------------------------------------------------
+
+    def _constraints_hold(
+        self, need: _Need, alternative: _Alternative, device: Device, chosen: list[_Chosen]
+    ) -> bool:
+        """matchAttribute: every device of the requests a constraint names has the attribute,
+        with one value; distinctAttribute: each a different value (no names: all requests)."""
+        claim = need.claim
+        if not claim.constraints:
+            return True
+        for constraint in claim.constraints:
+            if not _constraint_covers(constraint, need.request_name, alternative.result_name):
+                continue
+            match = constraint.get("matchAttribute")
+            distinct = constraint.get("distinctAttribute")
+            name = match or distinct
+            if not name:
+                continue
+            value = _attribute(device, name)
+            if value is None:
+                return False
+            others = [
+                _attribute(other, name)
+                for other in self._claim_devices(claim, constraint)
+                if other is not device
+            ] + [_attribute(other, name) for other, _ in chosen if other is not device]
+            if match and any(v != value for v in others):
+                return False
+            if distinct and value in others:
+                return False
+        return True
+
+    def _claim_devices(self, claim: ClaimRequest, constraint: Mapping[str, Any]) -> list[Device]:
+        return [
+            device
+            for need, alternative, chosen in self.picks
+            if need.claim is claim
+            and _constraint_covers(constraint, need.request_name, alternative.result_name)
+            for device, _ in chosen
+        ]
 
 
 def _pinned_names(allocation: Mapping[str, Any]) -> set[str] | None:
@@ -858,6 +1155,55 @@ def _pinned_names(allocation: Mapping[str, Any]) -> set[str] | None:
             return None
         names.update(fields[0].get("values") or [])
     return names
+
+
+def _nothing() -> None:
+    return None
+
+
+def _constraint_covers(constraint: Mapping[str, Any], request: str, result_name: str) -> bool:
+    names = constraint.get("requests") or []
+    return not names or request in names or result_name in names
+
+
+def _attribute(device: Device, name: str) -> Any:
+    """A fully qualified attribute of the device: `<driver>/<name>` also finds the
+    driver-domain attribute published without a prefix."""
+    attributes = device.spec.get("attributes") or {}
+    value = attributes.get(name)
+    if value is None:
+        domain, _, identifier = name.rpartition("/")
+        if domain == device.driver:
+            value = attributes.get(identifier)
+    if not isinstance(value, dict) or not value:
+        return None
+    return tuple(sorted(value.items()))
+
+
+def usage_of(claims: Iterable[Mapping[str, Any]], inventory: Inventory) -> Usage:
+    """What allocated claims take: devices without a shareID whole, shares their
+    consumedCapacity, and each allocated device its counters once; admin access nothing."""
+    usage = Usage()
+    for claim in claims:
+        allocation = (claim.get("status") or {}).get("allocation") or {}
+        for result in (allocation.get("devices") or {}).get("results") or []:
+            if result.get("adminAccess"):
+                continue
+            key = (result["driver"], result["pool"], result["device"])
+            if result.get("shareID"):
+                usage.add_share(
+                    key,
+                    {
+                        name: capacity.quantity(value)
+                        for name, value in (result.get("consumedCapacity") or {}).items()
+                    },
+                )
+            else:
+                usage.exclusive.add(key)
+            device = inventory.by_key.get(key)
+            if device is not None:
+                usage.draw(key, device.draws)
+    return usage
 
 
 def allocated_devices(claims: Iterable[Mapping[str, Any]]) -> set[DeviceKey]:

@@ -22,9 +22,9 @@ from simcluster.allocator import (
     PodRequest,
     SelectorCache,
     Unschedulable,
-    allocated_devices,
     fit_error_message,
     preemption_message,
+    usage_of,
 )
 from simcluster.errors import ApiError
 from simcluster.kubelet import Kubelet
@@ -225,7 +225,7 @@ class Scheduler:
             inventory,
             classes,
             _node_states(nodes.values(), pods, self._requests),
-            allocated_devices(claims.values()),
+            usage_of(claims.values(), inventory),
         )
         pending = sorted((pod for pod in pods if _is_pending(pod)), key=_queue_order)
         clock = time.monotonic()
