@@ -34,6 +34,9 @@ FIELD_PATHS = {
 }
 
 
+ALTERNATIVE_KEYS = ("name", "deviceClassName", "count", "selectors", "capacity")
+
+
 class Package(models.Model):
     id = models.CharField(
         primary_key=True,
@@ -163,5 +166,9 @@ class Package(models.Model):
         if self.capacity:
             block["capacity"] = dict(self.capacity)
         if self.alternatives:
-            block["alternatives"] = [dict(alternative) for alternative in self.alternatives]
+            # In the catalog's key order (PostgreSQL's jsonb stores keys its own way).
+            block["alternatives"] = [
+                {key: alternative[key] for key in ALTERNATIVE_KEYS if key in alternative}
+                for alternative in self.alternatives
+            ]
         return block
