@@ -15,10 +15,15 @@ from pathlib import Path
 
 import psutil
 import pytest
+import yaml
 
 from devstack.services import free_port
 
 ROOT = Path(__file__).resolve().parent.parent
+
+SAMPLE_PACKAGES = yaml.safe_load((ROOT / "catalog" / "samples" / "packages.yaml").read_text())[
+    "packages"
+]
 
 
 def get(url: str, key: str = "") -> tuple[int, bytes]:
@@ -176,7 +181,8 @@ def test_make_run_serves_api_and_admin_and_stops_on_ctrl_c(tmp_path):
         worker = json.loads(get(f"{base}/api/v1/health")[1])["data"]["checks"]["worker"]
         if worker["ok"]:
             assert datetime.fromisoformat(worker["lastHeartbeat"]) >= restarted_at, worker
-        assert len(json.loads(get(f"{base}/api/v1/packages", key)[1])["data"]) == 5
+        packages = json.loads(get(f"{base}/api/v1/packages", key)[1])["data"]
+        assert len(packages) == len(SAMPLE_PACKAGES)  # imported once, not twice
         unit = json.loads(get(f"{base}/api/v1/gpu-units/demo-instance", key)[1])["data"]
         assert unit["phase"] == "Running"  # the cluster's objects persisted too
         stop_with_ctrl_c(process)
