@@ -336,6 +336,8 @@ class Store:
             namespace = metadata.get("namespace")
             if rtype.namespaced:
                 self._check_namespace(namespace, internal=internal)
+            if not internal and rtype.key in validation.ADMIN_ACCESS_KINDS:
+                self._check_admin_access(rtype, new, namespace)
             name = metadata.get("name") or ""
             if self._get_ref(resource, namespace, name) is not None:
                 raise ApiError.already_exists(rtype.plural, name, rtype.group)
@@ -669,6 +671,20 @@ class Store:
             validation.validate_custom(
                 rtype, obj, creating=old is None, strict_fields=field_validation == "Strict"
             )
+
+    def _check_admin_access(
+        self, rtype: ResourceType, obj: dict[str, Any], namespace: str | None
+    ) -> None:
+        """adminAccess only in a namespace labelled resource.kubernetes.io/admin-access=true
+        (the claim and template strategies' Validate)."""
+        ns = self._get_ref("namespaces", None, namespace or "")
+        labels = ((ns or {}).get("metadata") or {}).get("labels") or {}
+        causes = validation.admin_access_causes(
+            rtype, obj, allowed=labels.get(validation.ADMIN_ACCESS_LABEL) == "true"
+        )
+        if causes:
+            name = (obj.get("metadata") or {}).get("name") or ""
+            raise ApiError.invalid(rtype.kind, name, causes, rtype.group)
 
     def _check_finalizers(
         self, rtype: ResourceType, new: dict[str, Any], current: dict[str, Any]

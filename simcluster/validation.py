@@ -598,6 +598,33 @@ def _claim_spec_causes(spec: dict[str, Any], at: str) -> list[dict]:
     return causes
 
 
+ADMIN_ACCESS_LABEL = "resource.kubernetes.io/admin-access"
+ADMIN_ACCESS_KINDS = ("resourceclaims", "resourceclaimtemplates")
+
+
+def admin_access_causes(rtype: ResourceType, obj: dict[str, Any], *, allowed: bool) -> list[dict]:
+    """A Forbidden cause per request asking for adminAccess where the namespace lacks the
+    label."""
+    if allowed:
+        return []
+    spec = obj.get("spec") or {}
+    at = "spec"
+    if rtype.key == "resourceclaimtemplates":
+        spec, at = spec.get("spec") or {}, "spec.spec"
+    causes = []
+    for index, request in enumerate((spec.get("devices") or {}).get("requests") or []):
+        if (request.get("exactly") or {}).get("adminAccess"):
+            causes.append(
+                cause(
+                    "FieldValueForbidden",
+                    f"{at}.devices.requests[{index}].exactly.adminAccess",
+                    "Forbidden: admin access to devices requires the "
+                    f"`{ADMIN_ACCESS_LABEL}: true` label on the containing namespace",
+                )
+            )
+    return causes
+
+
 _SLICE_NODE_FIELDS = (
     "exactly one of `nodeName`, `nodeSelector`, `allNodes`, `perDeviceNodeSelection`"
 )

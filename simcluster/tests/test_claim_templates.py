@@ -256,3 +256,92 @@ def test_kubectl_applies_and_lists_a_template(
     assert f"resourceclaimtemplate.resource.k8s.io/{name} created" in applied.stdout
     listed = kubectl("get", "resourceclaimtemplates", "-n", gpus.namespace)
     assert listed.stdout.split()[:3] == ["NAME", "AGE", name]
+
+
+def _admin_template(namespace: str, device_class: str) -> dict:
+    """dra-example-driver demo/examples/admin-access: a template asking for all devices of
+    the class with admin access."""
+    return {
+        "metadata": {"name": "multiple-gpus-admin", "namespace": namespace},
+        "spec": {
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {
+                            "name": "admin-gpu",
+                            "exactly": {
+                                "deviceClassName": device_class,
+                                "allocationMode": "All",
+                                "adminAccess": True,
+                            },
+                        }
+                    ]
+                }
+            }
+        },
+    }
+
+
+def test_admin_access_is_refused_outside_a_labelled_namespace(gpus: GpuEnv) -> None:
+    with pytest.raises(ApiException) as raised:
+        gpus.resource.create_namespaced_resource_claim_template(
+            gpus.namespace, _admin_template(gpus.namespace, gpus.device_class)
+        )
+    assert raised.value.status == 422
+    body = json.loads(raised.value.body)
+    assert body["message"] == (
+        'ResourceClaimTemplate.resource.k8s.io "multiple-gpus-admin" is invalid: '
+        "spec.spec.devices.requests[0].exactly.adminAccess: Forbidden: admin access to devices "
+        "requires the `resource.kubernetes.io/admin-access: true` label on the containing "
+        "namespace"
+    )
+    with pytest.raises(ApiException) as raised:
+        gpus.claim("admin", adminAccess=True)
+    assert raised.value.status == 422
+
+
+def test_admin_access_demo_runs_in_a_labelled_namespace(gpus: GpuEnv) -> None:
+    """The demo's namespace carries the label: the pod runs with every device of the node,
+    which stay free for others."""
+    admin = _unique("admin-access")
+    gpus.core.create_namespace(
+        {"metadata": {"name": admin, "labels": {"resource.kubernetes.io/admin-access": "true"}}}
+    )
+    try:
+        gpus.resource.create_namespaced_resource_claim_template(
+            admin, _admin_template(admin, gpus.device_class)
+        )
+        gpus.core.create_namespaced_pod(
+            admin,
+            {
+                "metadata": {"name": "pod0"},
+                "spec": {
+                    "resourceClaims": [
+                        {"name": "admin-gpus", "resourceClaimTemplateName": "multiple-gpus-admin"}
+                    ],
+                    "containers": [
+                        {
+                            "name": "ctr0",
+                            "image": "ubuntu:22.04",
+                            "resources": {"claims": [{"name": "admin-gpus"}]},
+                        }
+                    ],
+                },
+            },
+        )
+        pod = _wait(
+            lambda: gpus.core.read_namespaced_pod("pod0", admin),
+            lambda p: p.status.phase == "Running",
+            "admin pod Running",
+        )
+        claim = gpus.resource.read_namespaced_resource_claim(
+            pod.status.resource_claim_statuses[0].resource_claim_name, admin
+        )
+        results = claim.status.allocation.devices.results
+        assert sorted(r.device for r in results) == ["gpu-0", "gpu-1"]
+        assert all(r.admin_access for r in results)
+        gpus.claim("after", count=2)
+        gpus.pod("after", "after")
+        gpus.wait_running("after")
+    finally:
+        gpus.core.delete_namespace(admin)
