@@ -94,8 +94,12 @@ def build_objects(spec: Mapping[str, Any]) -> Seed:
             raise TopologyError(f"nodes[{index}]: duplicate node name {name!r}")
         seen_nodes.add(name)
         gpus = _expand_gpus(node.get("gpus") or [], products, f"nodes[{index}]")
-        seed.append(("nodes", build_node(node, index, gpus, now)))
+        shareable = _expand_gpus(node.get("shareableGpus") or [], products, f"nodes[{index}]")
+        mig = _expand_gpus(node.get("migGpus") or [], products, f"nodes[{index}]")
+        seed.append(("nodes", build_node(node, index, gpus or shareable or mig, now)))
         slices.extend(("resourceslices", s) for s in build_resource_slices(name, gpus))
+        slices.extend(("resourceslices", s) for s in build_shareable_slices(name, shareable))
+        slices.extend(("resourceslices", s) for s in build_mig_slices(name, mig, f"nodes[{index}]"))
     for index, device_class in enumerate(spec.get("deviceClasses") or []):
         seed.append(("deviceclasses", build_device_class(device_class, f"deviceClasses[{index}]")))
     return seed + slices
@@ -248,6 +252,141 @@ def _gpu_device(node_name: str, index: int, gpu: Mapping[str, Any]) -> dict[str,
         },
         "capacity": {"memory": {"value": str(gpu["memory"])}},
     }
+
+
+HAMI_DRIVER = "hami-core-gpu.project-hami.io"
+# Static MIG profiles of an 80 GB H100: memory and multiprocessors each slice takes.
+MIG_PROFILES = {
+    "1g.10gb": ("10Gi", 16),
+    "1g.20gb": ("20Gi", 26),
+    "2g.20gb": ("20Gi", 32),
+    "3g.40gb": ("40Gi", 60),
+    "4g.40gb": ("40Gi", 64),
+    "7g.80gb": ("80Gi", 132),
+}
+MIG_PARENT = ("80Gi", 132)
+
+
+def _slice(node_name: str, driver: str, number: int, count: int, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": f"{node_name}-{driver}-{_hex_id(node_name, driver, str(number))[:5]}"},
+        "spec": {
+            "driver": driver,
+            "nodeName": node_name,
+            "pool": {"name": node_name, "generation": 1, "resourceSliceCount": count},
+            **spec,
+        },
+    }
+
+
+def build_shareable_slices(node_name: str, gpus: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """HAMi's DRA driver: each GPU `hami-gpu-<minor>` allows multiple allocations and offers
+    `cores` (100, any whole percent) and `memory` (the framebuffer, by the MiB)."""
+    if not gpus:
+        return []
+    devices = []
+    for minor, gpu in enumerate(gpus):
+        name = f"hami-gpu-{minor}"
+        memory = str(gpu["memory"])
+        devices.append(
+            {
+                "name": name,
+                "attributes": {
+                    "type": {"string": "hami-gpu"},
+                    "uuid": {"string": gpu_uuid(node_name, name)},
+                    "minor": {"int": minor},
+                    "productName": {"string": gpu["product"]},
+                    "brand": {"string": "Nvidia"},
+                    "architecture": {"string": str(gpu["architecture"])},
+                    "cudaComputeCapability": {"version": str(gpu["cudaComputeCapability"])},
+                    "driverVersion": {"version": str(gpu.get("driverVersion", DRIVER_VERSION))},
+                    "cudaDriverVersion": {"version": CUDA_DRIVER_VERSION},
+                },
+                "allowMultipleAllocations": True,
+                "capacity": {
+                    "cores": {
+                        "value": "100",
+                        "requestPolicy": {
+                            "default": "100",
+                            "validRange": {"min": "0", "max": "100", "step": "1"},
+                        },
+                    },
+                    "memory": {
+                        "value": memory,
+                        "requestPolicy": {
+                            "default": memory,
+                            "validRange": {"min": "1Mi", "max": memory, "step": "1Mi"},
+                        },
+                    },
+                },
+            }
+        )
+    return [_slice(node_name, HAMI_DRIVER, 0, 1, devices=devices)]
+
+
+def build_mig_slices(
+    node_name: str, gpus: list[dict[str, Any]], where: str
+) -> list[dict[str, Any]]:
+    """NVIDIA's driver with static MIG: per GPU `layout` profiles as devices of type mig with
+    `profile` and `parentUUID`, memory and multiprocessors capacity, drawing on the parent's
+    counter set (published first, in a counters-only slice, as the driver does)."""
+    if not gpus:
+        return []
+    counter_sets = []
+    devices = []
+    for index, gpu in enumerate(gpus):
+        parent = gpu_uuid(node_name, f"gpu-{index}")
+        counter_set = f"gpu-{index}-counters"
+        counter_sets.append(
+            {
+                "name": counter_set,
+                "counters": {
+                    "memory": {"value": MIG_PARENT[0]},
+                    "multiprocessors": {"value": str(MIG_PARENT[1])},
+                },
+            }
+        )
+        for number, profile in enumerate(gpu.get("layout") or []):
+            if profile not in MIG_PROFILES:
+                raise TopologyError(f"{where}: unknown MIG profile {profile!r}")
+            memory, processors = MIG_PROFILES[profile]
+            name = f"gpu-{index}-mig-{profile.split('.')[0]}-{number}"
+            devices.append(
+                {
+                    "name": name,
+                    "attributes": {
+                        "type": {"string": "mig"},
+                        "profile": {"string": profile},
+                        "parentUUID": {"string": parent},
+                        "uuid": {"string": gpu_uuid(node_name, name).replace("GPU-", "MIG-")},
+                        "productName": {"string": gpu["product"]},
+                        "brand": {"string": "Nvidia"},
+                        "architecture": {"string": str(gpu["architecture"])},
+                        "cudaComputeCapability": {"version": str(gpu["cudaComputeCapability"])},
+                        "driverVersion": {"version": DRIVER_VERSION},
+                        "cudaDriverVersion": {"version": CUDA_DRIVER_VERSION},
+                    },
+                    "capacity": {
+                        "memory": {"value": memory},
+                        "multiprocessors": {"value": str(processors)},
+                    },
+                    "consumesCounters": [
+                        {
+                            "counterSet": counter_set,
+                            "counters": {
+                                "memory": {"value": memory},
+                                "multiprocessors": {"value": str(processors)},
+                            },
+                        }
+                    ],
+                }
+            )
+    return [
+        _slice(node_name, DRIVER, 0, 2, sharedCounters=counter_sets),
+        _slice(node_name, DRIVER, 1, 2, devices=devices),
+    ]
 
 
 def gpu_uuid(node_name: str, device_name: str) -> str:
