@@ -886,7 +886,11 @@ class Allocator:
                     for entry in plan.class_configs.get(alternative.class_name, [])
                 )
             config.extend({"source": "FromClaim", **entry} for entry in claim.config)
-            allocation: dict[str, Any] = {"devices": {"results": results, "config": config}}
+            # An empty config list is omitted, as the real server writes the allocation.
+            devices_result: dict[str, Any] = {"results": results}
+            if config:
+                devices_result["config"] = config
+            allocation: dict[str, Any] = {"devices": devices_result}
             if node_local or len(selectors) > 1:
                 allocation["nodeSelector"] = allocation_node_selector(node.name)
             elif selectors:

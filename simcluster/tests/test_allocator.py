@@ -112,7 +112,6 @@ def test_exact_count_allocates_requested_devices_on_one_node() -> None:
                 {"request": "gpu", "driver": "gpu.nvidia.com", "pool": "a", "device": f"gpu-{i}"}
                 for i in range(3)
             ],
-            "config": [],
         },
         "nodeSelector": allocation_node_selector("a"),
     }
