@@ -37,6 +37,9 @@ class PackageSpec:
     # A fallback package's alternatives, in order: the ids of their own specs
     # ("<package>/<alternative>"), whose availability stands in when its own class has none.
     alternatives: tuple[str, ...] = ()
+    # A shared package's per-device capacity requests ({"cores": "25", "memory": "20Gi"}):
+    # it takes a share of a device that allows multiple allocations, not a whole device.
+    capacity: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass
@@ -49,6 +52,8 @@ class Observation:
     quotas: dict[tuple[str, str], dict] = field(default_factory=dict)
     slice_count: int = 0
     evaluated_devices: int = 0
+    # Devices that allow multiple allocations: their capacity, and what shares hold of it.
+    shareable: dict[tuple[str, str, str], dict] = field(default_factory=dict)
 
 
 def _millicores(value: str | None) -> int:
@@ -141,6 +146,70 @@ def _allocations(claims: list[dict]) -> dict[tuple[str, str, str], tuple[str, st
             key = (result.get("driver", ""), result.get("pool", ""), result.get("device", ""))
             holders[key] = (metadata.get("namespace", ""), metadata["name"])
     return holders
+
+
+def _consumed(claims: list[dict]) -> dict[tuple[str, str, str], dict[str, int]]:
+    """What the allocated shares hold of each shared device's capacity, summed per name (in
+    the quantity's integer form, bytes or units)."""
+    used: dict[tuple[str, str, str], dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    for claim in claims:
+        allocation = (claim.get("status") or {}).get("allocation") or {}
+        for result in (allocation.get("devices") or {}).get("results") or []:
+            if not result.get("consumedCapacity"):
+                continue
+            key = (result.get("driver", ""), result.get("pool", ""), result.get("device", ""))
+            for name, value in result["consumedCapacity"].items():
+                used[key][name] += _amount(value)
+    return used
+
+
+def _amount(value: object) -> int:
+    try:
+        return int(quantity.parse(str(value)))
+    except (ValueError, TypeError):
+        return 0
+
+
+def share_request(policy: dict, requested: int) -> int:
+    """What a request of `requested` takes of a capacity under its requestPolicy, as the
+    allocator rounds it: up to the range's minimum, then up by its step; up to the first valid
+    value at or above it."""
+    valid_range = policy.get("validRange") or {}
+    if valid_range:
+        low = _amount(valid_range.get("min", 0))
+        step = _amount(valid_range.get("step", 0))
+        taken = max(requested, low)
+        if step > 0 and (taken - low) % step:
+            taken = low + ((taken - low) // step + 1) * step
+        return taken
+    values = sorted(_amount(v) for v in policy.get("validValues") or [])
+    return next((v for v in values if v >= requested), requested) if values else requested
+
+
+def shares_that_fit(device: dict, requests: tuple[tuple[str, str], ...]) -> int:
+    """How many more shares of `requests` a shared device holds: the fewest, over its
+    capacities, of what remains divided by what one share takes (a capacity the share does
+    not ask for takes its policy's default, or all of it, as the allocator does). 0 when a
+    capacity asked for is not one the device publishes."""
+    asked = dict(requests)
+    capacities = device.get("capacity") or {}
+    if any(not isinstance(capacities.get(name), dict) for name in asked):
+        return 0
+    fits = None
+    for name, capacity in capacities.items():
+        if not isinstance(capacity, dict):
+            continue
+        policy = capacity.get("requestPolicy") or {}
+        total = _amount(capacity.get("value", 0))
+        if name in asked:
+            take = share_request(policy, _amount(asked[name]))
+        else:
+            take = _amount(policy["default"]) if policy.get("default") else total
+        remaining = total - device["consumed"].get(name, 0)
+        count = remaining // take if take > 0 else None  # taking none never limits
+        if count is not None:
+            fits = count if fits is None else min(fits, count)
+    return max(0, fits or 0)
 
 
 def _claim_node(allocation: dict) -> str:
@@ -325,6 +394,7 @@ def observe(
         ]
     )
     holders = _allocations(claims)
+    consumed = _consumed(claims)
     # Selectors that read only named values cannot tell apart devices that agree on them
     # (thousands of identical GPUs differing in name, UUID and index): one evaluation each.
     read = dracel.reads(
@@ -397,6 +467,11 @@ def observe(
                     "taints": taints,
                     "tainted": any(t["effect"] in BLOCKING_EFFECTS for t in taints),
                 }
+                if device.get("allowMultipleAllocations"):
+                    observation.shareable[key] = {
+                        "capacity": device.get("capacity") or {},
+                        "consumed": dict(consumed.get(key, {})),
+                    }
     observation.claims = _observe_claims(claims)
     for quota in quotas:
         metadata = quota["metadata"]
@@ -527,6 +602,9 @@ def package_availability(observation: Observation, packages: list[PackageSpec]) 
                 counts[device["node_name"]][package_id] += 1
     result = {}
     for package in packages:
+        if package.capacity:
+            result[package.id] = _shared_availability(observation, package)
+            continue
         placeable = free_devices = tainted_devices = 0
         device_bound = tainted_bound = False
         for node_name in free_by_node.keys() | tainted_by_node.keys():
@@ -560,6 +638,49 @@ def package_availability(observation: Observation, packages: list[PackageSpec]) 
             ),
         }
     return _with_alternatives(result, packages)
+
+
+def _shared_availability(observation: Observation, package: PackageSpec) -> dict:
+    """Units of a shared package that fit: on each ready node, the shares its matching
+    untainted shared devices still hold (a unit takes one share of `count` devices), bounded
+    by the node's free cpu and memory. `free_devices` counts devices with room for a share."""
+    shares_by_node: dict[str, list[int]] = defaultdict(list)
+    for key, device in observation.devices.items():
+        shared = observation.shareable.get(key)
+        if shared is None or device["tainted"] or package.id not in device["packages"]:
+            continue
+        fits = shares_that_fit(shared, package.capacity)
+        if fits and device["node_name"]:
+            shares_by_node[device["node_name"]].append(fits)
+    placeable = free_devices = 0
+    for node_name, per_device in shares_by_node.items():
+        free_devices += len(per_device)
+        node = observation.nodes.get(node_name)
+        if node is None or not node["ready"]:
+            continue
+        # `count` distinct devices per unit: the units the node's shares can make.
+        by_shares = sum(per_device) // package.count if len(per_device) >= package.count else 0
+        cpu_free = node["cpu_allocatable_millicores"] - node["cpu_requested_millicores"]
+        memory_free = node["memory_allocatable_bytes"] - node["memory_requested_bytes"]
+        placeable += max(
+            0,
+            min(
+                by_shares,
+                cpu_free // max(package.cpu_millicores, 1),
+                memory_free // max(package.memory_bytes, 1),
+            ),
+        )
+    reason = ""
+    if not placeable:
+        wanted = ", ".join(f"{name} {value}" for name, value in package.capacity)
+        reason = (
+            f"device class {package.device_class_name} does not exist"
+            if package.device_class_name not in observation.classes
+            else f"no shared device of class {package.device_class_name} has {wanted} left"
+            if not free_devices
+            else "nodes with room for a share lack the cpu or memory the package needs"
+        )
+    return {"placeable": placeable, "free_devices": free_devices, "reason": reason}
 
 
 def _with_alternatives(result: dict[str, dict], packages: list[PackageSpec]) -> dict[str, dict]:

@@ -68,6 +68,7 @@ def package_specs() -> list[observe.PackageSpec]:
                 cpu_millicores=p.cpu_millicores,
                 memory_bytes=p.memory_bytes,
                 alternatives=tuple(f"{p.id}/{a['name']}" for a in alternatives),
+                capacity=tuple(sorted((p.capacity or {}).items())),
             )
         )
         specs += [
@@ -78,6 +79,7 @@ def package_specs() -> list[observe.PackageSpec]:
                 count=a["count"],
                 cpu_millicores=p.cpu_millicores,
                 memory_bytes=p.memory_bytes,
+                capacity=tuple(sorted((a.get("capacity") or {}).items())),
             )
             for a in alternatives
         ]

@@ -1,0 +1,109 @@
+"""Shared GPU packages (ARCHITECTURE §14) through the stack, on a simulated cluster with one
+GPU that HAMi's DRA driver shares by `cores` and `memory`: four units of a quarter-GPU package
+run on it, each with its share; GET /packages said how many more fit before each order, and a
+fifth unit waits Pending."""
+
+from __future__ import annotations
+
+import pytest
+from django.conf import settings
+
+from catalog.tests.factories import PackageFactory
+from conftest import start_worker, stop_worker
+from controlplane import kube
+from inventory.sync import sync_inventory
+from runtime.models import GPUUnit, UnitPhase
+from runtime.provisioning import install_crd
+from runtime.tests.helpers import wait_for_phase
+from simcluster.cluster import SimCluster
+from tests.endpoints import client_for
+
+pytestmark = [pytest.mark.django_db(transaction=True)]
+
+HAMI = "hami-core-gpu.project-hami.io"
+TOPOLOGY = {
+    "products": {
+        "NVIDIA H100 80GB HBM3": {
+            "memory": "80Gi",
+            "architecture": "Hopper",
+            "cudaComputeCapability": "9.0.0",
+            "nodeCpuPerGpu": 24,
+            "nodeMemoryPerGpu": "256Gi",
+        }
+    },
+    "deviceClasses": [{"name": HAMI, "selectors": [f"device.driver == '{HAMI}'"]}],
+    "nodes": [
+        {
+            "name": "gpu-node-shared-0",
+            "cpu": "64",
+            "memory": "512Gi",
+            "shareableGpus": [{"product": "NVIDIA H100 80GB HBM3", "count": 1}],
+        }
+    ],
+}
+
+
+@pytest.fixture
+def shared_cluster(tmp_path, session_worker_paused, django_db_blocker):
+    """The cluster with one shareable GPU, this process and a worker of its own pointed at it
+    (the session's worker, on the session's cluster, takes nothing meanwhile)."""
+    sim = SimCluster(topology=TOPOLOGY).start()
+    kubeconfig = str(sim.write_kubeconfig(tmp_path / "kubeconfig"))
+    previous = settings.KUBECONFIG
+    settings.KUBECONFIG = kubeconfig
+    kube.reset()
+    install_crd()
+    worker = start_worker("shared", KUBECONFIG=kubeconfig)
+    yield sim
+    stop_worker(worker)
+    settings.KUBECONFIG = previous
+    kube.reset()
+    sim.stop()
+
+
+def test_four_quarter_units_share_one_gpu_and_a_fifth_waits(tenant, shared_cluster):
+    package = PackageFactory(
+        id="h100-quarter",
+        spec_name="gpu.h100.quarter",
+        device_class_name=HAMI,
+        gpu=1,
+        count=1,
+        cpu="4",
+        memory="16Gi",
+        capacity={"cores": "25", "memory": "20Gi"},
+    )
+    client = client_for(tenant)
+
+    def placeable() -> int:
+        sync_inventory()
+        shown = client.get(f"/api/v1/packages/{package.id}").json()["data"]["availability"]
+        return shown["placeableNow"]
+
+    def order(name: str) -> GPUUnit:
+        response = client.post(
+            "/api/v1/gpu-units",
+            {"operationID": name, "name": name, "packageID": package.id, "image": "busybox"},
+            format="json",
+        )
+        assert response.status_code == 201, response.json()
+        return GPUUnit.objects.get(name=name, phase__in=UnitPhase.LIVE)
+
+    seen = []
+    units = []
+    for index in range(4):
+        seen.append(placeable())
+        units.append(wait_for_phase(order(f"quarter-{index}"), "Running"))
+    assert seen == [4, 3, 2, 1]
+    assert placeable() == 0
+    devices = [unit.dra["devices"] for unit in units]
+    assert all(len(held) == 1 for held in devices)
+    assert {held[0]["device"] for held in devices} == {"hami-gpu-0"}
+    assert len({held[0]["shareID"] for held in devices}) == 4
+    assert {held[0]["consumedCapacity"]["cores"] for held in devices} == {"25"}
+    shown = client.get("/api/v1/gpu-units/quarter-0").json()["data"]["draStatus"]["devices"][0]
+    assert shown["shareID"] and shown["consumedCapacity"]["memory"] == "20Gi"
+    fifth = wait_for_phase(order("quarter-4"), "Pending")
+    assert fifth.reason == "NoMatchingDevices", fifth.message
+    sync_inventory()
+    reason = client.get(f"/api/v1/packages/{package.id}").json()["data"]["availability"]["reason"]
+    assert "cores 25" in reason and "left" in reason
