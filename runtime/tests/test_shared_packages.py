@@ -101,9 +101,11 @@ def test_four_quarter_units_share_one_gpu_and_a_fifth_waits(tenant, shared_clust
     assert len({held[0]["shareID"] for held in devices}) == 4
     assert {held[0]["consumedCapacity"]["cores"] for held in devices} == {"25"}
     shown = client.get("/api/v1/gpu-units/quarter-0").json()["data"]["draStatus"]["devices"][0]
-    assert shown["shareID"] and shown["consumedCapacity"]["memory"] == "20Gi"
+    assert shown["shareID"]
+    assert shown["consumedCapacity"]["memory"] == "20Gi"
     fifth = wait_for_phase(order("quarter-4"), "Pending")
     assert fifth.reason == "NoMatchingDevices", fifth.message
     sync_inventory()
     reason = client.get(f"/api/v1/packages/{package.id}").json()["data"]["availability"]["reason"]
-    assert "cores 25" in reason and "left" in reason
+    assert "cores 25" in reason
+    assert "left" in reason
