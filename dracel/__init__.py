@@ -383,6 +383,33 @@ def matching_sets(
     }
 
 
+class SelectorRuntimeError(CelRuntimeError):
+    """A runtime error of one selector of a list, with its position there (`selector #<n>`)."""
+
+    def __init__(self, message: str, *, index: int, expression: str) -> None:
+        super().__init__(message)
+        self.index = index
+        self.expression = expression
+
+
+def device_selected(selectors: Sequence[CompiledSelector], env: dict[str, Any]) -> bool:
+    """True when every selector matches, evaluated in order up to the first that does not, as
+    the scheduler's allocator does. A runtime error raises SelectorRuntimeError: the real
+    allocator aborts the attempt and reports it rather than skipping the device."""
+    if not selectors:
+        return True
+    context = _bind_device(env, selectors)
+    for index, selector in enumerate(selectors):
+        try:
+            if not _execute(selector, context):
+                return False
+        except CelRuntimeError as exc:
+            raise SelectorRuntimeError(
+                str(exc), index=index, expression=selector.expression
+            ) from exc
+    return True
+
+
 def device_matches(selectors: Sequence[CompiledSelector], env: dict[str, Any]) -> bool:
     """True when every selector matches. A runtime error counts as "no match": the real
     scheduler aborts the scheduling attempt instead, which a simulator gains nothing from."""
@@ -396,10 +423,12 @@ __all__ = [
     "CelCompileError",
     "CelRuntimeError",
     "CompiledSelector",
+    "SelectorRuntimeError",
     "compile_selector",
     "device_env",
     "device_key",
     "device_matches",
+    "device_selected",
     "evaluate",
     "matching_sets",
     "quantity_value",

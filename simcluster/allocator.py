@@ -11,8 +11,14 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from dracel import CelCompileError, CompiledSelector, compile_selector, device_env
-from dracel import device_matches as cel_device_matches
+from dracel import (
+    CelCompileError,
+    CompiledSelector,
+    SelectorRuntimeError,
+    compile_selector,
+    device_env,
+    device_selected,
+)
 from simcluster import capacity
 from simcluster.capacity import Consumption, CounterSetKey, Usage
 from simcluster.quota import pod_usage
@@ -20,6 +26,8 @@ from simcluster.taints import TaintRules, all_tolerated
 
 DeviceKey = tuple[str, str, str]
 SelectorKey = tuple[str, ...]
+# A device's match against a request's selectors, or the runtime error one of them raised.
+Verdict = bool | SelectorRuntimeError
 # reservedFor holds at most this many consumers (1.33+).
 MAX_RESERVED_FOR = 256
 
@@ -48,16 +56,25 @@ class _SliceEntry:
 
     def __init__(self, driver: str, devices: list[dict[str, Any]]) -> None:
         self.envs = [device_env(driver, device) for device in devices]
-        self.matches: dict[SelectorKey, list[bool | None]] = {}
+        self.matches: dict[SelectorKey, list[Verdict | None]] = {}
 
-    def match(self, index: int, key: SelectorKey, selectors: list[CompiledSelector]) -> bool:
+    def verdict(self, index: int, key: SelectorKey, selectors: list[CompiledSelector]) -> Verdict:
+        """Whether the device matches, or the runtime error of the selector that failed."""
         results = self.matches.get(key)
         if results is None:
             results = self.matches[key] = [None] * len(self.envs)
         result = results[index]
         if result is None:
-            result = results[index] = cel_device_matches(selectors, self.envs[index])
+            try:
+                result = device_selected(selectors, self.envs[index])
+            except SelectorRuntimeError as exc:
+                result = exc
+            results[index] = result
         return result
+
+    def match(self, index: int, key: SelectorKey, selectors: list[CompiledSelector]) -> bool:
+        """A match; a runtime error counts as none (DeviceTaintRule selectors)."""
+        return self.verdict(index, key, selectors) is True
 
 
 class SelectorCache:
@@ -369,6 +386,8 @@ class _Alternative:
     tolerations: list[dict[str, Any]] = field(default_factory=list)
     # exactly.capacity.requests: {capacity name: quantity}.
     capacity: dict[str, str] = field(default_factory=dict)
+    # How many of `selectors` are the class's (they come first).
+    class_selectors: int = 0
 
     @property
     def capacity_key(self) -> str:
@@ -630,6 +649,7 @@ class Allocator:
                 str(k): str(v)
                 for k, v in ((exact.get("capacity") or {}).get("requests") or {}).items()
             },
+            class_selectors=len(class_expressions),
         )
 
     def _shape(self, pod: PodRequest, plan: _Plan) -> Any:
@@ -696,10 +716,12 @@ class Allocator:
         cache_key = (node_name, alternative.key)
         devices = self._matching_cache.get(cache_key)
         if devices is None:
+            # A device whose selector fails at run time stays a candidate: the search reports
+            # the error when it reaches the device, as the real allocator does.
             devices = [
                 d
                 for d in self.inventory.node_devices.get(node_name, ())
-                if d.entry.match(d.index, alternative.key, alternative.selectors)
+                if d.entry.verdict(d.index, alternative.key, alternative.selectors) is not False
             ]
             self._matching_cache[cache_key] = devices
         return devices
@@ -708,7 +730,7 @@ class Allocator:
         result = self._shared_match.get(alternative.key)
         if result is None:
             result = self._shared_match[alternative.key] = any(
-                d.entry.match(d.index, alternative.key, alternative.selectors)
+                d.entry.verdict(d.index, alternative.key, alternative.selectors) is not False
                 for d in self.inventory.shared_devices
             )
         return result
@@ -773,12 +795,30 @@ class Allocator:
                     f"asks for all devices, but resource pool {pool.pool_id} is {state}"
                 )
         devices = [*self._matching(node.name, alternative), *self._shared_on(node, alternative)]
+        if alternative.mode == "All":
+            # "All" selects its devices before the search, so any runtime error surfaces now.
+            for device in devices:
+                self.check_selectable(need, alternative, device)
         # A device whose taints the request does not tolerate is never allocated, not even
         # with admin access; `All` then cannot have every device.
         tolerated = [d for d in devices if alternative.tolerates(d)]
         if alternative.mode == "All" and len(tolerated) < len(devices):
             return []
         return tolerated
+
+    def check_selectable(self, need: _Need, alternative: _Alternative, device: Device) -> None:
+        """Raise the scheduler's error when a selector of the alternative failed at run time on
+        the device, worded as the 1.34 allocator words it (the class's selectors first, each
+        list numbered from 0)."""
+        verdict = device.entry.verdict(device.index, alternative.key, alternative.selectors)
+        if not isinstance(verdict, SelectorRuntimeError):
+            return
+        if verdict.index < alternative.class_selectors:
+            origin = f"class {alternative.class_name}: selector #{verdict.index}"
+        else:
+            number = verdict.index - alternative.class_selectors
+            origin = f"claim {need.claim.namespace}/{need.claim.name}: selector #{number}"
+        raise _FilterError(f"{origin}: {verdict}")
 
     def consumption(self, device: Device, alternative: _Alternative) -> Consumption | None:
         key = (device.key, alternative.capacity_key)
@@ -801,7 +841,8 @@ class Allocator:
         return [
             d
             for d in self.inventory.shared_devices
-            if d.usable_on(node) and d.entry.match(d.index, alternative.key, alternative.selectors)
+            if d.usable_on(node)
+            and d.entry.verdict(d.index, alternative.key, alternative.selectors) is not False
         ]
 
     def _diagnose(self, pod: PodRequest, plan: _Plan) -> tuple[Counter[str], int]:
@@ -949,7 +990,7 @@ class _Search:
         chosen: list[_Chosen] = []
         undo: list[Any] = []
         for device in candidates:
-            taken = self._take(device, alternative)
+            taken = self._take(need, device, alternative)
             if taken is None or not self._constraints_hold(need, alternative, device, chosen):
                 if taken is not None:
                     taken[1]()
@@ -988,7 +1029,7 @@ class _Search:
             if self.steps > SEARCH_LIMIT:
                 raise _Exhausted
             device = candidates[position]
-            taken = self._take(device, alternative)
+            taken = self._take(need, device, alternative)
             if taken is None:
                 continue
             if not self._constraints_hold(need, alternative, device, chosen):
@@ -1004,12 +1045,13 @@ class _Search:
     # -- what a device has left ---------------------------------------------------------------
 
     def _take(
-        self, device: Device, alternative: _Alternative
+        self, need: _Need, device: Device, alternative: _Alternative
     ) -> tuple[Consumption | None, Any] | None:
         """Tentatively allocate the device for the alternative: (its share or None, undo), or
         None when it is taken, lacks room, or its counters would be exceeded."""
         if alternative.admin_access:
             # Admin access ignores whether the device is in use and takes nothing.
+            self.allocator.check_selectable(need, alternative, device)
             if alternative.capacity and not capacity.fits_exclusive(
                 device.driver, device.spec, alternative.capacity
             ):
@@ -1018,6 +1060,8 @@ class _Search:
         key = device.key
         if key in self.usage.exclusive or key in self.exclusive:
             return None
+        # Being in use is checked first, then the selectors, as the real allocator orders it.
+        self.allocator.check_selectable(need, alternative, device)
         share: Consumption | None = None
         if device.shareable:
             share = self.allocator.consumption(device, alternative)

@@ -7,9 +7,11 @@ import pytest
 from dracel import (
     CelCompileError,
     CelRuntimeError,
+    SelectorRuntimeError,
     compile_selector,
     device_env,
     device_matches,
+    device_selected,
     evaluate,
     matching_sets,
     reads,
@@ -86,6 +88,24 @@ def test_device_does_not_match_when_selector_reads_a_missing_attribute() -> None
     with pytest.raises(CelRuntimeError, match="no such key: architecture"):
         evaluate(selector, device_env("gpu.nvidia.com", RTX))
     assert device_matches([selector], device_env("gpu.nvidia.com", RTX)) is False
+
+
+def test_device_selected_raises_naming_the_selector_when_one_fails_at_run_time() -> None:
+    env = device_env("gpu.nvidia.com", RTX)
+    generic = compile_selector("device.attributes['gpu.nvidia.com'].type == 'gpu'")
+    missing = compile_selector("device.attributes['gpu.nvidia.com'].architecture == 'Ampere'")
+    with pytest.raises(SelectorRuntimeError, match="no such key: architecture") as raised:
+        device_selected([generic, missing], env)
+    assert (raised.value.index, raised.value.expression) == (1, missing.expression)
+    assert str(raised.value) == "CEL runtime error: no such key: architecture"
+
+
+def test_device_selected_stops_at_the_first_selector_that_does_not_match() -> None:
+    env = device_env("gpu.nvidia.com", RTX)
+    other = compile_selector("device.attributes['gpu.nvidia.com'].type == 'mig'")
+    missing = compile_selector("device.attributes['gpu.nvidia.com'].architecture == 'Ampere'")
+    assert device_selected([other, missing], env) is False
+    assert device_selected([], env) is True
 
 
 def test_unknown_domain_reads_as_an_empty_map_when_guarded_with_has() -> None:

@@ -255,13 +255,42 @@ def test_class_and_request_selectors_both_apply_when_allocating() -> None:
     assert isinstance(allocator.place(_pod(contradiction)), Unschedulable)
 
 
-def test_selector_error_on_missing_attribute_means_no_match() -> None:
+def test_selector_error_on_missing_attribute_is_a_scheduling_error_when_a_device_is_reached() -> (
+    None
+):
     claim = _claim(
         selectors=[{"cel": {"expression": "device.attributes['gpu.nvidia.com'].model == 'x'"}}]
     )
     outcome = _allocator([_slice("a", 2)], [_node("a")]).place(_pod(claim))
-    assert isinstance(outcome, Unschedulable)
-    assert "1 cannot allocate all claims" in outcome.message
+    assert isinstance(outcome, SchedulingError)
+    assert outcome.message == (
+        'running "DynamicResources" filter plugin: claim ns/c: selector #0: '
+        "CEL runtime error: no such key: model"
+    )
+
+
+def test_selector_error_is_not_reached_when_earlier_devices_satisfy_the_request() -> None:
+    # gpu-0 matches; gpu-1 has no `model` and is never evaluated, as in the real allocator's
+    # first-solution search.
+    resource_slice = _slice("a", 2)
+    resource_slice["spec"]["devices"][0]["attributes"]["model"] = {"string": "x"}
+    claim = _claim(
+        selectors=[{"cel": {"expression": "device.attributes['gpu.nvidia.com'].model == 'x'"}}]
+    )
+    outcome = _allocator([resource_slice], [_node("a")]).place(_pod(claim))
+    assert _devices(outcome) == [("gpu.nvidia.com", "a", "gpu-0")]
+
+
+def test_selector_error_on_any_device_fails_all_mode_when_it_selects_its_devices() -> None:
+    resource_slice = _slice("a", 2)
+    resource_slice["spec"]["devices"][0]["attributes"]["model"] = {"string": "x"}
+    claim = _claim(
+        allocationMode="All",
+        selectors=[{"cel": {"expression": "device.attributes['gpu.nvidia.com'].model == 'x'"}}],
+    )
+    outcome = _allocator([resource_slice], [_node("a")]).place(_pod(claim))
+    assert isinstance(outcome, SchedulingError)
+    assert "claim ns/c: selector #0: CEL runtime error: no such key: model" in outcome.message
 
 
 def test_pre_allocated_claim_pins_pod_to_its_node() -> None:

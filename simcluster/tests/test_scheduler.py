@@ -326,3 +326,66 @@ def test_background_loop_binds_a_pod_soon_after_it_is_created(store: Store) -> N
             time.sleep(0.02)
     finally:
         scheduler.stop()
+
+
+# Only VFIO devices publish `numa` (dra-facts §6): reading it on a GPU fails at run time.
+MISSING_NUMA = 'device.attributes["gpu.nvidia.com"].numa > 0'
+
+
+def test_cel_runtime_error_is_a_scheduler_error_naming_claim_and_selector_when_key_is_missing(
+    store: Store, scheduler: Scheduler
+) -> None:
+    guarded = "device.attributes['gpu.nvidia.com'].productName != ''"
+    _claim(store, "bad", selectors=[{"cel": {"expression": e}} for e in (guarded, MISSING_NUMA)])
+    _pod(store, "worker", "bad")
+    assert scheduler.run_once().errors == 1
+    condition = _get(store, "pods", "worker")["status"]["conditions"][0]
+    assert (condition["status"], condition["reason"]) == ("False", "SchedulerError")
+    assert condition["message"] == (
+        'running "DynamicResources" filter plugin: claim team/bad: selector #1: '
+        "CEL runtime error: no such key: numa"
+    )
+    assert _events(store, "FailedScheduling")[0]["message"] == condition["message"]
+    assert "allocation" not in (_get(store, "resourceclaims", "bad").get("status") or {})
+
+
+def test_cel_runtime_error_in_a_class_selector_names_the_class_when_it_fails(
+    store: Store, scheduler: Scheduler
+) -> None:
+    store.create(
+        "deviceclasses",
+        {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "DeviceClass",
+            "metadata": {"name": "indexed"},
+            "spec": {"selectors": [{"cel": {"expression": MISSING_NUMA}}]},
+        },
+        internal=True,
+    )
+    _claim(store, "bad", deviceClassName="indexed")
+    _pod(store, "worker", "bad")
+    assert scheduler.run_once().errors == 1
+    assert _get(store, "pods", "worker")["status"]["conditions"][0]["message"] == (
+        'running "DynamicResources" filter plugin: class indexed: selector #0: '
+        "CEL runtime error: no such key: numa"
+    )
+
+
+def test_cel_selector_is_not_evaluated_on_devices_in_use_when_all_are_taken(
+    store: Store, scheduler: Scheduler
+) -> None:
+    # The allocator checks "in use" before the selectors: with every device held, the broken
+    # selector never runs and the pod is merely unschedulable.
+    _claim(store, "pair-a", count=2)
+    _claim(store, "pair-b", count=2)
+    _pod(store, "holder-a", "pair-a")
+    _pod(store, "holder-b", "pair-b")
+    assert scheduler.run_once().bound == 2
+    _claim(store, "bad", selectors=[{"cel": {"expression": MISSING_NUMA}}])
+    _pod(store, "worker", "bad")
+    report = scheduler.run_once()
+    assert (report.errors, report.unschedulable) == (0, 1)
+    assert (
+        "cannot allocate all claims"
+        in _get(store, "pods", "worker")["status"]["conditions"][0]["message"]
+    )
