@@ -28,7 +28,7 @@ from simcluster.kubelet import ContainerLogs, LogStream, log_timestamp
 from simcluster.patch import json_patch, merge_patch, strategic_merge_patch
 from simcluster.resources import ResourceType
 from simcluster.store import Store, clone
-from simcluster.validation import SCHEMAS
+from simcluster.validation import SCHEMAS, drop_unknown_fields
 
 logger = logging.getLogger(__name__)
 
@@ -180,6 +180,10 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Cache-Control", "no-cache, private")
         for key, value in (headers or {}).items():
             self.send_header(key, value)
+        for text in getattr(self, "_warnings", ()):
+            # net.NewWarningHeader: code 299, agent "-", the text quoted.
+            escaped = text.replace("\\", "\\\\").replace('"', '\\"')
+            self.send_header("Warning", f'299 - "{escaped}"')
         self.end_headers()
         self.wfile.write(payload)
 
@@ -196,6 +200,8 @@ class Handler(BaseHTTPRequestHandler):
             key: values[-1] for key, values in parse_qs(url.query, keep_blank_values=True).items()
         }
         self._code = 0
+        # Warning headers for the response (fieldValidation=Warn).
+        self._warnings: list[str] = []
         self._log: dict[str, Any] = {
             "verb": method.lower(),
             "resource": None,
@@ -508,7 +514,44 @@ class Handler(BaseHTTPRequestHandler):
             obj["apiVersion"] = storage.api_version
 
     def _field_validation(self) -> str:
+        # The server's default for JSON and YAML bodies alike; kubectl sends Strict itself.
         return self._query.get("fieldValidation") or "Warn"
+
+    def _unknown_fields(self, rtype: ResourceType, obj: dict[str, Any], patch: Any = None) -> None:
+        """fieldValidation for a built-in kind, as the real decoder applies it: fields the schema
+        does not declare are dropped (Ignore), dropped with a warning each (Warn), or refused
+        (Strict): 400 for a create or update, 422 on `patch` for a patch. `patch` is the
+        strategic-merge patch, which is what the real error shows; other patches show the
+        patched object. Custom resources are pruned by their CRD schema instead."""
+        if rtype.crd is not None:
+            return
+        dropped = drop_unknown_fields(rtype, obj)
+        if not dropped:
+            return
+        directive = self._field_validation()
+        problems = [f'unknown field "{path}"' for path in dropped]
+        if directive == "Warn":
+            self._warnings.extend(problems)
+        if directive != "Strict":
+            return
+        detail = "strict decoding error: " + ", ".join(problems)
+        if self.command == "PATCH":
+            shown = _go_map(patch) if patch is not None else json.dumps(obj, separators=(",", ":"))
+            raise ApiError.invalid(
+                "",
+                "",
+                [
+                    cause(
+                        "FieldValueInvalid",
+                        "patch",
+                        f"Invalid value: {json.dumps(shown)}: {detail}",
+                    )
+                ],
+            )
+        raise ApiError.bad_request(
+            f'{rtype.kind} in version "{rtype.version}" cannot be handled as a {rtype.kind}: '
+            f"{detail}"
+        )
 
     def _create(self, target: RequestTarget, body: bytes, content_type: str, accept: str) -> None:
         store = self.server.store
@@ -519,6 +562,7 @@ class Handler(BaseHTTPRequestHandler):
         if target.rtype.namespaced and target.namespace is None:
             raise ApiError.method_not_allowed()
         self._place(target, obj)
+        self._unknown_fields(target.rtype, obj)
         created = store.create(
             target.rtype.key,
             obj,
@@ -571,6 +615,7 @@ class Handler(BaseHTTPRequestHandler):
         self._place(target, obj)
         metadata = obj["metadata"]
         metadata["name"] = target.name
+        self._unknown_fields(target.rtype, obj)
         updated = self.server.store.update(
             target.rtype.key,
             obj,
@@ -622,6 +667,11 @@ class Handler(BaseHTTPRequestHandler):
                 patched["metadata"]["namespace"] = target.namespace
             if not patched["metadata"].get("resourceVersion"):
                 patched["metadata"]["resourceVersion"] = current["metadata"]["resourceVersion"]
+            if content_type != "application/apply-patch+yaml":
+                # Server-side apply refuses undeclared fields whatever the directive (the
+                # store's 422 stands in for the field manager's error).
+                strategic = content_type == "application/strategic-merge-patch+json"
+                self._unknown_fields(rtype, patched, patch if strategic else None)
             updated = store.update(
                 rtype.key,
                 patched,
@@ -1079,6 +1129,19 @@ def _status_reason(code: int) -> str:
         return HTTPStatus(code).phrase.replace(" ", "")
     except ValueError:
         return "Unknown"
+
+
+def _go_map(value: Any) -> str:
+    """A decoded JSON value as Go's %+v prints it: maps with sorted keys, `map[k:v ...]`."""
+    if isinstance(value, dict):
+        return "map[" + " ".join(f"{k}:{_go_map(value[k])}" for k in sorted(value)) + "]"
+    if isinstance(value, list):
+        return "[" + " ".join(_go_map(item) for item in value) + "]"
+    if value is None:
+        return "<nil>"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    return str(value)
 
 
 def _apply_body(patch: Any) -> dict[str, Any]:

@@ -256,6 +256,38 @@ def validate_builtin(rtype: ResourceType, obj: dict[str, Any], old: dict[str, An
         raise ApiError.invalid(rtype.kind, name, causes, rtype.group)
 
 
+def drop_unknown_fields(rtype: ResourceType, obj: dict[str, Any]) -> list[str]:
+    """Remove the fields the kind's schema does not declare from a built-in object, as the
+    real server's decoder drops them, and return their paths ("spec.foo",
+    "spec.containers[0].bar") in document order, as a strict decode reports them."""
+    validator = SCHEMAS.validator(rtype.kind, rtype.api_version)
+    unknown: set[tuple[Any, ...]] = set()
+    for error in validator.iter_errors(obj):
+        if error.validator != "additionalProperties" or not isinstance(error.instance, dict):
+            continue
+        declared = set(error.schema.get("properties", {}))
+        path = tuple(error.absolute_path)
+        unknown.update((*path, extra) for extra in error.instance if extra not in declared)
+    if not unknown:
+        return []
+    dropped: list[str] = []
+    _drop(obj, (), unknown, dropped)
+    return dropped
+
+
+def _drop(value: Any, path: tuple[Any, ...], unknown: set[tuple[Any, ...]], out: list[str]) -> None:
+    if isinstance(value, dict):
+        for key in list(value):
+            if (*path, key) in unknown:
+                del value[key]
+                out.append(field_path([*path, key]))
+            else:
+                _drop(value[key], (*path, key), unknown, out)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            _drop(item, (*path, index), unknown, out)
+
+
 def _no_rules(obj: dict[str, Any], old: dict[str, Any] | None) -> list[dict]:
     return []
 

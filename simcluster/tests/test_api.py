@@ -169,16 +169,129 @@ def test_conflict_when_resource_version_is_stale(kube_api: client.ApiClient) -> 
     resource.delete_device_class(name)
 
 
-def test_invalid_when_builtin_has_unknown_field(sim: SimCluster, namespace: str) -> None:
-    pod = _pod("unknown-field")
+def _send(
+    sim: SimCluster,
+    method: str,
+    path: str,
+    body: Any,
+    content_type: str = "application/json",
+) -> tuple[int, dict, list[str]]:
+    """Like _raw, with the response's Warning headers."""
+    request = urllib.request.Request(
+        sim.url + path,
+        data=json.dumps(body).encode(),
+        method=method,
+        headers={"Content-Type": content_type},
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as response:
+            return (
+                response.status,
+                json.loads(response.read()),
+                response.headers.get_all("Warning") or [],
+            )
+    except urllib.error.HTTPError as error:
+        return error.code, json.loads(error.read()), error.headers.get_all("Warning") or []
+
+
+def _pod_with_unknown_fields(name: str) -> dict:
+    pod = _pod(name)
     pod["spec"]["containers"][0]["imagePullPolicyy"] = "Always"
+    pod["spec"]["foo"] = 1
+    return pod
 
-    code, status = _raw(sim, "POST", f"/api/v1/namespaces/{namespace}/pods", pod)
 
+def test_strict_field_validation_refuses_unknown_fields_of_builtin_kind_with_400(
+    sim: SimCluster, namespace: str
+) -> None:
+    path = f"/api/v1/namespaces/{namespace}/pods?fieldValidation=Strict"
+    code, status, warnings = _send(sim, "POST", path, _pod_with_unknown_fields("strict"))
+    assert code == 400
+    assert status["reason"] == "BadRequest"
+    assert status["message"] == (
+        'Pod in version "v1" cannot be handled as a Pod: strict decoding error: '
+        'unknown field "spec.containers[0].imagePullPolicyy", unknown field "spec.foo"'
+    )
+    assert warnings == []
+    claim = {**_claim("strict"), "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaim"}
+    claim["spec"]["foo"] = True
+    code, status, _ = _send(
+        sim,
+        "POST",
+        f"/apis/resource.k8s.io/v1/namespaces/{namespace}/resourceclaims?fieldValidation=Strict",
+        claim,
+    )
+    assert (code, status["message"]) == (
+        400,
+        'ResourceClaim in version "v1" cannot be handled as a ResourceClaim: '
+        'strict decoding error: unknown field "spec.foo"',
+    )
+
+
+@pytest.mark.parametrize("query", ["?fieldValidation=Warn", ""])
+def test_warn_field_validation_drops_unknown_fields_with_a_warning_each_when_warn_or_absent(
+    sim: SimCluster, namespace: str, query: str
+) -> None:
+    name = _name("warn")
+    path = f"/api/v1/namespaces/{namespace}/pods{query}"
+    code, created, warnings = _send(sim, "POST", path, _pod_with_unknown_fields(name))
+    assert code == 201
+    assert warnings == [
+        '299 - "unknown field \\"spec.containers[0].imagePullPolicyy\\""',
+        '299 - "unknown field \\"spec.foo\\""',
+    ]
+    assert "foo" not in created["spec"]
+    assert "imagePullPolicyy" not in created["spec"]["containers"][0]
+
+
+def test_ignore_field_validation_drops_unknown_fields_silently(
+    sim: SimCluster, namespace: str
+) -> None:
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": _name("ignore")},
+        "spec": {"ports": [{"port": 80, "bogus": 1}], "foo": "x"},
+    }
+    path = f"/api/v1/namespaces/{namespace}/services?fieldValidation=Ignore"
+    code, created, warnings = _send(sim, "POST", path, service)
+    assert (code, warnings) == (201, [])
+    assert "foo" not in created["spec"]
+    assert "bogus" not in created["spec"]["ports"][0]
+
+
+def test_strict_field_validation_refuses_a_patch_adding_unknown_fields_with_422(
+    sim: SimCluster, namespace: str
+) -> None:
+    name = _name("patched")
+    assert _send(sim, "POST", f"/api/v1/namespaces/{namespace}/pods", _pod(name))[0] == 201
+    item = f"/api/v1/namespaces/{namespace}/pods/{name}?fieldValidation=Strict"
+    code, status, _ = _send(
+        sim, "PATCH", item, {"spec": {"foo": 1}}, "application/strategic-merge-patch+json"
+    )
     assert code == 422
     assert status["reason"] == "Invalid"
-    assert status["details"]["causes"][0]["field"] == "spec.containers[0].imagePullPolicyy"
-    assert 'unknown field "spec.containers[0].imagePullPolicyy"' in status["message"]
+    assert status["details"]["causes"] == [
+        {
+            "reason": "FieldValueInvalid",
+            "field": "patch",
+            "message": 'Invalid value: "map[spec:map[foo:1]]": strict decoding error: '
+            'unknown field "spec.foo"',
+        }
+    ]
+    code, status, _ = _send(
+        sim, "PATCH", item, {"spec": {"foo": 1}}, "application/merge-patch+json"
+    )
+    assert code == 422
+    assert status["message"].endswith('strict decoding error: unknown field "spec.foo"')
+    code, _, warnings = _send(
+        sim,
+        "PATCH",
+        item.replace("Strict", "Warn"),
+        {"spec": {"foo": 1}},
+        "application/merge-patch+json",
+    )
+    assert (code, warnings) == (200, ['299 - "unknown field \\"spec.foo\\""'])
 
 
 def test_invalid_when_builtin_has_bad_values(
