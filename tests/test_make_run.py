@@ -148,7 +148,7 @@ def test_make_run_serves_api_and_admin_and_stops_on_ctrl_c(tmp_path):
         assert (data / "operator-api-key").read_text().startswith("gcp_")
         assert "current-context" in (data / "kubeconfig").read_text()
         status, body = get(f"{base}/api/v1/packages", key)
-        assert len(json.loads(body)["data"]) == 5
+        assert len(json.loads(body)["data"]) == len(SAMPLE_PACKAGES)
         assert order_and_wait_for_running(base, key)["draStatus"]["allocated"] is True
         operator_key = (data / "operator-api-key").read_text().strip()
         inventory = wait_for_inventory(base, operator_key)
