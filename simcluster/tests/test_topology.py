@@ -24,6 +24,8 @@ CATALOG_CLASSES = {
     "nvidia-h100": "NVIDIA H100 80GB HBM3",
     "nvidia-l40s": "NVIDIA L40S",
 }
+# The classes NVIDIA's driver (MIG devices) and HAMi's (shared GPUs) install with their charts.
+DRIVER_CLASSES = ("mig.nvidia.com", "hami-core-gpu.project-hami.io")
 
 
 def _by_kind(seed: list[tuple[str, dict]]) -> dict[str, list[dict]]:
@@ -53,18 +55,31 @@ def _bytes(text: str) -> int:
 def test_sample_topology_has_catalog_classes_when_loaded_without_source() -> None:
     kinds = _by_kind(load_topology(None))
     class_names = {c["metadata"]["name"] for c in kinds["deviceclasses"]}
-    assert class_names == {"gpu.nvidia.com", *CATALOG_CLASSES}
+    assert class_names == {"gpu.nvidia.com", *CATALOG_CLASSES, *DRIVER_CLASSES}
     assert {n["metadata"]["name"] for n in kinds["nodes"]} == {
         "gpu-node-rtx-0",
         "gpu-node-h100-0",
         "gpu-node-l40s-0",
+        "gpu-node-shared-0",
+        "gpu-node-mig-0",
     }
+
+
+def _whole_gpu_slices(slices: list[dict]) -> list[dict]:
+    """The slices of whole GPUs (not the shared or MIG nodes' slices)."""
+    return [
+        s
+        for s in slices
+        if s["spec"]["driver"] == "gpu.nvidia.com"
+        and s["spec"].get("devices")
+        and all(d["attributes"]["type"] == {"string": "gpu"} for d in s["spec"]["devices"])
+    ]
 
 
 def test_sample_slices_are_nvidia_style_when_loaded() -> None:
     kinds = _by_kind(load_topology(None))
-    assert len(kinds["resourceslices"]) == 3
-    for resource_slice in kinds["resourceslices"]:
+    assert len(_whole_gpu_slices(kinds["resourceslices"])) == 3
+    for resource_slice in _whole_gpu_slices(kinds["resourceslices"]):
         spec = resource_slice["spec"]
         assert spec["driver"] == "gpu.nvidia.com"
         assert spec["pool"] == {"name": spec["nodeName"], "generation": 1, "resourceSliceCount": 1}
@@ -98,7 +113,7 @@ def test_sample_nodes_carry_capacity_labels_and_ready_condition() -> None:
 def test_catalog_classes_select_only_their_product_when_evaluated() -> None:
     kinds = _by_kind(load_topology(None))
     classes = {c["metadata"]["name"]: c for c in kinds["deviceclasses"]}
-    for resource_slice in kinds["resourceslices"]:
+    for resource_slice in _whole_gpu_slices(kinds["resourceslices"]):
         for device in resource_slice["spec"]["devices"]:
             env = device_env("gpu.nvidia.com", device)
             product = device["attributes"]["productName"]["string"]
@@ -107,7 +122,7 @@ def test_catalog_classes_select_only_their_product_when_evaluated() -> None:
                     compile_selector(s["cel"]["expression"])
                     for s in device_class["spec"]["selectors"]
                 ]
-                expected = name == "gpu.nvidia.com" or CATALOG_CLASSES[name] == product
+                expected = name == "gpu.nvidia.com" or CATALOG_CLASSES.get(name) == product
                 assert device_matches(selectors, env) is expected, (name, product)
 
 
