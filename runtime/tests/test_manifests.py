@@ -226,3 +226,46 @@ def test_the_pod_carries_the_hash_of_what_it_was_built_from():
     assert restarted["metadata"]["annotations"][manifests.ANNOTATION_RESTARTED_AT] == (
         "2026-12-01T10:00:00Z"
     )
+
+
+PACKAGE_KINDS = {
+    "whole": CONTRACT,
+    "shared": dataclasses.replace(
+        CONTRACT,
+        device_class_name="hami-core-gpu.project-hami.io",
+        count=1,
+        gpu=1,
+        capacity={"cores": "25", "memory": "20Gi"},
+    ),
+    "mig": dataclasses.replace(
+        CONTRACT,
+        device_class_name="mig.nvidia.com",
+        count=1,
+        gpu=1,
+        selectors=['device.attributes["gpu.nvidia.com"].profile == "1g.10gb"'],
+    ),
+    "fallback": dataclasses.replace(
+        CONTRACT,
+        alternatives=[
+            {"name": "l40s", "deviceClassName": "nvidia-l40s", "count": 2},
+            {
+                "name": "shared",
+                "deviceClassName": "hami-core-gpu.project-hami.io",
+                "count": 1,
+                "capacity": {"cores": "50"},
+            },
+        ],
+    ),
+}
+
+
+@pytest.mark.parametrize("kind", list(PACKAGE_KINDS))
+def test_the_claim_of_every_package_kind_is_valid_for_1_34_strict(kind):
+    contract = PACKAGE_KINDS[kind]
+    claim = manifests.build_resource_claim(contract, owner_uid=OWNER_UID)
+    kubernetes_validate.validate(claim, "1.34.0", strict=True)
+    pod = manifests.build_pod(contract, owner_uid=OWNER_UID)
+    kubernetes_validate.validate(pod, "1.34.0", strict=True)
+    # The GPUUnit carries what was asked, alternatives included, within its CRD's schema.
+    gpuunit = manifests.build_gpuunit(contract)
+    jsonschema.validate(gpuunit, CRD["spec"]["versions"][0]["schema"]["openAPIV3Schema"])
