@@ -500,6 +500,30 @@ def _tally(devices: Iterable[dict]) -> dict:
     return {"total": total, "allocated": allocated, "tainted": tainted, "free": free}
 
 
+def _shared_device(key: tuple[str, str, str], device: dict, shared: dict, shares: int) -> dict:
+    """A device several claims may share: its capacity, what its shares hold, what is left
+    (quantities as the device publishes them: bytes where it counts in Ki/Mi/Gi)."""
+    capacity, used, left = {}, {}, {}
+    for name, published in sorted((shared["capacity"] or {}).items()):
+        if not isinstance(published, dict):
+            continue
+        text = str(published.get("value", "0"))
+        total = _amount(text)
+        taken = shared["consumed"].get(name, 0)
+        show = quantity.format_bytes if text.endswith("i") else str
+        capacity[name], used[name], left[name] = show(total), show(taken), show(total - taken)
+    return {
+        "driver": key[0],
+        "pool": key[1],
+        "device": key[2],
+        "nodeName": device["node_name"],
+        "shares": shares,
+        "capacity": capacity,
+        "consumed": used,
+        "remaining": left,
+    }
+
+
 def _tainted_devices(observation: Observation) -> list[dict]:
     return [
         {
@@ -558,6 +582,10 @@ def build_document(observation: Observation) -> dict:
             )
         nodes.append(entry)
     tainted = _tainted_devices(observation)
+    shares: dict[tuple[str, str, str], int] = defaultdict(int)
+    for claim in observation.claims.values():
+        for result in claim["results"]:
+            shares[(result["driver"], result["pool"], result["device"])] += 1
     return {
         "totalGpuAllocatable": len(counted),
         "draClaimCount": len(observation.claims),
@@ -567,6 +595,10 @@ def build_document(observation: Observation) -> dict:
         "draDevices": allocated_results,
         "draTaintedDevices": len(tainted),
         "taintedDevices": tainted,
+        "sharedDevices": [
+            _shared_device(key, observation.devices[key], shared, shares.get(key, 0))
+            for key, shared in sorted(observation.shareable.items())
+        ],
         "deviceClasses": [
             {"name": name, **_tally(devices)} for name, devices in sorted(by_class.items())
         ],

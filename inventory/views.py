@@ -49,6 +49,20 @@ _tainted_device = inline_serializer(
         "taints": serializers.ListField(child=_taint),
     },
 )
+_quantities = serializers.DictField(child=serializers.CharField())
+_shared_device = inline_serializer(
+    name="SharedDevice",
+    fields={
+        "driver": serializers.CharField(),
+        "pool": serializers.CharField(),
+        "device": serializers.CharField(),
+        "nodeName": serializers.CharField(allow_blank=True),
+        "shares": serializers.IntegerField(help_text="claims holding a share of it"),
+        "capacity": _quantities,
+        "consumed": _quantities,
+        "remaining": _quantities,
+    },
+)
 _inventory = inline_serializer(
     name="Inventory",
     fields={
@@ -62,6 +76,9 @@ _inventory = inline_serializer(
         "draDevices": serializers.ListField(child=_device),
         "draTaintedDevices": serializers.IntegerField(help_text="devices with any taint"),
         "taintedDevices": serializers.ListField(child=_tainted_device),
+        "sharedDevices": serializers.ListField(
+            child=_shared_device, help_text="devices that allow multiple allocations"
+        ),
         "deviceClasses": serializers.ListField(
             child=inline_serializer(
                 name="DeviceClassTally", fields={"name": serializers.CharField(), **_tally}

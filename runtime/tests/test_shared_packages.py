@@ -16,6 +16,7 @@ from runtime.models import GPUUnit, UnitPhase
 from runtime.provisioning import install_crd
 from runtime.tests.helpers import wait_for_phase
 from simcluster.cluster import SimCluster
+from tenancy.tests.factories import TenantFactory
 from tests.endpoints import client_for
 
 pytestmark = [pytest.mark.django_db(transaction=True)]
@@ -103,6 +104,12 @@ def test_four_quarter_units_share_one_gpu_and_a_fifth_waits(tenant, shared_clust
     shown = client.get("/api/v1/gpu-units/quarter-0").json()["data"]["draStatus"]["devices"][0]
     assert shown["shareID"]
     assert shown["consumedCapacity"]["memory"] == "20Gi"
+    operator = client_for(TenantFactory(is_operator=True))
+    sync_inventory()
+    (device,) = operator.get("/api/v1/operator/inventory").json()["data"]["sharedDevices"]
+    assert (device["device"], device["shares"]) == ("hami-gpu-0", 4)
+    assert device["consumed"] == {"cores": "100", "memory": "80Gi"}
+    assert device["remaining"] == {"cores": "0", "memory": "0"}
     fifth = wait_for_phase(order("quarter-4"), "Pending")
     assert fifth.reason == "NoMatchingDevices", fifth.message
     sync_inventory()
