@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django.db import connection
 from django.db.models import Count, Q, QuerySet, Sum
 
 from catalog import selectors as catalog_selectors
@@ -26,15 +25,37 @@ class DeviceTotals:
     name: str
     total: int
     allocated: int
+    # Allocated, or tainted NoSchedule/NoExecute (never given to a claim): not free.
+    unavailable: int = 0
 
     @property
     def free(self) -> int:
-        return self.total - self.allocated
+        return self.total - max(self.allocated, self.unavailable)
+
+
+def _device_counts(prefix: str = "n_", condition: Q | None = None) -> dict:
+    """Count, allocated and unavailable devices (matching `condition`), as aggregate terms
+    named `<prefix>total` and so on (never a field's name: the filters name the fields)."""
+    where = condition if condition is not None else Q()
+    return {
+        f"{prefix}total": Count("id", filter=where),
+        f"{prefix}allocated": Count("id", filter=where & Q(allocated=True)),
+        f"{prefix}unavailable": Count("id", filter=where & (Q(allocated=True) | Q(tainted=True))),
+    }
+
+
+def _totals(name: str, counts: dict, prefix: str = "n_") -> DeviceTotals:
+    return DeviceTotals(
+        name,
+        counts[f"{prefix}total"],
+        counts[f"{prefix}allocated"],
+        counts[f"{prefix}unavailable"],
+    )
 
 
 @dataclass(frozen=True)
 class NodeTotals(DeviceTotals):
-    ready: bool | None
+    ready: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -58,23 +79,37 @@ class DeviceClassTotals:
 
 def device_totals_by_class() -> DeviceClassTotals:
     """Devices of complete pools per device class they match (a device may match several),
-    and the devices themselves counted once (two queries)."""
-    everything = Device.objects.filter(pool_complete=True).aggregate(
-        total=Count("id"), allocated=Count("id", filter=Q(allocated=True))
+    and the devices themselves counted once (three queries: every class's counts are
+    filtered aggregates of one)."""
+    complete = Device.objects.filter(pool_complete=True)
+    everything = complete.aggregate(**_device_counts())
+    all_devices = _totals("All GPU devices", everything)
+    # The classes devices belong to: few distinct sets, however many devices.
+    names = sorted(
+        {
+            name
+            for classes in complete.values_list("device_classes", flat=True).distinct()
+            for name in classes
+        }
     )
-    all_devices = DeviceTotals("All GPU devices", everything["total"], everything["allocated"])
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"""
-            SELECT class.name, count(*), count(*) FILTER (WHERE device.allocated)
-            FROM {Device._meta.db_table} AS device
-            CROSS JOIN LATERAL unnest(device.device_classes) AS class(name)
-            WHERE device.pool_complete
-            GROUP BY class.name
-            ORDER BY class.name
-            """
+    per_class = (
+        complete.aggregate(
+            **{
+                term: value
+                for index, name in enumerate(names)
+                for term, value in _device_counts(
+                    f"c{index}_", Q(device_classes__contains=[name])
+                ).items()
+            }
         )
-        classes = [DeviceTotals(name, total, allocated) for name, total, allocated in cursor]
+        if names
+        else {}
+    )
+    classes = [
+        _totals(name, per_class, f"c{index}_")
+        for index, name in enumerate(names)
+        if per_class[f"c{index}_total"]
+    ]
     return DeviceClassTotals(
         model_classes=[row for row in classes if row.total < all_devices.total],
         catch_all=[row.name for row in classes if row.total == all_devices.total],
@@ -88,15 +123,16 @@ def device_totals_by_node() -> list[NodeTotals]:
     rows = (
         Device.objects.filter(pool_complete=True)
         .values("node_name")
-        .annotate(total=Count("id"), allocated=Count("id", filter=Q(allocated=True)))
+        .annotate(**_device_counts())
         .order_by("node_name")
     )
     return [
         NodeTotals(
             row["node_name"] or "(no node)",
-            row["total"],
-            row["allocated"],
-            ready.get(row["node_name"]),
+            row["n_total"],
+            row["n_allocated"],
+            row["n_unavailable"],
+            ready=ready.get(row["node_name"]),
         )
         for row in rows
     ]
