@@ -64,6 +64,7 @@ class PackageForm(forms.ModelForm):
             "count",
             "selectors",
             "capacity",
+            "match_attribute",
             "alternatives",
             "max_stop_after",
         ]
@@ -101,6 +102,7 @@ class PackageAdmin(admin.ModelAdmin):
                     "count",
                     "selectors",
                     "capacity",
+                    "match_attribute",
                     "alternatives",
                 )
             },

@@ -30,6 +30,7 @@ FIELD_PATHS = {
     "selectors": "allocation.selectors",
     "capacity": "allocation.capacity",
     "alternatives": "allocation.alternatives",
+    "match_attribute": "allocation.matchAttribute",
     "active": "active",
 }
 
@@ -72,6 +73,14 @@ class Package(models.Model):
     )
     capacity = models.JSONField(
         default=dict, blank=True, help_text="Optional per-device capacity requests."
+    )
+    match_attribute = models.CharField(
+        "match attribute",
+        max_length=316,
+        blank=True,
+        help_text="Optional: all of a unit's devices agree on this attribute, a fully qualified "
+        'name such as "gpu.nvidia.com/parentUUID" or "resource.kubernetes.io/pcieRoot" (the '
+        "claim's constraints[].matchAttribute).",
     )
     alternatives = models.JSONField(
         default=list,
@@ -135,6 +144,8 @@ class Package(models.Model):
             "capacity": validation.capacity_requests(self.capacity),
         }
         self.alternatives, errors["alternatives"] = validation.alternatives(self.alternatives)
+        self.match_attribute = (self.match_attribute or "").strip()
+        errors["match_attribute"] = validation.match_attribute(self.match_attribute)
         if not isinstance(self.selectors, list):
             errors["selectors"] = "selectors must be a list of CEL expressions."
         else:
@@ -165,6 +176,8 @@ class Package(models.Model):
             block["selectors"] = list(self.selectors)
         if self.capacity:
             block["capacity"] = dict(self.capacity)
+        if self.match_attribute:
+            block["matchAttribute"] = self.match_attribute
         if self.alternatives:
             # In the catalog's key order (PostgreSQL's jsonb stores keys its own way).
             block["alternatives"] = [

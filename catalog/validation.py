@@ -99,3 +99,18 @@ def alternatives(value: object) -> tuple[list[dict], str | None]:
             entry["capacity"] = {str(k): str(v).strip() for k, v in capacity.items()}
         normalised.append(entry)
     return normalised, " ".join(problems) or None
+
+
+def match_attribute(value: str) -> str | None:
+    """A constraint's attribute: a fully qualified name `<domain>/<name>` (the API server
+    requires the domain), or nothing."""
+    if not value:
+        return None
+    domain, slash, name = value.partition("/")
+    if not slash or not domain or not name:
+        return f'"{value}" must be fully qualified, e.g. "gpu.nvidia.com/parentUUID".'
+    if problem := dns_subdomain(domain):
+        return f"matchAttribute domain: {problem}"
+    if problem := qualified_name(name):
+        return f"matchAttribute name: {problem}"
+    return None

@@ -14,6 +14,7 @@ ALLOCATION_KEYS = {
     "selectors",
     "capacity",
     "alternatives",
+    "matchAttribute",
 }
 
 
@@ -77,6 +78,7 @@ def entry_to_fields(entry: Any) -> tuple[dict, dict[str, str]]:
         if isinstance(allocation.get("capacity") or {}, dict)
         else allocation.get("capacity"),
         "alternatives": allocation.get("alternatives") or [],
+        "match_attribute": _text(allocation.get("matchAttribute")),
         "max_stop_after": _text(entry.get("maxStopAfter")),
         "active": active is not False,
     }

@@ -54,6 +54,7 @@ class UnitContract:
     # Fallbacks after the package's own class: [{name, deviceClassName, count, selectors?,
     # capacity?}] (catalog.validation.alternatives).
     alternatives: list[dict] = field(default_factory=list)
+    match_attribute: str = ""  # every device of the unit agrees on it (claim constraints)
     command: list[str] = field(default_factory=list)
     args: list[str] = field(default_factory=list)
     env: list[dict[str, str]] = field(default_factory=list)
@@ -146,6 +147,8 @@ def allocation(contract: UnitContract) -> dict:
         block["selectors"] = list(contract.selectors)
     if contract.capacity:
         block["capacity"] = dict(contract.capacity)
+    if contract.match_attribute:
+        block["matchAttribute"] = contract.match_attribute
     if contract.alternatives:
         block["alternatives"] = [dict(alternative) for alternative in contract.alternatives]
     return block
@@ -244,6 +247,11 @@ def build_resource_claim(contract: UnitContract, *, owner_uid: str) -> dict:
         ]
     else:
         request["exactly"] = own
+    devices: dict = {"requests": [request]}
+    if contract.match_attribute:
+        devices["constraints"] = [
+            {"requests": [contract.claim_request_name], "matchAttribute": contract.match_attribute}
+        ]
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
@@ -253,7 +261,7 @@ def build_resource_claim(contract: UnitContract, *, owner_uid: str) -> dict:
             "labels": labels(contract),
             "ownerReferences": [owner_reference(contract, owner_uid)],
         },
-        "spec": {"devices": {"requests": [request]}},
+        "spec": {"devices": devices},
     }
 
 

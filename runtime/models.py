@@ -81,6 +81,7 @@ class GPUUnit(models.Model):
     capacity = models.JSONField(default=dict, blank=True)
     # The package's fallbacks ([{name, deviceClassName, count, selectors?, capacity?}]).
     alternatives = models.JSONField(default=list, blank=True)
+    match_attribute = models.CharField(max_length=316, blank=True)
     image = models.CharField(max_length=512)
     template = models.JSONField(default=dict, blank=True)
     # {primaryPort, scheme} when the template has ports (validation.access), else {}.
@@ -169,6 +170,7 @@ class GPUUnit(models.Model):
             "selectors": list(package.selectors),
             "capacity": dict(package.capacity),
             "alternatives": [dict(alternative) for alternative in package.alternatives or []],
+            "match_attribute": package.match_attribute,
             "dra": {"claimName": claim_name, "allocated": False, "devices": []},
         }
 
@@ -194,6 +196,7 @@ class GPUUnit(models.Model):
             selectors=list(self.selectors or []),
             capacity=dict(self.capacity or {}),
             alternatives=[dict(alternative) for alternative in self.alternatives or []],
+            match_attribute=self.match_attribute,
             command=list(template.get("command") or []),
             args=list(template.get("args") or []),
             env=list(template.get("env") or []),

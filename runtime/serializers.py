@@ -339,6 +339,11 @@ class UnitAllocationSerializer(serializers.Serializer):
     claimName = serializers.CharField(source="claim_name")
     claimRequestName = serializers.CharField(source="claim_request_name")
     count = serializers.IntegerField()
+    matchAttribute = serializers.CharField(
+        source="match_attribute",
+        required=False,
+        help_text="the attribute every device of the unit agrees on (absent when none)",
+    )
     alternatives = serializers.ListField(
         child=serializers.DictField(),
         required=False,
@@ -347,8 +352,9 @@ class UnitAllocationSerializer(serializers.Serializer):
 
     def to_representation(self, instance):
         shown = super().to_representation(instance)
-        if not shown.get("alternatives"):
-            shown.pop("alternatives", None)
+        for optional in ("alternatives", "matchAttribute"):
+            if not shown.get(optional):
+                shown.pop(optional, None)
         return shown
 
 
