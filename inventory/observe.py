@@ -40,6 +40,9 @@ class PackageSpec:
     # A shared package's per-device capacity requests ({"cores": "25", "memory": "20Gi"}):
     # it takes a share of a device that allows multiple allocations, not a whole device.
     capacity: tuple[tuple[str, str], ...] = ()
+    # A unit's devices must agree on this attribute ("gpu.nvidia.com/parentUUID"): they are
+    # counted per value, not per node.
+    match_attribute: str = ""
 
 
 @dataclass
@@ -627,11 +630,18 @@ def package_availability(observation: Observation, packages: list[PackageSpec]) 
     the reason says so."""
     free_by_node: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     tainted_by_node: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
+    # Packages with a matchAttribute: free devices per (node, package, attribute value).
+    constrained = {p.id: p.match_attribute for p in packages if p.match_attribute}
+    grouped: dict[tuple[str, str], dict[object, int]] = defaultdict(lambda: defaultdict(int))
     for device in observation.devices.values():
         if not device["allocated"] and device["node_name"]:
             counts = tainted_by_node if device["tainted"] else free_by_node
             for package_id in device["packages"]:
                 counts[device["node_name"]][package_id] += 1
+                if package_id in constrained and not device["tainted"]:
+                    value = attribute_value(device, constrained[package_id])
+                    if value is not None:
+                        grouped[(device["node_name"], package_id)][value] += 1
     result = {}
     for package in packages:
         if package.capacity:
@@ -648,7 +658,11 @@ def package_availability(observation: Observation, packages: list[PackageSpec]) 
             node = observation.nodes.get(node_name)
             if not matching or node is None or not node["ready"]:
                 continue
-            by_devices = matching // package.count
+            by_devices = (
+                sum(n // package.count for n in grouped[(node_name, package.id)].values())
+                if package.match_attribute
+                else matching // package.count
+            )
             device_bound = device_bound or by_devices > 0
             cpu_free = node["cpu_allocatable_millicores"] - node["cpu_requested_millicores"]
             memory_free = node["memory_allocatable_bytes"] - node["memory_requested_bytes"]
@@ -670,6 +684,19 @@ def package_availability(observation: Observation, packages: list[PackageSpec]) 
             ),
         }
     return _with_alternatives(result, packages)
+
+
+def attribute_value(device: dict, qualified: str) -> object:
+    """The value of a fully qualified attribute on a device (an attribute in its own
+    driver's domain may be published without the domain), or None."""
+    domain, _, name = qualified.partition("/")
+    attributes = device.get("attributes") or {}
+    found = attributes.get(qualified)
+    if found is None and domain == device.get("driver"):
+        found = attributes.get(name)
+    if not isinstance(found, dict) or not found:
+        return None
+    return next(iter(found.values()))
 
 
 def _shared_availability(observation: Observation, package: PackageSpec) -> dict:

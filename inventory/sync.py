@@ -69,6 +69,7 @@ def package_specs() -> list[observe.PackageSpec]:
                 memory_bytes=p.memory_bytes,
                 alternatives=tuple(f"{p.id}/{a['name']}" for a in alternatives),
                 capacity=tuple(sorted((p.capacity or {}).items())),
+                match_attribute=p.match_attribute,
             )
         )
         specs += [

@@ -10,6 +10,7 @@ from django.core.exceptions import ValidationError
 
 from catalog.tests.factories import PackageFactory
 from catalog.validation import match_attribute
+from inventory.sync import sync_inventory
 from runtime import manifests
 from runtime.models import GPUUnit, UnitPhase
 from runtime.tests.helpers import remove_namespace_objects, wait_for_phase
@@ -91,14 +92,23 @@ def test_two_slices_of_one_parent_or_none(tenant, cluster):
         assert response.status_code == 201, response.json()
         return GPUUnit.objects.get(name=name, phase__in=UnitPhase.LIVE)
 
+    def placeable(package) -> int:
+        shown = client.get(f"/api/v1/packages/{package.id}").json()["data"]["availability"]
+        return shown["placeableNow"]
+
     def parents(unit: GPUUnit) -> set[str]:
         return {d["device"].split("-mig-")[0] for d in unit.dra["devices"]}
 
     try:
+        sync_inventory()
+        assert placeable(paired) == 1  # parent 0 has three 1g slices, parent 1 one
         first = wait_for_phase(order("first", paired), "Running")
         assert len(parents(first)) == 1  # two slices of one GPU
         # One 1g slice is left on each parent: a pair of one parent does not fit, a loose
-        # pair would.
+        # pair would, and GET /packages says so beforehand.
+        sync_inventory()
+        assert placeable(paired) == 0
+        assert placeable(loose) == 1
         blocked = wait_for_phase(order("second", paired), "Pending")
         assert blocked.reason == "NoMatchingDevices", blocked.message
         client.delete("/api/v1/gpu-units/second")
