@@ -7,7 +7,7 @@ from django.core.validators import MinValueValidator
 from django.db import models
 from django.db.models.functions import Lower
 
-from catalog import validation
+from catalog import offers, validation
 from controlplane.validation import (
     dns_label,
     dns_subdomain,
@@ -152,6 +152,21 @@ class Package(models.Model):
             errors["selectors"] = validation.cel_expressions(self.selectors)
         if self.gpu is not None and self.count is not None and self.gpu != self.count:
             errors["count"] = f"allocation.count ({self.count}) must equal gpu ({self.gpu})."
+        if not errors["capacity"] and not errors["device_class_name"]:
+            errors["capacity"] = offers.capacity_problem(self.device_class_name, self.capacity)
+        if not errors["alternatives"]:
+            errors["alternatives"] = next(
+                (
+                    f"alternative {a['name']}: {problem}"
+                    for a in self.alternatives
+                    if (
+                        problem := offers.capacity_problem(
+                            a["deviceClassName"], a.get("capacity") or {}
+                        )
+                    )
+                ),
+                None,
+            )
         problems = {field: message for field, message in errors.items() if message}
         if problems:
             raise ValidationError(problems)
