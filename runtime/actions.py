@@ -28,8 +28,8 @@ from runtime.models import (
     RunPolicy,
     UnitPhase,
 )
+from tenancy import services as tenancy_services
 from tenancy.models import Tenant
-from tenancy.selectors import TenantUsage
 
 # The phases each action starts from (README: "What you can do to a unit, by phase").
 # Accepted units are still being created: their open create answers operation_in_progress.
@@ -174,12 +174,7 @@ def request_action(
     try:
         with transaction.atomic():
             if kind == OperationKind.START:  # the tenant lock first, as orders take it
-                usage = TenantUsage(
-                    *Tenant.objects.select_for_update(no_key=True)
-                    .filter(pk=tenant.pk)
-                    .values_list("used_cpu_millicores", "used_memory_bytes", "used_claims")
-                    .get()
-                )
+                usage = tenancy_services.lock_tenant(tenant.pk)
             unit = _lock_unit(tenant, name, uid)
             _check_actionable(unit, kind)
             operation = _record(
@@ -304,9 +299,7 @@ def update_unit(
     try:
         with transaction.atomic():
             # Tenant lock first: storage mounts are checked against the other units under it.
-            list(
-                Tenant.objects.select_for_update(no_key=True).filter(pk=tenant.pk).values_list("pk")
-            )
+            tenancy_services.lock_tenant(tenant.pk)
             unit = _lock_unit(tenant, name, uid)
             if if_match != "*" and if_match != unit.etag:
                 raise PreconditionFailed(

@@ -26,6 +26,7 @@ from runtime.models import (
     UnitEvent,
     UnitPhase,
 )
+from tenancy import services as tenancy_services
 from tenancy.models import Tenant
 from tenancy.selectors import NO_USAGE, usage_of
 
@@ -178,11 +179,7 @@ def mark_unit_terminated(unit: GPUUnit) -> bool:
     orders do, so an order waiting on this unit's name never holds the lock this needs.
     False when the unit was not Terminating (someone else finished it)."""
     with transaction.atomic():
-        list(
-            Tenant.objects.select_for_update(no_key=True)
-            .filter(pk=unit.tenant_id)
-            .values_list("pk")
-        )
+        tenancy_services.lock_tenant(unit.tenant_id)
         charged = _charged_now(unit)
         terminated = transition_unit(
             unit,
@@ -207,13 +204,6 @@ def mark_unit_terminated(unit: GPUUnit) -> bool:
     return terminated
 
 
-# Tenant rows are locked FOR NO KEY UPDATE (the orders' statement takes FOR UPDATE, which
-# waits for it): a lock that also blocked the KEY SHARE every INSERT of an operation takes on
-# its tenant would deadlock against a request that holds a unit's row and records an
-# operation for it (stop, restart, delete) while a start or termination holds the tenant and
-# waits for that unit.
-
-
 def _charged_now(unit: GPUUnit) -> bool:
     """The unit's compute_charged as stored (read under its tenant's lock, which every
     writer of it holds)."""
@@ -228,11 +218,7 @@ def mark_unit_stopped(unit: GPUUnit, operation: Operation) -> bool:
     tenant lock first, as orders take it). False when the unit was no longer Stopping (its
     deletion was requested meanwhile)."""
     with transaction.atomic():
-        list(
-            Tenant.objects.select_for_update(no_key=True)
-            .filter(pk=unit.tenant_id)
-            .values_list("pk")
-        )
+        tenancy_services.lock_tenant(unit.tenant_id)
         charged = _charged_now(unit)
         stopped = transition_unit(
             unit,
@@ -314,7 +300,8 @@ def recount_usage() -> list[str]:
     fixed = []
     for pk in suspects:
         with transaction.atomic():
-            tenant = Tenant.objects.select_for_update(no_key=True).get(pk=pk)
+            tenancy_services.lock_tenant(pk)
+            tenant = Tenant.objects.get(pk=pk)
             # A statement after the lock: it sees every order committed before it.
             usage = selectors.count_tenant_usage(tenant=tenant).get(pk, NO_USAGE)
             charged = usage_of(tenant)

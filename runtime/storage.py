@@ -20,6 +20,7 @@ from dracel import quantity
 from runtime import manifests, outbox, provisioning, validation
 from runtime.errors import QuotaExceeded, StorageInUse
 from runtime.models import AccessMode, GPUStorage, GPUUnit, StoragePhase, UnitPhase
+from tenancy import services as tenancy_services
 from tenancy.models import Tenant
 
 logger = logging.getLogger(__name__)
@@ -55,9 +56,7 @@ def create_storage(
     size_bytes = quantity.parse_bytes(size)
     try:
         with transaction.atomic():
-            list(
-                Tenant.objects.select_for_update(no_key=True).filter(pk=tenant.pk).values_list("pk")
-            )
+            tenancy_services.lock_tenant(tenant.pk)
             _check_quota(tenant, size_bytes)
             storage = GPUStorage.objects.create(
                 tenant=tenant,
@@ -167,7 +166,7 @@ def delete_storage(*, tenant: Tenant, name: str) -> GPUStorage:
     """Mark the storage Terminating and have a worker delete its claim (its data goes with
     the volume's reclaim policy); 409 while a live unit mounts it. Repeating it is harmless."""
     with transaction.atomic():
-        list(Tenant.objects.select_for_update(no_key=True).filter(pk=tenant.pk).values_list("pk"))
+        tenancy_services.lock_tenant(tenant.pk)
         storage = get_storage(tenant=tenant, name=name)
         if units := mounted_by(storage):
             raise StorageInUse(

@@ -18,6 +18,7 @@ from controlplane.validation import dns_label, fold_case
 from tenancy import sshkeys
 from tenancy.errors import SSHKeyConflict
 from tenancy.models import ApiKey, SSHKey, Tenant
+from tenancy.selectors import TenantUsage
 
 KEY_PREFIX = "gcp"
 
@@ -49,6 +50,21 @@ def note_api_key_used(*, api_key: ApiKey) -> None:
 
 
 @transaction.atomic
+def lock_tenant(tenant_pk: int) -> TenantUsage:
+    """Lock the tenant's row for the rest of the transaction (the order of locks: the tenant,
+    then its units) and read its usage counters under it. FOR NO KEY UPDATE: it serialises
+    with every other writer of the counters (and with the orders' FOR UPDATE) but not with the
+    KEY SHARE an INSERT referencing the tenant takes, so a request that holds a unit's row and
+    records an operation for it (stop, restart, delete) cannot deadlock against a start or a
+    termination holding the tenant and waiting for that unit."""
+    return TenantUsage(
+        *Tenant.objects.select_for_update(no_key=True)
+        .filter(pk=tenant_pk)
+        .values_list("used_cpu_millicores", "used_memory_bytes", "used_claims")
+        .get()
+    )
+
+
 def create_tenant(
     *,
     slug: str,
