@@ -1,13 +1,15 @@
 from django.apps import AppConfig
 
+from catalog import offers as catalog_offers
+from controlplane import health, metrics
+
 
 class InventoryConfig(AppConfig):
     name = "inventory"
     verbose_name = "Cluster inventory"
 
     def ready(self) -> None:
-        from catalog import offers as catalog_offers
-        from controlplane import health, metrics
+        # Modules that read the models load once the app registry is ready (Django's rule).
         from inventory import offers
         from inventory.health import check_inventory, collect_gauges
 

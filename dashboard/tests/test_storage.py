@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from dashboard.tests.conftest import make_unit
+from dashboard.tests.conftest import client_for, make_unit
 from dashboard.tests.test_views import count_queries, detail, order
 from runtime import storage as storage_service
 from runtime.models import GPUStorage, GPUUnit, StoragePhase, UnitPhase
@@ -227,8 +227,6 @@ class TestCreate:
         assert not GPUStorage.objects.filter(name="second").exists()
 
     def test_posts_without_csrf_token_are_refused(self, member):
-        from dashboard.tests.conftest import client_for
-
         strict = client_for(member, enforce_csrf_checks=True)
         response = strict.post(STORAGE, {"name": "x", "size": "1Gi"})
         assert response.status_code == 403

@@ -15,6 +15,7 @@ from controlplane.api.errors import ApiError
 from dashboard import logtail
 from dashboard.tests.conftest import client_for, make_unit, make_user
 from dashboard.tests.test_views import detail
+from runtime.logs import LogsUnavailable
 from runtime.models import GPUUnit, UnitPhase
 from runtime.tests.helpers import remove_namespace_objects, wait_for_phase
 
@@ -86,8 +87,6 @@ class TestRegion:
             )
 
     def test_a_container_that_waits_says_why(self, member_client, tenant, monkeypatch):
-        from runtime.logs import LogsUnavailable
-
         def waiting(unit, options):
             raise LogsUnavailable(
                 'no log yet: container "main" in pod "unit-demo" is waiting to start: '
