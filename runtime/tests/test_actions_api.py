@@ -5,10 +5,11 @@ merge-patch and duration rules."""
 from __future__ import annotations
 
 import pytest
+from django.utils import timezone
 
 from catalog.tests.factories import ARTICLE_PACKAGE_ID, PackageFactory
 from controlplane.validation import format_duration, parse_duration
-from runtime import actions, orders
+from runtime import actions, lifecycle, orders
 from runtime.models import GPUUnit, Operation, OperationKind, UnitPhase
 from tests.endpoints import EndpointTest
 
@@ -84,8 +85,6 @@ def test_stop_start_move_the_tenants_cpu_and_memory_not_its_claim(auth_client, t
         2,
     )
     # Given back once Stopped (the worker's part, done here as it would).
-    from runtime import lifecycle
-
     lifecycle.mark_unit_stopped(unit, Operation.objects.get(kind="stop"))
     tenant.refresh_from_db()
     assert (tenant.used_cpu_millicores, tenant.used_memory_bytes, tenant.used_claims) == (
@@ -132,8 +131,6 @@ def test_a_replay_is_the_same_operation_and_another_action_under_its_id_a_confli
 
 def test_an_auto_stop_never_stops_a_unit_twice(tenant):
     unit = provisioned(tenant)
-    from django.utils import timezone
-
     GPUUnit.objects.filter(pk=unit.pk).update(stop_after="1s", stops_at=timezone.now())
     assert actions.stop_expired_units() == 1
     assert actions.stop_expired_units() == 0
@@ -168,34 +165,23 @@ def test_what_is_not_a_duration_says_so(text):
     assert problem
 
 
-class TestStopRoute(EndpointTest):
+class TestActionRoutes(EndpointTest):
     method = "post"
-    path = "/api/v1/gpu-units/{name}/stop"
 
-    def test_statements_are_the_baseline(self, auth_client, tenant):
-        provisioned(tenant)
+    @pytest.mark.parametrize(
+        ("action", "phase"),
+        [
+            ("stop", UnitPhase.RUNNING),
+            ("start", UnitPhase.STOPPED),
+            ("restart", UnitPhase.RUNNING),
+        ],
+    )
+    def test_statements_are_the_baseline(self, auth_client, tenant, action, phase):
+        self.path = f"/api/v1/gpu-units/{{name}}/{action}"
+        provisioned(tenant, phase=phase)
         auth_client.get("/api/v1/quota")  # the key's first use of the minute stamps it
         self.assert_statement_count(auth_client, name="demo", data={"operationID": "s"})
-
-
-class TestStartRoute(EndpointTest):
-    method = "post"
-    path = "/api/v1/gpu-units/{name}/start"
-
-    def test_statements_are_the_baseline(self, auth_client, tenant):
-        provisioned(tenant, phase=UnitPhase.STOPPED)
-        auth_client.get("/api/v1/quota")  # the key's first use of the minute stamps it
-        self.assert_statement_count(auth_client, name="demo", data={"operationID": "s"})
-
-
-class TestRestartRoute(EndpointTest):
-    method = "post"
-    path = "/api/v1/gpu-units/{name}/restart"
-
-    def test_statements_are_the_baseline(self, auth_client, tenant):
-        provisioned(tenant)
-        auth_client.get("/api/v1/quota")  # the key's first use of the minute stamps it
-        self.assert_statement_count(auth_client, name="demo", data={"operationID": "s"})
+        assert Operation.objects.filter(kind=action).count() == 1
 
 
 class TestUpdateRoute(EndpointTest):

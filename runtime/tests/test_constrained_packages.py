@@ -4,6 +4,8 @@ constraint, valid for 1.34 strict, and through the stack on the sample topology'
 
 from __future__ import annotations
 
+import dataclasses
+
 import kubernetes_validate
 import pytest
 from django.core.exceptions import ValidationError
@@ -14,6 +16,7 @@ from inventory.sync import sync_inventory
 from runtime import manifests
 from runtime.models import GPUUnit, UnitPhase
 from runtime.tests.helpers import remove_namespace_objects, wait_for_phase
+from runtime.tests.test_manifests import CONTRACT
 from tests.endpoints import client_for
 
 PARENT = "gpu.nvidia.com/parentUUID"
@@ -28,22 +31,9 @@ def test_a_match_attribute_is_fully_qualified(value):
 
 
 def test_the_claim_carries_the_constraint_valid_for_1_34():
-    contract = manifests.UnitContract(
-        name="pair",
-        namespace="ns",
-        tenant="t",
-        operation_id="op",
-        request_hash="ab" * 32,
-        package_id="mig-pair",
-        spec_name="mig.pair",
-        image="busybox",
-        cpu="4",
-        memory="16Gi",
-        gpu=2,
+    contract = dataclasses.replace(
+        CONTRACT,
         device_class_name="mig.nvidia.com",
-        claim_name="unit-pair-gpu",
-        claim_request_name="gpu",
-        count=2,
         selectors=[ONE_G],
         match_attribute=PARENT,
     )

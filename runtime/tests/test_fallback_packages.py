@@ -4,6 +4,8 @@ and through the stack the unit on its second alternative saying so."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import kubernetes_validate
 import pytest
 import yaml
@@ -17,6 +19,7 @@ from inventory.sync import sync_inventory
 from runtime import manifests
 from runtime.models import GPUUnit, UnitPhase
 from runtime.tests.helpers import remove_namespace_objects, wait_for_phase
+from runtime.tests.test_manifests import CONTRACT
 from tests.endpoints import client_for
 
 L40S = {"name": "l40s", "deviceClassName": "nvidia-l40s", "count": 8}
@@ -70,21 +73,10 @@ def test_a_fallback_package_round_trips_as_yaml():
 
 
 def test_the_claim_asks_first_available_and_is_valid_for_1_34():
-    contract = manifests.UnitContract(
-        name="demo",
-        namespace="ns",
-        tenant="t",
-        operation_id="op",
-        request_hash="ab" * 32,
-        package_id="h100-8x-else-l40s",
-        spec_name="gpu.h100.8x",
-        image="busybox",
-        cpu="16",
-        memory="64Gi",
-        gpu=8,
+    contract = dataclasses.replace(
+        CONTRACT,
         device_class_name="nvidia-h100",
-        claim_name="unit-demo-gpu",
-        claim_request_name="gpu",
+        gpu=8,
         count=8,
         alternatives=[{**L40S, "selectors": ["device.driver == 'gpu.nvidia.com'"]}],
     )
