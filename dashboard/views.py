@@ -660,7 +660,11 @@ class UnitEditView(DashboardView):
             return self.show(unit, form)
         data = form.cleaned_data
         try:
-            result = actions.update_unit(
+            result = actions.replayed_update(
+                tenant=unit.tenant,
+                operation_id=data["operation_id"],
+                request_hash=data["request_hash"],
+            ) or actions.update_unit(
                 tenant=unit.tenant,
                 name=unit.name,
                 operation_id=data["operation_id"],

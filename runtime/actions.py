@@ -278,6 +278,12 @@ def changed_fields(before: dict, after: dict) -> list[str]:
     return changed
 
 
+def replayed_update(*, tenant: Tenant, operation_id: str, request_hash: str) -> ActionResult | None:
+    """The earlier update under this operationID when this is the same request (a conflict
+    when it is not), or None."""
+    return _replay(tenant, operation_id, kind=OperationKind.UPDATE, request_hash=request_hash)
+
+
 def update_unit(
     *,
     tenant: Tenant,
@@ -291,11 +297,9 @@ def update_unit(
     """Apply `spec` (the unit's changeable fields after the merge patch, validated) to the
     unit whose etag is `if_match`: generation + 1, the update operation recorded and queued.
     Nothing changes (412) when the unit moved on since; an update that changes nothing is
-    recorded as succeeded at once, with no new generation."""
-    if replayed := _replay(
-        tenant, operation_id, kind=OperationKind.UPDATE, request_hash=request_hash
-    ):
-        return replayed
+    recorded as succeeded at once, with no new generation. Callers look for a replay first
+    (`replayed_update`: before If-Match is even asked for); one racing this call ends in the
+    operationID's unique constraint and is answered as a replay here."""
     try:
         with transaction.atomic():
             # Tenant lock first: storage mounts are checked against the other units under it.

@@ -256,9 +256,10 @@ class UnitDetailView(TenantView):
         patch = {key: request.data[key] for key in data}  # as sent: nulls clear
         unit = _unit_or_404(self.tenant, name)
         request_hash = actions.action_fingerprint(OperationKind.UPDATE, unit.name, patch)
-        earlier = selectors.get_operation(tenant=self.tenant, operation_id=operation_id)
+        earlier = actions.replayed_update(
+            tenant=self.tenant, operation_id=operation_id, request_hash=request_hash
+        )
         if earlier is not None:
-            outbox.check_replay(earlier, kind=OperationKind.UPDATE, request_hash=request_hash)
             return _with_operation(earlier.unit, operation_id, status=200, replayed=True)
         if_match = request.headers.get("If-Match", "").strip()
         if not if_match:
