@@ -189,6 +189,19 @@ class KeyNamesField(forms.MultipleChoiceField):
         return True
 
 
+class SummarisedForm(forms.Form):
+    """A form whose errors the page sums up above it (templates/dashboard/_error_summary.html)."""
+
+    def error_links(self) -> list[tuple[str, str]]:
+        """(element id, what to fix) for each field with an error: the summary points at each
+        problem, whose message is shown once, next to the field."""
+        return [
+            (bound.id_for_label, str(bound.label))
+            for bound in self.visible_fields()
+            if bound.errors
+        ]
+
+
 class UnitFilterForm(forms.Form):
     phase = forms.ChoiceField(required=False)
     package = forms.ChoiceField(required=False)
@@ -229,7 +242,7 @@ class PackageOption:
         return f"{self.row.package.id} — {self.contract} — {self.room}"
 
 
-class UnitCreateForm(forms.Form):
+class UnitCreateForm(SummarisedForm):
     """A unit order. The operationID is made when the form is shown and travels in a hidden
     field, so a double submit replays the same order instead of placing a second one."""
 
@@ -456,7 +469,7 @@ def edit_field(path: str) -> str | None:
     return None
 
 
-class UnitEditForm(forms.Form):
+class UnitEditForm(SummarisedForm):
     """A change to a unit's image, command, environment, ports and auto-stop. What the unit
     would be after it is checked by the API's own rules for an update (UnitSpecSerializer,
     then the stopAfter maximums). The unit's etag as shown and an operationID made when the
@@ -551,11 +564,6 @@ class UnitEditForm(forms.Form):
             "etag": unit.etag,
             "operation_id": new_operation_id(),
         }
-
-    def error_links(self) -> list[tuple[str, str]]:
-        """(element id, what to fix) for each field with an error, for the summary."""
-        fields = self.visible_fields()
-        return [(bound.id_for_label, str(bound.label)) for bound in fields if bound.errors]
 
     def clean_operation_id(self) -> str:
         value = self.cleaned_data.get("operation_id") or ""
@@ -654,7 +662,7 @@ class UnitEditForm(forms.Form):
                 self.add_error(field, message)
 
 
-class SSHKeyForm(forms.Form):
+class SSHKeyForm(SummarisedForm):
     """A public key to register for the tenant; tenancy.services.add_ssh_key judges it."""
 
     # The API's field names -> this form's.
@@ -697,7 +705,7 @@ class SSHKeyForm(forms.Form):
                 self.add_error(field, message)
 
 
-class StorageForm(forms.Form):
+class StorageForm(SummarisedForm):
     """A storage to create for the tenant; runtime.storage.create_storage judges it."""
 
     # The API's field names -> this form's.
