@@ -67,6 +67,8 @@ class PackageForm(forms.ModelForm):
             "match_attribute",
             "alternatives",
             "max_stop_after",
+            "price",
+            "alternative_prices",
         ]
 
 
@@ -80,6 +82,7 @@ class PackageAdmin(admin.ModelAdmin):
         "device_class_name",
         "cpu",
         "memory",
+        "price",
         "active",
         "updated_at",
     )
@@ -93,6 +96,7 @@ class PackageAdmin(admin.ModelAdmin):
         (None, {"fields": ("id", "spec_name", "active")}),
         ("Resources", {"fields": ("cpu", "memory", "gpu")}),
         ("Auto-stop", {"fields": ("max_stop_after",)}),
+        ("Price", {"fields": ("price", "alternative_prices")}),
         (
             "DRA allocation",
             {

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator
 from django.db import models
@@ -31,6 +33,9 @@ FIELD_PATHS = {
     "capacity": "allocation.capacity",
     "alternatives": "allocation.alternatives",
     "match_attribute": "allocation.matchAttribute",
+    "max_stop_after": "maxStopAfter",
+    "price": "price",
+    "alternative_prices": "alternativePrices",
     "active": "active",
 }
 
@@ -97,6 +102,23 @@ class Package(models.Model):
         help_text='Units of this package stop at most this long after they start, e.g. "8h" '
         "(blank: no limit). A unit ordered without stopAfter gets this one.",
     )
+    price = models.DecimalField(
+        "hourly price",
+        max_digits=12,
+        decimal_places=4,
+        default=Decimal("0"),
+        validators=[MinValueValidator(Decimal("0"))],
+        help_text="What one unit of this package costs per hour it runs, in the billing "
+        "currency (BILLING_CURRENCY). A change applies from the moment it is saved: billing "
+        "keeps every version, and usage before the change keeps the price it had.",
+    )
+    alternative_prices = models.JSONField(
+        "alternative prices",
+        default=dict,
+        blank=True,
+        help_text='Hourly price per fallback alternative, e.g. {"l40s": "1.20"}; an alternative '
+        "left out costs the package's price.",
+    )
     active = models.BooleanField(default=True, help_text="Only active packages can be ordered.")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -145,6 +167,9 @@ class Package(models.Model):
         }
         self.alternatives, errors["alternatives"] = validation.alternatives(self.alternatives)
         self.match_attribute = (self.match_attribute or "").strip()
+        self.alternative_prices, errors["alternative_prices"] = validation.alternative_prices(
+            self.alternative_prices, [a.get("name") for a in self.alternatives or []]
+        )
         errors["match_attribute"] = validation.match_attribute(self.match_attribute)
         if not isinstance(self.selectors, list):
             errors["selectors"] = "selectors must be a list of CEL expressions."
@@ -170,6 +195,13 @@ class Package(models.Model):
         problems = {field: message for field, message in errors.items() if message}
         if problems:
             raise ValidationError(problems)
+
+    def price_of(self, alternative: str = "") -> Decimal:
+        """The hourly price of a unit that got `alternative` ("" for the package's own
+        class)."""
+        if alternative and alternative in (self.alternative_prices or {}):
+            return Decimal(self.alternative_prices[alternative])
+        return Decimal(self.price)
 
     @property
     def cpu_millicores(self) -> int:

@@ -1,9 +1,13 @@
 """Package JSON in the article's shape (camelCase, allocation block), plus availability."""
 
+from decimal import Decimal
+
+from django.conf import settings
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from catalog.models import Package
+from catalog.validation import money
 
 
 class PackageAllocationSerializer(serializers.Serializer):
@@ -22,14 +26,37 @@ class AvailabilitySerializer(serializers.Serializer):
     stale = serializers.BooleanField()
 
 
+class PriceSerializer(serializers.Serializer):
+    hourly = serializers.CharField(help_text='per hour a unit runs, e.g. "2.49"')
+    currency = serializers.CharField(help_text="ISO 4217")
+    alternatives = serializers.DictField(
+        child=serializers.CharField(),
+        required=False,
+        help_text="hourly price of a unit that got a fallback alternative, by its name",
+    )
+
+
 class PackageSerializer(serializers.ModelSerializer):
     specName = serializers.CharField(source="spec_name")
     allocation = PackageAllocationSerializer(read_only=True)
+    price = serializers.SerializerMethodField()
     availability = serializers.SerializerMethodField()
 
     class Meta:
         model = Package
-        fields = ["id", "specName", "cpu", "memory", "gpu", "allocation", "availability"]
+        fields = ["id", "specName", "cpu", "memory", "gpu", "allocation", "price", "availability"]
+
+    @extend_schema_field(PriceSerializer)
+    def get_price(self, package: Package) -> dict:
+        price: dict = {
+            "hourly": money(Decimal(package.price)),
+            "currency": settings.BILLING_CURRENCY,
+        }
+        if package.alternatives:
+            price["alternatives"] = {
+                a["name"]: money(package.price_of(a["name"])) for a in package.alternatives
+            }
+        return price
 
     @extend_schema_field(AvailabilitySerializer)
     def get_availability(self, package: Package) -> dict | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from decimal import Decimal
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
@@ -23,6 +24,11 @@ _COMPARED_FIELDS = [
     "count",
     "selectors",
     "capacity",
+    "match_attribute",
+    "alternatives",
+    "max_stop_after",
+    "price",
+    "alternative_prices",
     "active",
 ]
 
@@ -69,6 +75,8 @@ class ImportPlan:
 def _same(name: str, old: object, new: object) -> bool:
     if name in _QUANTITY_FIELDS:
         return same_value(str(old), str(new))
+    if name == "price":
+        return Decimal(str(old)) == Decimal(str(new))
     if name == "capacity" and isinstance(old, dict) and isinstance(new, dict):
         return old.keys() == new.keys() and all(same_value(old[k], new[k]) for k in old)
     return old == new

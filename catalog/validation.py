@@ -6,6 +6,7 @@ callers can report every field at once.
 from __future__ import annotations
 
 from collections.abc import Iterable
+from decimal import Decimal, InvalidOperation
 
 import dracel
 from controlplane.validation import dns_label, dns_subdomain, fold_case, qualified_name
@@ -114,3 +115,45 @@ def match_attribute(value: str) -> str | None:
     if problem := qualified_name(name):
         return f"matchAttribute name: {problem}"
     return None
+
+
+def money(value: Decimal) -> str:
+    """A price as ops write it: at least two decimals, no trailing zeros beyond them."""
+    text = f"{value.normalize():f}"
+    whole, _, fraction = text.partition(".")
+    return f"{whole}.{fraction.ljust(2, '0')}"
+
+
+def alternative_prices(value: object, names: Iterable[object]) -> tuple[dict, str | None]:
+    """Prices per fallback alternative normalised (`{name: "1.20"}`) and their problems: each
+    name one of the package's alternatives, each price a non-negative decimal with at most
+    four places (the price field's)."""
+    if value in (None, {}, ""):
+        return {}, None
+    if not isinstance(value, dict):
+        return (
+            {},
+            "alternative prices must be a mapping of alternative name to price, "
+            'e.g. {"l40s": "1.20"}.',
+        )
+    known = {name for name in names if isinstance(name, str)}
+    normalised: dict[str, str] = {}
+    problems: list[str] = []
+    for raw_name, raw_price in value.items():
+        name = fold_case(str(raw_name).strip())
+        if name not in known:
+            problems.append(f"{name} is not one of the package's alternatives.")
+            continue
+        if isinstance(raw_price, bool) or not isinstance(raw_price, (str, int)):
+            problems.append(f'{name}: the price must be a decimal string, e.g. "1.20".')
+            continue
+        try:
+            price = Decimal(str(raw_price).strip())
+        except InvalidOperation:
+            problems.append(f"{name}: {raw_price!r} is not a price.")
+            continue
+        if not price.is_finite() or price < 0 or price.as_tuple().exponent < -4:  # type: ignore[operator]
+            problems.append(f"{name}: a price is at least 0 with at most four decimal places.")
+            continue
+        normalised[name] = money(price)
+    return normalised, " ".join(problems) or None

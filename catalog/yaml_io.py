@@ -2,11 +2,25 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
 from typing import Any
 
 import yaml
 
-ENTRY_KEYS = {"id", "specName", "cpu", "memory", "gpu", "allocation", "maxStopAfter", "active"}
+from catalog.validation import money
+
+ENTRY_KEYS = {
+    "id",
+    "specName",
+    "cpu",
+    "memory",
+    "gpu",
+    "allocation",
+    "maxStopAfter",
+    "price",
+    "alternativePrices",
+    "active",
+}
 ALLOCATION_KEYS = {
     "deviceClassName",
     "claimRequestName",
@@ -80,6 +94,10 @@ def entry_to_fields(entry: Any) -> tuple[dict, dict[str, str]]:
         "alternatives": allocation.get("alternatives") or [],
         "match_attribute": _text(allocation.get("matchAttribute")),
         "max_stop_after": _text(entry.get("maxStopAfter")),
+        "price": _text(entry.get("price")) or "0",
+        "alternative_prices": {str(k): _text(v) for k, v in entry["alternativePrices"].items()}
+        if isinstance(entry.get("alternativePrices"), dict)
+        else entry.get("alternativePrices") or {},
         "active": active is not False,
     }
     return fields, errors
@@ -97,6 +115,10 @@ def package_to_entry(package: Any) -> dict:
     }
     if package.max_stop_after:
         entry["maxStopAfter"] = package.max_stop_after
+    if Decimal(package.price):
+        entry["price"] = money(Decimal(package.price))
+    if package.alternative_prices:
+        entry["alternativePrices"] = dict(package.alternative_prices)
     if not package.active:
         entry["active"] = False
     return entry

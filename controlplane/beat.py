@@ -26,6 +26,10 @@ def beat_schedule() -> dict[str, dict]:
             "task": "runtime.stop_expired_units",
             "schedule": settings.AUTO_STOP_INTERVAL_SECONDS,
         },
+        "billing.seal_meters": {
+            "task": "billing.seal_meters",
+            "schedule": settings.BILLING_SEAL_INTERVAL_SECONDS,
+        },
         "runtime.sweep_operations": {
             "task": "runtime.sweep_operations",
             "schedule": settings.SWEEP_INTERVAL_SECONDS,

@@ -51,6 +51,7 @@ INSTALLED_APPS = [
     "tenancy",
     "catalog",
     "inventory",
+    "billing",
     "runtime",
     "dashboard",
 ]
@@ -275,6 +276,12 @@ OPERATION_STALE_SECONDS = env.float("OPERATION_STALE_SECONDS", default=60.0)
 OPERATION_MAX_ATTEMPTS = env.int("OPERATION_MAX_ATTEMPTS", default=20)
 # How often beat stops the units whose stopAfter has run out (they stop at most this late).
 AUTO_STOP_INTERVAL_SECONDS = env.float("AUTO_STOP_INTERVAL_SECONDS", default=15.0)
+# Billing (billing/): the one currency prices are in (ISO 4217), how often beat writes the
+# whole hours running units have used to the ledger, and the Stripe meter event names
+# (`<prefix><package ID>`) of the Stripe export.
+BILLING_CURRENCY = env.str("BILLING_CURRENCY", default="USD").upper()
+BILLING_SEAL_INTERVAL_SECONDS = env.float("BILLING_SEAL_INTERVAL_SECONDS", default=60.0)
+BILLING_STRIPE_EVENT_PREFIX = env.str("BILLING_STRIPE_EVENT_PREFIX", default="gpu_")
 # Registries customers may pull from (e.g. "docker.io,ghcr.io"); empty allows any.
 IMAGE_REGISTRY_ALLOWLIST = env.list("IMAGE_REGISTRY_ALLOWLIST", default=[])
 

@@ -11,6 +11,7 @@ api_v1 = [
     path("", include("runtime.urls")),
     path("", include("tenancy.urls")),
     path("", include("inventory.urls")),
+    path("", include("billing.urls")),
 ]
 
 urlpatterns = [

@@ -5,6 +5,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import uuid
+from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
@@ -121,6 +122,9 @@ class GPUUnit(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
     last_sync_at = models.DateTimeField(null=True, blank=True)
     terminated_at = models.DateTimeField(null=True, blank=True)
+    # What the unit has cost so far: not stored, set by the views that render it
+    # (runtime.views.with_costs, from the usage ledger).
+    cost_to_date: Decimal
 
     class Meta:
         ordering = ["-id"]

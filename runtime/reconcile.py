@@ -252,8 +252,10 @@ def reconcile_units() -> ReconcileResult:
 
 def _reconcile_units() -> ReconcileResult:
     result = ReconcileResult()
+    read_at = timezone.now()
     units = selectors.list_units_to_reconcile()
     if not units:
+        lifecycle.reconcile_meters([], seen_at=read_at)
         return result
     selector = f"{manifests.LABEL_MANAGED_BY}={manifests.MANAGED_BY}"
     try:
@@ -280,4 +282,5 @@ def _reconcile_units() -> ReconcileResult:
             assert gpuunit is not None
             sync_gpuunit_status(unit, gpuunit)
     lifecycle.mark_units_synced(synced)
+    lifecycle.reconcile_meters(units, seen_at=read_at)
     return result

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from decimal import Decimal
+
 from django.conf import settings
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
@@ -429,6 +431,10 @@ class UnitSerializer(serializers.ModelSerializer):
     stopsAt = serializers.DateTimeField(
         source="stops_at", allow_null=True, help_text="when auto-stop stops the unit"
     )
+    costToDate = serializers.SerializerMethodField(
+        help_text="what the unit has cost so far, in the billing currency (a running unit's "
+        "up to now): the usage ledger's rows and its running meter"
+    )
 
     class Meta:
         model = GPUUnit
@@ -459,10 +465,15 @@ class UnitSerializer(serializers.ModelSerializer):
             "etag",
             "stopAfter",
             "stopsAt",
+            "costToDate",
             "createdAt",
             "updatedAt",
             "lastSyncTime",
         ]
+
+    def get_costToDate(self, unit: GPUUnit) -> str:
+        # Set by the view from billing.selectors.cost_to_date (one query for a page of units).
+        return format(unit.cost_to_date.quantize(Decimal("0.000001")), "f")
 
     @extend_schema_field(TemplateSerializer)
     def get_template(self, unit: GPUUnit) -> dict:

@@ -4,9 +4,11 @@ serializers validate, services act."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from decimal import Decimal
 
 from django.conf import settings
 from django.http import HttpResponse, StreamingHttpResponse
+from django.utils import timezone
 from drf_spectacular.utils import (
     OpenApiParameter,
     OpenApiResponse,
@@ -19,6 +21,8 @@ from rest_framework import serializers, viewsets
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from billing import selectors as billing_selectors
+from billing.views import month_start
 from catalog import selectors as catalog_selectors
 from catalog.models import Package
 from catalog.serializers import PackageSerializer
@@ -65,7 +69,29 @@ _UNIT = envelope(UnitSerializer, name="UnitResponse")
 _OPERATION = envelope(OperationSerializer, name="OperationResponse")
 # One UnitSerializer renders every single unit: building a ModelSerializer's fields costs more
 # than rendering a unit with them, and to_representation keeps no per-call state.
-_render_unit = UnitSerializer().to_representation
+_serialize_unit = UnitSerializer().to_representation
+
+
+def with_costs(units: Iterable[GPUUnit]) -> list[GPUUnit]:
+    """The units with their cost to date set, from the usage ledger in one query for all
+    (and one more while any is running)."""
+    units = list(units)
+    costs = billing_selectors.cost_to_date([unit.uid for unit in units], now=timezone.now())
+    for unit in units:
+        unit.cost_to_date = costs[unit.uid]
+    return units
+
+
+def _money(value: Decimal) -> str:
+    return format(value.quantize(Decimal("0.000001")), "f")
+
+
+def _render_unit(unit: GPUUnit) -> dict:
+    if not hasattr(unit, "cost_to_date"):
+        with_costs([unit])
+    return _serialize_unit(unit)
+
+
 _REPLAYED = "Idempotent-Replayed"
 
 
@@ -164,7 +190,10 @@ class UnitListView(TenantView):
             ),
         )
         response = Response(
-            {"data": UnitSerializer(page, many=True).data, "meta": {"nextCursor": next_cursor}}
+            {
+                "data": UnitSerializer(with_costs(page), many=True).data,
+                "meta": {"nextCursor": next_cursor},
+            }
         )
         response.enveloped = True
         return response
@@ -195,6 +224,8 @@ class UnitListView(TenantView):
             ssh=data.get("ssh"),
             stop_after=data.get("stopAfter"),
         )
+        if result.created:
+            result.unit.cost_to_date = Decimal(0)  # just ordered: nothing used yet
         body = _render_unit(result.unit)
         headers = {"ETag": result.unit.etag}
         if result.created:
@@ -521,6 +552,13 @@ class QuotaView(TenantView):
                             required=False,
                             help_text="per DeviceClass, when the tenant has a device quota",
                         ),
+                        "currency": serializers.CharField(help_text="of the costs (ISO 4217)"),
+                        "costToDate": serializers.CharField(
+                            help_text="what the tenant's units have cost, running ones to now"
+                        ),
+                        "costThisMonth": serializers.CharField(
+                            help_text="the same since this UTC month began"
+                        ),
                     },
                 ),
                 name="QuotaResponse",
@@ -550,6 +588,12 @@ class QuotaView(TenantView):
                 }
                 for name, hard in sorted(tenant.quota_devices.items())
             }
+        now = timezone.now()
+        body["currency"] = settings.BILLING_CURRENCY
+        body["costToDate"] = _money(billing_selectors.tenant_cost(tenant, now=now))
+        body["costThisMonth"] = _money(
+            billing_selectors.tenant_cost(tenant, now=now, since=month_start(now))
+        )
         return Response(body)
 
 

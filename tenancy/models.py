@@ -60,6 +60,13 @@ class Tenant(models.Model):
         help_text='Units stop at most this long after they start, e.g. "8h" (blank: no limit). '
         "A unit ordered without stopAfter gets this one.",
     )
+    billing_customer_id = models.CharField(
+        "billing customer ID",
+        max_length=255,
+        blank=True,
+        help_text="The tenant's customer in the billing system (e.g. a Stripe cus_…): usage "
+        "exports name it; blank, they name the tenant's slug.",
+    )
     is_operator = models.BooleanField(
         default=False, help_text="Operator keys may read the cluster-wide inventory."
     )

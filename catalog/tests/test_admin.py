@@ -26,6 +26,8 @@ def form_data(**overrides) -> dict:
         "count": "4",
         "selectors": 'device.attributes["gpu.nvidia.com"].productName == "NVIDIA L40S"\n',
         "capacity": "{}",
+        "price": "4.76",
+        "alternative_prices": "{}",
     }
     data.update(overrides)
     return data

@@ -66,7 +66,7 @@ def test_inactive_package_round_trips_with_active_false():
 
 
 def test_dry_run_prints_plan_and_writes_nothing():
-    PackageFactory(article=True)  # unchanged
+    PackageFactory(article=True, price="0.36")  # unchanged (the sample prices it)
     PackageFactory(id="gpu-old-1x", spec_name="old", gpu=1, count=1)  # pruned
     PackageFactory(id="gpu-h100-1x-cpu16-mem128g", spec_name="h100", cpu="8", gpu=1, count=1)
     out = run_command("import_catalog", str(SAMPLE), "--dry-run", "--prune")

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 from django.utils import timezone
 
+from billing import ledger
 from catalog.tests.factories import ARTICLE_PACKAGE_ID, PackageFactory
 from controlplane.validation import format_duration, parse_duration
 from runtime import actions, lifecycle, orders
@@ -35,6 +36,9 @@ def provisioned(tenant, name: str = "demo", *, phase: str = UnitPhase.RUNNING) -
         phase=phase, unit_k8s_uid="u-1", observed_generation=1
     )
     unit.refresh_from_db()
+    if phase == UnitPhase.RUNNING:
+        # As the transition to Running does: the unit's usage is being metered.
+        ledger.open_meter(lifecycle.holding(unit), at=timezone.now())
     return unit
 
 

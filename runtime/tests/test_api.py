@@ -179,7 +179,8 @@ class TestUnitCreate(EndpointTest):
         self.get_success_response(auth_client, data=body(), status=201)
         with recording() as log:
             self.get_success_response(auth_client, data=body(), status=200)
-        assert len(log.statements) == 3  # key + tenant, lookup, the unit
+        # key + tenant, lookup, the unit, its cost to date (ledger rows, running meter)
+        assert len(log.statements) == 5
 
     @pytest.mark.parametrize(
         ("overrides", "field"),

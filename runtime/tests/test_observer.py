@@ -13,6 +13,7 @@ from django.db import connection
 
 from catalog.tests.factories import ARTICLE_PACKAGE_ID, PackageFactory
 from inventory.models import Claim, InventorySnapshot
+from runtime import lifecycle
 from runtime.models import GPUUnit, UnitPhase
 from runtime.observer import Observer
 from runtime.tests.factories import UnitFactory
@@ -110,9 +111,12 @@ def test_an_event_costs_the_same_however_many_units_the_database_holds(tenant, c
     key = (unit.namespace, unit.name)
 
     def one_event() -> tuple[int, int]:
-        # As after an event about the unit: one batch, the unit's row changed meanwhile so
-        # the observation writes it back and patches the GPUUnit status.
-        GPUUnit.objects.filter(pk=unit.pk).update(phase=UnitPhase.PENDING, reason="Probe")
+        # As after an event about the unit: one batch, the unit's row changed meanwhile (its
+        # usage meter closed with it) so the observation writes it back, opens the meter
+        # again and patches the GPUUnit status.
+        lifecycle.transition_unit(
+            GPUUnit.objects.get(pk=unit.pk), to=UnitPhase.PENDING, reason="Probe"
+        )
         cluster.requests.clear()
         with recording() as log:
             observer._reconcile_batch({key: time.monotonic()})
@@ -129,8 +133,9 @@ def test_an_event_costs_the_same_however_many_units_the_database_holds(tenant, c
     statements, calls = few
     # The GPUUnit status already says Running (the informer holds it): nothing to patch.
     assert calls == 0
-    # The units, the transition, the timeline's latest entry and the new one, the sync stamp.
-    assert statements == 5
+    # The units, the transition, the timeline's latest entry and the new one, the sync stamp,
+    # and the usage meter: is one open (none), open it.
+    assert statements == 7
 
 
 def test_one_replica_leads_and_another_takes_over(tenant):

@@ -1,0 +1,121 @@
+"""Pure ledger arithmetic: where an interval is cut (UTC hours, price changes), what each
+piece costs and its deterministic id. No database, no clock."""
+
+from __future__ import annotations
+
+import itertools
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from decimal import ROUND_HALF_EVEN, Decimal
+from typing import Protocol, TypeVar
+
+HOUR = timedelta(hours=1)
+# uuid5 namespace of the ledger's record ids (a fixed random UUID: ids are stable forever).
+RECORD_NAMESPACE = uuid.UUID("5b0f6a43-2f1e-4a4c-9d8e-5c1f3b7e2a90")
+COST_PLACES = Decimal("0.000001")
+SECONDS_PLACES = Decimal("0.000001")
+
+
+class Priced(Protocol):
+    effective_from: datetime
+    hourly: Decimal
+
+
+P = TypeVar("P", bound=Priced)
+
+
+def floor_hour(moment: datetime) -> datetime:
+    """The start of the UTC hour `moment` falls in."""
+    moment = moment.astimezone(UTC)
+    return moment.replace(minute=0, second=0, microsecond=0)
+
+
+def cuts(start: datetime, end: datetime, also: Iterable[datetime] = ()) -> list[datetime]:
+    """The instants strictly inside `(start, end)` where a record must end: every UTC hour
+    boundary, and each of `also` (price changes) that falls inside."""
+    points = set()
+    boundary = floor_hour(start) + HOUR
+    while boundary < end:
+        points.add(boundary)
+        boundary += HOUR
+    points.update(moment for moment in also if start < moment < end)
+    return sorted(points)
+
+
+def pieces(
+    start: datetime, end: datetime, also: Iterable[datetime] = ()
+) -> list[tuple[datetime, datetime]]:
+    """`[start, end)` as consecutive half-open pieces cut at `cuts`; nothing if it is empty."""
+    if end <= start:
+        return []
+    edges = [start, *cuts(start, end, also), end]
+    return list(itertools.pairwise(edges))
+
+
+def seconds(start: datetime, end: datetime) -> Decimal:
+    delta = end - start
+    whole = delta.days * 86400 + delta.seconds
+    return (Decimal(whole) + Decimal(delta.microseconds) / Decimal(1_000_000)).quantize(
+        SECONDS_PLACES
+    )
+
+
+def cost(duration: Decimal, hourly: Decimal) -> Decimal:
+    """What `duration` seconds cost at `hourly` per hour, to the micro-unit (half-even)."""
+    return (duration * hourly / Decimal(3600)).quantize(COST_PLACES, rounding=ROUND_HALF_EVEN)
+
+
+def in_force(versions: Sequence[P], at: datetime) -> P | None:
+    """The version in force at `at`: the latest that took effect at or before it
+    (`versions` sorted by effective_from)."""
+    chosen = None
+    for version in versions:
+        if version.effective_from <= at:
+            chosen = version
+        else:
+            break
+    return chosen
+
+
+def record_id(unit_uid: uuid.UUID | str, claim_uid: str, start: datetime) -> uuid.UUID:
+    """The ledger row's id: the same unit, claim and start always give the same id, so an
+    export sent twice is recognised by the receiver (Stripe identifier, CloudEvents id)."""
+    moment = start.astimezone(UTC).isoformat(timespec="microseconds")
+    return uuid.uuid5(RECORD_NAMESPACE, f"{unit_uid}/{claim_uid}/{moment}")
+
+
+@dataclass(frozen=True)
+class Piece:
+    start: datetime
+    end: datetime
+    seconds: Decimal
+    quantity: Decimal
+    hourly: Decimal
+    cost: Decimal
+    version: Priced | None
+
+
+def priced_pieces(
+    start: datetime, end: datetime, *, count: int, versions: Sequence[P]
+) -> list[Piece]:
+    """`[start, end)` cut at UTC hours and price changes, each piece priced by the version in
+    force at its start (none in force: free). The quantity is `count` times its seconds."""
+    out = []
+    for piece_start, piece_end in pieces(start, end, (v.effective_from for v in versions)):
+        version = in_force(versions, piece_start)
+        hourly = Decimal(version.hourly) if version is not None else Decimal(0)
+        duration = seconds(piece_start, piece_end)
+        out.append(
+            Piece(
+                start=piece_start,
+                end=piece_end,
+                seconds=duration,
+                quantity=duration * count,
+                hourly=hourly,
+                cost=cost(duration, hourly),
+                version=version,
+            )
+        )
+    return out

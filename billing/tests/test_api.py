@@ -1,0 +1,237 @@
+"""GET /usage, /operator/usage and its export, costToDate on units and /quota, prices on
+/packages: over ledger rows written by billing.ledger at known times."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+
+import pytest
+from django.utils import timezone
+
+from billing import ledger
+from billing.models import PriceVersion, UsageRecord
+from catalog.tests.factories import PackageFactory
+from runtime import lifecycle
+from runtime.models import UnitPhase
+from runtime.tests.factories import UnitFactory
+from tenancy.tests.factories import TenantFactory
+from tests.endpoints import QUERY_COUNTS, EndpointTest, client_for, recording
+
+pytestmark = pytest.mark.django_db
+
+T = datetime(2026, 11, 28, 10, 30, tzinfo=UTC)
+
+
+@pytest.fixture
+def package():
+    package = PackageFactory(id="h100-2x", gpu=2, count=2, price="3.60")
+    # The price in force since long before the usage below (saving it recorded one from now).
+    PriceVersion.objects.create(
+        package_id=package.id,
+        hourly=Decimal("3.60"),
+        currency="USD",
+        effective_from=T - timedelta(days=30),
+    )
+    return package
+
+
+def run(unit, start: datetime, end: datetime | None) -> None:
+    """The unit held its two devices from `start` until `end` (still running when None)."""
+    holding = lifecycle.holding(
+        unit,
+        dra={
+            "allocated": True,
+            "devices": [{"pool": "n", "device": "gpu-0"}, {"pool": "n", "device": "gpu-1"}],
+        },
+    )
+    ledger.open_meter(holding, at=start)
+    if end is not None:
+        ledger.close_meter(unit.uid, at=end)
+
+
+@pytest.fixture
+def used(tenant, package):
+    """The tenant's unit ran 90 minutes from 10:30 (two rows: 10:30-11:00, 11:00-12:00)."""
+    unit = UnitFactory(tenant=tenant, name="trainer", package=package, claim_k8s_uid="c-1")
+    run(unit, T, T + timedelta(minutes=90))
+    other = UnitFactory(tenant=TenantFactory(), name="elsewhere", package=package)
+    run(other, T, T + timedelta(hours=3))
+    return unit
+
+
+class TestUsage(EndpointTest):
+    path = "/api/v1/usage"
+
+    def test_grouped_by_unit_package_and_day(self, auth_client, used):
+        query = {"from": "2026-11-28", "to": "2026-11-29T00:00:00Z"}
+        by_unit = self.get_success_response(auth_client, query={**query, "groupBy": "unit"}).json()[
+            "data"
+        ]
+        assert by_unit["currency"] == "USD"
+        assert by_unit["items"] == [
+            {
+                "unitUid": str(used.uid),
+                "unit": "trainer",
+                "package": "h100-2x",
+                "seconds": "5400.000",
+                "deviceSeconds": "10800.000",
+                "shareSeconds": "0.000",
+                "cost": "5.400000",
+            }
+        ]
+        by_package = self.get_success_response(auth_client, query=query).json()["data"]
+        assert by_package["groupBy"] == "package"
+        assert [i["package"] for i in by_package["items"]] == ["h100-2x"]
+        assert by_package["total"]["cost"] == "5.400000"  # the other tenant's is not here
+        by_day = self.get_success_response(auth_client, query={**query, "groupBy": "day"})
+        assert by_day.json()["data"]["items"][0]["day"] == "2026-11-28"
+
+    def test_a_period_cutting_a_row_counts_the_part_inside(self, auth_client, used):
+        data = self.get_success_response(
+            auth_client, query={"from": "2026-11-28T10:45:00Z", "to": "2026-11-28T11:30:00+00:00"}
+        ).json()["data"]
+        assert data["total"]["seconds"] == "2700.000"
+        assert data["total"]["cost"] == "2.700000"
+
+    def test_a_running_unit_counts_up_to_now(self, auth_client, tenant, package):
+        unit = UnitFactory(tenant=tenant, name="live", package=package, phase=UnitPhase.RUNNING)
+        run(unit, timezone.now() - timedelta(seconds=600), None)
+        data = self.get_success_response(auth_client).json()["data"]
+        assert 600 <= float(data["total"]["seconds"]) < 605
+        assert data["from"].startswith(timezone.now().strftime("%Y-%m-01T00:00:00"))
+
+    @pytest.mark.parametrize(
+        ("query", "field"),
+        [
+            ({"groupBy": "tenant"}, "groupBy"),
+            ({"from": "2026-11-29", "to": "2026-11-28"}, "to"),
+            ({"from": "2026-11-28T10:00:00"}, "from"),  # no offset: which 10:00?
+            ({"from": "yesterday"}, "from"),
+            ({"from": "2025-01-01", "to": "2026-11-28"}, "to"),  # over 400 days
+            ({"unit": "trainer"}, "unit"),
+        ],
+    )
+    def test_bad_queries_are_400_naming_the_parameter(self, auth_client, query, field):
+        error = self.get_error_response(
+            auth_client, status=400, code="invalid_request", query=query
+        )
+        assert field in error["details"]["fields"], error
+
+    def test_statements_are_the_baseline(self, auth_client, used):
+        auth_client.get("/api/v1/quota")
+        self.assert_statement_count(auth_client, query={"groupBy": "unit"})
+
+
+class TestOperatorUsage(EndpointTest):
+    path = "/api/v1/operator/usage"
+
+    def test_tenant_keys_are_refused(self, auth_client):
+        self.get_error_response(auth_client, status=403, code="forbidden")
+
+    def test_every_tenant_by_tenant(self, tenant, used):
+        operator = client_for(TenantFactory(is_operator=True))
+        data = self.get_success_response(
+            operator, query={"from": "2026-11-28", "to": "2026-11-29"}
+        ).json()["data"]
+        costs = {item["tenant"]: item["cost"] for item in data["items"]}
+        assert costs[tenant.slug] == "5.400000"
+        assert sorted(costs.values()) == ["10.800000", "5.400000"]
+
+    def test_statements_are_the_baseline(self, used):
+        operator = client_for(TenantFactory(is_operator=True))
+        operator.get("/api/v1/quota")
+        self.assert_statement_count(operator, query={"from": "2026-11-28"})
+
+
+class TestExport(EndpointTest):
+    path = "/api/v1/operator/usage/export"
+    query = {"from": "2026-11-28", "to": "2026-11-29"}
+
+    def export(self, client, fmt: str):
+        response = self.call(client, query={**self.query, "format": fmt})
+        assert response.status_code == 200, response.content
+        return response
+
+    def test_each_format_streams_every_row_with_its_id_the_same_each_time(self, used):
+        operator = client_for(TenantFactory(is_operator=True))
+        ids = {str(pk) for pk in UsageRecord.objects.values_list("id", flat=True)}
+        assert len(ids) == 6  # 2 rows of the tenant's unit, 4 of the other's 3 hours
+        focus = self.export(operator, "focus-csv")
+        assert focus["Content-Type"].startswith("text/csv")
+        assert 'filename="usage-20261128T000000Z-20261129T000000Z' in focus["Content-Disposition"]
+        body = b"".join(focus.streaming_content).decode()
+        rows = list(csv.DictReader(io.StringIO(body)))
+        assert {row["x_UsageId"] for row in rows} == ids
+        assert sum(Decimal(row["BilledCost"]) for row in rows) == Decimal("16.2")
+        for fmt, key in (("cloudevents", "id"), ("stripe", "identifier")):
+            first = b"".join(self.export(operator, fmt).streaming_content)
+            again = b"".join(self.export(operator, fmt).streaming_content)
+            assert first == again
+            events = [json.loads(line) for line in first.decode().splitlines()]
+            assert {event[key] for event in events} == ids
+
+    def test_a_period_holds_the_rows_starting_in_it(self, used):
+        operator = client_for(TenantFactory(is_operator=True))
+        response = self.call(
+            operator,
+            query={
+                "from": "2026-11-28T11:00:00Z",
+                "to": "2026-11-28T12:00:00Z",
+                "format": "stripe",
+            },
+        )
+        events = [json.loads(line) for line in b"".join(response.streaming_content).splitlines()]
+        assert {e["timestamp"] for e in events} == {
+            int(datetime(2026, 11, 28, 11, tzinfo=UTC).timestamp())
+        }
+        assert len(events) == 2
+
+    def test_an_unknown_format_is_a_400_envelope(self, used):
+        operator = client_for(TenantFactory(is_operator=True))
+        error = self.get_error_response(
+            operator, status=400, code="invalid_request", query={**self.query, "format": "xml"}
+        )
+        assert "format" in error["details"]["fields"]
+
+    def test_tenant_keys_are_refused(self, auth_client):
+        self.get_error_response(
+            auth_client, status=403, code="forbidden", query={"format": "stripe"}
+        )
+
+    def test_statements_are_the_baseline(self, used):
+        operator = client_for(TenantFactory(is_operator=True))
+        operator.get("/api/v1/quota")
+        # The rows are read as the response streams: count until it has been sent.
+        with recording() as log:
+            response = self.call(operator, query={**self.query, "format": "stripe"})
+            lines = b"".join(response.streaming_content).splitlines()
+        assert len(lines) == 6
+        assert len(log.statements) == QUERY_COUNTS[self.endpoint], log.statements
+
+
+def test_units_and_quota_carry_their_cost_to_date(auth_client, tenant, used, package):
+    live = UnitFactory(tenant=tenant, name="live", package=package, phase=UnitPhase.RUNNING)
+    run(live, timezone.now() - timedelta(hours=1), None)
+    units = {u["name"]: u for u in auth_client.get("/api/v1/gpu-units").json()["data"]}
+    assert units["trainer"]["costToDate"] == "5.400000"
+    assert 3.6 <= float(units["live"]["costToDate"]) < 3.61
+    assert auth_client.get("/api/v1/gpu-units/trainer").json()["data"]["costToDate"] == "5.400000"
+    quota = auth_client.get("/api/v1/quota").json()["data"]
+    assert quota["currency"] == "USD"
+    assert 9.0 <= float(quota["costToDate"]) < 9.01
+    assert 0 < float(quota["costThisMonth"]) <= float(quota["costToDate"])
+
+
+def test_packages_carry_their_prices(auth_client):
+    PackageFactory(
+        id="h100-else-l40s",
+        price="2.49",
+        alternatives=[{"name": "l40s", "deviceClassName": "nvidia-l40s", "count": 1}],
+        alternative_prices={"l40s": "1.19"},
+    )
+    body = auth_client.get("/api/v1/packages/h100-else-l40s").json()["data"]
+    assert body["price"] == {"hourly": "2.49", "currency": "USD", "alternatives": {"l40s": "1.19"}}

@@ -1,0 +1,13 @@
+from django.urls import path
+
+from billing import views
+
+urlpatterns = [
+    path("usage", views.UsageView.as_view(), name="usage"),
+    path("operator/usage", views.OperatorUsageView.as_view(), name="operator-usage"),
+    path(
+        "operator/usage/export",
+        views.OperatorUsageExportView.as_view(),
+        name="operator-usage-export",
+    ),
+]

@@ -1,0 +1,263 @@
+"""Usage and cost for tenants (GET /usage) and operators (GET /operator/usage and its
+export), from the ledger (billing.selectors)."""
+
+from __future__ import annotations
+
+from datetime import UTC, date, datetime, time, timedelta
+from decimal import Decimal
+
+from django.conf import settings
+from django.http import HttpResponse, StreamingHttpResponse
+from django.utils import timezone
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import (
+    OpenApiResponse,
+    extend_schema,
+    extend_schema_field,
+    inline_serializer,
+)
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+
+from billing import exports, selectors
+from controlplane.api.schema import envelope, error_responses
+from controlplane.api.views import ApiView
+from tenancy.permissions import IsOperator
+from tenancy.views import TenantView
+
+MAX_PERIOD = timedelta(days=400)
+EXPORT_CHUNK = 2000
+
+
+@extend_schema_field(OpenApiTypes.STR)
+class Moment(serializers.Field):
+    """An RFC 3339 time with its offset (`2026-12-01T17:00:00Z`) or a date (UTC midnight)."""
+
+    default_error_messages = {
+        "invalid": "Give an RFC 3339 time with an offset (2026-12-01T17:00:00Z) or a date "
+        "(2026-12-01)."
+    }
+
+    def to_internal_value(self, data: object) -> datetime:
+        text = str(data).strip()
+        try:
+            if len(text) == 10:
+                return datetime.combine(date.fromisoformat(text), time(), tzinfo=UTC)
+            moment = datetime.fromisoformat(text)
+        except ValueError:
+            self.fail("invalid")
+        if moment.tzinfo is None:
+            self.fail("invalid")
+        return moment.astimezone(UTC)
+
+    def to_representation(self, value: datetime) -> str:
+        return value.isoformat()
+
+
+def month_start(moment: datetime) -> datetime:
+    moment = moment.astimezone(UTC)
+    return moment.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+
+
+class PeriodQuerySerializer(serializers.Serializer):
+    from_ = Moment(required=False, help_text="start, inclusive (default: this UTC month's start)")
+    to = Moment(required=False, help_text="end, exclusive (default: now)")
+
+    def get_fields(self) -> dict:
+        fields = super().get_fields()
+        fields["from"] = fields.pop("from_")  # a Python keyword
+        return fields
+
+    def validate(self, attrs: dict) -> dict:
+        now = timezone.now()
+        end = attrs.get("to") or now
+        start = attrs.get("from") or month_start(min(end, now))
+        if start >= end:
+            raise serializers.ValidationError({"to": ["to must be after from."]})
+        if end - start > MAX_PERIOD:
+            raise serializers.ValidationError({"to": ["A period is at most 400 days."]})
+        return {**attrs, "from": start, "to": end}
+
+
+class UsageQuerySerializer(PeriodQuerySerializer):
+    groupBy = serializers.ChoiceField(choices=["unit", "package", "day"], default="package")
+
+
+class OperatorUsageQuerySerializer(PeriodQuerySerializer):
+    groupBy = serializers.ChoiceField(
+        choices=["tenant", "unit", "package", "day"], default="tenant"
+    )
+
+
+class ExportQuerySerializer(PeriodQuerySerializer):
+    format = serializers.ChoiceField(choices=sorted(exports.FORMATS))
+
+
+_KEY_NAMES = {
+    "unit": ("unitUid", "unit", "package"),
+    "package": ("package",),
+    "day": ("day",),
+    "tenant": ("tenant",),
+}
+_totals_fields = {
+    "seconds": serializers.CharField(help_text="seconds a unit held its devices"),
+    "deviceSeconds": serializers.CharField(help_text="devices x seconds (whole-GPU packages)"),
+    "shareSeconds": serializers.CharField(help_text="shares x seconds (shared-GPU packages)"),
+    "cost": serializers.CharField(help_text="in `currency`, to the micro-unit"),
+}
+_usage_item = inline_serializer(
+    name="UsageItem",
+    fields={
+        **{
+            name: serializers.CharField(required=False)
+            for name in ("unitUid", "unit", "package", "day", "tenant")
+        },
+        **_totals_fields,
+    },
+)
+_usage = inline_serializer(
+    name="Usage",
+    fields={
+        "from": serializers.DateTimeField(),
+        "to": serializers.DateTimeField(),
+        "currency": serializers.CharField(),
+        "groupBy": serializers.CharField(),
+        "items": serializers.ListField(child=_usage_item),
+        "total": inline_serializer(name="UsageTotal", fields=_totals_fields),
+    },
+)
+
+
+def money(value: Decimal) -> str:
+    return format(value.quantize(Decimal("0.000001")), "f")
+
+
+def amount(value: Decimal) -> str:
+    return format(value.quantize(Decimal("0.001")), "f")
+
+
+def totals_json(totals: selectors.Totals) -> dict:
+    return {
+        "seconds": amount(totals.seconds),
+        "deviceSeconds": amount(totals.device_seconds),
+        "shareSeconds": amount(totals.share_seconds),
+        "cost": money(totals.cost),
+    }
+
+
+def usage_json(usage: selectors.Usage) -> dict:
+    items = []
+    for key, totals in sorted(usage.groups.items(), key=lambda item: tuple(map(str, item[0]))):
+        labels = dict(zip(_KEY_NAMES[usage.group_by], (str(part) for part in key), strict=True))
+        items.append({**labels, **totals_json(totals)})
+    return {
+        "from": usage.start.isoformat().replace("+00:00", "Z"),
+        "to": usage.end.isoformat().replace("+00:00", "Z"),
+        "currency": settings.BILLING_CURRENCY,
+        "groupBy": usage.group_by,
+        "items": items,
+        "total": totals_json(usage.total),
+    }
+
+
+class UsageView(TenantView):
+    """The tenant's usage and cost over a period, running units counted up to now."""
+
+    def allowed_query_params(self, request: Request) -> frozenset[str]:
+        return frozenset(UsageQuerySerializer().fields)
+
+    @extend_schema(
+        summary="The tenant's GPU usage and cost over a period",
+        parameters=[UsageQuerySerializer],
+        responses={200: envelope(_usage, name="UsageResponse"), **error_responses(400, 401)},
+    )
+    def get(self, request: Request) -> Response:
+        query = UsageQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        params = query.validated_data
+        usage = selectors.usage(
+            tenant=self.tenant,
+            start=params["from"],
+            end=params["to"],
+            group_by=params["groupBy"],
+            now=timezone.now(),
+        )
+        return Response(usage_json(usage))
+
+
+class OperatorUsageView(ApiView):
+    """Usage and cost of every tenant over a period (operator keys only)."""
+
+    permission_classes = [IsOperator]
+
+    def allowed_query_params(self, request: Request) -> frozenset[str]:
+        return frozenset(OperatorUsageQuerySerializer().fields)
+
+    @extend_schema(
+        summary="GPU usage and cost across tenants (operator keys only)",
+        parameters=[OperatorUsageQuerySerializer],
+        responses={
+            200: envelope(_usage, name="OperatorUsageResponse"),
+            **error_responses(400, 401, 403),
+        },
+    )
+    def get(self, request: Request) -> Response:
+        query = OperatorUsageQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        params = query.validated_data
+        usage = selectors.usage(
+            start=params["from"], end=params["to"], group_by=params["groupBy"], now=timezone.now()
+        )
+        return Response(usage_json(usage))
+
+
+class OperatorUsageExportView(ApiView):
+    """The ledger rows starting in a period, streamed in a billing system's format; every row
+    or line carries the row's deterministic id, so sending an export twice counts once."""
+
+    permission_classes = [IsOperator]
+
+    def allowed_query_params(self, request: Request) -> frozenset[str]:
+        return frozenset(ExportQuerySerializer().fields)
+
+    def perform_content_negotiation(self, request, force=False):
+        # The export is CSV or NDJSON whatever the client accepts; refusals are the envelope.
+        return super().perform_content_negotiation(request, force=True)
+
+    @extend_schema(
+        summary="Export the usage ledger: FOCUS CSV, CloudEvents or Stripe meter events",
+        parameters=[ExportQuerySerializer],
+        responses={
+            (200, "text/csv"): OpenApiResponse(
+                response=OpenApiTypes.STR, description="FOCUS rows (format=focus-csv)"
+            ),
+            (200, "application/x-ndjson"): OpenApiResponse(
+                response=OpenApiTypes.STR,
+                description="one CloudEvent or Stripe meter event per line",
+            ),
+            **error_responses(400, 401, 403),
+        },
+    )
+    def get(self, request: Request) -> HttpResponse:
+        query = ExportQuerySerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        params = query.validated_data
+        chosen = exports.FORMATS[params["format"]]
+        records = selectors.records_starting(params["from"], params["to"]).iterator(
+            chunk_size=EXPORT_CHUNK
+        )
+        response = StreamingHttpResponse(
+            exports.render(
+                chosen.name,
+                records,
+                source=f"//{request.get_host()}/billing",
+                event_prefix=settings.BILLING_STRIPE_EVENT_PREFIX,
+            ),
+            content_type=chosen.content_type,
+        )
+        stamp = f"{params['from']:%Y%m%dT%H%M%SZ}-{params['to']:%Y%m%dT%H%M%SZ}"
+        response["Content-Disposition"] = (
+            f'attachment; filename="usage-{stamp}.{chosen.filename_suffix}"'
+        )
+        return response
