@@ -19,7 +19,7 @@ from billing import periods, prices
 from billing.models import Meter, QuantityUnit, UsageRecord
 from tenancy.models import Tenant
 
-GROUPS = ("unit", "package", "day", "tenant")
+GROUPS = ("unit", "package", "day", "tenant", "package-day")
 
 
 @dataclass
@@ -111,6 +111,8 @@ def _key(
         return (package_id,)
     if group_by == "day":
         return (day,)
+    if group_by == "package-day":  # for charts: a series per package
+        return (package_id, day)
     return (tenant,)
 
 

@@ -1,0 +1,158 @@
+"""The ledger through the stack: the API, a real Celery worker, the simulated cluster and the
+reconcile that beat runs (wait_for_phase runs it). A unit's usage is what it held, at the
+price in force, its alternative's or its share's."""
+
+from __future__ import annotations
+
+import time
+from decimal import Decimal
+
+import pytest
+from django.utils import timezone
+
+from billing.models import Meter, PriceVersion, QuantityUnit, UsageRecord
+from catalog.models import Package
+from catalog.tests.factories import PackageFactory
+from runtime.models import GPUUnit, UnitPhase
+from runtime.tests.helpers import remove_namespace_objects, wait_for_phase
+from tests.endpoints import client_for
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("celery_worker")]
+
+
+@pytest.fixture(autouse=True)
+def _cleanup(tenant, cluster):
+    yield
+    remove_namespace_objects(tenant.namespace)
+
+
+def order(client, name: str, package: str) -> GPUUnit:
+    response = client.post(
+        "/api/v1/gpu-units",
+        {"operationID": f"create-{name}", "name": name, "packageID": package, "image": "busybox"},
+        format="json",
+    )
+    assert response.status_code == 201, response.json()
+    return GPUUnit.objects.get(name=name, phase__in=UnitPhase.LIVE)
+
+
+def stop(client, unit: GPUUnit) -> float:
+    """Stop the unit and wait until it is Stopped; the time the stop was asked for."""
+    asked = time.time()
+    response = client.post(
+        f"/api/v1/gpu-units/{unit.name}/stop", {"operationID": f"stop-{unit.name}"}, format="json"
+    )
+    assert response.status_code == 202, response.json()
+    wait_for_phase(unit, UnitPhase.STOPPED)
+    return asked
+
+
+def rows_of(unit: GPUUnit) -> list[UsageRecord]:
+    return list(UsageRecord.objects.filter(unit_uid=unit.uid).order_by("start"))
+
+
+def test_a_unit_run_for_n_seconds_then_stopped_has_n_seconds_times_its_devices(tenant):
+    PackageFactory(article=True, price="0.36")  # RTX 3080 x2
+    client = client_for(tenant)
+    unit = wait_for_phase(order(client, "timed", "gpu-rtx3080-2x-cpu10-mem40g"), "Running")
+    running_seen = time.time()
+    held_devices = {d["device"] for d in unit.dra["devices"]}
+    assert len(held_devices) == 2
+    assert Meter.objects.filter(unit_uid=unit.uid).exists()
+    time.sleep(3)
+    asked = stop(client, unit)
+    assert not Meter.objects.filter(unit_uid=unit.uid).exists()
+    rows = rows_of(unit)
+    assert rows
+    held = float(sum((row.seconds for row in rows), Decimal(0)))
+    assert abs(held - (asked - running_seen)) <= 1, (held, asked - running_seen)
+    assert sum((row.quantity for row in rows), Decimal(0)) == 2 * sum(
+        (row.seconds for row in rows), Decimal(0)
+    )
+    assert {row.quantity_unit for row in rows} == {QuantityUnit.DEVICE_SECONDS}
+    assert {row.hourly for row in rows} == {Decimal("0.36")}
+    assert {d["device"] for d in rows[0].devices} == held_devices
+    assert rows[0].claim_uid == unit.claim_k8s_uid
+    # The unit's JSON says what it cost: the rows' sum.
+    shown = client.get("/api/v1/gpu-units/timed").json()["data"]["costToDate"]
+    assert Decimal(shown) == sum((row.cost for row in rows), Decimal(0))
+    # Stopped, it costs nothing more.
+    time.sleep(0.5)
+    assert client.get("/api/v1/gpu-units/timed").json()["data"]["costToDate"] == shown
+
+
+def test_a_price_change_mid_run_splits_the_cost_at_the_change(tenant):
+    package = PackageFactory(article=True, price="0.36")
+    client = client_for(tenant)
+    unit = wait_for_phase(order(client, "repriced", package.id), "Running")
+    time.sleep(1.5)
+    package = Package.objects.get(pk=package.id)
+    package.price = Decimal("7.20")
+    package.full_clean()
+    package.save()  # as the admin saves it
+    change = PriceVersion.objects.get(package_id=package.id, hourly=Decimal("7.20"))
+    time.sleep(1.5)
+    stop(client, unit)
+    rows = rows_of(unit)
+    before = [row for row in rows if row.end <= change.effective_from]
+    after = [row for row in rows if row.start >= change.effective_from]
+    assert before
+    assert after
+    assert len(before) + len(after) == len(rows)  # no row spans the change
+    assert {row.hourly for row in before} == {Decimal("0.36")}
+    assert {row.hourly for row in after} == {Decimal("7.20")}
+    assert {row.price_version_id for row in after} == {change.pk}
+    # The old price's rows were not rewritten by the change.
+    assert before[-1].end == change.effective_from == after[0].start
+
+
+def test_a_fallback_unit_is_billed_at_its_alternatives_price(tenant):
+    PackageFactory(
+        id="b200-else-l40s",
+        device_class_name="nvidia-h100",
+        selectors=['device.attributes["gpu.nvidia.com"].productName == "NVIDIA B200"'],
+        gpu=1,
+        count=1,
+        cpu="4",
+        memory="16Gi",
+        price="6.00",
+        alternatives=[{"name": "l40s", "deviceClassName": "nvidia-l40s", "count": 1}],
+        alternative_prices={"l40s": "1.19"},
+    )
+    client = client_for(tenant)
+    unit = wait_for_phase(order(client, "fallen-back", "b200-else-l40s"), "Running")
+    assert unit.dra["alternative"] == "l40s"
+    time.sleep(1)
+    stop(client, unit)
+    rows = rows_of(unit)
+    assert {(row.alternative, row.hourly) for row in rows} == {("l40s", Decimal("1.19"))}
+
+
+def test_a_shared_unit_is_billed_by_its_share(tenant):
+    PackageFactory(
+        id="h100-quarter",
+        device_class_name="hami-core-gpu.project-hami.io",
+        gpu=1,
+        count=1,
+        cpu="4",
+        memory="16Gi",
+        capacity={"cores": "25", "memory": "20Gi"},
+        price="0.69",
+    )
+    client = client_for(tenant)
+    unit = wait_for_phase(order(client, "quarter", "h100-quarter"), "Running")
+    time.sleep(1)
+    stop(client, unit)
+    rows = rows_of(unit)
+    assert {row.quantity_unit for row in rows} == {QuantityUnit.SHARE_SECONDS}
+    assert {row.hourly for row in rows} == {Decimal("0.69")}
+    (device,) = rows[0].devices
+    assert device["shareID"]
+    assert device["consumedCapacity"] == {"cores": "25", "memory": "20Gi"}
+    assert sum((row.quantity for row in rows), Decimal(0)) == sum(
+        (row.seconds for row in rows), Decimal(0)
+    )
+    usage = client.get("/api/v1/usage", {"groupBy": "unit", "to": timezone.now().isoformat()})
+    (item,) = usage.json()["data"]["items"]
+    assert Decimal(item["shareSeconds"]) > 0
+    assert item["deviceSeconds"] == "0.000"
