@@ -91,15 +91,20 @@ def cost_to_date(unit_uids: Iterable[uuid.UUID], *, now: datetime) -> dict[uuid.
     return {uid: costs.get(uid, Decimal(0)) for uid in uids}
 
 
-def tenant_cost(tenant: Tenant, *, now: datetime, since: datetime | None = None) -> Decimal:
-    """What the tenant's units have cost (since `since`), running meters up to now."""
-    rows = UsageRecord.objects.filter(tenant=tenant)
-    if since is not None:
-        return usage(tenant=tenant, start=since, end=now, group_by="tenant", now=now).total.cost
-    total = rows.aggregate(total=Sum("cost"))["total"] or Decimal(0)
+def tenant_costs(tenant: Tenant, *, now: datetime, since: datetime) -> tuple[Decimal, Decimal]:
+    """What the tenant's units have cost in all and since `since` (a UTC hour, e.g. the
+    month's start: no row straddles it), running meters up to now. Two statements, three
+    while any unit runs."""
+    totals = UsageRecord.objects.filter(tenant=tenant).aggregate(
+        total=Sum("cost"), recent=Sum("cost", filter=Q(start__gte=since))
+    )
+    total = totals["total"] or Decimal(0)
+    recent = totals["recent"] or Decimal(0)
     for _meter, piece in _meter_pieces(Meter.objects.filter(tenant=tenant), until=now):
         total += piece.cost
-    return total
+        if piece.start >= since:
+            recent += piece.cost
+    return total, recent
 
 
 def _key(

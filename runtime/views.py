@@ -589,11 +589,12 @@ class QuotaView(TenantView):
                 for name, hard in sorted(tenant.quota_devices.items())
             }
         now = timezone.now()
-        body["currency"] = settings.BILLING_CURRENCY
-        body["costToDate"] = _money(billing_selectors.tenant_cost(tenant, now=now))
-        body["costThisMonth"] = _money(
-            billing_selectors.tenant_cost(tenant, now=now, since=month_start(now))
+        to_date, this_month = billing_selectors.tenant_costs(
+            tenant, now=now, since=month_start(now)
         )
+        body["currency"] = settings.BILLING_CURRENCY
+        body["costToDate"] = _money(to_date)
+        body["costThisMonth"] = _money(this_month)
         return Response(body)
 
 

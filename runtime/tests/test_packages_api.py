@@ -14,7 +14,9 @@ class TestPackageList(EndpointTest):
     path = "/api/v1/packages"
 
     def test_active_packages_in_article_shape(self, auth_client):
-        PackageFactory(article=True, selectors=['device.driver == "gpu.nvidia.com"'])
+        PackageFactory(
+            article=True, selectors=['device.driver == "gpu.nvidia.com"'], price="0.36"
+        )
         PackageFactory(id="gpu-retired", spec_name="old", gpu=1, count=1, active=False)
         assert self.get_success_response(auth_client).json() == {
             "data": [
@@ -30,6 +32,7 @@ class TestPackageList(EndpointTest):
                         "count": 2,
                         "selectors": ['device.driver == "gpu.nvidia.com"'],
                     },
+                    "price": {"hourly": "0.36", "currency": "USD"},
                     "availability": {
                         "placeableNow": 0,
                         "freeDevices": 0,

@@ -25,6 +25,10 @@ class TestQuota(EndpointTest):
             "cpu": {"hard": "32", "used": "10", "free": "22"},
             "memory": {"hard": "64Gi", "used": "40Gi", "free": "24Gi"},
             "claims": {"hard": "4", "used": "1", "free": "3"},
+            # Ordered, not yet run: nothing used.
+            "currency": "USD",
+            "costToDate": "0.000000",
+            "costThisMonth": "0.000000",
         }
 
     def test_needs_a_key(self, api_client):
