@@ -1,12 +1,17 @@
-"""Dashboard reads over the runtime, catalog and inventory models; each is a fixed number of
-queries whatever the number of units, devices or packages."""
+"""Dashboard reads over the runtime, catalog, inventory and billing models; each is a fixed
+number of queries whatever the number of units, devices, packages or tenants."""
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
+from datetime import UTC, date, datetime, time, timedelta
+from decimal import Decimal
 
 from django.db.models import Count, Q, QuerySet, Sum
 
+from billing import selectors as billing_selectors
 from catalog import selectors as catalog_selectors
 from catalog.models import Package
 from dashboard.access import Scope
@@ -433,3 +438,115 @@ def unit_mounts(unit: GPUUnit) -> list[UnitMount]:
         )
         for mount in mounts
     ]
+
+
+# "To date" sums the ledger from before its first row could have been written.
+LEDGER_BEGINNING = datetime(2000, 1, 1, tzinfo=UTC)
+# The overview's usage chart: a bar per UTC day over this many days, today the last.
+USAGE_DAYS = 30
+
+
+def billing_now(now: datetime) -> datetime:
+    """The moment costs are counted to: the start of the minute. A running unit's cost then
+    moves a live page's body once a minute instead of at every poll (and every poll would be
+    announced to screen readers as a change)."""
+    return now.astimezone(UTC).replace(second=0, microsecond=0)
+
+
+def month_start(moment: datetime) -> datetime:
+    """The start of the UTC month `moment` falls in (the API's default usage period)."""
+    return moment.astimezone(UTC).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+
+
+def unit_costs(units: Iterable[GPUUnit], *, now: datetime) -> dict[uuid.UUID, Decimal]:
+    """Cost to date of each of `units` (their ledger rows and running meters, to `now`): one
+    call for a whole page of units, a fixed number of statements."""
+    return billing_selectors.cost_to_date([unit.uid for unit in units], now=now)
+
+
+@dataclass(frozen=True)
+class CostSummary:
+    """A tenant's cost (or every tenant's) for the overview: this month, to date, and per
+    package and UTC day over the last USAGE_DAYS days, running units counted to `as_of`."""
+
+    as_of: datetime
+    month_start: datetime
+    this_month: Decimal
+    to_date: Decimal
+    by_package_day: dict[tuple[str, date], Decimal]
+
+    @property
+    def last_day(self) -> date:
+        return self.as_of.date()
+
+
+def cost_summary(tenant: Tenant | None, *, now: datetime) -> CostSummary:
+    """The overview's cost figures of `tenant`, or of all tenants for None (staff)."""
+    month = month_start(now)
+    chart_start = datetime.combine(
+        now.astimezone(UTC).date() - timedelta(days=USAGE_DAYS - 1), time(), tzinfo=UTC
+    )
+    if tenant is not None:
+        to_date, this_month = billing_selectors.tenant_costs(tenant, now=now, since=month)
+    else:
+        to_date = billing_selectors.usage(
+            start=LEDGER_BEGINNING, end=now, group_by="tenant", now=now
+        ).total.cost
+        this_month = billing_selectors.usage(
+            start=month, end=now, group_by="tenant", now=now
+        ).total.cost
+    by_day = billing_selectors.usage(
+        start=chart_start, end=now, group_by="package-day", now=now, tenant=tenant
+    )
+    return CostSummary(
+        as_of=now,
+        month_start=month,
+        this_month=this_month,
+        to_date=to_date,
+        by_package_day={key: totals.cost for key, totals in by_day.groups.items()},
+    )
+
+
+@dataclass(frozen=True)
+class TenantCost:
+    slug: str
+    display_name: str
+    this_month: Decimal
+    to_date: Decimal
+
+
+@dataclass(frozen=True)
+class TenantCosts:
+    """Every tenant's cost this month and to date (the operators' usage page)."""
+
+    as_of: datetime
+    month_start: datetime
+    rows: list[TenantCost]
+    this_month: Decimal
+    to_date: Decimal
+
+
+def list_tenant_costs(*, now: datetime) -> TenantCosts:
+    """Every tenant, those without usage too, by slug (a fixed number of statements)."""
+    month = month_start(now)
+    this_month = billing_selectors.usage(start=month, end=now, group_by="tenant", now=now)
+    to_date = billing_selectors.usage(start=LEDGER_BEGINNING, end=now, group_by="tenant", now=now)
+    nothing = billing_selectors.Totals()
+    rows = [
+        TenantCost(
+            slug,
+            display_name,
+            this_month.groups.get((slug,), nothing).cost,
+            to_date.groups.get((slug,), nothing).cost,
+        )
+        for slug, display_name in Tenant.objects.order_by("slug").values_list(
+            "slug", "display_name"
+        )
+    ]
+    return TenantCosts(
+        as_of=now,
+        month_start=month,
+        rows=rows,
+        this_month=this_month.total.cost,
+        to_date=to_date.total.cost,
+    )

@@ -37,6 +37,7 @@ urlpatterns = [
     path("units/<uuid:uid>/log/live/", views.UnitLogView.as_view(live=True), name="unit-log-live"),
     path("packages/", views.PackageListView.as_view(), name="package-list"),
     path("packages/live/", views.PackageListView.as_view(live=True), name="package-live"),
+    path("usage/", views.UsageView.as_view(), name="usage"),
     path("ssh-keys/", views.SSHKeyListView.as_view(), name="ssh-key-list"),
     path("ssh-keys/<slug:name>/delete/", views.SSHKeyDeleteView.as_view(), name="ssh-key-delete"),
     path("storage/", views.StorageListView.as_view(), name="storage-list"),

@@ -35,7 +35,7 @@ from dashboard.access import (
     resolve_scope,
 )
 from dashboard.addresses import unit_access, unit_ssh
-from dashboard.charts import NARROW, utilisation_chart
+from dashboard.charts import NARROW, usage_chart, utilisation_chart
 from dashboard.forms import (
     OPERATION_ID,
     SSHKeyForm,
@@ -202,11 +202,24 @@ class OverviewView(LivePage):
     announcement = "Figures updated at"
 
     def body_context(self) -> dict:
+        now = timezone.now()
+        # A customer's own cost; staff act for no tenant and see every tenant's together.
+        costs = queries.cost_summary(self.scope.tenant, now=queries.billing_now(now))
+        chart = {
+            "last_day": costs.last_day,
+            "days": queries.USAGE_DAYS,
+            "currency": settings.BILLING_CURRENCY,
+        }
         context = {
-            **freshness_context(timezone.now()),
+            **freshness_context(now),
             "phases": queries.units_by_phase(self.scope.units()),
             "packages": queries.package_rows(self.scope),
             "usage": queries.tenant_usage(self.scope.tenant) if self.scope.tenant else None,
+            "costs": costs,
+            "usage_chart": usage_chart(costs.by_package_day, **chart),
+            "phone_usage_chart": usage_chart(
+                costs.by_package_day, **chart, width=NARROW[0], height=NARROW[1]
+            ),
             "device_classes": None,
             "nodes": None,
             "chart": None,
@@ -244,6 +257,9 @@ class UnitListView(DashboardView):
             tenant_slug=filters["tenant"],
         )
         page = Paginator(units, PAGE_SIZE).get_page(request.GET.get("page"))
+        shown = list(page.object_list)
+        # One ledger read for the whole page, whatever its length.
+        costs = queries.unit_costs(shown, now=queries.billing_now(timezone.now()))
         query = {key: value for key, value in filters.items() if value}
         if page.number > 1:
             query["page"] = page.number
@@ -259,7 +275,7 @@ class UnitListView(DashboardView):
             {
                 "scope": self.scope,
                 "page_obj": page,
-                "units": page.object_list,
+                "rows": [(unit, costs[unit.uid]) for unit in shown],
                 "query": query,
                 "terminated_hidden": hidden,
                 "show_all": urlencode(
@@ -277,7 +293,7 @@ class UnitListView(DashboardView):
         if self.live:
             if request.GET.get("since") == live["digest"]:
                 return HttpResponse(status=204)
-            counts = Counter(unit.phase for unit in page.object_list)
+            counts = Counter(unit.phase for unit in shown)
             live["announcement"] = (
                 f"Units updated at {timezone.now():%H:%M:%S} UTC: "
                 + (", ".join(f"{n} {phase}" for phase, n in counts.items()) or "no units")
@@ -344,11 +360,14 @@ class UnitDetailView(DashboardView):
                 # Nothing changes after Terminated: this response is the last poll.
                 response.status_code = HttpResponseStopPolling.status_code
             return response
+        costs_to = queries.billing_now(timezone.now())
         return self.page(
             "dashboard/unit_detail.html",
             {
                 "unit": unit,
                 "live": live,
+                "cost": queries.unit_costs([unit], now=costs_to)[unit.uid],
+                "costs_to": costs_to,
                 "pod_name": manifests.pod_name_for(unit.name),
                 "can_delete": unit.phase in UnitPhase.LIVE and unit.phase != UnitPhase.TERMINATING,
                 "mounts": queries.unit_mounts(unit),
@@ -734,6 +753,17 @@ class PackageListView(LivePage):
             "packages": queries.package_rows(self.scope, include_inactive=self.scope.is_staff),
             **freshness_context(timezone.now()),
         }
+
+
+class UsageView(DashboardView):
+    """Every tenant's cost this month and to date, for ops (as GET /operator/usage is for
+    operator keys); anyone else gets the 404 of a page that is not theirs."""
+
+    def get(self, request: HttpRequest) -> HttpResponse:
+        if not self.scope.sees_cluster:
+            return self.not_found("page")
+        now = queries.billing_now(timezone.now())
+        return self.page("dashboard/usage.html", {"costs": queries.list_tenant_costs(now=now)})
 
 
 class TenantPage(DashboardView):

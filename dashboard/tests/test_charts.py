@@ -1,11 +1,27 @@
-"""The utilisation chart's geometry and the plain-language reasons (those of the lifecycle
-too), as pure functions."""
+"""The utilisation and usage charts' geometry and the plain-language reasons (those of the
+lifecycle too), as pure functions."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
+from decimal import Decimal
 
-from dashboard.charts import LEFT, RIGHT, TOP, Sample, utilisation_chart
+import pytest
+
+from dashboard import money
+from dashboard.charts import (
+    LEFT,
+    RIGHT,
+    SERIES_COLOURS,
+    TOP,
+    USAGE_BOTTOM,
+    USAGE_RIGHT,
+    USAGE_TOP,
+    Sample,
+    nice_step,
+    usage_chart,
+    utilisation_chart,
+)
 from dashboard.reasons import SENTENCES, explain, status_explanation
 from runtime.models import GPUUnit
 
@@ -57,6 +73,131 @@ def test_single_sample_is_drawn_as_a_level():
 def test_zero_capacity_does_not_divide_by_zero():
     chart = utilisation_chart([Sample(START, 0, 0), Sample(START + timedelta(seconds=5), 0, 0)])
     assert not chart.empty
+
+
+LAST_DAY = date(2026, 11, 28)
+
+
+def test_no_cost_in_the_window_draws_nothing():
+    chart = usage_chart({}, last_day=LAST_DAY, currency="USD")
+    assert chart.empty
+    assert chart.series == []
+    assert chart.rows == []
+    assert chart.summary == ""
+    assert len(chart.bars) == 30
+    # Usage only before the window is not drawn either.
+    old = usage_chart(
+        {("h100", LAST_DAY - timedelta(days=30)): Decimal(5)}, last_day=LAST_DAY, currency="USD"
+    )
+    assert old.empty
+
+
+def test_bars_stack_each_days_packages_scaled_to_the_busiest_day():
+    costs = {
+        ("h100", date(2026, 11, 27)): Decimal("5.40"),
+        ("l40s", date(2026, 11, 27)): Decimal("2.00"),
+        ("l40s", date(2026, 11, 28)): Decimal("1.00"),
+        ("h100", date(2026, 10, 30)): Decimal("3.60"),  # the window's first day
+    }
+    chart = usage_chart(costs, last_day=LAST_DAY, days=30, currency="USD", width=400, height=200)
+    assert not chart.empty
+    assert [(s.package, s.colour, s.total) for s in chart.series] == [
+        ("h100", 0, Decimal("9.00")),
+        ("l40s", 1, Decimal("3.00")),
+    ]
+    bottom, top = 200 - USAGE_BOTTOM, USAGE_TOP
+    # 7.40 on the busiest day: round steps of 2 up to 8.
+    assert [tick.label for tick in chart.y_ticks] == ["0", "2", "4", "6", "8"]
+    assert chart.y_ticks[0].position == bottom
+    assert chart.y_ticks[-1].position == top
+    per_unit = (bottom - top) / 8
+    days = {bar.day: bar for bar in chart.bars}
+    assert chart.bars[0].day == date(2026, 10, 30)
+    busiest = days[date(2026, 11, 27)]
+    h100, l40s = busiest.segments
+    assert (h100.package, l40s.package) == ("h100", "l40s")
+    assert h100.height == pytest.approx(5.4 * per_unit)
+    assert h100.y + h100.height == pytest.approx(bottom)  # the first package sits on the axis
+    assert l40s.y + l40s.height == pytest.approx(h100.y)  # the next one on top of it
+    assert l40s.height == pytest.approx(2 * per_unit)
+    assert l40s.label == "l40s on 27 Nov: USD 2.00"
+    assert [s.package for s in days[LAST_DAY].segments] == ["l40s"]
+    assert days[date(2026, 11, 1)].segments == []
+    # Thirty slots side by side across the plot, the last one ending at its right edge.
+    slot = (400 - USAGE_RIGHT - chart.plot_left) / 30
+    assert chart.bars[0].x == pytest.approx(chart.plot_left + 0.15 * slot)
+    assert chart.bars[-1].x + chart.bars[-1].width == pytest.approx(400 - USAGE_RIGHT - 0.15 * slot)
+    # A label a week, counted back from the last day.
+    assert [tick.label for tick in chart.x_ticks] == [
+        "31 Oct",
+        "7 Nov",
+        "14 Nov",
+        "21 Nov",
+        "28 Nov",
+    ]
+    assert [(row.day, row.costs, row.total) for row in chart.rows] == [
+        (date(2026, 10, 30), [Decimal("3.60"), Decimal(0)], Decimal("3.60")),
+        (date(2026, 11, 27), [Decimal("5.40"), Decimal("2.00")], Decimal("7.40")),
+        (date(2026, 11, 28), [Decimal(0), Decimal("1.00")], Decimal("1.00")),
+    ]
+    assert chart.total == Decimal("12.00")
+    assert chart.summary == (
+        "Cost per UTC day from 30 Oct to 28 Nov, by package: USD 12.00 in all, most on 27 Nov "
+        "(USD 7.40). h100 USD 9.00; l40s USD 3.00."
+    )
+
+
+def test_a_net_negative_day_draws_nothing_but_stays_in_the_table():
+    costs = {
+        ("h100", date(2026, 11, 27)): Decimal("-1.00"),  # a correction of an earlier day
+        ("h100", date(2026, 11, 28)): Decimal("1.00"),
+    }
+    chart = usage_chart(costs, last_day=LAST_DAY, currency="USD")
+    assert [bar.segments for bar in chart.bars if bar.day == date(2026, 11, 27)] == [[]]
+    assert chart.rows[0].costs == [Decimal("-1.00")]
+    assert chart.y_ticks[-1].label == "1.00"
+
+
+def test_packages_beyond_the_palette_reuse_its_colours():
+    costs = {(f"p{n:02d}", LAST_DAY): Decimal(1) for n in range(SERIES_COLOURS + 2)}
+    chart = usage_chart(costs, last_day=LAST_DAY, currency="EUR")
+    assert [s.colour for s in chart.series][-3:] == [SERIES_COLOURS - 1, 0, 1]
+    assert "EUR 10.00 in all" in chart.summary
+
+
+@pytest.mark.parametrize(
+    ("span", "step"),
+    [
+        ("7.40", "2"),
+        ("1", "0.25"),
+        ("4", "1"),
+        ("9", "2.5"),
+        ("180", "50"),
+        ("0.003", "0.001"),
+    ],
+)
+def test_axis_steps_are_round(span, step):
+    assert nice_step(Decimal(span)) == Decimal(step)
+
+
+def test_small_costs_label_the_axis_with_the_digits_they_need():
+    chart = usage_chart({("h100", LAST_DAY): Decimal("0.003")}, last_day=LAST_DAY, currency="USD")
+    assert [tick.label for tick in chart.y_ticks] == ["0.000", "0.001", "0.002", "0.003"]
+    # Wider labels move the plot right, so none runs into the bars.
+    assert (
+        chart.plot_left
+        > usage_chart({("h100", LAST_DAY): Decimal(3)}, last_day=LAST_DAY, currency="USD").plot_left
+    )
+
+
+def test_money_reads_in_cents_with_thousands_and_keeps_the_exact_figure():
+    assert money.display(Decimal("3882.345"), "USD") == "USD 3,882.35"
+    assert money.exact(Decimal("3882.345"), "USD") == "USD 3882.345000"
+    assert money.display(Decimal("0.004"), "EUR") == "EUR 0.00"
+    # A correction that nets to nothing is not shown as a credit of -0.00.
+    assert money.display(Decimal("-0.001"), "USD") == "USD 0.00"
+    assert money.number(Decimal("-0.0000001")) == "0.000000"
+    assert money.display(Decimal("-5.4"), "USD") == "USD -5.40"
 
 
 def unit(**fields) -> GPUUnit:
