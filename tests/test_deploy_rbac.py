@@ -22,6 +22,7 @@ from django.apps import apps
 from django.db import transaction
 from rest_framework.test import APIClient
 
+from billing.models import Meter, UsageRecord
 from catalog.tests.factories import PackageFactory
 from controlplane import kube
 from inventory import sync
@@ -295,6 +296,9 @@ def recorded(cluster, celery_worker, django_db_blocker) -> dict[str, list]:
             Operation.objects.filter(tenant=tenant).delete()
             GPUUnit.objects.filter(tenant=tenant).delete()
             GPUStorage.objects.filter(tenant=tenant).delete()
+            # The ledger keeps a tenant with usage (PROTECT): this one's goes with the test.
+            Meter.objects.filter(tenant=tenant).delete()
+            UsageRecord.objects.filter(tenant=tenant).delete()
             tenant.delete()
             package.delete()
 
