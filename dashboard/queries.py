@@ -440,8 +440,6 @@ def unit_mounts(unit: GPUUnit) -> list[UnitMount]:
     ]
 
 
-# "To date" sums the ledger from before its first row could have been written.
-LEDGER_BEGINNING = datetime(2000, 1, 1, tzinfo=UTC)
 # The overview's usage chart: a bar per UTC day over this many days, today the last.
 USAGE_DAYS = 30
 
@@ -489,12 +487,9 @@ def cost_summary(tenant: Tenant | None, *, now: datetime) -> CostSummary:
     if tenant is not None:
         to_date, this_month = billing_selectors.tenant_costs(tenant, now=now, since=month)
     else:
-        to_date = billing_selectors.usage(
-            start=LEDGER_BEGINNING, end=now, group_by="tenant", now=now
-        ).total.cost
-        this_month = billing_selectors.usage(
-            start=month, end=now, group_by="tenant", now=now
-        ).total.cost
+        every = billing_selectors.costs_by_tenant(now=now, since=month).values()
+        to_date = sum((total for total, _ in every), Decimal(0))
+        this_month = sum((recent for _, recent in every), Decimal(0))
     by_day = billing_selectors.usage(
         start=chart_start, end=now, group_by="package-day", now=now, tenant=tenant
     )
@@ -529,24 +524,18 @@ class TenantCosts:
 def list_tenant_costs(*, now: datetime) -> TenantCosts:
     """Every tenant, those without usage too, by slug (a fixed number of statements)."""
     month = month_start(now)
-    this_month = billing_selectors.usage(start=month, end=now, group_by="tenant", now=now)
-    to_date = billing_selectors.usage(start=LEDGER_BEGINNING, end=now, group_by="tenant", now=now)
-    nothing = billing_selectors.Totals()
+    costs = billing_selectors.costs_by_tenant(now=now, since=month)
+    nothing = (Decimal(0), Decimal(0))
     rows = [
-        TenantCost(
-            slug,
-            display_name,
-            this_month.groups.get((slug,), nothing).cost,
-            to_date.groups.get((slug,), nothing).cost,
-        )
-        for slug, display_name in Tenant.objects.order_by("slug").values_list(
-            "slug", "display_name"
+        TenantCost(slug, display_name, costs.get(pk, nothing)[1], costs.get(pk, nothing)[0])
+        for pk, slug, display_name in Tenant.objects.order_by("slug").values_list(
+            "pk", "slug", "display_name"
         )
     ]
     return TenantCosts(
         as_of=now,
         month_start=month,
         rows=rows,
-        this_month=this_month.total.cost,
-        to_date=to_date.total.cost,
+        this_month=sum((row.this_month for row in rows), Decimal(0)),
+        to_date=sum((row.to_date for row in rows), Decimal(0)),
     )
