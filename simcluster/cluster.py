@@ -274,7 +274,9 @@ class SimCluster:
         )
         if rtype is None:
             raise ValueError(f"no served kind {manifest.get('kind')} {manifest.get('apiVersion')}")
-        manifest = {**manifest, "apiVersion": self.store.registry.get(rtype.key).api_version}
+        # A CRD kind is stored at its storage version, whichever served version the file names.
+        storage = self.store.registry.get(rtype.key) or rtype
+        manifest = {**manifest, "apiVersion": storage.api_version}
         metadata = manifest.get("metadata") or {}
         namespace = metadata.get("namespace") if rtype.namespaced else None
         if self.store.get(rtype.key, namespace, metadata.get("name", "")) is None:

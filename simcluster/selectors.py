@@ -22,7 +22,9 @@ _BINARY_REQUIREMENT = re.compile(r"^\s*([^=!<>\s]+)\s*(==|=|!=|>|<)\s*(.*?)\s*$"
 
 def _split_top_level(text: str) -> list[str]:
     """Split on commas that are not inside `in (...)` value sets."""
-    parts, depth, current = [], 0, []
+    parts: list[str] = []
+    current: list[str] = []
+    depth = 0
     for char in text:
         if char == "(":
             depth += 1

@@ -77,6 +77,8 @@ class SimServer(ThreadingHTTPServer):
         logs: ContainerLogs | None = None,
     ) -> None:
         super().__init__(address, Handler)
+        # host:port as discovery advertises it (the port is the bound one when 0 was asked).
+        self.authority = f"{address[0]}:{self.server_address[1]}"
         self.store = store
         self.faults = faults
         self.requests = requests
@@ -283,10 +285,10 @@ class Handler(BaseHTTPRequestHandler):
             if len(parts) == 1:
                 self._discovery_root(accept, core=False)
             elif len(parts) == 2:
-                group = discovery.api_group(registry, parts[1])
-                if group is None:
+                group_document = discovery.api_group(registry, parts[1])
+                if group_document is None:
                     raise _not_found()
-                self._send_json(200, group)
+                self._send_json(200, group_document)
             else:
                 resources = discovery.api_resource_list(registry, parts[1], parts[2])
                 if resources is None:
@@ -323,8 +325,7 @@ class Handler(BaseHTTPRequestHandler):
             self._send_json(200, body, content_type)
             return
         if core:
-            host, port = self.server.server_address[:2]
-            self._send_json(200, discovery.api_versions(f"{host}:{port}"))
+            self._send_json(200, discovery.api_versions(self.server.authority))
         else:
             self._send_json(200, discovery.api_group_list(registry))
 

@@ -4,6 +4,7 @@ collection, namespaces, CRD registration), admission hooks, listeners and watch 
 from __future__ import annotations
 
 import base64
+import builtins
 import datetime as dt
 import json
 import queue
@@ -11,7 +12,7 @@ import random
 import threading
 import uuid
 from collections import OrderedDict, deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -475,6 +476,7 @@ class Store:
             # Cleanup triggered by this request (an emptied namespace) may finish the deletion.
             return clone(latest or marked or current), latest is None
 
+    # `builtins.list` in annotations from here on: inside the class `list` is Store.list.
     def delete_collection(
         self,
         resource: str,
@@ -483,7 +485,7 @@ class Store:
         label_selector: str | None = None,
         field_selector: str | None = None,
         propagation: str | None = "Background",
-    ) -> list[dict]:
+    ) -> builtins.list[dict]:
         """Delete every matching object; returns their last states."""
         with self.lock:
             items, _ = self.list_shared(
@@ -852,7 +854,7 @@ class Store:
             self._gc_queue.append(("crd-gone", (resource, "", current["metadata"]["name"])))
 
     def _mark_deleting(
-        self, resource: str, current: dict[str, Any], extra_finalizers: list[str]
+        self, resource: str, current: dict[str, Any], extra_finalizers: Sequence[str]
     ) -> dict[str, Any]:
         new = clone(current)
         metadata = new["metadata"]
@@ -960,7 +962,9 @@ class Store:
     def _finish_foreground(self, owner_uid: str) -> None:
         """Drop foregroundDeletion once no dependent blocking the owner remains."""
         location = self._by_uid.get(owner_uid)
-        owner = self._get_ref(*location) if location else None
+        if location is None:
+            return
+        owner = self._get_ref(*location)
         if owner is None or FOREGROUND_FINALIZER not in (owner["metadata"].get("finalizers") or []):
             return
         for resource, namespace, name in self._dependents.get(owner_uid, ()):

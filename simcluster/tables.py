@@ -224,7 +224,8 @@ _NODE_COLUMNS = [
 def _quota_row(quota: dict[str, Any]) -> Row:
     status = quota.get("status") or {}
     hard, used = status.get("hard") or {}, status.get("used") or {}
-    requests, limits = [], []
+    requests: list[str] = []
+    limits: list[str] = []
     for key in sorted(hard):
         entry = f"{key}: {used.get(key, '0')}/{hard[key]}"
         (limits if key.startswith("limits.") else requests).append(entry)

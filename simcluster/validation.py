@@ -7,7 +7,7 @@ import copy
 import json
 import re
 import threading
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 from functools import lru_cache
 from importlib import resources as importlib_resources
 from typing import Any
@@ -1104,7 +1104,7 @@ def _prune(value: Any, schema: dict[str, Any], path: list[Any], dropped: list[st
 
 
 def _default_missing(
-    value: dict[str, Any], properties: dict[str, Any], skip: set[str] = frozenset()
+    value: dict[str, Any], properties: dict[str, Any], skip: Collection[str] = ()
 ) -> None:
     for key, child in properties.items():
         if key not in value and key not in skip and "default" in child:
