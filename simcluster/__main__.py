@@ -12,6 +12,7 @@ from types import FrameType
 from typing import Any
 
 from simcluster.cluster import SimCluster
+from simcluster.features import DEFAULT_VERSION, SUPPORTED_VERSIONS
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -36,6 +37,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--no-scheduler", action="store_true", help="do not run the DRA scheduler loop"
     )
     parser.add_argument(
+        "--emulated-version",
+        choices=SUPPORTED_VERSIONS,
+        default=DEFAULT_VERSION,
+        help="Kubernetes version to behave as: /version, kubelets, feature gates' defaults",
+    )
+    parser.add_argument(
+        "--feature-gates",
+        type=feature_gates,
+        default={},
+        metavar="NAME=true|false,...",
+        help="turn DRA feature gates on or off from the version's defaults",
+    )
+    parser.add_argument(
         "--dev-objects",
         action="append",
         default=[],
@@ -43,6 +57,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help="apply this YAML file or kustomize directory at start (create or update; repeatable)",
     )
     return parser.parse_args(argv)
+
+
+def feature_gates(text: str) -> dict[str, bool]:
+    """`--feature-gates` as kube components take it: `A=true,B=false`."""
+    gates = {}
+    for entry in filter(None, (part.strip() for part in text.split(","))):
+        name, _, value = entry.partition("=")
+        if value.lower() not in ("true", "false"):
+            raise argparse.ArgumentTypeError(f"invalid value of {name}: {value!r}")
+        gates[name.strip()] = value.lower() == "true"
+    return gates
 
 
 def topology_source(args: argparse.Namespace) -> str | dict[str, Any] | None:
@@ -65,13 +90,18 @@ def topology_source(args: argparse.Namespace) -> str | dict[str, Any] | None:
 def main(argv: list[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(levelname)s %(message)s")
     args = parse_args(argv)
-    cluster = SimCluster(
-        topology=topology_source(args),
-        port=args.port,
-        host=args.host,
-        persist_path=args.persist,
-        scheduler=not args.no_scheduler,
-    )
+    try:
+        cluster = SimCluster(
+            topology=topology_source(args),
+            port=args.port,
+            host=args.host,
+            persist_path=args.persist,
+            scheduler=not args.no_scheduler,
+            emulated_version=args.emulated_version,
+            feature_gates=args.feature_gates,
+        )
+    except ValueError as exc:
+        sys.exit(f"python -m simcluster: {exc}")
     paths = list(args.dev_objects)
 
     def prepare(started: SimCluster) -> None:

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import hashlib
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from simcluster.faults import FaultInjector, RequestLog
+from simcluster.features import DEFAULT_VERSION, FeatureGates, release
 from simcluster.kubelet import ContainerLogs, Kubelet
 from simcluster.network import NetworkAllocator
 from simcluster.persistence import Persister
@@ -68,13 +69,19 @@ class SimCluster:
         seed: int = 0,
         bookmark_interval: float = 60.0,
         device_taint_rules: bool = True,
+        emulated_version: str = DEFAULT_VERSION,
+        feature_gates: Mapping[str, bool] | None = None,
     ) -> None:
-        """`device_taint_rules=False` serves no DeviceTaintRule kind, as a cluster without the
-        DRADeviceTaintRules gate (list and watch answer 404); slice taints still apply."""
+        """`emulated_version` ("1.34", "1.35" or "1.36") is the Kubernetes version served:
+        its /version, its nodes' kubelets and its feature gates' defaults, which
+        `feature_gates` changes as a cluster's `--feature-gates` does (ValueError for a gate
+        the version does not have). `device_taint_rules=False` serves no DeviceTaintRule kind
+        whatever the gates say (list and watch answer 404); slice taints still apply."""
         self.topology = topology
         self.host = host
         self.port = port
-        self.store = Store(seed=seed)
+        self.features = FeatureGates(emulated_version, feature_gates)
+        self.store = Store(seed=seed, features=self.features)
         if not device_taint_rules:
             self.store.registry.unregister("devicetaintrules")
         self.faults = FaultInjector(seed=seed)
@@ -295,7 +302,8 @@ class SimCluster:
                 self.store.create("services", service, internal=True)
 
     def _seed_topology(self) -> None:
-        for resource, obj in load_topology(self.topology):
+        seed = load_topology(self.topology, kubelet_version=release(self.features.version))
+        for resource, obj in seed:
             metadata = obj.get("metadata") or {}
             # A restored cluster keeps its objects (and their allocations); only fill gaps.
             if (

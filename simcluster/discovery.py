@@ -10,26 +10,47 @@ import re
 from collections import defaultdict
 from typing import Any
 
+from simcluster.features import release
 from simcluster.resources import STATUS_VERBS, Registry, ResourceType
 
 AGGREGATED_V2 = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
 AGGREGATED_V2BETA1 = "application/json;g=apidiscovery.k8s.io;v=v2beta1;as=APIGroupDiscoveryList"
 
-VERSION_INFO = {
-    "major": "1",
-    "minor": "34",
-    "emulationMajor": "1",
-    "emulationMinor": "34",
-    "minCompatibilityMajor": "1",
-    "minCompatibilityMinor": "33",
-    "gitVersion": "v1.34.1-sim",
-    "gitCommit": "0000000000000000000000000000000000000000",
-    "gitTreeState": "clean",
-    "buildDate": "2025-09-09T00:00:00Z",
-    "goVersion": "go1.24.6",
-    "compiler": "gc",
-    "platform": "linux/amd64",
+# Per emulated version: the .0 release's date, and the Go it was built with (unverified;
+# clients read gitVersion, major and minor, not these).
+_RELEASES = {
+    "1.34": ("2025-08-27T00:00:00Z", "go1.24.6"),
+    "1.35": ("2025-12-17T00:00:00Z", "go1.25.5"),
+    "1.36": ("2026-04-22T00:00:00Z", "go1.26.2"),
 }
+
+
+def git_version(version: str) -> str:
+    """The server's gitVersion for an emulated minor version: `v1.36.0-sim`."""
+    return f"{release(version)}-sim"
+
+
+def version_info(version: str) -> dict[str, str]:
+    """/version of a server of that minor version, which emulates its own version and is
+    compatible back to the minor before, as a real one reports."""
+    major, minor = version.split(".")
+    build_date, go_version = _RELEASES[version]
+    return {
+        "major": major,
+        "minor": minor,
+        "emulationMajor": major,
+        "emulationMinor": minor,
+        "minCompatibilityMajor": major,
+        "minCompatibilityMinor": str(int(minor) - 1),
+        "gitVersion": git_version(version),
+        "gitCommit": "0000000000000000000000000000000000000000",
+        "gitTreeState": "clean",
+        "buildDate": build_date,
+        "goVersion": go_version,
+        "compiler": "gc",
+        "platform": "linux/amd64",
+    }
+
 
 _KUBE_VERSION = re.compile(r"^v(\d+)(?:(alpha|beta)(\d+))?$")
 
@@ -187,7 +208,9 @@ def _gv_path(group: str, version: str) -> str:
     return f"apis/{group}/{version}" if group else f"api/{version}"
 
 
-def openapi_v3_document(registry: Registry, group: str, version: str) -> dict[str, Any] | None:
+def openapi_v3_document(
+    registry: Registry, group: str, version: str, *, server_version: str
+) -> dict[str, Any] | None:
     """Per group-version document: a PATCH operation per kind, carrying its GVK and the
     fieldValidation parameter, which is what makes kubectl leave validation to the server."""
     types = _groups(registry).get(group, {}).get(version)
@@ -212,7 +235,7 @@ def openapi_v3_document(registry: Registry, group: str, version: str) -> dict[st
         }
     return {
         "openapi": "3.0.0",
-        "info": {"title": "Kubernetes", "version": VERSION_INFO["gitVersion"]},
+        "info": {"title": "Kubernetes", "version": git_version(server_version)},
         "paths": paths,
         "components": {"schemas": _crd_schemas(types)},
     }
@@ -241,11 +264,11 @@ def _hash(document: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(document, sort_keys=True).encode()).hexdigest()[:32].upper()
 
 
-def openapi_v3_root(registry: Registry) -> dict[str, Any]:
+def openapi_v3_root(registry: Registry, *, server_version: str) -> dict[str, Any]:
     paths = {}
     for group, versions in sorted(_groups(registry).items()):
         for version in versions:
-            document = openapi_v3_document(registry, group, version)
+            document = openapi_v3_document(registry, group, version, server_version=server_version)
             if document is not None:
                 gv = _gv_path(group, version)
                 paths[gv] = {"serverRelativeURL": f"/openapi/v3/{gv}?hash={_hash(document)}"}

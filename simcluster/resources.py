@@ -250,8 +250,9 @@ def _builtins() -> list[ResourceType]:
             False,
             field_selectors={"spec.nodeName": "spec.nodeName", "spec.driver": "spec.driver"},
         ),
-        # Served as a 1.34 server does with the DRADeviceTaintRules gate on: alpha only
-        # (v1beta2 comes with 1.36, v1 with 1.37), no status until 1.35.
+        # Served, where the emulated version's gates have it (the Store unregisters it
+        # otherwise), as a 1.34 server serves it: alpha only, no status, whatever the version
+        # (a real 1.36 adds v1beta2 and the status of 1.35, 1.37 v1).
         ResourceType(
             "resource.k8s.io",
             "v1alpha3",

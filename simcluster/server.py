@@ -267,7 +267,7 @@ class Handler(BaseHTTPRequestHandler):
             self._send_plain("ok")
             return
         if path == "/version":
-            self._send_json(200, discovery.VERSION_INFO)
+            self._send_json(200, discovery.version_info(self.server.store.features.version))
             return
         if path.startswith("/openapi/"):
             self._openapi(path)
@@ -331,16 +331,21 @@ class Handler(BaseHTTPRequestHandler):
 
     def _openapi(self, path: str) -> None:
         registry = self.server.store.registry
+        server_version = self.server.store.features.version
         if path == "/openapi/v3":
-            self._send_json(200, discovery.openapi_v3_root(registry))
+            self._send_json(200, discovery.openapi_v3_root(registry, server_version=server_version))
             return
         if path.startswith("/openapi/v3/"):
             parts = path[len("/openapi/v3/") :].split("/")
             document = None
             if parts[0] == "api" and len(parts) == 2:
-                document = discovery.openapi_v3_document(registry, "", parts[1])
+                document = discovery.openapi_v3_document(
+                    registry, "", parts[1], server_version=server_version
+                )
             elif parts[0] == "apis" and len(parts) == 3:
-                document = discovery.openapi_v3_document(registry, parts[1], parts[2])
+                document = discovery.openapi_v3_document(
+                    registry, parts[1], parts[2], server_version=server_version
+                )
             if document is not None:
                 self._send_json(200, document)
                 return

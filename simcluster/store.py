@@ -18,6 +18,7 @@ from typing import Any
 
 from simcluster import defaults, validation
 from simcluster.errors import ApiError, cause
+from simcluster.features import FeatureGates
 from simcluster.resources import Registry, ResourceType
 from simcluster.selectors import Predicate, parse_field_selector, parse_label_selector
 
@@ -134,9 +135,19 @@ class Store:
     take references under the lock (the HTTP layer) may serialise them after releasing it.
     """
 
-    def __init__(self, registry: Registry | None = None, *, seed: int | None = None) -> None:
+    def __init__(
+        self,
+        registry: Registry | None = None,
+        *,
+        seed: int | None = None,
+        features: FeatureGates | None = None,
+    ) -> None:
         self.lock = threading.RLock()
         self.registry = registry or Registry()
+        # The emulated version's gates: what is served, and which fields a write keeps.
+        self.features = features or FeatureGates()
+        if not self.features.serves_device_taint_rules:
+            self.registry.unregister("devicetaintrules")
         self._objects: dict[str, dict[str, dict[str, dict[str, Any]]]] = {}
         self._by_uid: dict[str, tuple[str, str, str]] = {}
         self._dependents: dict[str, set[tuple[str, str, str]]] = {}
@@ -329,6 +340,7 @@ class Store:
         else:
             metadata.pop("namespace", None)
         defaults.prepare_for_create(rtype, new, internal=internal)
+        self.features.drop_disabled_fields(resource, new)
         with self.lock:
             if metadata.get("generateName") and not metadata.get("name"):
                 metadata["name"] = self._generate_name(resource, metadata)
@@ -387,6 +399,7 @@ class Store:
             new = self._merge_update(rtype, current, obj, subresource, internal)
             if subresource is None:
                 defaults.prepare_for_update(rtype, new, current)
+            self.features.drop_disabled_fields(resource, new)
             if not internal:
                 self._validate(rtype, new, current, field_validation)
                 self._check_finalizers(rtype, new, current)
@@ -606,7 +619,9 @@ class Store:
             }
 
     def load(self, data: dict[str, Any]) -> None:
-        """Restore a dump (CRDs first so their kinds are served), without events or hooks."""
+        """Restore a dump (CRDs first so their kinds are served), without events or hooks.
+        Objects are read as this version's writes: what its disabled gates would have dropped
+        (a dump of a newer emulated version) never reaches its allocator."""
         with self.lock:
             objects = data.get("objects", {})
             order = ["customresourcedefinitions", "namespaces"] + [
@@ -618,7 +633,9 @@ class Store:
                         self.registry.register_crd(obj)
                     if self.registry.get(resource) is None:
                         continue
-                    self._insert(resource, clone(obj))
+                    restored = clone(obj)
+                    self.features.drop_disabled_fields(resource, restored)
+                    self._insert(resource, restored)
             self._resource_version = max(
                 self._resource_version, int(data.get("resourceVersion", 0))
             )

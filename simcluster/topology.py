@@ -15,6 +15,7 @@ import yaml
 from dracel import CelCompileError, compile_selector
 from dracel.quantity import format_quantity
 from dracel.quantity import parse as parse_quantity
+from simcluster.features import DEFAULT_VERSION, release
 
 SAMPLE_TOPOLOGY = Path(__file__).parent / "topologies" / "sample.yaml"
 DRIVER = "gpu.nvidia.com"
@@ -23,6 +24,8 @@ MAX_DEVICES_PER_SLICE = 128
 DRIVER_VERSION = "570.124.6"
 CUDA_DRIVER_VERSION = "12.8.0"
 DEFAULT_PRODUCT = "NVIDIA H100 80GB HBM3"
+# What nodes report by default: the kubelet of the default emulated version.
+KUBELET_VERSION = release(DEFAULT_VERSION)
 _UNKNOWN_PRODUCT = {
     "memory": "16Gi",
     "architecture": "Unknown",
@@ -38,11 +41,14 @@ class TopologyError(ValueError):
     """A topology file or dict that cannot be turned into cluster objects."""
 
 
-def load_topology(source: str | Path | Mapping[str, Any] | None) -> Seed:
+def load_topology(
+    source: str | Path | Mapping[str, Any] | None, *, kubelet_version: str = KUBELET_VERSION
+) -> Seed:
     """(resource key, object) pairs to create: nodes, then device classes, then slices.
 
     `source` is a YAML path, an already-parsed topology, `{"generate": {"nodes", "gpus_per_node",
-    "product"}}` from the CLI flags, or None for the shipped sample topology.
+    "product"}}` from the CLI flags, or None for the shipped sample topology. Nodes report
+    `kubelet_version` (`v1.36.0`), the cluster's version.
     """
     if source is None:
         spec = _read_yaml(SAMPLE_TOPOLOGY)
@@ -52,7 +58,7 @@ def load_topology(source: str | Path | Mapping[str, Any] | None) -> Seed:
         spec = dict(source)
     if "generate" in spec:
         spec = generated_topology(**spec["generate"])
-    return build_objects(spec)
+    return build_objects(spec, kubelet_version=kubelet_version)
 
 
 def generated_topology(
@@ -81,7 +87,7 @@ def generated_topology(
     }
 
 
-def build_objects(spec: Mapping[str, Any]) -> Seed:
+def build_objects(spec: Mapping[str, Any], *, kubelet_version: str = KUBELET_VERSION) -> Seed:
     """Turn a parsed topology into cluster objects; raises TopologyError on bad input."""
     products: Mapping[str, Any] = spec.get("products") or {}
     now = _timestamp()
@@ -96,7 +102,10 @@ def build_objects(spec: Mapping[str, Any]) -> Seed:
         gpus = _expand_gpus(node.get("gpus") or [], products, f"nodes[{index}]")
         shareable = _expand_gpus(node.get("shareableGpus") or [], products, f"nodes[{index}]")
         mig = _expand_gpus(node.get("migGpus") or [], products, f"nodes[{index}]")
-        seed.append(("nodes", build_node(node, index, gpus or shareable or mig, now)))
+        node_gpus = gpus or shareable or mig
+        seed.append(
+            ("nodes", build_node(node, index, node_gpus, now, kubelet_version=kubelet_version))
+        )
         slices.extend(("resourceslices", s) for s in build_resource_slices(name, gpus))
         slices.extend(("resourceslices", s) for s in build_shareable_slices(name, shareable))
         slices.extend(("resourceslices", s) for s in build_mig_slices(name, mig, f"nodes[{index}]"))
@@ -123,7 +132,12 @@ def _expand_gpus(
 
 
 def build_node(
-    node: Mapping[str, Any], index: int, gpus: list[dict[str, Any]], now: str
+    node: Mapping[str, Any],
+    index: int,
+    gpus: list[dict[str, Any]],
+    now: str,
+    *,
+    kubelet_version: str,
 ) -> dict[str, Any]:
     name = node["name"]
     capacity = {
@@ -168,7 +182,7 @@ def build_node(
                 "kernelVersion": "6.8.0-simcluster",
                 "osImage": "Ubuntu 24.04 LTS",
                 "containerRuntimeVersion": "containerd://2.0.0",
-                "kubeletVersion": "v1.34.0",
+                "kubeletVersion": kubelet_version,
                 "kubeProxyVersion": "",
                 "operatingSystem": "linux",
                 "architecture": "amd64",
