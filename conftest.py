@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -202,3 +203,37 @@ def session_worker_paused():
     yield
     if nodes:
         app.control.add_consumer("celery", destination=nodes, reply=True)
+
+
+@pytest.fixture(autouse=True)
+def _session_worker_idle_before_flush(request):
+    """A transactional test's database is flushed (TRUNCATE) when it ends; a task the
+    session's worker is still carrying out for it (the last action a test asked for) holds
+    row locks the TRUNCATE waits on while the task waits on it: a deadlock that fails the
+    flush and leaves rows behind for the next test. So after such a test the worker stops
+    taking tasks and finishes what it has before the flush, and takes tasks again when the
+    next test starts."""
+    from controlplane.celery import app
+
+    paused = request.config.stash.get(_PAUSED_NODES, [])
+    if paused:
+        app.control.add_consumer("celery", destination=paused, reply=True)
+        request.config.stash[_PAUSED_NODES] = []
+    yield
+    marker = request.node.get_closest_marker("django_db")
+    if "celery_worker" not in request.fixturenames or not (
+        marker and marker.kwargs.get("transaction")
+    ):
+        return
+    nodes = [f"session@{socket.gethostname()}"]  # start_worker's --hostname (name@%h)
+    app.control.cancel_consumer("celery", destination=nodes, reply=True)
+    request.config.stash[_PAUSED_NODES] = nodes
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        active = app.control.inspect(destination=nodes, timeout=1).active() or {}
+        if not any(active.get(node) for node in nodes):
+            return
+        time.sleep(0.1)
+
+
+_PAUSED_NODES = pytest.StashKey[list]()
