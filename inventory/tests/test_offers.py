@@ -38,3 +38,12 @@ def test_capacity_a_device_of_the_class_does_not_offer_is_refused(cluster):
         ]
     )
     assert "alternative shared: no device of class" in fallback["alternatives"][0]
+
+
+def test_capacity_the_request_policy_would_round_up_is_refused_naming_the_amount(cluster):
+    sync_inventory()
+    # HAMi's memory is handed out from 1Mi in steps of 1Mi: 1500Ki would be held as 2Mi.
+    problems = refused(device_class_name=HAMI, gpu=1, count=1, capacity={"memory": "1500Ki"})
+    assert "would round it up to 2Mi; ask for 2Mi" in problems["capacity"][0]
+    on_step = PackageFactory(device_class_name=HAMI, gpu=1, count=1, capacity={"memory": "2Mi"})
+    assert on_step.capacity == {"memory": "2Mi"}
