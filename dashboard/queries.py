@@ -9,7 +9,9 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 
-from django.db.models import Count, Q, QuerySet, Sum
+from django.db.models import Count, JSONField, Q, QuerySet, Sum
+from django.db.models.fields.json import KeyTransform
+from django.db.models.functions import Cast
 
 from billing import selectors as billing_selectors
 from catalog import selectors as catalog_selectors
@@ -18,7 +20,7 @@ from dashboard.access import Scope
 from dashboard.charts import Sample
 from dracel import quantity
 from inventory import selectors as inventory_selectors
-from inventory.models import Device, Node, SyncRun
+from inventory.models import Device, InventorySnapshot, Node, SyncRun
 from runtime import actions, availability, outbox
 from runtime.models import GPUStorage, GPUUnit, OperationKind, UnitEvent, UnitPhase
 from tenancy.models import SSHKey, Tenant
@@ -140,6 +142,56 @@ def device_totals_by_node() -> list[NodeTotals]:
             ready=ready.get(row["node_name"]),
         )
         for row in rows
+    ]
+
+
+@dataclass(frozen=True)
+class SharedCapacity:
+    """One capacity of a shared device (`cores`, `memory`): what its shares hold, of how
+    much, and what is left, in the quantities the inventory document gives."""
+
+    name: str
+    consumed: str
+    total: str
+    remaining: str
+
+
+@dataclass(frozen=True)
+class SharedDevice:
+    """A device that allows multiple allocations, its capacity handed out in shares."""
+
+    driver: str
+    pool: str
+    device: str
+    node_name: str
+    shares: int
+    capacities: list[SharedCapacity]
+
+
+def list_shared_devices() -> list[SharedDevice]:
+    """The shared devices of the last sync's inventory document (its `sharedDevices`), in
+    its order. One statement whatever their number: only the stored document has them (the
+    device rows do not say which devices allow multiple allocations, nor what the shares
+    consume), so PostgreSQL picks them out of it and sends only them."""
+    shared = (
+        InventorySnapshot.objects.filter(pk=1)
+        .annotate(inventory=Cast("document", JSONField()))
+        .values_list(KeyTransform("sharedDevices", "inventory"), flat=True)
+        .first()
+    )
+    return [
+        SharedDevice(
+            driver=device["driver"],
+            pool=device["pool"],
+            device=device["device"],
+            node_name=device["nodeName"],
+            shares=device["shares"],
+            capacities=[
+                SharedCapacity(name, device["consumed"][name], total, device["remaining"][name])
+                for name, total in sorted(device["capacity"].items())
+            ],
+        )
+        for device in shared or []
     ]
 
 

@@ -222,15 +222,18 @@ class OverviewView(LivePage):
             ),
             "device_classes": None,
             "nodes": None,
+            "shared_devices": None,
             "chart": None,
         }
         if self.scope.sees_cluster:
-            # The cluster's allocation (by class, by node, over time) includes every tenant's
-            # units, so only ops see it; a customer sees its own usage instead.
+            # The cluster's allocation (by class, by node, shared GPUs' shares, over time)
+            # includes every tenant's units, so only ops see it; a customer sees its own usage
+            # instead.
             samples = queries.utilisation_samples()
             context |= {
                 "device_classes": queries.device_totals_by_class(),
                 "nodes": queries.device_totals_by_node(),
+                "shared_devices": queries.list_shared_devices(),
                 "chart": utilisation_chart(samples),
                 "phone_chart": utilisation_chart(samples, width=NARROW[0], height=NARROW[1]),
             }
