@@ -43,6 +43,9 @@ def _seed_rows(tenant, gpuunits: list[dict]) -> None:
                 image=contract.image,
                 phase=UnitPhase.PROVISIONING,
                 unit_k8s_uid=gpuunit["metadata"]["uid"],
+                # Provisioning brought the objects to the unit's generation (else the
+                # reconcile leaves the unit to a rollout that never comes).
+                observed_generation=1,
                 **GPUUnit.contract_fields(package, name=contract.name),
             )
         )
