@@ -22,7 +22,7 @@ from rest_framework.response import Response
 
 from billing import exports, selectors
 from controlplane.api.schema import envelope, error_responses
-from controlplane.api.views import ApiView
+from controlplane.api.views import ApiView, NotJsonBodyMixin
 from tenancy.permissions import IsOperator
 from tenancy.views import TenantView
 
@@ -164,8 +164,7 @@ def usage_json(usage: selectors.Usage) -> dict:
 class UsageView(TenantView):
     """The tenant's usage and cost over a period, running units counted up to now."""
 
-    def allowed_query_params(self, request: Request) -> frozenset[str]:
-        return frozenset(UsageQuerySerializer().fields)
+    query_serializer = UsageQuerySerializer
 
     @extend_schema(
         summary="The tenant's GPU usage and cost over a period",
@@ -173,9 +172,7 @@ class UsageView(TenantView):
         responses={200: envelope(_usage, name="UsageResponse"), **error_responses(400, 401)},
     )
     def get(self, request: Request) -> Response:
-        query = UsageQuerySerializer(data=request.query_params)
-        query.is_valid(raise_exception=True)
-        params = query.validated_data
+        params = self.validated_query(request)
         usage = selectors.usage(
             tenant=self.tenant,
             start=params["from"],
@@ -191,8 +188,7 @@ class OperatorUsageView(ApiView):
 
     permission_classes = [IsOperator]
 
-    def allowed_query_params(self, request: Request) -> frozenset[str]:
-        return frozenset(OperatorUsageQuerySerializer().fields)
+    query_serializer = OperatorUsageQuerySerializer
 
     @extend_schema(
         summary="GPU usage and cost across tenants (operator keys only)",
@@ -203,27 +199,20 @@ class OperatorUsageView(ApiView):
         },
     )
     def get(self, request: Request) -> Response:
-        query = OperatorUsageQuerySerializer(data=request.query_params)
-        query.is_valid(raise_exception=True)
-        params = query.validated_data
+        params = self.validated_query(request)
         usage = selectors.usage(
             start=params["from"], end=params["to"], group_by=params["groupBy"], now=timezone.now()
         )
         return Response(usage_json(usage))
 
 
-class OperatorUsageExportView(ApiView):
+class OperatorUsageExportView(NotJsonBodyMixin, ApiView):
     """The ledger rows starting in a period, streamed in a billing system's format; every row
     or line carries the row's deterministic id, so sending an export twice counts once."""
 
     permission_classes = [IsOperator]
 
-    def allowed_query_params(self, request: Request) -> frozenset[str]:
-        return frozenset(ExportQuerySerializer().fields)
-
-    def perform_content_negotiation(self, request, force=False):
-        # The export is CSV or NDJSON whatever the client accepts; refusals are the envelope.
-        return super().perform_content_negotiation(request, force=True)
+    query_serializer = ExportQuerySerializer
 
     @extend_schema(
         summary="Export the usage ledger: FOCUS CSV, CloudEvents or Stripe meter events",
@@ -240,9 +229,7 @@ class OperatorUsageExportView(ApiView):
         },
     )
     def get(self, request: Request) -> HttpResponse:
-        query = ExportQuerySerializer(data=request.query_params)
-        query.is_valid(raise_exception=True)
-        params = query.validated_data
+        params = self.validated_query(request)
         chosen = exports.FORMATS[params["format"]]
         records = selectors.records_starting(params["from"], params["to"]).iterator(
             chunk_size=EXPORT_CHUNK

@@ -29,7 +29,7 @@ from catalog.serializers import PackageSerializer
 from controlplane.api.errors import NotFound
 from controlplane.api.pagination import cursor_scope, paginate
 from controlplane.api.schema import envelope, error_responses
-from controlplane.api.views import StrictQueryMixin
+from controlplane.api.views import NotJsonBodyMixin, StrictQueryMixin
 from controlplane.kube import logs as kube_logs
 from controlplane.validation import fold_case
 from dracel import quantity
@@ -153,11 +153,11 @@ class PackageViewSet(StrictQueryMixin, viewsets.ReadOnlyModelViewSet):
 
 
 class UnitListView(TenantView):
+    query_serializer = UnitListQuerySerializer
+
     def allowed_query_params(self, request: Request) -> frozenset[str]:
         # The list's filters and paging; an order takes everything in its body.
-        return (
-            frozenset(UnitListQuerySerializer().fields) if request.method == "GET" else frozenset()
-        )
+        return super().allowed_query_params(request) if request.method == "GET" else frozenset()
 
     @extend_schema(
         summary="List the tenant's GPU units",
@@ -169,9 +169,7 @@ class UnitListView(TenantView):
         },
     )
     def get(self, request: Request) -> Response:
-        query = UnitListQuerySerializer(data=request.query_params)
-        query.is_valid(raise_exception=True)
-        params = query.validated_data
+        params = self.validated_query(request)
         units = selectors.list_units(
             tenant=self.tenant,
             phase=params.get("phase"),
@@ -457,15 +455,10 @@ class UnitEventsView(TenantView):
         return Response(UnitEventSerializer(selectors.list_unit_events(unit=unit), many=True).data)
 
 
-class UnitLogsView(TenantView):
+class UnitLogsView(NotJsonBodyMixin, TenantView):
     """The unit pod's log as text/plain (errors stay JSON in the envelope)."""
 
-    def allowed_query_params(self, request: Request) -> frozenset[str]:
-        return frozenset(UnitLogQuerySerializer().fields)
-
-    def perform_content_negotiation(self, request, force=False):
-        # The log is text whatever the client accepts; refusals are the JSON envelope.
-        return super().perform_content_negotiation(request, force=True)
+    query_serializer = UnitLogQuerySerializer
 
     @extend_schema(
         summary="The unit's log (text/plain; follow=true streams new lines)",
@@ -476,9 +469,7 @@ class UnitLogsView(TenantView):
         },
     )
     def get(self, request: Request, name: str) -> HttpResponse:
-        query = UnitLogQuerySerializer(data=request.query_params)
-        query.is_valid(raise_exception=True)
-        params = query.validated_data
+        params = self.validated_query(request)
         unit = _unit_or_404(self.tenant, name)
         options = kube_logs.LogOptions(
             container=params.get("container", ""),
