@@ -32,6 +32,16 @@ def floor_hour(moment: datetime) -> datetime:
     return moment.replace(minute=0, second=0, microsecond=0)
 
 
+def month_start(moment: datetime) -> datetime:
+    """The start of the UTC month `moment` falls in (a usage period's default start)."""
+    return floor_hour(moment).replace(day=1, hour=0)
+
+
+def cost_text(value: Decimal) -> str:
+    """A cost as the API writes it: to the micro-unit, no exponent ("5.400000")."""
+    return format(value.quantize(COST_PLACES), "f")
+
+
 def cuts(start: datetime, end: datetime, also: Iterable[datetime] = ()) -> list[datetime]:
     """The instants strictly inside `(start, end)` where a record must end: every UTC hour
     boundary, and each of `also` (price changes) that falls inside."""

@@ -20,7 +20,7 @@ from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from billing import exports, selectors
+from billing import exports, periods, selectors
 from controlplane.api.schema import envelope, error_responses
 from controlplane.api.views import ApiView, NotJsonBodyMixin
 from tenancy.permissions import IsOperator
@@ -55,11 +55,6 @@ class Moment(serializers.Field):
         return value.isoformat()
 
 
-def month_start(moment: datetime) -> datetime:
-    moment = moment.astimezone(UTC)
-    return moment.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
-
-
 class PeriodQuerySerializer(serializers.Serializer):
     from_ = Moment(required=False, help_text="start, inclusive (default: this UTC month's start)")
     to = Moment(required=False, help_text="end, exclusive (default: now)")
@@ -72,7 +67,7 @@ class PeriodQuerySerializer(serializers.Serializer):
     def validate(self, attrs: dict) -> dict:
         now = timezone.now()
         end = attrs.get("to") or now
-        start = attrs.get("from") or month_start(min(end, now))
+        start = attrs.get("from") or periods.month_start(min(end, now))
         if start >= end:
             raise serializers.ValidationError({"to": ["to must be after from."]})
         if end - start > MAX_PERIOD:
@@ -129,10 +124,6 @@ _usage = inline_serializer(
 )
 
 
-def money(value: Decimal) -> str:
-    return format(value.quantize(Decimal("0.000001")), "f")
-
-
 def amount(value: Decimal) -> str:
     return format(value.quantize(Decimal("0.001")), "f")
 
@@ -142,7 +133,7 @@ def totals_json(totals: selectors.Totals) -> dict:
         "seconds": amount(totals.seconds),
         "deviceSeconds": amount(totals.device_seconds),
         "shareSeconds": amount(totals.share_seconds),
-        "cost": money(totals.cost),
+        "cost": periods.cost_text(totals.cost),
     }
 
 

@@ -13,6 +13,7 @@ from django.db.models import Count, JSONField, Q, QuerySet, Sum
 from django.db.models.fields.json import KeyTransform
 from django.db.models.functions import Cast
 
+from billing import periods
 from billing import selectors as billing_selectors
 from catalog import selectors as catalog_selectors
 from catalog.models import Package
@@ -503,11 +504,6 @@ def billing_now(now: datetime) -> datetime:
     return now.astimezone(UTC).replace(second=0, microsecond=0)
 
 
-def month_start(moment: datetime) -> datetime:
-    """The start of the UTC month `moment` falls in (the API's default usage period)."""
-    return moment.astimezone(UTC).replace(day=1, hour=0, minute=0, second=0, microsecond=0)
-
-
 def unit_costs(units: Iterable[GPUUnit], *, now: datetime) -> dict[uuid.UUID, Decimal]:
     """Cost to date of each of `units` (their ledger rows and running meters, to `now`): one
     call for a whole page of units, a fixed number of statements."""
@@ -532,7 +528,7 @@ class CostSummary:
 
 def cost_summary(tenant: Tenant | None, *, now: datetime) -> CostSummary:
     """The overview's cost figures of `tenant`, or of all tenants for None (staff)."""
-    month = month_start(now)
+    month = periods.month_start(now)
     chart_start = datetime.combine(
         now.astimezone(UTC).date() - timedelta(days=USAGE_DAYS - 1), time(), tzinfo=UTC
     )
@@ -575,7 +571,7 @@ class TenantCosts:
 
 def list_tenant_costs(*, now: datetime) -> TenantCosts:
     """Every tenant, those without usage too, by slug (a fixed number of statements)."""
-    month = month_start(now)
+    month = periods.month_start(now)
     costs = billing_selectors.costs_by_tenant(now=now, since=month)
     nothing = (Decimal(0), Decimal(0))
     rows = [

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from decimal import Decimal
-
 from django.conf import settings
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
+from billing import periods
 from controlplane.api.fields import StrictSerializer, StringField
 from controlplane.api.pagination import DEFAULT_LIMIT, MAX_LIMIT
 from controlplane.validation import fold_case, format_duration, parse_duration
@@ -473,7 +472,7 @@ class UnitSerializer(serializers.ModelSerializer):
 
     def get_costToDate(self, unit: GPUUnit) -> str:
         # Set by the view from billing.selectors.cost_to_date (one query for a page of units).
-        return format(unit.cost_to_date.quantize(Decimal("0.000001")), "f")
+        return periods.cost_text(unit.cost_to_date)
 
     @extend_schema_field(TemplateSerializer)
     def get_template(self, unit: GPUUnit) -> dict:

@@ -21,8 +21,8 @@ from rest_framework import serializers, viewsets
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from billing import periods as billing_periods
 from billing import selectors as billing_selectors
-from billing.views import month_start
 from catalog import selectors as catalog_selectors
 from catalog.models import Package
 from catalog.serializers import PackageSerializer
@@ -80,10 +80,6 @@ def with_costs(units: Iterable[GPUUnit]) -> list[GPUUnit]:
     for unit in units:
         unit.cost_to_date = costs[unit.uid]
     return units
-
-
-def _money(value: Decimal) -> str:
-    return format(value.quantize(Decimal("0.000001")), "f")
 
 
 def _render_unit(unit: GPUUnit) -> dict:
@@ -581,11 +577,11 @@ class QuotaView(TenantView):
             }
         now = timezone.now()
         to_date, this_month = billing_selectors.tenant_costs(
-            tenant, now=now, since=month_start(now)
+            tenant, now=now, since=billing_periods.month_start(now)
         )
         body["currency"] = settings.BILLING_CURRENCY
-        body["costToDate"] = _money(to_date)
-        body["costThisMonth"] = _money(this_month)
+        body["costToDate"] = billing_periods.cost_text(to_date)
+        body["costThisMonth"] = billing_periods.cost_text(this_month)
         return Response(body)
 
 

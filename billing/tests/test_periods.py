@@ -112,3 +112,15 @@ def test_pieces_tile_the_interval_each_within_one_hour(start, length, changes):
         assert piece_start < piece_end
         assert piece_end - periods.floor_hour(piece_start) <= periods.HOUR
     assert sum((periods.seconds(a, b) for a, b in got), Decimal(0)) == periods.seconds(start, end)
+
+
+def test_a_month_starts_at_its_first_utc_midnight_and_costs_are_written_to_the_micro_unit():
+    india = timezone(timedelta(hours=5, minutes=30))
+    # 03:00 on 1 December in India is still 30 November in UTC.
+    assert periods.month_start(datetime(2026, 12, 1, 3, 0, tzinfo=india)) == datetime(
+        2026, 11, 1, tzinfo=UTC
+    )
+    assert periods.month_start(T0) == datetime(2026, 11, 1, tzinfo=UTC)
+    assert periods.cost_text(Decimal("5.4")) == "5.400000"
+    assert periods.cost_text(Decimal("-1E-7")) == "-0.000000"
+    assert periods.cost_text(Decimal("1E+3")) == "1000.000000"
