@@ -187,10 +187,11 @@ def close_dangling(unit_uids: Iterable[uuid.UUID]) -> int:
     return closed
 
 
-def reverse(record: UsageRecord, *, note: str) -> UsageRecord:
-    """A correction: a new row with the record's quantity and cost negated, pointing at it
-    (FOCUS ChargeClass=Correction). The record itself stays as it was."""
-    correction = UsageRecord(
+def correction_for(record: UsageRecord, *, note: str) -> UsageRecord:
+    """The correction of `record`, unsaved: a row like it with seconds, quantity and cost
+    negated, pointing at it (FOCUS ChargeClass=Correction), its id derived from the record's
+    so a record is corrected at most once."""
+    return UsageRecord(
         id=uuid.uuid5(periods.RECORD_NAMESPACE, f"correction/{record.id}"),
         tenant_id=record.tenant_id,
         unit_uid=record.unit_uid,
@@ -208,8 +209,13 @@ def reverse(record: UsageRecord, *, note: str) -> UsageRecord:
         hourly=record.hourly,
         currency=record.currency,
         cost=-record.cost,
-        corrects=record,
+        corrects_id=record.id,
         note=note[:200],
     )
+
+
+def reverse(record: UsageRecord, *, note: str) -> UsageRecord:
+    """Write the correction of `record` (the record itself stays as it was)."""
+    correction = correction_for(record, note=note)
     correction.save(force_insert=True)
     return correction

@@ -185,44 +185,35 @@ def usage(
             quantity=row["quantity_sum"],
             cost=row["cost_sum"],
         )
-    cut = rows.filter(start__lt=end, end__gt=start).filter(Q(start__lt=start) | Q(end__gt=end))
-    for record in cut:
-        part = _clip(record.start, record.end, start, end)
+
+    def add_part(owner: UsageRecord | Meter, item: UsageRecord | periods.Piece) -> None:
+        """The part of a row the period cuts, or of a running meter's piece, inside it."""
+        part = _clip(item.start, item.end, start, end)
+        if not part:
+            return
         key = _key(
             group_by,
-            unit_uid=record.unit_uid,
-            unit_name=record.unit_name,
-            package_id=record.package_id,
-            day=record.start.astimezone(UTC).date(),
-            tenant=slugs.get(record.tenant_id, ""),
+            unit_uid=owner.unit_uid,
+            unit_name=owner.unit_name,
+            package_id=owner.package_id,
+            day=item.start.astimezone(UTC).date(),
+            tenant=slugs.get(owner.tenant_id, ""),
         )
         totals(key).add(
-            unit=record.quantity_unit,
-            seconds=record.seconds * part,
-            quantity=record.quantity * part,
-            cost=(record.cost * part).quantize(periods.COST_PLACES),
+            unit=owner.quantity_unit,
+            seconds=item.seconds * part,
+            quantity=item.quantity * part,
+            cost=(item.cost * part).quantize(periods.COST_PLACES),
         )
+
+    cut = rows.filter(start__lt=end, end__gt=start).filter(Q(start__lt=start) | Q(end__gt=end))
+    for record in cut:
+        add_part(record, record)
     meters = Meter.objects.filter(started_at__lt=min(end, now))
     if tenant is not None:
         meters = meters.filter(tenant=tenant)
     for meter, piece in _meter_pieces(meters, until=min(end, now)):
-        part = _clip(piece.start, piece.end, start, end)
-        if not part:
-            continue
-        key = _key(
-            group_by,
-            unit_uid=meter.unit_uid,
-            unit_name=meter.unit_name,
-            package_id=meter.package_id,
-            day=piece.start.astimezone(UTC).date(),
-            tenant=slugs.get(meter.tenant_id, ""),
-        )
-        totals(key).add(
-            unit=meter.quantity_unit,
-            seconds=piece.seconds * part,
-            quantity=piece.quantity * part,
-            cost=(piece.cost * part).quantize(periods.COST_PLACES),
-        )
+        add_part(meter, piece)
     return result
 
 

@@ -15,7 +15,7 @@ from decimal import Decimal
 
 import pytest
 
-from billing import exports, periods
+from billing import exports, ledger, periods
 from billing.models import QuantityUnit, UsageRecord
 from tenancy.models import Tenant
 
@@ -92,26 +92,7 @@ def usage(
 
 
 def correction_of(record: UsageRecord) -> UsageRecord:
-    correction = UsageRecord(
-        id=uuid.uuid5(periods.RECORD_NAMESPACE, f"correction/{record.id}"),
-        unit_uid=record.unit_uid,
-        unit_name=record.unit_name,
-        package_id=record.package_id,
-        alternative=record.alternative,
-        claim_uid=record.claim_uid,
-        devices=record.devices,
-        start=record.start,
-        end=record.end,
-        seconds=-record.seconds,
-        quantity=-record.quantity,
-        quantity_unit=record.quantity_unit,
-        price_version_id=record.price_version_id,
-        hourly=record.hourly,
-        currency=record.currency,
-        cost=-record.cost,
-        corrects_id=record.id,
-        note="billed twice",
-    )
+    correction = ledger.correction_for(record, note="billed twice")
     correction.tenant = record.tenant
     return correction
 
