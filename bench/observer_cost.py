@@ -89,10 +89,12 @@ def _one_event(observer, unit) -> tuple[int, float]:
     from django.db import connection
 
     from controlplane import kube
+    from runtime import lifecycle
     from runtime.models import GPUUnit, UnitPhase
 
-    # Before the change: the row and the GPUUnit's status both say Pending.
-    GPUUnit.objects.filter(pk=unit.pk).update(phase=UnitPhase.PENDING, reason="Probe")
+    # Before the change: the row (through a transition, so its usage meter closes as it would)
+    # and the GPUUnit's status both say Pending.
+    lifecycle.transition_unit(GPUUnit.objects.get(pk=unit.pk), to=UnitPhase.PENDING, reason="Probe")
     informer = observer.informers[kube.GPUUNIT]
     key = (unit.namespace, unit.name)
     with informer._lock:

@@ -12,10 +12,9 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
-from billing import ledger
-from billing.models import PriceVersion, UsageRecord
+from billing.models import UsageRecord
+from billing.tests.helpers import hold, priced
 from catalog.tests.factories import PackageFactory
-from runtime import lifecycle
 from runtime.models import UnitPhase
 from runtime.tests.factories import UnitFactory
 from tenancy.tests.factories import TenantFactory
@@ -28,38 +27,16 @@ T = datetime(2026, 11, 28, 10, 30, tzinfo=UTC)
 
 @pytest.fixture
 def package():
-    package = PackageFactory(id="h100-2x", gpu=2, count=2, price="3.60")
-    # The price in force since long before the usage below (saving it recorded one from now).
-    PriceVersion.objects.create(
-        package_id=package.id,
-        hourly=Decimal("3.60"),
-        currency="USD",
-        effective_from=T - timedelta(days=30),
-    )
-    return package
-
-
-def run(unit, start: datetime, end: datetime | None) -> None:
-    """The unit held its two devices from `start` until `end` (still running when None)."""
-    holding = lifecycle.holding(
-        unit,
-        dra={
-            "allocated": True,
-            "devices": [{"pool": "n", "device": "gpu-0"}, {"pool": "n", "device": "gpu-1"}],
-        },
-    )
-    ledger.open_meter(holding, at=start)
-    if end is not None:
-        ledger.close_meter(unit.uid, at=end)
+    return priced("h100-2x", "3.60", gpu=2, count=2)
 
 
 @pytest.fixture
 def used(tenant, package):
     """The tenant's unit ran 90 minutes from 10:30 (two rows: 10:30-11:00, 11:00-12:00)."""
     unit = UnitFactory(tenant=tenant, name="trainer", package=package, claim_k8s_uid="c-1")
-    run(unit, T, T + timedelta(minutes=90))
+    hold(unit, T, T + timedelta(minutes=90))
     other = UnitFactory(tenant=TenantFactory(), name="elsewhere", package=package)
-    run(other, T, T + timedelta(hours=3))
+    hold(other, T, T + timedelta(hours=3))
     return unit
 
 
@@ -99,7 +76,7 @@ class TestUsage(EndpointTest):
 
     def test_a_running_unit_counts_up_to_now(self, auth_client, tenant, package):
         unit = UnitFactory(tenant=tenant, name="live", package=package, phase=UnitPhase.RUNNING)
-        run(unit, timezone.now() - timedelta(seconds=600), None)
+        hold(unit, timezone.now() - timedelta(seconds=600), None)
         data = self.get_success_response(auth_client).json()["data"]
         assert 600 <= float(data["total"]["seconds"]) < 605
         assert data["from"].startswith(timezone.now().strftime("%Y-%m-01T00:00:00"))
@@ -215,7 +192,7 @@ class TestExport(EndpointTest):
 
 def test_units_and_quota_carry_their_cost_to_date(auth_client, tenant, used, package):
     live = UnitFactory(tenant=tenant, name="live", package=package, phase=UnitPhase.RUNNING)
-    run(live, timezone.now() - timedelta(hours=1), None)
+    hold(live, timezone.now() - timedelta(hours=1), None)
     units = {u["name"]: u for u in auth_client.get("/api/v1/gpu-units").json()["data"]}
     assert units["trainer"]["costToDate"] == "5.400000"
     assert 3.6 <= float(units["live"]["costToDate"]) < 3.61

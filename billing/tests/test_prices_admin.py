@@ -11,6 +11,7 @@ from django.core.exceptions import ValidationError
 
 from billing import ledger
 from billing.models import PriceVersion, UsageRecord
+from billing.tests.helpers import priced
 from catalog.models import Package
 from catalog.services import import_catalog
 from catalog.tests.factories import PackageFactory
@@ -44,29 +45,21 @@ def test_a_saved_price_change_is_a_new_version_and_the_old_one_stays():
     assert first.hourly == Decimal("2.49")
 
 
+def catalog_priced(price: str) -> str:
+    return f"""packages:
+  - id: "rtx"
+    specName: "gpu.rtx"
+    cpu: "4"
+    memory: "16Gi"
+    gpu: 1
+    allocation: {{deviceClassName: "nvidia-rtx-3080", count: 1}}
+    price: "{price}"
+"""
+
+
 def test_a_yaml_import_that_changes_a_price_records_a_version():
-    import_catalog(
-        text="""packages:
-  - id: "rtx"
-    specName: "gpu.rtx"
-    cpu: "4"
-    memory: "16Gi"
-    gpu: 1
-    allocation: {deviceClassName: "nvidia-rtx-3080", count: 1}
-    price: "0.18"
-"""
-    )
-    plan = import_catalog(
-        text="""packages:
-  - id: "rtx"
-    specName: "gpu.rtx"
-    cpu: "4"
-    memory: "16Gi"
-    gpu: 1
-    allocation: {deviceClassName: "nvidia-rtx-3080", count: 1}
-    price: "0.20"
-"""
-    )
+    import_catalog(text=catalog_priced("0.18"))
+    plan = import_catalog(text=catalog_priced("0.20"))
     assert [change.fields for _, change in plan.changed] == [
         {"price": (Decimal("0.1800"), Decimal("0.20"))}
     ]
@@ -92,11 +85,7 @@ def test_alternative_prices_are_checked(prices, problem):
 
 
 def test_the_ledger_admin_is_read_only_and_reverses_with_a_correction(admin_client):
-    package = PackageFactory(article=True, price="3.60")
-    PriceVersion.objects.filter(package_id=package.id).update(
-        effective_from=datetime(2026, 1, 1, tzinfo=UTC)
-    )
-    unit = UnitFactory(name="billed", package=package)
+    unit = UnitFactory(name="billed", package=priced("rtx-2x", "3.60"))
     start = datetime(2026, 11, 28, 10, 0, tzinfo=UTC)
     holding = lifecycle.holding(unit, dra={"devices": [{"pool": "n", "device": "gpu-0"}]})
     ledger.open_meter(holding, at=start)

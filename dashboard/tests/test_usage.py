@@ -12,12 +12,9 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
-from billing import ledger
-from billing.models import PriceVersion
-from catalog.tests.factories import PackageFactory
+from billing.tests.helpers import hold, priced
 from dashboard.tests.conftest import client_for, make_unit, make_user
 from dashboard.tests.test_views import OVERVIEW, ROWS, UNITS, count_queries, detail
-from runtime import lifecycle
 from runtime.models import GPUUnit, UnitPhase
 from tenancy.models import Tenant
 from tenancy.tests.factories import TenantFactory
@@ -35,18 +32,6 @@ def frozen_clock(monkeypatch):
     monkeypatch.setattr(timezone, "now", lambda: NOW)
 
 
-def priced(package_id: str, hourly: str):
-    package = PackageFactory(id=package_id, price=hourly)
-    # In force since long before the usage below (saving the package recorded one from NOW).
-    PriceVersion.objects.create(
-        package_id=package.id,
-        hourly=Decimal(hourly),
-        currency="USD",
-        effective_from=datetime(2026, 1, 1, tzinfo=UTC),
-    )
-    return package
-
-
 @pytest.fixture
 def h100(db):
     return priced("h100-2x", "3.60")
@@ -55,20 +40,6 @@ def h100(db):
 @pytest.fixture
 def l40s(db):
     return priced("l40s-1x", "1.00")
-
-
-def run(unit: GPUUnit, start: datetime, end: datetime | None) -> None:
-    """The unit held its devices from `start` until `end` (still running when None)."""
-    holding = lifecycle.holding(
-        unit,
-        dra={
-            "allocated": True,
-            "devices": [{"pool": "n", "device": "gpu-0"}, {"pool": "n", "device": "gpu-1"}],
-        },
-    )
-    ledger.open_meter(holding, at=start)
-    if end is not None:
-        ledger.close_meter(unit.uid, at=end)
 
 
 def at(text: str) -> datetime:
@@ -81,14 +52,14 @@ def used(tenant, other_tenant, h100, l40s):
     27 Nov, and 1.00 so far on 28 Nov from a unit still running. 15.60 to date, 8.40 this
     month. The other tenant's 36.00 is not the tenant's."""
     trainer = make_unit(tenant, "trainer", package=h100, phase=UnitPhase.STOPPED)
-    run(trainer, at("2026-10-20 08:00"), at("2026-10-20 09:00"))
-    run(trainer, at("2026-10-30 10:00"), at("2026-10-30 11:00"))
-    run(trainer, at("2026-11-27 10:30"), at("2026-11-27 12:00"))
+    hold(trainer, at("2026-10-20 08:00"), at("2026-10-20 09:00"))
+    hold(trainer, at("2026-10-30 10:00"), at("2026-10-30 11:00"))
+    hold(trainer, at("2026-11-27 10:30"), at("2026-11-27 12:00"))
     small = make_unit(tenant, "small", package=l40s)
-    run(small, at("2026-11-27 20:00"), at("2026-11-27 22:00"))
-    run(small, at("2026-11-28 11:00"), None)
+    hold(small, at("2026-11-27 20:00"), at("2026-11-27 22:00"))
+    hold(small, at("2026-11-28 11:00"), None)
     theirs = make_unit(other_tenant, "theirs", package=h100, phase=UnitPhase.STOPPED)
-    run(theirs, at("2026-11-27 00:00"), at("2026-11-27 10:00"))
+    hold(theirs, at("2026-11-27 00:00"), at("2026-11-27 10:00"))
     return {"trainer": trainer, "small": small, "theirs": theirs}
 
 
@@ -206,7 +177,7 @@ class TestOverviewCost:
 
     def test_usage_only_before_the_chart_says_so(self, member_client, tenant, h100):
         unit = make_unit(tenant, "old", package=h100, phase=UnitPhase.STOPPED)
-        run(unit, at("2026-09-01 10:00"), at("2026-09-01 11:00"))
+        hold(unit, at("2026-09-01 10:00"), at("2026-09-01 11:00"))
         body = member_client.get(OVERVIEW).content.decode()
         assert "No usage in the last 30 days." in body
         assert "usage-chart-wide" not in body
@@ -272,7 +243,7 @@ def add_units(tenant, package, count: int, *, first: int = 0) -> None:
     for index in range(first, first + count):
         unit = make_unit(tenant, f"unit-{index}", package=package)
         running = index % 2 == 0
-        run(unit, at("2026-11-27 10:00"), None if running else at("2026-11-27 11:30"))
+        hold(unit, at("2026-11-27 10:00"), None if running else at("2026-11-27 11:30"))
 
 
 class TestQueryCounts:
@@ -295,8 +266,8 @@ class TestQueryCounts:
             unit = make_unit(tenant, name, package=h100)
             for day in range(runs):
                 start = at("2026-11-01 10:00") + timedelta(days=day)
-                run(unit, start, start + timedelta(minutes=90))
-            run(unit, at("2026-11-28 10:00"), None)
+                hold(unit, start, start + timedelta(minutes=90))
+            hold(unit, at("2026-11-28 10:00"), None)
             return unit
 
         once = count_queries(member_client, detail(used_unit("once", 1)))

@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import pytest
 from django.db import connection
 
+from billing.models import Meter
 from catalog.tests.factories import ARTICLE_PACKAGE_ID, PackageFactory
 from inventory.models import Claim, InventorySnapshot
 from runtime import lifecycle
@@ -101,6 +102,8 @@ def test_an_event_costs_the_same_however_many_units_the_database_holds(tenant, c
     thread = running(observer)
     client.post("/api/v1/gpu-units", {**body, "image": "busybox"}, format="json")
     wait_for(lambda: phase_of("costed") == UnitPhase.RUNNING, what="Running")
+    # No reconcile ran: the observer's event that brought it to Running opened its meter.
+    assert Meter.objects.filter(unit_uid=GPUUnit.objects.get(name="costed").uid).exists()
     observer.stop()
     thread.join(10)
     # Measured on this thread alone: an observer's informers without its loop.
