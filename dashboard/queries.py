@@ -9,9 +9,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 
-from django.db.models import Count, JSONField, Q, QuerySet, Sum
-from django.db.models.fields.json import KeyTransform
-from django.db.models.functions import Cast
+from django.db.models import Count, Q, QuerySet, Sum
 
 from billing import periods
 from billing import selectors as billing_selectors
@@ -21,7 +19,7 @@ from dashboard.access import Scope
 from dashboard.charts import Sample
 from dracel import quantity
 from inventory import selectors as inventory_selectors
-from inventory.models import Device, InventorySnapshot, Node, SyncRun
+from inventory.models import Device, Node, SyncRun
 from runtime import actions, availability, outbox
 from runtime.models import GPUStorage, GPUUnit, OperationKind, UnitEvent, UnitPhase
 from tenancy.models import SSHKey, Tenant
@@ -170,16 +168,8 @@ class SharedDevice:
 
 
 def list_shared_devices() -> list[SharedDevice]:
-    """The shared devices of the last sync's inventory document (its `sharedDevices`), in
-    its order. One statement whatever their number: only the stored document has them (the
-    device rows do not say which devices allow multiple allocations, nor what the shares
-    consume), so PostgreSQL picks them out of it and sends only them."""
-    shared = (
-        InventorySnapshot.objects.filter(pk=1)
-        .annotate(inventory=Cast("document", JSONField()))
-        .values_list(KeyTransform("sharedDevices", "inventory"), flat=True)
-        .first()
-    )
+    """The shared devices of the last sync's inventory document, in its order (one
+    statement)."""
     return [
         SharedDevice(
             driver=device["driver"],
@@ -192,7 +182,7 @@ def list_shared_devices() -> list[SharedDevice]:
                 for name, total in sorted(device["capacity"].items())
             ],
         )
-        for device in shared or []
+        for device in inventory_selectors.shared_devices()
     ]
 
 

@@ -8,6 +8,9 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.db.models import JSONField
+from django.db.models.fields.json import KeyTransform
+from django.db.models.functions import Cast
 from django.utils import timezone
 
 from inventory.models import Device, InventorySnapshot, PackageAvailability, SyncRun
@@ -98,3 +101,16 @@ def device_taints(devices: Iterable[DeviceKey]) -> dict[DeviceKey, list[dict]]:
         for driver, pool, name, taints in rows
         if (driver, pool, name) in wanted
     }
+
+
+def shared_devices() -> list[dict]:
+    """The last sync's `sharedDevices` (the operator inventory's), in its order: one
+    statement, PostgreSQL picking them out of the stored document (the device rows do not say
+    which devices allow multiple allocations, nor what their shares consume)."""
+    shared = (
+        InventorySnapshot.objects.filter(pk=1)
+        .annotate(inventory=Cast("document", JSONField()))
+        .values_list(KeyTransform("sharedDevices", "inventory"), flat=True)
+        .first()
+    )
+    return list(shared or [])
