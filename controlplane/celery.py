@@ -5,8 +5,9 @@ import os
 
 import redis
 from celery import Celery
-from celery.signals import worker_init, worker_ready
+from celery.signals import task_postrun, task_prerun, worker_init, worker_ready
 from django.conf import settings
+from django.db import close_old_connections
 
 from controlplane import health, metrics
 from controlplane.beat import beat_schedule
@@ -22,6 +23,15 @@ app.autodiscover_tasks()
 @app.on_after_finalize.connect
 def _install_beat_schedule(sender: Celery, **_kwargs: object) -> None:
     sender.conf.beat_schedule = beat_schedule()
+
+
+@task_prerun.connect
+@task_postrun.connect
+def _close_old_connections(**_kwargs: object) -> None:
+    """A task's database connections live as a request's do (CELERY_DB_REUSE_MAX keeps Celery
+    from closing them around every task): closed once older than DB_CONN_MAX_AGE or broken,
+    and health-checked before their first use in the next task."""
+    close_old_connections()
 
 
 @worker_init.connect
