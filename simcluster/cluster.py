@@ -179,7 +179,11 @@ class SimCluster:
             "current-context": "simcluster",
             "preferences": {},
         }
-        target.write_text(yaml.safe_dump(config, sort_keys=False))
+        # Written aside and renamed into place: whoever waits for the file to appear (the
+        # benches, make run) never reads it half-written.
+        partial = target.with_name(f".{target.name}.partial")
+        partial.write_text(yaml.safe_dump(config, sort_keys=False))
+        partial.replace(target)
         return target
 
     # -- test hooks: what a container does --------------------------------------------------
