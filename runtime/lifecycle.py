@@ -46,6 +46,15 @@ def record_event(
         latest.count += 1
         latest.last_seen = now
         return latest
+    return append_event(unit, reason=reason, message=message, type=type)
+
+
+def append_event(
+    unit: GPUUnit, *, reason: str, message: str = "", type: str = EventType.NORMAL
+) -> UnitEvent:
+    """Append to the unit's timeline without looking at its latest entry: for an entry that
+    cannot repeat it (a phase the unit was not in, a create's one Provisioned), one statement
+    instead of record_event's two."""
     return UnitEvent.objects.create(unit=unit, type=type, reason=reason, message=message)
 
 
@@ -82,7 +91,10 @@ def transition_unit(
     unit.phase, unit.reason, unit.message, unit.updated_at = to, reason, message, now
     for name, value in fields.items():
         setattr(unit, name, value)
-    if changed:
+    if to not in sources:
+        # The unit left a phase for another: its latest entry is of an earlier phase.
+        append_event(unit, reason=reason or to, message=message, type=event_type)
+    elif changed:
         record_event(unit, reason=reason or to, message=message, type=event_type)
     return True
 
@@ -117,21 +129,19 @@ def record_provisioned(
     when the unit's deletion was requested first (which already cancelled the operation):
     a create ends `succeeded` before a deletion or `cancelled` after it, never both."""
     with transaction.atomic():
-        phase = (
-            GPUUnit.objects.select_for_update()
-            .filter(pk=unit.pk)
-            .values_list("phase", flat=True)
-            .first()
-        )
-        if phase not in (UnitPhase.ACCEPTED, UnitPhase.PROVISIONING):
-            return False
-        GPUUnit.objects.filter(pk=unit.pk).update(
+        # Compare-and-set: the update takes the row lock and re-reads the phase behind a
+        # deletion committed meanwhile, as a SELECT FOR UPDATE first would.
+        updated = GPUUnit.objects.filter(
+            pk=unit.pk, phase__in=(UnitPhase.ACCEPTED, UnitPhase.PROVISIONING)
+        ).update(
             unit_k8s_uid=unit_k8s_uid,
             claim_k8s_uid=claim_k8s_uid,
             pod_k8s_uid=pod_k8s_uid,
             exposed=exposed or {},
             observed_generation=unit.generation,
         )
+        if not updated:
+            return False
         unit.exposed = exposed or {}
         unit.observed_generation = unit.generation
         unit.unit_k8s_uid, unit.claim_k8s_uid, unit.pod_k8s_uid = (
@@ -139,7 +149,8 @@ def record_provisioned(
             claim_k8s_uid,
             pod_k8s_uid,
         )
-        record_event(
+        # Once per unit: only the holder of its create operation gets here, and closes it.
+        append_event(
             unit,
             reason="Provisioned",
             message=f"Created GPUUnit {unit.name}, ResourceClaim {unit.claim_name} and Pod "

@@ -335,7 +335,10 @@ def provision_unit(*, operation_pk: int) -> None:
         to=UnitPhase.PROVISIONING,
         reason="Provisioning",
         message="Creating the GPUUnit, ResourceClaim and Pod.",
-        allowed_from={UnitPhase.ACCEPTED, UnitPhase.PROVISIONING},
+        # Read a moment ago by claim_operation, whose holder alone moves it on from Accepted.
+        allowed_from={unit.phase}
+        if unit.phase in (UnitPhase.ACCEPTED, UnitPhase.PROVISIONING)
+        else {UnitPhase.ACCEPTED, UnitPhase.PROVISIONING},
     )
     try:
         ensure_tenant_namespace_once(unit.tenant)

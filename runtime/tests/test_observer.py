@@ -136,9 +136,9 @@ def test_an_event_costs_the_same_however_many_units_the_database_holds(tenant, c
     statements, calls = few
     # The GPUUnit status already says Running (the informer holds it): nothing to patch.
     assert calls == 0
-    # The units, the transition, the timeline's latest entry and the new one, the sync stamp,
-    # and the usage meter: is one open (none), open it.
-    assert statements == 7
+    # The units, the transition and its timeline entry (a phase the unit was not in: no need
+    # to read the latest), the sync stamp, and the usage meter: is one open (none), open it.
+    assert statements == 6
 
 
 def test_one_replica_leads_and_another_takes_over(tenant):
