@@ -239,10 +239,10 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {
 }
 CELERY_BROKER_CONNECTION_TIMEOUT = 2
 # Celery's Django fix-up closes every database connection before and after each task unless
-# this is set (celery PR #9824, 5.6, reverted honouring CONN_MAX_AGE), so each task paid for a
-# new PostgreSQL backend. Set, the fix-up closes them only every this many tasks, and
-# controlplane/celery.py gives tasks what Django gives requests: a connection lives
-# DB_CONN_MAX_AGE and is health-checked before it is reused.
+# this is set (celery PR #9824 reverted honouring CONN_MAX_AGE; so does the 5.7.0 pinned
+# here), so each task paid for a new PostgreSQL backend. Set, the fix-up closes them only
+# every this many tasks, and controlplane/celery.py gives tasks what Django gives requests:
+# a connection lives DB_CONN_MAX_AGE and is health-checked before it is reused.
 CELERY_DB_REUSE_MAX = 1000
 
 LOGGING = {
