@@ -11,7 +11,7 @@ from typing import Any
 import yaml
 
 from simcluster.faults import FaultInjector, RequestLog
-from simcluster.features import DEFAULT_VERSION, FeatureGates, release
+from simcluster.features import DEFAULT_VERSION, FeatureGates
 from simcluster.kubelet import ContainerLogs, Kubelet
 from simcluster.network import NetworkAllocator
 from simcluster.persistence import Persister
@@ -306,7 +306,7 @@ class SimCluster:
                 self.store.create("services", service, internal=True)
 
     def _seed_topology(self) -> None:
-        seed = load_topology(self.topology, kubelet_version=release(self.features.version))
+        seed = load_topology(self.topology, version=self.features.version)
         for resource, obj in seed:
             metadata = obj.get("metadata") or {}
             # A restored cluster keeps its objects (and their allocations); only fill gaps.

@@ -172,6 +172,15 @@ GATES: tuple[Gate, ...] = (
 )
 
 
+def at_least(version: str, minimum: str) -> bool:
+    """Whether the emulated `version` is `minimum` or newer: `at_least("1.36", "1.35")`."""
+    return _minor(version) >= _minor(minimum)
+
+
+def _minor(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split("."))
+
+
 def release(version: str) -> str:
     """The release a minor version is emulated as, as kubelets report it: `v1.36.0`."""
     return f"v{version}.0"

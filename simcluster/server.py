@@ -28,7 +28,7 @@ from simcluster.kubelet import ContainerLogs, LogStream, log_timestamp
 from simcluster.patch import json_patch, merge_patch, strategic_merge_patch
 from simcluster.resources import ResourceType
 from simcluster.store import Store, clone
-from simcluster.validation import SCHEMAS, drop_unknown_fields
+from simcluster.validation import drop_unknown_fields
 
 logger = logging.getLogger(__name__)
 
@@ -531,7 +531,7 @@ class Handler(BaseHTTPRequestHandler):
         patched object. Custom resources are pruned by their CRD schema instead."""
         if rtype.crd is not None:
             return
-        dropped = drop_unknown_fields(rtype, obj)
+        dropped = drop_unknown_fields(rtype, obj, self.server.store.schemas)
         if not dropped:
             return
         directive = self._field_validation()
@@ -662,8 +662,9 @@ class Handler(BaseHTTPRequestHandler):
                 patch_body = (
                     _apply_body(patch) if content_type == "application/apply-patch+yaml" else patch
                 )
-                root = SCHEMAS.root(rtype.kind, rtype.api_version)
-                patched = strategic_merge_patch(current, patch_body, root, SCHEMAS.resolve)
+                schemas = store.schemas
+                root = schemas.root(rtype.kind, rtype.api_version)
+                patched = strategic_merge_patch(current, patch_body, root, schemas.resolve)
             if not isinstance(patched, dict):
                 raise ApiError.bad_request("the patch did not produce an object")
             patched.setdefault("metadata", {})

@@ -146,6 +146,8 @@ class Store:
         self.registry = registry or Registry()
         # The emulated version's gates: what is served, and which fields a write keeps.
         self.features = features or FeatureGates()
+        # The official schemas of that version, which built-in writes are validated against.
+        self.schemas = validation.schemas_for(self.features.version)
         if not self.features.serves_device_taint_rules:
             self.registry.unregister("devicetaintrules")
         self._objects: dict[str, dict[str, dict[str, dict[str, Any]]]] = {}
@@ -685,10 +687,14 @@ class Store:
         self, rtype: ResourceType, obj: dict[str, Any], old: dict | None, field_validation: str
     ) -> None:
         if rtype.crd is None:
-            validation.validate_builtin(rtype, obj, old)
+            validation.validate_builtin(rtype, obj, old, self.schemas)
         else:
             validation.validate_custom(
-                rtype, obj, creating=old is None, strict_fields=field_validation == "Strict"
+                rtype,
+                obj,
+                creating=old is None,
+                strict_fields=field_validation == "Strict",
+                schemas=self.schemas,
             )
 
     def _check_admin_access(

@@ -10,12 +10,25 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from dracel import CelCompileError, CompiledSelector, compile_selector
+from simcluster.features import at_least
 
 NO_SCHEDULE = "NoSchedule"
 NO_EXECUTE = "NoExecute"
-# The effects 1.34 accepts (None arrives in 1.35), sorted as its validation messages list them.
+NONE = "None"
+# The effects 1.34 accepts, sorted as its validation messages list them (and the effects a
+# toleration may name); a device taint may have None too from 1.35 (k8s PR #134152, the 1.35
+# schemas' DeviceTaint.effect), which marks a device without keeping claims off it.
 EFFECTS = (NO_EXECUTE, NO_SCHEDULE)
+EFFECTS_SINCE_1_35 = (NO_EXECUTE, NO_SCHEDULE, NONE)
+# The effects that keep an untolerated claim off a device; any other counts as None.
+_BLOCKING = frozenset(EFFECTS)
 OPERATORS = ("Equal", "Exists")
+
+
+def effects_of(version: str) -> tuple[str, ...]:
+    """The effects a device taint may have in an emulated version."""
+    return EFFECTS_SINCE_1_35 if at_least(version, "1.35") else EFFECTS
+
 
 # What kube-controller-manager's device-taint-eviction-controller writes and reports.
 EVICTION_CONTROLLER = "device-taint-eviction-controller"
@@ -48,9 +61,14 @@ def tolerates(toleration: Mapping[str, Any], taint: Mapping[str, Any]) -> bool:
 
 
 def all_tolerated(taints: Sequence[Mapping[str, Any]], tolerations: Sequence[Mapping]) -> bool:
-    """The allocator's rule: a device may be allocated only when every one of its taints is
-    tolerated by some toleration of the request (admin access is no exception)."""
-    return all(any(tolerates(t, taint) for t in tolerations) for taint in taints)
+    """The allocator's rule: a device may be allocated only when every one of its NoSchedule
+    and NoExecute taints is tolerated by some toleration of the request (admin access is no
+    exception); a None taint, or one of an effect it does not know, does not count."""
+    return all(
+        any(tolerates(t, taint) for t in tolerations)
+        for taint in taints
+        if taint.get("effect") in _BLOCKING
+    )
 
 
 @dataclass(frozen=True)

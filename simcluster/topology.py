@@ -15,7 +15,12 @@ import yaml
 from dracel import CelCompileError, compile_selector
 from dracel.quantity import format_quantity
 from dracel.quantity import parse as parse_quantity
-from simcluster.features import DEFAULT_VERSION, release
+from simcluster.features import DEFAULT_VERSION, at_least, release
+from simcluster.validation import (
+    MAX_COUNTER_SETS,
+    MAX_DEVICES_WITH_TAINTS,
+    MAX_SHARED_COUNTERS_1_34,
+)
 
 SAMPLE_TOPOLOGY = Path(__file__).parent / "topologies" / "sample.yaml"
 DRIVER = "gpu.nvidia.com"
@@ -24,8 +29,6 @@ MAX_DEVICES_PER_SLICE = 128
 DRIVER_VERSION = "570.124.6"
 CUDA_DRIVER_VERSION = "12.8.0"
 DEFAULT_PRODUCT = "NVIDIA H100 80GB HBM3"
-# What nodes report by default: the kubelet of the default emulated version.
-KUBELET_VERSION = release(DEFAULT_VERSION)
 _UNKNOWN_PRODUCT = {
     "memory": "16Gi",
     "architecture": "Unknown",
@@ -42,13 +45,14 @@ class TopologyError(ValueError):
 
 
 def load_topology(
-    source: str | Path | Mapping[str, Any] | None, *, kubelet_version: str = KUBELET_VERSION
+    source: str | Path | Mapping[str, Any] | None, *, version: str = DEFAULT_VERSION
 ) -> Seed:
     """(resource key, object) pairs to create: nodes, then device classes, then slices.
 
     `source` is a YAML path, an already-parsed topology, `{"generate": {"nodes", "gpus_per_node",
-    "product"}}` from the CLI flags, or None for the shipped sample topology. Nodes report
-    `kubelet_version` (`v1.36.0`), the cluster's version.
+    "product"}}` from the CLI flags, or None for the shipped sample topology. `version` is the
+    cluster's emulated version: nodes report its kubelet (`v1.36.0`), and the slices are
+    published as a driver does for it.
     """
     if source is None:
         spec = _read_yaml(SAMPLE_TOPOLOGY)
@@ -58,7 +62,7 @@ def load_topology(
         spec = dict(source)
     if "generate" in spec:
         spec = generated_topology(**spec["generate"])
-    return build_objects(spec, kubelet_version=kubelet_version)
+    return build_objects(spec, version=version)
 
 
 def generated_topology(
@@ -87,8 +91,10 @@ def generated_topology(
     }
 
 
-def build_objects(spec: Mapping[str, Any], *, kubelet_version: str = KUBELET_VERSION) -> Seed:
-    """Turn a parsed topology into cluster objects; raises TopologyError on bad input."""
+def build_objects(spec: Mapping[str, Any], *, version: str = DEFAULT_VERSION) -> Seed:
+    """Turn a parsed topology into the objects of a cluster of that emulated version; raises
+    TopologyError on bad input."""
+    kubelet_version = release(version)
     products: Mapping[str, Any] = spec.get("products") or {}
     now = _timestamp()
     seed: Seed = []
@@ -108,7 +114,10 @@ def build_objects(spec: Mapping[str, Any], *, kubelet_version: str = KUBELET_VER
         )
         slices.extend(("resourceslices", s) for s in build_resource_slices(name, gpus))
         slices.extend(("resourceslices", s) for s in build_shareable_slices(name, shareable))
-        slices.extend(("resourceslices", s) for s in build_mig_slices(name, mig, f"nodes[{index}]"))
+        slices.extend(
+            ("resourceslices", s)
+            for s in build_mig_slices(name, mig, f"nodes[{index}]", version=version)
+        )
     for index, device_class in enumerate(spec.get("deviceClasses") or []):
         seed.append(("deviceclasses", build_device_class(device_class, f"deviceClasses[{index}]")))
     return seed + slices
@@ -341,13 +350,21 @@ def build_shareable_slices(node_name: str, gpus: list[dict[str, Any]]) -> list[d
 
 
 def build_mig_slices(
-    node_name: str, gpus: list[dict[str, Any]], where: str
+    node_name: str, gpus: list[dict[str, Any]], where: str, *, version: str = DEFAULT_VERSION
 ) -> list[dict[str, Any]]:
     """NVIDIA's driver with static MIG: per GPU `layout` profiles as devices of type mig with
     `profile` and `parentUUID`, memory and multiprocessors capacity, drawing on the parent's
-    counter set (published first, in a counters-only slice, as the driver does)."""
+    counter set. For 1.35 on, the counter sets go first, in counters-only slices of at most 8
+    sets, then the devices (at most 64 a slice, as they consume counters): a 1.35 slice holds
+    devices or counters, not both. A 1.34 device may draw only on its own slice's counters
+    (at most 32), so there one slice holds both (dra-driver-nvidia-gpu #859)."""
     if not gpus:
         return []
+    if not at_least(version, "1.35") and len(gpus) * 2 > MAX_SHARED_COUNTERS_1_34:
+        raise TopologyError(
+            f"{where}: at most {MAX_SHARED_COUNTERS_1_34 // 2} MIG GPUs per node in {version}, "
+            f"whose slice holds at most {MAX_SHARED_COUNTERS_1_34} shared counters"
+        )
     counter_sets = []
     devices = []
     for index, gpu in enumerate(gpus):
@@ -397,9 +414,18 @@ def build_mig_slices(
                     ],
                 }
             )
+    if not at_least(version, "1.35"):
+        return [_slice(node_name, DRIVER, 0, 1, sharedCounters=counter_sets, devices=devices)]
+    parts: list[dict[str, Any]] = [
+        {"sharedCounters": counter_sets[start : start + MAX_COUNTER_SETS]}
+        for start in range(0, len(counter_sets), MAX_COUNTER_SETS)
+    ]
+    parts += [
+        {"devices": devices[start : start + MAX_DEVICES_WITH_TAINTS]}
+        for start in range(0, len(devices), MAX_DEVICES_WITH_TAINTS)
+    ]
     return [
-        _slice(node_name, DRIVER, 0, 2, sharedCounters=counter_sets),
-        _slice(node_name, DRIVER, 1, 2, devices=devices),
+        _slice(node_name, DRIVER, number, len(parts), **part) for number, part in enumerate(parts)
     ]
 
 

@@ -1,5 +1,6 @@
-"""Validation of writes: official 1.34 schemas for built-ins, openAPIV3Schema for CRD kinds,
-plus the name and field rules the real server enforces that a JSON schema cannot express."""
+"""Validation of writes: the official strict schemas of the emulated version for built-ins,
+openAPIV3Schema for CRD kinds, plus the name and field rules the real server enforces that a JSON
+schema cannot express (some of which changed between versions)."""
 
 from __future__ import annotations
 
@@ -17,10 +18,10 @@ from referencing import Registry, Resource
 
 from dracel import CelCompileError, compile_selector
 from simcluster.errors import ApiError, cause
+from simcluster.features import DEFAULT_VERSION, SUPPORTED_VERSIONS, at_least
 from simcluster.resources import ResourceType
-from simcluster.taints import EFFECTS, OPERATORS
+from simcluster.taints import EFFECTS, OPERATORS, effects_of
 
-SCHEMA_DIR = "kubernetes-json-schema/v1.34.0-local-strict"
 _DEFS_PREFIX = "#/$defs/"
 
 DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -58,10 +59,19 @@ def field_path(parts: Iterable[Any]) -> str:
     return path
 
 
-class BuiltinSchemas:
-    """The official schemas shipped with kubernetes-validate, loaded once and cached per kind."""
+def schema_dir(version: str) -> str:
+    """kubernetes-validate's strict schema set of an emulated minor version: the .0 release's,
+    as published by that release's apiserver (`v1.35.0-local-strict`)."""
+    return f"kubernetes-json-schema/v{version}.0-local-strict"
 
-    def __init__(self) -> None:
+
+class BuiltinSchemas:
+    """The official schemas of one Kubernetes version shipped with kubernetes-validate, loaded
+    once and cached per kind."""
+
+    def __init__(self, version: str = DEFAULT_VERSION) -> None:
+        self.version = version
+        self._directory = schema_dir(version)
         self._lock = threading.Lock()
         self._definitions: dict[str, Any] | None = None
         self._registry: Registry | None = None
@@ -69,7 +79,9 @@ class BuiltinSchemas:
         self._roots: dict[tuple[str, str], dict[str, Any]] = {}
 
     def _load(self, filename: str) -> Any:
-        path = importlib_resources.files("kubernetes_validate").joinpath(f"{SCHEMA_DIR}/{filename}")
+        path = importlib_resources.files("kubernetes_validate").joinpath(
+            f"{self._directory}/{filename}"
+        )
         return json.loads(path.read_text())
 
     def _ensure_definitions(self) -> tuple[dict[str, Any], Registry]:
@@ -130,7 +142,14 @@ class BuiltinSchemas:
         return validator
 
 
-SCHEMAS = BuiltinSchemas()
+# One schema set per emulated version, each loading its files on first use: a write looks its
+# validator up in two dicts (version, then kind), never builds one twice.
+_SCHEMA_SETS = {version: BuiltinSchemas(version) for version in SUPPORTED_VERSIONS}
+
+
+def schemas_for(version: str) -> BuiltinSchemas:
+    """The official schemas of an emulated version (KeyError for one it does not have)."""
+    return _SCHEMA_SETS[version]
 
 
 def _schema_causes(errors: Iterable[jsonschema.ValidationError], prefix: list[Any]) -> list[dict]:
@@ -244,23 +263,35 @@ def validate_metadata(rtype: ResourceType, obj: dict[str, Any], *, creating: boo
     return causes
 
 
-def validate_builtin(rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
-    """Raise 422 when a built-in object breaks the strict 1.34 schema or a server-side rule."""
+def validate_builtin(
+    rtype: ResourceType,
+    obj: dict[str, Any],
+    old: dict[str, Any] | None,
+    schemas: BuiltinSchemas,
+) -> None:
+    """Raise 422 when a built-in object breaks the strict schema of the version `schemas` are
+    of, or a server-side rule of that version."""
     causes = validate_metadata(rtype, obj, creating=old is None)
-    validator = SCHEMAS.validator(rtype.kind, rtype.api_version)
+    validator = schemas.validator(rtype.kind, rtype.api_version)
     causes += _schema_causes(validator.iter_errors(obj), [])
     if not causes:
-        causes += _KIND_RULES.get(rtype.key, _no_rules)(obj, old)
+        versioned = _VERSIONED_RULES.get(rtype.key)
+        if versioned is not None:
+            causes += versioned(obj, old, schemas.version)
+        else:
+            causes += _KIND_RULES.get(rtype.key, _no_rules)(obj, old)
     if causes:
         name = (obj.get("metadata") or {}).get("name") or ""
         raise ApiError.invalid(rtype.kind, name, causes, rtype.group)
 
 
-def drop_unknown_fields(rtype: ResourceType, obj: dict[str, Any]) -> list[str]:
-    """Remove the fields the kind's schema does not declare from a built-in object, as the
-    real server's decoder drops them, and return their paths ("spec.foo",
-    "spec.containers[0].bar") in document order, as a strict decode reports them."""
-    validator = SCHEMAS.validator(rtype.kind, rtype.api_version)
+def drop_unknown_fields(
+    rtype: ResourceType, obj: dict[str, Any], schemas: BuiltinSchemas
+) -> list[str]:
+    """Remove the fields the kind's schema (of the version `schemas` are of) does not declare
+    from a built-in object, as the real server's decoder drops them, and return their paths
+    ("spec.foo", "spec.containers[0].bar") in document order, as a strict decode reports them."""
+    validator = schemas.validator(rtype.kind, rtype.api_version)
     unknown: set[tuple[Any, ...]] = set()
     for error in validator.iter_errors(obj):
         if error.validator != "additionalProperties" or not isinstance(error.instance, dict):
@@ -398,8 +429,18 @@ _LABEL_VALUE_MESSAGE = (
 # A device with taints (or counters) caps its slice at 64 devices instead of 128.
 MAX_DEVICES = 128
 MAX_DEVICES_WITH_TAINTS = 64
-MAX_TAINTS_PER_DEVICE = 4
 MAX_TOLERATIONS = 16
+# Per version: taints per device (4 in 1.34, 16 from 1.35: the schemas' Device.taints
+# descriptions); shared counters of a 1.34 slice, over all its sets; from 1.35, counter sets per
+# slice, counters per set and counter consumptions per device (ResourceSliceMaxCounterSets,
+# ResourceSliceMaxCountersPerCounterSet, ResourceSliceMaxDeviceCounterConsumptionsPerDevice in
+# pkg/apis/resource/types.go, and the 1.35 schemas' descriptions).
+MAX_TAINTS_PER_DEVICE_1_34 = 4
+MAX_TAINTS_PER_DEVICE = 16
+MAX_SHARED_COUNTERS_1_34 = 32
+MAX_COUNTER_SETS = 8
+MAX_COUNTERS_PER_SET = 32
+MAX_CONSUMPTIONS_PER_DEVICE = 2
 
 
 def _invalid(path: str, value: Any, message: str) -> dict:
@@ -447,8 +488,8 @@ def _label_value_causes(value: str, path: str) -> list[dict]:
     return [_invalid(path, value, message) for message in messages]
 
 
-def _effect_not_supported(path: str, effect: Any) -> dict:
-    supported = ", ".join(go_value(e) for e in EFFECTS)
+def _effect_not_supported(path: str, effect: Any, effects: tuple[str, ...] = EFFECTS) -> dict:
+    supported = ", ".join(go_value(e) for e in effects)
     return cause(
         "FieldValueNotSupported",
         path,
@@ -456,17 +497,18 @@ def _effect_not_supported(path: str, effect: Any) -> dict:
     )
 
 
-def _taint_causes(taint: dict[str, Any], path: str) -> list[dict]:
+def _taint_causes(taint: dict[str, Any], path: str, version: str) -> list[dict]:
     """A device taint (in a slice or a DeviceTaintRule): a label key, a label value, and one of
-    the effects 1.34 knows."""
+    the effects the version knows (1.35 adds None)."""
     causes = _label_name_causes(str(taint.get("key") or ""), f"{path}.key")
     if taint.get("value"):
         causes += _label_value_causes(str(taint["value"]), f"{path}.value")
     effect = taint.get("effect") or ""
+    effects = effects_of(version)
     if not effect:
         causes.append(cause("FieldValueRequired", f"{path}.effect", "Required value"))
-    elif effect not in EFFECTS:
-        causes.append(_effect_not_supported(f"{path}.effect", effect))
+    elif effect not in effects:
+        causes.append(_effect_not_supported(f"{path}.effect", effect, effects))
     return causes
 
 
@@ -662,7 +704,9 @@ _SLICE_NODE_FIELDS = (
 )
 
 
-def _resource_slice_rules(obj: dict[str, Any], old: dict[str, Any] | None) -> list[dict]:
+def _resource_slice_rules(
+    obj: dict[str, Any], old: dict[str, Any] | None, version: str
+) -> list[dict]:
     spec = obj.get("spec") or {}
     causes: list[dict] = []
     selectors = [
@@ -680,18 +724,25 @@ def _resource_slice_rules(obj: dict[str, Any], old: dict[str, Any] | None) -> li
                 else f"Forbidden: {_SLICE_NODE_FIELDS} is required, but multiple fields are set",
             )
         )
+    since_1_35 = at_least(version, "1.35")
+    if since_1_35 and "sharedCounters" in spec and "devices" in spec:
+        # A set field, even an empty list, as Go sees a non-nil slice.
+        causes.append(_invalid("spec", "", "only one of `sharedCounters` or `devices` is allowed"))
     devices = spec.get("devices") or []
     tainted = any(d.get("taints") or d.get("consumesCounters") for d in devices)
     limit = MAX_DEVICES_WITH_TAINTS if tainted else MAX_DEVICES
     if len(devices) > limit:
         causes.append(_too_many("spec.devices", len(devices), limit))
+    max_taints = MAX_TAINTS_PER_DEVICE if since_1_35 else MAX_TAINTS_PER_DEVICE_1_34
     for index, device in enumerate(devices):
         taints = device.get("taints") or []
         where = f"spec.devices[{index}].taints"
-        if len(taints) > MAX_TAINTS_PER_DEVICE:
-            causes.append(_too_many(where, len(taints), MAX_TAINTS_PER_DEVICE))
+        if len(taints) > max_taints:
+            causes.append(_too_many(where, len(taints), max_taints))
         for number, taint in enumerate(taints):
-            causes += _taint_causes(taint, f"{where}[{number}]")
+            causes += _taint_causes(taint, f"{where}[{number}]", version)
+    counter_sets = spec.get("sharedCounters") or []
+    causes += _counter_limits(counter_sets, devices) if since_1_35 else _same_slice_counters(spec)
     if (spec.get("pool") or {}).get("resourceSliceCount", 1) <= 0:
         causes.append(
             cause(
@@ -708,9 +759,85 @@ def _resource_slice_rules(obj: dict[str, Any], old: dict[str, Any] | None) -> li
     return causes
 
 
-def _device_taint_rule_rules(obj: dict[str, Any], old: dict[str, Any] | None) -> list[dict]:
-    """The 1.34 (v1alpha3) DeviceTaintRule: a selector of deviceClassName, driver, pool, device
-    and CEL selectors, each checked as where it comes from, and one taint."""
+def _same_slice_counters(spec: dict[str, Any]) -> list[dict]:
+    """1.34 (validateResourceSliceSpec of release-1.34): a device consumes counters of its own
+    slice's sharedCounters only, which hold at most 32 counters over all sets. 1.35 lets a
+    device draw on a set another slice of its pool publishes (k8s PR #134189, which says so
+    in its release note), so the check is gone there."""
+    causes: list[dict] = []
+    sets = {
+        counter_set.get("name"): set(counter_set.get("counters") or {})
+        for counter_set in spec.get("sharedCounters") or []
+    }
+    total = sum(len(names) for names in sets.values())
+    if total > MAX_SHARED_COUNTERS_1_34:
+        causes.append(
+            _invalid(
+                "spec.sharedCounters",
+                total,
+                f"the total number of shared counters must not exceed {MAX_SHARED_COUNTERS_1_34}",
+            )
+        )
+    for index, device in enumerate(spec.get("devices") or []):
+        for number, consumption in enumerate(device.get("consumesCounters") or []):
+            where = f"spec.devices[{index}].consumesCounters[{number}]"
+            name = consumption.get("counterSet") or ""
+            if name not in sets:
+                causes.append(
+                    _invalid(
+                        f"{where}.counterSet",
+                        name,
+                        "must reference a counterSet defined in the ResourceSlice sharedCounters",
+                    )
+                )
+                continue
+            causes += [
+                _invalid(
+                    f"{where}.counters",
+                    counter,
+                    "must reference a counter defined in the ResourceSlice sharedCounters",
+                )
+                for counter in consumption.get("counters") or {}
+                if counter not in sets[name]
+            ]
+    return causes
+
+
+def _counter_limits(
+    counter_sets: list[dict[str, Any]], devices: list[dict[str, Any]]
+) -> list[dict]:
+    """1.35 on: at most 8 counter sets of at most 32 counters each, at most 2 counter
+    consumptions per device."""
+    causes: list[dict] = []
+    if len(counter_sets) > MAX_COUNTER_SETS:
+        causes.append(_too_many("spec.sharedCounters", len(counter_sets), MAX_COUNTER_SETS))
+    for index, counter_set in enumerate(counter_sets):
+        counters = counter_set.get("counters") or {}
+        if len(counters) > MAX_COUNTERS_PER_SET:
+            causes.append(
+                _too_many(
+                    f"spec.sharedCounters[{index}].counters", len(counters), MAX_COUNTERS_PER_SET
+                )
+            )
+    for index, device in enumerate(devices):
+        consumptions = device.get("consumesCounters") or []
+        if len(consumptions) > MAX_CONSUMPTIONS_PER_DEVICE:
+            causes.append(
+                _too_many(
+                    f"spec.devices[{index}].consumesCounters",
+                    len(consumptions),
+                    MAX_CONSUMPTIONS_PER_DEVICE,
+                )
+            )
+    return causes
+
+
+def _device_taint_rule_rules(
+    obj: dict[str, Any], old: dict[str, Any] | None, version: str
+) -> list[dict]:
+    """A DeviceTaintRule: a selector of driver, pool and device (in 1.34 also deviceClassName
+    and CEL selectors, which 1.35 removed and its schema no longer has), each checked as where
+    it comes from, and one taint."""
     spec = obj.get("spec") or {}
     causes: list[dict] = []
     selector = spec.get("deviceSelector")
@@ -772,7 +899,7 @@ def _device_taint_rule_rules(obj: dict[str, Any], old: dict[str, Any] | None) ->
                 causes.append(
                     _invalid(f"{where}.expression", expression, f"compilation failed: {detail}")
                 )
-    causes += _taint_causes(spec.get("taint") or {}, "spec.taint")
+    causes += _taint_causes(spec.get("taint") or {}, "spec.taint", version)
     return causes
 
 
@@ -1041,9 +1168,12 @@ _KIND_RULES = {
     "storageclasses": _storage_class_rules,
     "resourceclaims": _resource_claim_rules,
     "resourceclaimtemplates": _resource_claim_template_rules,
+    "customresourcedefinitions": _crd_rules,
+}
+# Rules that differ between emulated versions, given the version.
+_VERSIONED_RULES = {
     "resourceslices": _resource_slice_rules,
     "devicetaintrules": _device_taint_rule_rules,
-    "customresourcedefinitions": _crd_rules,
 }
 
 
@@ -1235,14 +1365,20 @@ def custom_resource_schema(version: dict[str, Any]) -> CustomResourceSchema | No
 
 
 def validate_custom(
-    rtype: ResourceType, obj: dict[str, Any], *, creating: bool, strict_fields: bool
+    rtype: ResourceType,
+    obj: dict[str, Any],
+    *,
+    creating: bool,
+    strict_fields: bool,
+    schemas: BuiltinSchemas,
 ) -> None:
-    """Prune (or, with fieldValidation=Strict, refuse) unknown fields, default, then validate."""
+    """Prune (or, with fieldValidation=Strict, refuse) unknown fields, default, then validate
+    (metadata as the ObjectMeta of the version `schemas` are of)."""
     assert rtype.crd is not None
     name = (obj.get("metadata") or {}).get("name") or ""
     causes = validate_metadata(rtype, obj, creating=creating)
     causes += _schema_causes(
-        SCHEMAS.metadata_validator().iter_errors(obj.get("metadata") or {}), ["metadata"]
+        schemas.metadata_validator().iter_errors(obj.get("metadata") or {}), ["metadata"]
     )
     compiled = custom_resource_schema(rtype.crd)
     if compiled is not None:

@@ -1,8 +1,9 @@
 """Device taints and tolerations (KEP-5055) in the simulated cluster, over HTTP with the official
-client as against a 1.34 cluster with DRADeviceTaints and DRADeviceTaintRules on: ResourceSlice
-taints and DeviceTaintRules (resource.k8s.io/v1alpha3) validated and defaulted as the API server
-does, the allocator honouring taints and the claims' tolerations, and the
-device-taint-eviction controller deleting the pods of a device tainted NoExecute."""
+client against a cluster emulating 1.34 with DRADeviceTaints on (which serves DeviceTaintRules,
+resource.k8s.io/v1alpha3): ResourceSlice taints and DeviceTaintRules validated and defaulted as
+the API server does, the allocator honouring taints and the claims' tolerations, and the
+device-taint-eviction controller deleting the pods of a device tainted NoExecute. What 1.35 and
+1.36 changed is in test_emulated_version.py."""
 
 from __future__ import annotations
 
@@ -22,11 +23,26 @@ from kubernetes import client, watch
 from kubernetes.client import ApiException
 
 from simcluster.cluster import SimCluster
-from simcluster.tests.conftest import Kubectl
+from simcluster.tests.conftest import TINY_TOPOLOGY, Kubectl
 from simcluster.tests.test_scheduler_api import GpuEnv, _make_env, _wait
 
 RULES_PATH = "/apis/resource.k8s.io/v1alpha3/devicetaintrules"
 TAINT_KEY = "example.com/unhealthy"
+
+
+@pytest.fixture(scope="module")
+def sim() -> Iterator[SimCluster]:
+    """This module's cluster: 1.34, with the alpha DRADeviceTaints gate turned on."""
+    cluster = SimCluster(
+        topology=TINY_TOPOLOGY, emulated_version="1.34", feature_gates={"DRADeviceTaints": True}
+    ).start()
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def kubeconfig(sim: SimCluster, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return sim.write_kubeconfig(tmp_path_factory.mktemp("kube") / "config")
 
 
 @pytest.fixture

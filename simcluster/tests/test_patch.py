@@ -8,7 +8,9 @@ import pytest
 
 from simcluster.errors import ApiError
 from simcluster.patch import json_patch, merge_patch, strategic_merge_patch
-from simcluster.validation import SCHEMAS
+from simcluster.validation import schemas_for
+
+SCHEMAS = schemas_for("1.36")
 
 
 def _smp(
