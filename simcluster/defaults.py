@@ -88,6 +88,9 @@ def _default_resource_slice(resource_slice: dict[str, Any], internal: bool) -> N
 
 
 def _default_device_taint_rule(rule: dict[str, Any], internal: bool) -> None:
+    if not internal:
+        # Its status (1.35 on) is the eviction controller's to write, through /status.
+        rule.pop("status", None)
     spec = rule.get("spec")
     if isinstance(spec, dict) and isinstance(spec.get("taint"), dict):
         _default_taint(spec["taint"])

@@ -218,6 +218,23 @@ class FeatureGates:
             return False
         return self._enabled.get("DRADeviceTaintRules", True)
 
+    @property
+    def device_taint_rule_versions(self) -> tuple[str, ...]:
+        """The resource.k8s.io versions DeviceTaintRule is served at, the one it is stored in
+        first; none where the gates leave it off. v1alpha3 in 1.34 and 1.35; 1.36 adds v1beta2
+        (k8s PR #137170; the 1.36 schemas have both, the 1.35 ones v1alpha3 only), whose fields
+        are those of 1.36's v1alpha3, so converting between the two is renaming apiVersion.
+        Both API versions are off by default in a real cluster (--runtime-config enables
+        them); this one serves them wherever the gates are on."""
+        if not self.serves_device_taint_rules:
+            return ()
+        return ("v1beta2", "v1alpha3") if at_least(self.version, "1.36") else ("v1alpha3",)
+
+    @property
+    def device_taint_rule_status(self) -> bool:
+        """DeviceTaintRule has a status (and its subresource) from 1.35 (k8s PR #134152)."""
+        return at_least(self.version, "1.35")
+
     def drop_disabled_fields(self, resource: str, obj: dict[str, Any]) -> None:
         """Remove from `obj` (in place) the fields of every disabled gate. The real strategies
         keep them on an update of an object that already has them, stored while the gate was

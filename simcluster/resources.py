@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 ALL_VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
@@ -250,16 +251,18 @@ def _builtins() -> list[ResourceType]:
             False,
             field_selectors={"spec.nodeName": "spec.nodeName", "spec.driver": "spec.driver"},
         ),
-        # Served, where the emulated version's gates have it (the Store unregisters it
-        # otherwise), as a 1.34 server serves it: alpha only, no status, whatever the version
-        # (a real 1.36 adds v1beta2 and the status of 1.35, 1.37 v1).
-        ResourceType(
-            "resource.k8s.io",
-            "v1alpha3",
-            "DeviceTaintRule",
-            "devicetaintrules",
-            "devicetaintrule",
-            False,
+        # Every version some emulated version serves; the Store keeps those of its version
+        # (FeatureGates.device_taint_rule_versions), or none where the gates leave it off.
+        *(
+            ResourceType(
+                "resource.k8s.io",
+                version,
+                "DeviceTaintRule",
+                "devicetaintrules",
+                "devicetaintrule",
+                False,
+            )
+            for version in ("v1beta2", "v1alpha3")
         ),
         ResourceType(
             "apiextensions.k8s.io",
@@ -310,7 +313,9 @@ class Registry:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._by_key: dict[str, list[ResourceType]] = {rt.key: [rt] for rt in _builtins()}
+        self._by_key: dict[str, list[ResourceType]] = {}
+        for rt in _builtins():
+            self._by_key.setdefault(rt.key, []).append(rt)
         self._by_url: dict[tuple[str, str, str], ResourceType] = {}
         self._reindex()
 
@@ -331,13 +336,26 @@ class Registry:
             self._reindex()
         return key
 
+    def serve_versions(self, key: str, versions: Sequence[str], *, status: bool = False) -> None:
+        """Serve a built-in kind at `versions` only, the first being the one it is stored in
+        (none: the kind is not served), with a status subresource or without."""
+        with self._lock:
+            known = {rt.version: rt for rt in self._by_key.get(key, [])}
+            served = [replace(known[version], status_subresource=status) for version in versions]
+            if served:
+                self._by_key[key] = served
+            else:
+                self._by_key.pop(key, None)
+            self._reindex()
+
     def unregister(self, key: str) -> None:
         with self._lock:
             self._by_key.pop(key, None)
             self._reindex()
 
     def get(self, key: str) -> ResourceType | None:
-        """The type of a store key; for CRD kinds the storage version's."""
+        """The type of a store key: the version objects are stored in (for CRD kinds the
+        storage version's, for built-ins the first served)."""
         with self._lock:
             types = self._by_key.get(key)
         if not types:

@@ -420,7 +420,7 @@ class Handler(BaseHTTPRequestHandler):
         handler(target, body, content_type, accept)
 
     def _versioned(self, rtype: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
-        """Serve a custom object in the requested version (CRD conversion strategy None)."""
+        """Serve an object in the requested version (see _to_storage_version)."""
         if obj.get("apiVersion") == rtype.api_version:
             return obj
         return {**obj, "apiVersion": rtype.api_version}
@@ -510,11 +510,14 @@ class Handler(BaseHTTPRequestHandler):
         self._to_storage_version(target.rtype, obj)
 
     def _to_storage_version(self, rtype: ResourceType, obj: dict[str, Any]) -> None:
-        """Custom objects are stored in the CRD's storage version (conversion strategy None)."""
+        """Objects of a kind served at several versions are stored in one: custom objects in
+        the CRD's storage version (conversion strategy None), DeviceTaintRule in its first
+        served version, whose fields every served version shares (renaming apiVersion is the
+        whole conversion)."""
         storage = self.server.store.registry.get(rtype.key)
         if (
-            rtype.crd is not None
-            and storage is not None
+            storage is not None
+            and storage.version != rtype.version
             and obj.get("apiVersion") == rtype.api_version
         ):
             obj["apiVersion"] = storage.api_version

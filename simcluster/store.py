@@ -148,8 +148,11 @@ class Store:
         self.features = features or FeatureGates()
         # The official schemas of that version, which built-in writes are validated against.
         self.schemas = validation.schemas_for(self.features.version)
-        if not self.features.serves_device_taint_rules:
-            self.registry.unregister("devicetaintrules")
+        self.registry.serve_versions(
+            "devicetaintrules",
+            self.features.device_taint_rule_versions,
+            status=self.features.device_taint_rule_status,
+        )
         self._objects: dict[str, dict[str, dict[str, dict[str, Any]]]] = {}
         self._by_uid: dict[str, tuple[str, str, str]] = {}
         self._dependents: dict[str, set[tuple[str, str, str]]] = {}
