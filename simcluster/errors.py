@@ -27,9 +27,11 @@ class ApiError(Exception):
             "metadata": {},
             "status": "Failure",
             "message": self.message,
-            "reason": self.reason,
             "code": self.code,
         }
+        # metav1.Status omits an empty reason (StatusReasonUnknown).
+        if self.reason:
+            status["reason"] = self.reason
         if self.details is not None:
             status["details"] = self.details
         return status
@@ -117,6 +119,12 @@ class ApiError(Exception):
     @classmethod
     def internal(cls, message: str) -> ApiError:
         return cls(500, "InternalError", message)
+
+    @classmethod
+    def unclassified(cls, message: str) -> ApiError:
+        """What the server answers for an error its handlers did not turn into a Status:
+        500, no reason, the error's text (responsewriters.ErrorToAPIStatus)."""
+        return cls(500, "", message)
 
 
 def cause(reason: str, field: str, message: str) -> dict[str, str]:

@@ -1395,3 +1395,73 @@ def validate_custom(
         causes += compiled.causes(obj)
     if causes:
         raise ApiError.invalid(rtype.kind, name, causes, rtype.group)
+
+
+_OBJECT_META_REF = {"$ref": f"{_DEFS_PREFIX}io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"}
+
+
+def undeclared_apply_fields(
+    rtype: ResourceType, patch: dict[str, Any], schemas: BuiltinSchemas
+) -> list[str]:
+    """The fields of a server-side apply patch its kind's schema does not declare, as
+    structured-merge-diff prints their paths (`.spec.foo`, `.spec.containers[name="main"].x`):
+    the field manager types the patch against the schema before anything else, and a field it
+    cannot place is an error whatever fieldValidation says (structuredMergeManager.Apply in
+    k8s.io/apimachinery/pkg/util/managedfields/internal/structuredmerge.go). Built-ins are
+    typed by the version's schemas, custom objects by their CRD's (with ObjectMeta for
+    metadata and x-kubernetes-preserve-unknown-fields honoured)."""
+    found: list[str] = []
+    if rtype.crd is None:
+        _undeclared(patch, schemas.root(rtype.kind, rtype.api_version), "", schemas, found)
+        return found
+    root = (rtype.crd.get("schema") or {}).get("openAPIV3Schema") or {}
+    properties = root.get("properties") or {}
+    for key, value in patch.items():
+        if key in ("apiVersion", "kind"):
+            continue
+        if key == "metadata":
+            _undeclared(value, _OBJECT_META_REF, ".metadata", schemas, found)
+        elif key in properties:
+            _undeclared(value, properties[key], f".{key}", schemas, found)
+        elif not root.get("x-kubernetes-preserve-unknown-fields"):
+            found.append(f".{key}")
+    return found
+
+
+def _undeclared(
+    value: Any, schema: dict[str, Any], path: str, schemas: BuiltinSchemas, found: list[str]
+) -> None:
+    node = schemas.resolve(schema) or {}
+    if node.get("x-kubernetes-preserve-unknown-fields"):
+        return
+    if isinstance(value, dict):
+        properties = node.get("properties")
+        additional = node.get("additionalProperties")
+        embedded = node.get("x-kubernetes-embedded-resource")
+        for key, child in value.items():
+            if properties is not None and key in properties:
+                _undeclared(child, properties[key], f"{path}.{key}", schemas, found)
+            elif isinstance(additional, dict):
+                _undeclared(child, additional, f"{path}.{key}", schemas, found)
+            elif embedded and key in ("apiVersion", "kind", "metadata"):
+                continue
+            elif properties is not None and additional is not True:
+                found.append(f"{path}.{key}")
+    elif isinstance(value, list) and isinstance(node.get("items"), dict):
+        for index, item in enumerate(value):
+            _undeclared(
+                item, node["items"], path + _list_element(node, item, index), schemas, found
+            )
+
+
+def _list_element(node: dict[str, Any], item: Any, index: int) -> str:
+    """An element's path segment: `[name="main"]` in a map list (its keys sorted by name, as
+    fieldpath.PathElement prints them), `[=value]` in a set, `[0]` otherwise."""
+    kind = node.get("x-kubernetes-list-type")
+    if kind == "map" and isinstance(item, dict):
+        keys = sorted(k for k in node.get("x-kubernetes-list-map-keys") or () if k in item)
+        rendered = ",".join(f"{k}={json.dumps(item[k], separators=(',', ':'))}" for k in keys)
+        return f"[{rendered}]"
+    if kind == "set":
+        return f"[={json.dumps(item, separators=(',', ':'))}]"
+    return f"[{index}]"
