@@ -28,7 +28,11 @@ from simcluster.kubelet import ContainerLogs, LogStream, log_timestamp
 from simcluster.patch import json_patch, merge_patch, strategic_merge_patch
 from simcluster.resources import ResourceType
 from simcluster.store import Store, clone
-from simcluster.validation import drop_unknown_fields, undeclared_apply_fields
+from simcluster.validation import (
+    drop_unknown_custom_fields,
+    drop_unknown_fields,
+    undeclared_apply_fields,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -527,14 +531,17 @@ class Handler(BaseHTTPRequestHandler):
         return self._query.get("fieldValidation") or "Warn"
 
     def _unknown_fields(self, rtype: ResourceType, obj: dict[str, Any], patch: Any = None) -> None:
-        """fieldValidation for a built-in kind, as the real decoder applies it: fields the schema
-        does not declare are dropped (Ignore), dropped with a warning each (Warn), or refused
-        (Strict): 400 for a create or update, 422 on `patch` for a patch. `patch` is the
-        strategic-merge patch, which is what the real error shows; other patches show the
-        patched object. Custom resources are pruned by their CRD schema instead."""
+        """fieldValidation, as the real decoder applies it: fields the schema does not declare
+        (a built-in's strict schema, a custom object's CRD schema and ObjectMeta) are dropped
+        (Ignore), dropped with a warning each (Warn, the default), or refused (Strict): 400 for
+        a create or update, 422 on `patch` for a patch. `patch` is the strategic-merge patch,
+        which is what the real error shows; other patches show the patched object, a custom
+        one as Go marshals a map (keys sorted)."""
+        schemas = self.server.store.schemas
         if rtype.crd is not None:
-            return
-        dropped = drop_unknown_fields(rtype, obj, self.server.store.schemas)
+            dropped = drop_unknown_custom_fields(rtype, obj, schemas)
+        else:
+            dropped = drop_unknown_fields(rtype, obj, schemas)
         if not dropped:
             return
         directive = self._field_validation()
@@ -545,7 +552,10 @@ class Handler(BaseHTTPRequestHandler):
             return
         detail = "strict decoding error: " + ", ".join(problems)
         if self.command == "PATCH":
-            shown = _go_map(patch) if patch is not None else json.dumps(obj, separators=(",", ":"))
+            if patch is not None:
+                shown = _go_map(patch)
+            else:
+                shown = json.dumps(obj, separators=(",", ":"), sort_keys=rtype.crd is not None)
             raise ApiError.invalid(
                 "",
                 "",
@@ -598,7 +608,6 @@ class Handler(BaseHTTPRequestHandler):
         created = store.create(
             target.rtype.key,
             obj,
-            field_validation=self._field_validation(),
             dry_run=bool(self._query.get("dryRun")),
         )
         self._send_json(201, self._versioned(target.rtype, created))
@@ -652,7 +661,6 @@ class Handler(BaseHTTPRequestHandler):
             target.rtype.key,
             obj,
             subresource=target.subresource,
-            field_validation=self._field_validation(),
             dry_run=bool(self._query.get("dryRun")),
         )
         self._send_json(200, self._versioned(target.rtype, updated))
@@ -710,7 +718,6 @@ class Handler(BaseHTTPRequestHandler):
                 rtype.key,
                 patched,
                 subresource=target.subresource,
-                field_validation=self._field_validation(),
                 dry_run=bool(self._query.get("dryRun")),
             )
         self._send_json(200, self._versioned(rtype, updated))
@@ -718,9 +725,7 @@ class Handler(BaseHTTPRequestHandler):
     def _apply_create(self, target: RequestTarget, patch: Any) -> None:
         obj = _apply_body(patch)
         self._place(target, obj)
-        created = self.server.store.create(
-            target.rtype.key, obj, field_validation=self._field_validation()
-        )
+        created = self.server.store.create(target.rtype.key, obj)
         self._send_json(201, self._versioned(target.rtype, created))
 
     def _delete_options(self, body: bytes) -> dict[str, Any]:

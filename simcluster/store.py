@@ -329,7 +329,6 @@ class Store:
         obj: dict,
         *,
         internal: bool = False,
-        field_validation: str = "Warn",
         dry_run: bool = False,
     ) -> dict:
         """Create an object; ApiError for a missing namespace, AlreadyExists, 422 or admission."""
@@ -350,7 +349,7 @@ class Store:
             if metadata.get("generateName") and not metadata.get("name"):
                 metadata["name"] = self._generate_name(resource, metadata)
             if not internal:
-                self._validate(rtype, new, None, field_validation)
+                self._validate(rtype, new, None)
             namespace = metadata.get("namespace")
             if rtype.namespaced:
                 self._check_namespace(namespace, internal=internal)
@@ -381,7 +380,6 @@ class Store:
         *,
         subresource: str | None = None,
         internal: bool = False,
-        field_validation: str = "Warn",
         dry_run: bool = False,
     ) -> dict:
         """Replace an object (or its status); 409 Conflict when metadata.resourceVersion is stale.
@@ -406,7 +404,7 @@ class Store:
                 defaults.prepare_for_update(rtype, new, current)
             self.features.drop_disabled_fields(resource, new)
             if not internal:
-                self._validate(rtype, new, current, field_validation)
+                self._validate(rtype, new, current)
                 self._check_finalizers(rtype, new, current)
             for mutate in self._mutations:
                 mutate("UPDATE", resource, new, current)
@@ -686,19 +684,12 @@ class Store:
                 {"name": namespace, "kind": "namespaces"},
             )
 
-    def _validate(
-        self, rtype: ResourceType, obj: dict[str, Any], old: dict | None, field_validation: str
-    ) -> None:
+    def _validate(self, rtype: ResourceType, obj: dict[str, Any], old: dict | None) -> None:
+        """Schema and server-side rules; unknown fields are the HTTP layer's (fieldValidation)."""
         if rtype.crd is None:
             validation.validate_builtin(rtype, obj, old, self.schemas)
         else:
-            validation.validate_custom(
-                rtype,
-                obj,
-                creating=old is None,
-                strict_fields=field_validation == "Strict",
-                schemas=self.schemas,
-            )
+            validation.validate_custom(rtype, obj, creating=old is None, schemas=self.schemas)
 
     def _check_admin_access(
         self, rtype: ResourceType, obj: dict[str, Any], namespace: str | None

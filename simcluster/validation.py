@@ -1191,7 +1191,8 @@ class CustomResourceSchema:
         self.validator = jsonschema.Draft4Validator(body)
 
     def prune_and_default(self, obj: dict[str, Any]) -> list[str]:
-        """Drop fields the schema does not declare, fill defaults; return the dropped paths."""
+        """Drop fields the schema does not declare, fill defaults; return the dropped paths,
+        sorted as the apiserver's pruning (structuralpruning.PruneWithOptions) sorts them."""
         dropped: list[str] = []
         properties = self.schema.get("properties") or {}
         preserve = bool(self.schema.get("x-kubernetes-preserve-unknown-fields"))
@@ -1204,7 +1205,7 @@ class CustomResourceSchema:
                 dropped.append(key)
                 del obj[key]
         _default_missing(obj, properties, skip={"apiVersion", "kind", "metadata"})
-        return dropped
+        return sorted(dropped)
 
     def causes(self, obj: dict[str, Any]) -> list[dict]:
         return _cr_causes(self.validator.iter_errors(obj))
@@ -1365,15 +1366,11 @@ def custom_resource_schema(version: dict[str, Any]) -> CustomResourceSchema | No
 
 
 def validate_custom(
-    rtype: ResourceType,
-    obj: dict[str, Any],
-    *,
-    creating: bool,
-    strict_fields: bool,
-    schemas: BuiltinSchemas,
+    rtype: ResourceType, obj: dict[str, Any], *, creating: bool, schemas: BuiltinSchemas
 ) -> None:
-    """Prune (or, with fieldValidation=Strict, refuse) unknown fields, default, then validate
-    (metadata as the ObjectMeta of the version `schemas` are of)."""
+    """Prune unknown fields, default, then validate (metadata as the ObjectMeta of the version
+    `schemas` are of). What fieldValidation makes of the unknown fields the server has decided
+    before (drop_unknown_custom_fields)."""
     assert rtype.crd is not None
     name = (obj.get("metadata") or {}).get("name") or ""
     causes = validate_metadata(rtype, obj, creating=creating)
@@ -1382,19 +1379,42 @@ def validate_custom(
     )
     compiled = custom_resource_schema(rtype.crd)
     if compiled is not None:
-        probe = copy.deepcopy(obj) if strict_fields else obj
-        dropped = compiled.prune_and_default(probe)
-        if strict_fields and dropped:
-            unknown = ", ".join(f'unknown field "{path}"' for path in dropped)
-            raise ApiError.bad_request(
-                f'{rtype.kind} in version "{rtype.version}" cannot be handled as a {rtype.kind}: '
-                f"strict decoding error: {unknown}"
-            )
-        if strict_fields:
-            compiled.prune_and_default(obj)
+        compiled.prune_and_default(obj)
         causes += compiled.causes(obj)
     if causes:
         raise ApiError.invalid(rtype.kind, name, causes, rtype.group)
+
+
+def drop_unknown_custom_fields(
+    rtype: ResourceType, obj: dict[str, Any], schemas: BuiltinSchemas
+) -> list[str]:
+    """Remove from a custom object what its decoder drops, and return the paths as a strict
+    decode reports them: unknown metadata fields first (ObjectMeta of the version `schemas`
+    are of), then the fields the CRD's schema prunes, sorted (the CRD handler's
+    unstructuredSchemaCoercer.apply)."""
+    assert rtype.crd is not None
+    dropped = []
+    metadata = obj.get("metadata")
+    if isinstance(metadata, dict):
+        dropped = [f"metadata.{path}" for path in _drop_undeclared(metadata, schemas)]
+    compiled = custom_resource_schema(rtype.crd)
+    if compiled is not None:
+        dropped += compiled.prune_and_default(obj)
+    return dropped
+
+
+def _drop_undeclared(metadata: dict[str, Any], schemas: BuiltinSchemas) -> list[str]:
+    unknown: set[tuple[Any, ...]] = set()
+    for error in schemas.metadata_validator().iter_errors(metadata):
+        if error.validator != "additionalProperties" or not isinstance(error.instance, dict):
+            continue
+        declared = set(error.schema.get("properties", {}))
+        path = tuple(error.absolute_path)
+        unknown.update((*path, extra) for extra in error.instance if extra not in declared)
+    dropped: list[str] = []
+    if unknown:
+        _drop(metadata, (), unknown, dropped)
+    return dropped
 
 
 _OBJECT_META_REF = {"$ref": f"{_DEFS_PREFIX}io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta"}

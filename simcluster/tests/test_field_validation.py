@@ -1,6 +1,8 @@
 """Unknown fields over raw HTTP, as a real 1.34-1.36 server answers them: server-side apply fails
 in the field manager whatever fieldValidation says (500, no reason, structured-merge-diff's
-paths), for built-ins and custom resources alike."""
+paths), for built-ins and custom resources alike; a custom resource's create, update and patch
+follow fieldValidation as a built-in's do (Warn, the default: pruned with a Warning header each;
+Strict: refused; Ignore: pruned silently)."""
 
 from __future__ import annotations
 
@@ -150,3 +152,98 @@ def test_apply_of_a_custom_resource_with_an_undeclared_field_fails_whatever_the_
     # Under x-kubernetes-preserve-unknown-fields anything goes.
     assert kept_code == 201
     assert created["spec"]["extra"] == {"anything": {"goes": 1}}
+
+
+# -- custom resources: create, update and patch --------------------------------------------------
+
+
+@pytest.mark.parametrize("directive", ["", "?fieldValidation=Warn"])
+def test_a_custom_resource_with_unknown_fields_is_pruned_with_a_warning_each_when_warn(
+    sim: SimCluster, namespace: str, directive: str
+) -> None:
+    name = _unique("warned")
+    body = _sprocket(name, namespace, bogus=1, another={"x": 1})
+    body["metadata"]["bogus"] = "x"
+
+    code, created, warnings = _send(sim, "POST", _sprockets(namespace) + directive, body)
+    body = {**created, "spec": {**created["spec"], "later": True}}
+    updated_code, _, update_warnings = _send(
+        sim, "PUT", f"{_sprockets(namespace)}/{name}{directive}", body
+    )
+
+    assert code == 201
+    assert warnings == [
+        '299 - "unknown field \\"metadata.bogus\\""',
+        '299 - "unknown field \\"spec.another\\""',
+        '299 - "unknown field \\"spec.bogus\\""',
+    ]
+    assert created["spec"] == {"size": 1, "color": "red"}
+    assert "bogus" not in created["metadata"]
+    assert (updated_code, update_warnings) == (200, ['299 - "unknown field \\"spec.later\\""'])
+
+
+def test_a_custom_resource_patch_with_an_unknown_field_warns_when_warn(
+    sim: SimCluster, namespace: str
+) -> None:
+    name = _unique("patched")
+    assert _send(sim, "POST", _sprockets(namespace), _sprocket(name, namespace))[0] == 201
+
+    code, patched, warnings = _send(
+        sim,
+        "PATCH",
+        f"{_sprockets(namespace)}/{name}",
+        {"spec": {"bogus": 1}},
+        "application/merge-patch+json",
+    )
+
+    assert (code, warnings) == (200, ['299 - "unknown field \\"spec.bogus\\""'])
+    assert "bogus" not in patched["spec"]
+
+
+def test_a_custom_resource_with_unknown_fields_is_refused_when_strict(
+    sim: SimCluster, namespace: str
+) -> None:
+    name = _unique("strict")
+    path = f"{_sprockets(namespace)}?fieldValidation=Strict"
+    body = _sprocket(name, namespace, zeta=1, alpha=2)
+    body["metadata"]["bogus"] = "x"
+    assert _send(sim, "POST", _sprockets(namespace), _sprocket(name, namespace))[0] == 201
+
+    code, status, warnings = _send(
+        sim, "POST", path, {**body, "metadata": {**body["metadata"], "name": name + "-2"}}
+    )
+    patch_code, patch_status, _ = _send(
+        sim,
+        "PATCH",
+        f"{_sprockets(namespace)}/{name}?fieldValidation=Strict",
+        {"spec": {"bogus": 1}},
+        "application/merge-patch+json",
+    )
+
+    assert code == 400
+    assert status["reason"] == "BadRequest"
+    assert status["message"] == (
+        f'{KIND} in version "{VERSION}" cannot be handled as a {KIND}: strict decoding error: '
+        'unknown field "metadata.bogus", unknown field "spec.alpha", unknown field "spec.zeta"'
+    )
+    assert warnings == []
+    assert patch_code == 422
+    [patch_cause] = patch_status["details"]["causes"]
+    assert patch_cause["field"] == "patch"
+    assert patch_cause["message"].endswith('strict decoding error: unknown field "spec.bogus"')
+
+
+def test_a_custom_resource_with_unknown_fields_is_pruned_silently_when_ignore(
+    sim: SimCluster, namespace: str
+) -> None:
+    name = _unique("ignored")
+    body = _sprocket(name, namespace, bogus=1)
+    body["metadata"]["bogus"] = "x"
+
+    code, created, warnings = _send(
+        sim, "POST", f"{_sprockets(namespace)}?fieldValidation=Ignore", body
+    )
+
+    assert (code, warnings) == (201, [])
+    assert "bogus" not in created["spec"]
+    assert "bogus" not in created["metadata"]
