@@ -50,7 +50,9 @@ def cluster(tmp_path_factory):
     from runtime.provisioning import install_crd
     from simcluster.cluster import SimCluster
 
-    sim = SimCluster(topology=None).start()
+    # Device health is tested with DeviceTaintRules, off by default in 1.36 as in a real
+    # cluster: this one has turned them on.
+    sim = SimCluster(topology=None, feature_gates={"DRADeviceTaintRules": True}).start()
     kubeconfig = sim.write_kubeconfig(tmp_path_factory.mktemp("kube") / "config")
     os.environ["KUBECONFIG"] = str(kubeconfig)
     settings.KUBECONFIG = str(kubeconfig)

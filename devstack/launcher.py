@@ -89,6 +89,10 @@ def _start_cluster(
                 str(data_root / "cluster.json"),
                 "--dev-objects",
                 str(DEV_OBJECTS),
+                # DeviceTaintRules (off by default in 1.36) on, so an operator can drain a
+                # device with one, as README's device health says.
+                "--feature-gates",
+                "DRADeviceTaintRules=true",
             ],
             env,
         )

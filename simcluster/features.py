@@ -97,9 +97,12 @@ GATES: tuple[Gate, ...] = (
         # The DeviceTaintRule kind, no fields: a gate of its own from 1.35; in 1.34 the kind
         # comes with DRADeviceTaints (FeatureGates.serves_device_taint_rules).
         "DRADeviceTaintRules",
-        # 1.36: default not given; on, which the device-health tests need.
-        {"1.35": (Stage.ALPHA, _OFF), "1.36": (Stage.BETA, _ON)},
-        "dra-next.md §1 (KEP-5055): alpha 1.35, beta 1.36, GA 1.37",
+        # Off by default in 1.36 too, with its API versions (k8s PR #137170, issue #140179): a
+        # cluster that taints devices by rule turns it on, as the tests' cluster and `make
+        # run`'s do (--feature-gates DRADeviceTaintRules=true).
+        {"1.35": (Stage.ALPHA, _OFF), "1.36": (Stage.BETA, _OFF)},
+        "dra-next.md §1 (KEP-5055): alpha 1.35, beta 1.36, GA 1.37; off by default in 1.36 "
+        "(k8s PR #137170, issue #140179)",
     ),
     Gate(
         "DRAPartitionableDevices",

@@ -31,9 +31,11 @@ def operator_client() -> APIClient:
 
 
 def _one_node(**options) -> SimCluster:
+    # DeviceTaintRules are off by default in 1.36, as in a real cluster; this one has them on.
     return SimCluster(
         topology={"generate": {"nodes": 1, "gpus_per_node": 4, "product": "NVIDIA H100 80GB HBM3"}},
         scheduler=False,
+        feature_gates={"DRADeviceTaintRules": True},
         **options,
     )
 

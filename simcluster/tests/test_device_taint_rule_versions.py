@@ -26,7 +26,8 @@ from simcluster.validation import schemas_for
 GATES = {
     "1.34": {"DRADeviceTaints": True},
     "1.35": {"DRADeviceTaints": True, "DRADeviceTaintRules": True},
-    "1.36": None,
+    # Off by default in 1.36 as well (k8s PR #137170): turned on, as a cluster using them is.
+    "1.36": {"DRADeviceTaintRules": True},
 }
 SERVED = {"1.34": ["v1alpha3"], "1.35": ["v1alpha3"], "1.36": ["v1beta2", "v1alpha3"]}
 

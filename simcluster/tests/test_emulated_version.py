@@ -319,17 +319,37 @@ def test_a_gpu_that_allows_multiple_allocations_is_held_whole_when_1_34(env_134:
 # -- DeviceTaintRule -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("version", "served"), [("1.34", False), ("1.35", False), ("1.36", True)])
+@pytest.mark.parametrize(
+    ("version", "gates", "served"),
+    [
+        ("1.34", None, False),
+        ("1.35", None, False),
+        # Beta and still off by default in 1.36 (k8s PR #137170).
+        ("1.36", None, False),
+        ("1.36", {"DRADeviceTaintRules": True}, True),
+    ],
+)
 def test_device_taint_rules_are_served_only_when_their_gate_is_on(
-    clusters: dict[str, SimCluster], version: str, served: bool
+    clusters: dict[str, SimCluster], version: str, gates: dict | None, served: bool
 ) -> None:
-    with _api(clusters[version]) as api:
-        group = client.ApisApi(api).get_api_versions()
-        try:
-            client.ResourceV1alpha3Api(api).list_device_taint_rule()
-            status = 200
-        except ApiException as error:
-            status = error.status
+    cluster = clusters[version]
+    if gates:
+        cluster = SimCluster(
+            topology={"generate": {"nodes": 1, "gpus_per_node": 1}},
+            emulated_version=version,
+            feature_gates=gates,
+        ).start()
+    try:
+        with _api(cluster) as api:
+            group = client.ApisApi(api).get_api_versions()
+            try:
+                client.ResourceV1alpha3Api(api).list_device_taint_rule()
+                status = 200
+            except ApiException as error:
+                status = error.status
+    finally:
+        if gates:
+            cluster.stop()
 
     resource_group = next(g for g in group.groups if g.name == "resource.k8s.io")
     versions = {v.version for v in resource_group.versions}

@@ -33,7 +33,7 @@ def clusters() -> Iterator[dict[str, SimCluster]]:
     started: dict[str, SimCluster] = {}
     try:
         for version in VERSIONS:
-            gates = ALPHA_GATES if version != "1.36" else None
+            gates = ALPHA_GATES if version != "1.36" else {"DRADeviceTaintRules": True}
             started[version] = SimCluster(
                 topology=TINY_TOPOLOGY, emulated_version=version, feature_gates=gates
             ).start()
