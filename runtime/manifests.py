@@ -223,6 +223,34 @@ def _device_request(
     return request
 
 
+def dropped_fields(sent: object, stored: object, path: str = "") -> list[str]:
+    """The paths of what `sent` has and `stored` lacks: the fields an API server dropped from
+    a write because the feature they belong to is off there (a 1.34 or 1.35 cluster drops a
+    claim's `capacity` requests silently, for one). What the server added (its defaults) is
+    not looked at, nor a zero value it leaves out as Go's omitempty does; lists are compared
+    item by item."""
+    if isinstance(sent, dict):
+        if not isinstance(stored, dict):
+            return [path] if path else []
+        missing = []
+        for key, value in sent.items():
+            here = f"{path}.{key}" if path else str(key)
+            if key not in stored:
+                if value:  # None, "", [], {}, 0 and False may be omitted
+                    missing.append(here)
+            else:
+                missing += dropped_fields(value, stored[key], here)
+        return missing
+    if isinstance(sent, list):
+        if not isinstance(stored, list):
+            return [path]
+        missing = [f"{path}[{index}]" for index in range(len(stored), len(sent))]
+        for index, (value, kept) in enumerate(zip(sent, stored, strict=False)):
+            missing += dropped_fields(value, kept, f"{path}[{index}]")
+        return missing
+    return []
+
+
 def build_resource_claim(contract: UnitContract, *, owner_uid: str) -> dict:
     own = _device_request(
         contract.device_class_name, contract.count, contract.selectors, contract.capacity

@@ -103,9 +103,18 @@ def provision_objects(contract: manifests.UnitContract) -> tuple[dict, dict, dic
     )
     owner_uid = gpuunit["metadata"]["uid"]
     ours = manifests.owned_by(owner_uid, contract)
-    claim = kube.create_or_adopt(
-        kube.RESOURCECLAIM, manifests.build_resource_claim(contract, owner_uid=owner_uid), ours=ours
-    )
+    wanted = manifests.build_resource_claim(contract, owner_uid=owner_uid)
+    claim = kube.create_or_adopt(kube.RESOURCECLAIM, wanted, ours=ours)
+    dropped = manifests.dropped_fields(wanted["spec"], claim.get("spec") or {})
+    if dropped:
+        # A server with the feature's gate off drops its fields without a word (a share's
+        # capacity request on 1.34): the claim would ask for something else than the package.
+        raise PermanentError(
+            f"the cluster dropped {', '.join(f'spec.{path}' for path in dropped)} from "
+            f"ResourceClaim {contract.claim_name}: the DRA feature this package needs is off "
+            "there (consumable capacity, for one, is on by default from Kubernetes 1.36)",
+            reason="ClusterLacksFeature",
+        )
     pod = kube.create_or_adopt(
         kube.POD, manifests.build_pod(contract, owner_uid=owner_uid), ours=ours
     )

@@ -269,3 +269,33 @@ def test_the_claim_of_every_package_kind_is_valid_for_1_34_strict(kind):
     # The GPUUnit carries what was asked, alternatives included, within its CRD's schema.
     gpuunit = manifests.build_gpuunit(contract)
     jsonschema.validate(gpuunit, CRD["spec"]["versions"][0]["schema"]["openAPIV3Schema"])
+
+
+def test_dropped_fields_names_what_the_server_left_out_not_what_it_added():
+    sent = {
+        "devices": {
+            "requests": [
+                {"name": "gpu", "exactly": {"deviceClassName": "c", "capacity": {"cores": "25"}}}
+            ],
+            "constraints": [{"requests": ["gpu"], "matchAttribute": "a/b"}],
+        }
+    }
+    kept = {
+        "devices": {
+            "requests": [
+                {
+                    "name": "gpu",
+                    # Defaults the server added are no concern.
+                    "exactly": {"deviceClassName": "c", "allocationMode": "ExactCount"},
+                }
+            ],
+        }
+    }
+    assert manifests.dropped_fields(sent, kept) == [
+        "devices.requests[0].exactly.capacity",
+        "devices.constraints",
+    ]
+    assert manifests.dropped_fields(sent, sent) == []
+    assert manifests.dropped_fields({"a": [1, 2]}, {"a": [1]}) == ["a[1]"]
+    # Zero values a Go server omits (omitempty) are not dropped features.
+    assert manifests.dropped_fields({"a": [], "b": "", "c": 0, "d": {}}, {}) == []

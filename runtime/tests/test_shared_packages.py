@@ -12,8 +12,9 @@ from catalog.tests.factories import PackageFactory
 from conftest import start_worker, stop_worker
 from controlplane import kube
 from inventory.sync import sync_inventory
-from runtime.models import GPUUnit, UnitPhase
-from runtime.provisioning import install_crd
+from runtime import orders
+from runtime.models import GPUUnit, Operation, UnitPhase
+from runtime.provisioning import install_crd, provision_unit
 from runtime.tests.helpers import wait_for_phase
 from simcluster.cluster import SimCluster
 from tenancy.tests.factories import TenantFactory
@@ -116,3 +117,52 @@ def test_four_quarter_units_share_one_gpu_and_a_fifth_waits(tenant, shared_clust
     reason = client.get(f"/api/v1/packages/{package.id}").json()["data"]["availability"]["reason"]
     assert "cores 25" in reason
     assert "left" in reason
+
+
+@pytest.fixture
+def cluster_134(tmp_path, session_worker_paused):
+    """The same GPU on a 1.34 cluster, whose DRAConsumableCapacity gate is off: its API server
+    drops a claim's capacity requests (and the slice's request policies) without a word. This
+    process is pointed at it; the session's worker takes nothing meanwhile."""
+    sim = SimCluster(topology=TOPOLOGY, emulated_version="1.34").start()
+    previous = settings.KUBECONFIG
+    settings.KUBECONFIG = str(sim.write_kubeconfig(tmp_path / "kubeconfig"))
+    kube.reset()
+    install_crd()
+    yield sim
+    settings.KUBECONFIG = previous
+    kube.reset()
+    sim.stop()
+
+
+def test_a_share_on_a_cluster_that_drops_capacity_requests_fails_and_leaves_nothing(
+    tenant, cluster_134
+):
+    PackageFactory(
+        id="h100-quarter",
+        spec_name="gpu.h100.quarter",
+        device_class_name=HAMI,
+        gpu=1,
+        count=1,
+        cpu="4",
+        memory="16Gi",
+        capacity={"cores": "25", "memory": "20Gi"},
+    )
+    created = orders.create_unit(
+        tenant=tenant,
+        operation_id="quarter-134",
+        name="quarter-134",
+        package_id="h100-quarter",
+        image="busybox",
+    )
+    operation = Operation.objects.get(unit=created.unit)
+    # The worker's service, here: the session's worker is on the session's cluster.
+    provision_unit(operation_pk=operation.pk)
+    unit = GPUUnit.objects.get(pk=created.unit.pk)
+    # Not a whole GPU sold as a quarter: the unit fails, saying what the cluster dropped.
+    assert (unit.phase, unit.reason) == (UnitPhase.FAILED, "ClusterLacksFeature")
+    assert "spec.devices.requests[0].exactly.capacity" in unit.message
+    assert "Kubernetes 1.36" in unit.message
+    assert Operation.objects.get(pk=operation.pk).error_code == "ClusterLacksFeature"
+    for kind in (kube.GPUUNIT, kube.RESOURCECLAIM, kube.POD):
+        assert kube.list_objects(kind, namespace=tenant.namespace) == []
