@@ -93,7 +93,7 @@ def fetch() -> dict[str, list[dict]]:
         "nodes": kube.list_objects(kube.NODE),
         "device_classes": kube.list_objects(kube.DEVICECLASS),
         "slices": kube.list_objects(kube.RESOURCESLICE),
-        "device_taint_rules": _list_if_served(kube.DEVICETAINTRULE),
+        "device_taint_rules": _list_if_served(kube.device_taint_rule_kind()),
         "claims": kube.list_objects(kube.RESOURCECLAIM),
         "pods": kube.list_objects(kube.POD),
         "quotas": kube.list_objects(kube.RESOURCEQUOTA),

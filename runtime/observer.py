@@ -51,6 +51,8 @@ INVENTORY_KINDS = {
     "pods": kube.POD,
     "quotas": kube.RESOURCEQUOTA,
 }
+# By plural: DeviceTaintRule is watched at whichever version the cluster serves it.
+INVENTORY_PLURALS = {kind.plural for kind in INVENTORY_KINDS.values()}
 
 
 @dataclass
@@ -108,7 +110,7 @@ class Observer:
         with self._wake:
             for key in keys:
                 self._dirty_units.setdefault(key, now)
-            if kind in INVENTORY_KINDS.values():
+            if kind.plural in INVENTORY_PLURALS:
                 self._inventory_dirty_since = self._inventory_dirty_since or now
             self._wake.notify()
 
@@ -127,7 +129,7 @@ class Observer:
                 if kind == kube.POD and event.type == "DELETED":
                     # Why it went (an eviction for a device taint) is only on its last state.
                     self._gone_pods[key] = event.object
-            if kind in INVENTORY_KINDS.values():
+            if kind.plural in INVENTORY_PLURALS:
                 self._inventory_dirty_since = self._inventory_dirty_since or now
             self._wake.notify()
 
@@ -158,7 +160,7 @@ class Observer:
     def start_informers(self) -> None:
         informers = {
             kind: Informer(
-                kind,
+                kube.device_taint_rule_kind() if kind == kube.DEVICETAINTRULE else kind,
                 self,
                 label_selector=OURS if kind == kube.GPUUNIT else "",
                 timeout_seconds=settings.OBSERVER_WATCH_TIMEOUT_SECONDS,

@@ -11,6 +11,7 @@ import os
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from dataclasses import replace as replace_kind
 from typing import Any
 from urllib.parse import urlencode
 
@@ -46,11 +47,13 @@ RESOURCEQUOTA = Kind("ResourceQuota", "", "v1", "resourcequotas")
 NODE = Kind("Node", "", "v1", "nodes", namespaced=False)
 DEVICECLASS = Kind("DeviceClass", "resource.k8s.io", "v1", "deviceclasses", namespaced=False)
 RESOURCESLICE = Kind("ResourceSlice", "resource.k8s.io", "v1", "resourceslices", namespaced=False)
-# Served by 1.34 and 1.35 with the DRADeviceTaintRules gate and resource.k8s.io/v1alpha3 on;
-# a cluster without them answers 404 (the inventory sync reads that as no rules).
+# Served by 1.34 and 1.35 with the DRADeviceTaintRules gate and resource.k8s.io/v1alpha3 on,
+# by 1.36 at v1beta2 with the gate and that version on; a cluster without them answers 404
+# (read as no rules). Readers take the version the cluster serves: device_taint_rule_kind().
 DEVICETAINTRULE = Kind(
     "DeviceTaintRule", "resource.k8s.io", "v1alpha3", "devicetaintrules", namespaced=False
 )
+DEVICETAINTRULE_VERSIONS = ("v1", "v1beta2", "v1alpha3")  # newest first
 SERVICE = Kind("Service", "", "v1", "services")
 CONFIGMAP = Kind("ConfigMap", "", "v1", "configmaps")
 PERSISTENTVOLUMECLAIM = Kind("PersistentVolumeClaim", "", "v1", "persistentvolumeclaims")
@@ -91,9 +94,36 @@ def api_client() -> client.ApiClient:
 
 def reset() -> None:
     """Forget the connection (tests point the process at another cluster)."""
-    global _api_client
+    global _api_client, _device_taint_rule_kind
     with _lock:
         _api_client = None
+        _device_taint_rule_kind = None
+
+
+_device_taint_rule_kind: Kind | None = None
+
+
+def device_taint_rule_kind() -> Kind:
+    """DeviceTaintRule at the newest version the cluster serves it (discovery, once per
+    process): a 1.36 cluster serves it at v1beta2 and need not serve v1alpha3 at all. When
+    discovery fails the v1alpha3 kind is returned, not remembered, so a later call asks again;
+    when no version serves it, its reads answer 404 (no rules)."""
+    global _device_taint_rule_kind
+    if _device_taint_rule_kind is not None:
+        return _device_taint_rule_kind
+    found = DEVICETAINTRULE
+    for version in DEVICETAINTRULE_VERSIONS:
+        try:
+            listing = _call("GET", f"/apis/{DEVICETAINTRULE.group}/{version}", verb="discovery")
+        except KubeError as exc:
+            if exc.status == 404:
+                continue
+            return DEVICETAINTRULE
+        if any(r.get("name") == DEVICETAINTRULE.plural for r in listing.get("resources") or []):
+            found = replace_kind(DEVICETAINTRULE, version=version)
+            break
+    _device_taint_rule_kind = found
+    return found
 
 
 def _path(kind: Kind, namespace: str | None, name: str | None = None, sub: str = "") -> str:
