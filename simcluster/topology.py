@@ -288,6 +288,17 @@ MIG_PROFILES = {
     "7g.80gb": ("80Gi", 132),
 }
 MIG_PARENT = ("80Gi", 132)
+# Where each profile may sit on an 80 GB H100 (`nvidia-smi mig -lgipp`): its GPU instance
+# profile id, the first memory slice of each placement, and how many of the 8 slices it spans.
+MIG_PLACEMENTS = {
+    "1g.10gb": (19, (0, 1, 2, 3, 4, 5, 6), 1),
+    "1g.20gb": (15, (0, 2, 4, 6), 2),
+    "2g.20gb": (14, (0, 2, 4), 2),
+    "3g.40gb": (9, (0, 4), 4),
+    "4g.40gb": (5, (0,), 4),
+    "7g.80gb": (0, (0,), 8),
+}
+MIG_MEMORY_SLICES = 8
 
 
 def _slice(node_name: str, driver: str, number: int, count: int, **spec: Any) -> dict[str, Any]:
@@ -352,22 +363,36 @@ def build_shareable_slices(node_name: str, gpus: list[dict[str, Any]]) -> list[d
 def build_mig_slices(
     node_name: str, gpus: list[dict[str, Any]], where: str, *, version: str = DEFAULT_VERSION
 ) -> list[dict[str, Any]]:
-    """NVIDIA's driver with static MIG: per GPU `layout` profiles as devices of type mig with
-    `profile` and `parentUUID`, memory and multiprocessors capacity, drawing on the parent's
-    counter set. For 1.35 on, the counter sets go first, in counters-only slices of at most 8
-    sets, then the devices (at most 64 a slice, as they consume counters): a 1.35 slice holds
-    devices or counters, not both. A 1.34 device may draw only on its own slice's counters
-    (at most 32), so there one slice holds both (dra-driver-nvidia-gpu #859)."""
+    """NVIDIA's driver with MIG. A GPU with a `layout` is static MIG: those profiles as devices
+    of type mig with `profile` and `parentUUID`, memory and multiprocessors capacity, drawing
+    on the parent's counter set. A `partitionable: true` GPU is dynamic MIG
+    (DRAPartitionableDevices): the whole GPU and every placement of every profile, each
+    drawing on the GPU's counter set, so the allocator's counters decide what fits together.
+    For 1.35 on, the counter sets go first, in counters-only slices of at most 8 sets, then
+    the static devices (at most 64 a slice, as they consume counters), then each partitionable
+    GPU's devices in a slice of their own: a 1.35 slice holds devices or counters, not both. A
+    1.34 device may draw only on its own slice's counters (at most 32), so there the static
+    GPUs share one slice holding both, and each partitionable GPU has one of its own, as the
+    driver's combined slices do (dra-driver-nvidia-gpu #859)."""
     if not gpus:
         return []
-    if not at_least(version, "1.35") and len(gpus) * 2 > MAX_SHARED_COUNTERS_1_34:
+    static_gpus = [gpu for gpu in gpus if not gpu.get("partitionable")]
+    if not at_least(version, "1.35") and len(static_gpus) * 2 > MAX_SHARED_COUNTERS_1_34:
         raise TopologyError(
-            f"{where}: at most {MAX_SHARED_COUNTERS_1_34 // 2} MIG GPUs per node in {version}, "
-            f"whose slice holds at most {MAX_SHARED_COUNTERS_1_34} shared counters"
+            f"{where}: at most {MAX_SHARED_COUNTERS_1_34 // 2} static MIG GPUs per node in "
+            f"{version}, whose slice holds at most {MAX_SHARED_COUNTERS_1_34} shared counters"
         )
     counter_sets = []
+    static_sets = []
     devices = []
+    partitioned: list[tuple[dict[str, Any], list[dict[str, Any]]]] = []
     for index, gpu in enumerate(gpus):
+        if gpu.get("partitionable"):
+            if gpu.get("layout"):
+                raise TopologyError(f"{where}: a partitionable GPU takes no layout")
+            counter_sets.append(_partition_counter_set(index))
+            partitioned.append((counter_sets[-1], _partitionable_devices(node_name, index, gpu)))
+            continue
         parent = gpu_uuid(node_name, f"gpu-{index}")
         counter_set = f"gpu-{index}-counters"
         counter_sets.append(
@@ -379,26 +404,18 @@ def build_mig_slices(
                 },
             }
         )
+        static_sets.append(counter_sets[-1])
         for number, profile in enumerate(gpu.get("layout") or []):
             if profile not in MIG_PROFILES:
                 raise TopologyError(f"{where}: unknown MIG profile {profile!r}")
             memory, processors = MIG_PROFILES[profile]
             name = f"gpu-{index}-mig-{profile.split('.')[0]}-{number}"
+            attributes = _mig_attributes(gpu, profile, parent)
+            attributes["uuid"] = {"string": gpu_uuid(node_name, name).replace("GPU-", "MIG-")}
             devices.append(
                 {
                     "name": name,
-                    "attributes": {
-                        "type": {"string": "mig"},
-                        "profile": {"string": profile},
-                        "parentUUID": {"string": parent},
-                        "uuid": {"string": gpu_uuid(node_name, name).replace("GPU-", "MIG-")},
-                        "productName": {"string": gpu["product"]},
-                        "brand": {"string": "Nvidia"},
-                        "architecture": {"string": str(gpu["architecture"])},
-                        "cudaComputeCapability": {"version": str(gpu["cudaComputeCapability"])},
-                        "driverVersion": {"version": DRIVER_VERSION},
-                        "cudaDriverVersion": {"version": CUDA_DRIVER_VERSION},
-                    },
+                    "attributes": attributes,
                     "capacity": {
                         "memory": {"value": memory},
                         "multiprocessors": {"value": str(processors)},
@@ -414,19 +431,100 @@ def build_mig_slices(
                     ],
                 }
             )
+    parts: list[dict[str, Any]]
     if not at_least(version, "1.35"):
-        return [_slice(node_name, DRIVER, 0, 1, sharedCounters=counter_sets, devices=devices)]
-    parts: list[dict[str, Any]] = [
-        {"sharedCounters": counter_sets[start : start + MAX_COUNTER_SETS]}
-        for start in range(0, len(counter_sets), MAX_COUNTER_SETS)
-    ]
-    parts += [
-        {"devices": devices[start : start + MAX_DEVICES_WITH_TAINTS]}
-        for start in range(0, len(devices), MAX_DEVICES_WITH_TAINTS)
-    ]
+        parts = [{"sharedCounters": static_sets, "devices": devices}] if static_gpus else []
+        parts += [
+            {"sharedCounters": [counter_set], "devices": own} for counter_set, own in partitioned
+        ]
+    else:
+        parts = [
+            {"sharedCounters": counter_sets[start : start + MAX_COUNTER_SETS]}
+            for start in range(0, len(counter_sets), MAX_COUNTER_SETS)
+        ]
+        parts += [
+            {"devices": devices[start : start + MAX_DEVICES_WITH_TAINTS]}
+            for start in range(0, len(devices), MAX_DEVICES_WITH_TAINTS)
+        ]
+        parts += [{"devices": own} for _counter_set, own in partitioned]
     return [
         _slice(node_name, DRIVER, number, len(parts), **part) for number, part in enumerate(parts)
     ]
+
+
+def _mig_attributes(gpu: Mapping[str, Any], profile: str, parent: str) -> dict[str, Any]:
+    return {
+        "type": {"string": "mig"},
+        "profile": {"string": profile},
+        "parentUUID": {"string": parent},
+        "productName": {"string": gpu["product"]},
+        "brand": {"string": "Nvidia"},
+        "architecture": {"string": str(gpu["architecture"])},
+        "cudaComputeCapability": {"version": str(gpu["cudaComputeCapability"])},
+        "driverVersion": {"version": DRIVER_VERSION},
+        "cudaDriverVersion": {"version": CUDA_DRIVER_VERSION},
+    }
+
+
+def _partition_counter_set(index: int) -> dict[str, Any]:
+    """One counter set per partitionable GPU, named and shaped as NVIDIA's driver does it
+    (cmd/gpu-kubelet-plugin/partitions.go): a counter per capacity, one per memory slice."""
+    return {
+        "name": f"gpu-{index}-counter-set",
+        "counters": _partition_counters(MIG_PARENT[0], MIG_PARENT[1], 0, MIG_MEMORY_SLICES),
+    }
+
+
+def _partition_counters(memory: str, processors: int, start: int, size: int) -> dict[str, Any]:
+    return {
+        "memory": {"value": memory},
+        "multiprocessors": {"value": str(processors)},
+        **{f"memory-slice-{n}": {"value": "1"} for n in range(start, start + size)},
+    }
+
+
+def _partitionable_devices(
+    node_name: str, index: int, gpu: Mapping[str, Any]
+) -> list[dict[str, Any]]:
+    """The whole GPU, which draws every counter, and each profile at each placement, which
+    draws its memory, multiprocessors and the memory slices it spans; named
+    `gpu-<i>-mig-<profile>-<profile id>-<first slice>` and sorted by name, as the driver
+    publishes them. Placements not yet created have no MIG UUID."""
+    parent = gpu_uuid(node_name, f"gpu-{index}")
+    counter_set = f"gpu-{index}-counter-set"
+    whole = _gpu_device(node_name, index, gpu)
+    whole["capacity"]["multiprocessors"] = {"value": str(MIG_PARENT[1])}
+    whole["consumesCounters"] = [
+        {
+            "counterSet": counter_set,
+            "counters": _partition_counters(MIG_PARENT[0], MIG_PARENT[1], 0, MIG_MEMORY_SLICES),
+        }
+    ]
+    bus = {
+        key: whole["attributes"][key]
+        for key in ("resource.kubernetes.io/pciBusID", "resource.kubernetes.io/pcieRoot")
+    }
+    devices = [whole]
+    for profile, (profile_id, starts, size) in MIG_PLACEMENTS.items():
+        memory, processors = MIG_PROFILES[profile]
+        for start in starts:
+            devices.append(
+                {
+                    "name": f"gpu-{index}-mig-{profile.replace('.', '')}-{profile_id}-{start}",
+                    "attributes": {**_mig_attributes(gpu, profile, parent), **bus},
+                    "capacity": {
+                        "memory": {"value": memory},
+                        "multiprocessors": {"value": str(processors)},
+                    },
+                    "consumesCounters": [
+                        {
+                            "counterSet": counter_set,
+                            "counters": _partition_counters(memory, processors, start, size),
+                        }
+                    ],
+                }
+            )
+    return sorted(devices, key=lambda d: d["name"])
 
 
 def gpu_uuid(node_name: str, device_name: str) -> str:

@@ -62,6 +62,7 @@ def test_sample_topology_has_catalog_classes_when_loaded_without_source() -> Non
         "gpu-node-l40s-0",
         "gpu-node-shared-0",
         "gpu-node-mig-0",
+        "gpu-node-mig-dynamic-0",
     }
 
 
@@ -149,6 +150,153 @@ def test_sample_topology_fits_largest_catalog_package_when_allocated(
     outcome = allocator.place(PodRequest("t", "p", "uid", cpu=cpu, memory=memory, claims=[claim]))
     assert isinstance(outcome, Placement)
     assert len(outcome.devices) == count
+
+
+PARTITIONABLE = {
+    "products": {"H100": {"memory": "80Gi", "architecture": "Hopper"}},
+    "deviceClasses": [
+        {
+            "name": "mig.nvidia.com",
+            "selector": "device.driver == 'gpu.nvidia.com' && "
+            "device.attributes['gpu.nvidia.com'].type == 'mig'",
+        },
+        {
+            "name": "gpu.nvidia.com",
+            "selector": "device.driver == 'gpu.nvidia.com' && "
+            "device.attributes['gpu.nvidia.com'].type == 'gpu'",
+        },
+    ],
+    "nodes": [
+        {
+            "name": "n",
+            "cpu": "96",
+            "memory": "1Ti",
+            "migGpus": [{"product": "H100", "partitionable": True, "count": 2}],
+        }
+    ],
+}
+
+
+def test_partitionable_gpu_publishes_every_placement_with_counters_when_seeded() -> None:
+    slices = _by_kind(load_topology(PARTITIONABLE))["resourceslices"]
+    counters, *per_gpu = slices
+    assert [s["spec"]["pool"]["resourceSliceCount"] for s in slices] == [3, 3, 3]
+    assert "devices" not in counters["spec"]
+    (first_set, _second) = counters["spec"]["sharedCounters"]
+    assert first_set["name"] == "gpu-0-counter-set"
+    assert set(first_set["counters"]) == {
+        "memory",
+        "multiprocessors",
+        *(f"memory-slice-{n}" for n in range(8)),
+    }
+    devices = {d["name"]: d for d in per_gpu[0]["spec"]["devices"]}
+    profiles = [
+        d["attributes"]["profile"]["string"] for d in devices.values() if d["name"] != "gpu-0"
+    ]
+    assert {p: profiles.count(p) for p in set(profiles)} == {
+        "1g.10gb": 7,
+        "1g.20gb": 4,
+        "2g.20gb": 3,
+        "3g.40gb": 2,
+        "4g.40gb": 1,
+        "7g.80gb": 1,
+    }
+    assert list(devices) == sorted(devices)  # the driver publishes them sorted by name
+    draws = devices["gpu-0-mig-3g40gb-9-4"]["consumesCounters"]
+    assert draws == [
+        {
+            "counterSet": "gpu-0-counter-set",
+            "counters": {
+                "memory": {"value": "40Gi"},
+                "multiprocessors": {"value": "60"},
+                **{f"memory-slice-{n}": {"value": "1"} for n in (4, 5, 6, 7)},
+            },
+        }
+    ]
+    whole = devices["gpu-0"]
+    assert whole["attributes"]["type"] == {"string": "gpu"}
+    assert whole["consumesCounters"][0]["counters"] == first_set["counters"]
+    parent = devices["gpu-0-mig-1g10gb-19-0"]["attributes"]["parentUUID"]
+    assert parent == {"string": gpu_uuid("n", "gpu-0")} == whole["attributes"]["uuid"]
+
+
+def _placed(allocator: Allocator, profiles: list[str]) -> list[str | None]:
+    """Where one-device MIG claims of these profiles land, one pod after another."""
+    placed: list[str | None] = []
+    for number, profile in enumerate(profiles):
+        expression = f"device.attributes['gpu.nvidia.com'].profile == '{profile}'"
+        exactly = {
+            "deviceClassName": "mig.nvidia.com",
+            "selectors": [{"cel": {"expression": expression}}],
+        }
+        claim = ClaimRequest("t", f"c{number}", [{"name": "gpu", "exactly": exactly}])
+        pod = PodRequest("t", f"p{number}", f"u{number}", cpu=1000, memory=1, claims=[claim])
+        outcome = allocator.place(pod)
+        if isinstance(outcome, Placement):
+            allocator.commit(outcome, pod)
+            placed.append(outcome.devices[0][2])
+        else:
+            placed.append(None)
+    return placed
+
+
+def test_partitionable_gpu_counters_decide_what_fits_when_allocated() -> None:
+    kinds = _by_kind(load_topology(PARTITIONABLE))
+
+    def allocator() -> Allocator:
+        return Allocator(
+            Inventory(kinds["resourceslices"]),
+            {c["metadata"]["name"]: c for c in kinds["deviceclasses"]},
+            _node_states(kinds["nodes"]),
+        )
+
+    def gpus(placed: list[str | None]) -> list[str | None]:
+        return [name.split("-mig-")[0] if name else None for name in placed]
+
+    # Seven 1g.10gb fit on a GPU (one memory slice each, slice 7 stays idle), then none.
+    ones = _placed(allocator(), ["1g.10gb"] * 15)
+    assert len(set(ones[:14])) == 14
+    assert gpus(ones) == [gpus(ones)[0]] * 7 + [gpus(ones)[7]] * 7 + [None]
+    assert gpus(ones)[0] != gpus(ones)[7]
+    # A 7g takes every memory slice of its GPU: the next 1g goes to the other GPU.
+    large, small = _placed(allocator(), ["7g.80gb", "1g.10gb"])
+    assert str(large).endswith("-mig-7g80gb-0-0")
+    assert gpus([small]) != gpus([large])
+    assert small is not None
+    # A 1g on slice 0 leaves the 2g placements at slices 2 and 4 of that GPU.
+    placed = _placed(allocator(), ["1g.10gb", "2g.20gb", "2g.20gb", "2g.20gb"])
+    first = gpus(placed)[0]
+    assert placed[:3] == [
+        f"{first}-mig-1g10gb-19-0",
+        f"{first}-mig-2g20gb-14-2",
+        f"{first}-mig-2g20gb-14-4",
+    ]
+    assert str(placed[3]).endswith("-mig-2g20gb-14-0")
+    assert gpus(placed)[3] != first
+
+
+def test_partitionable_gpus_have_a_slice_each_with_their_counters_when_1_34() -> None:
+    # A 1.34 device draws only on counters of its own slice (the driver's combined slices).
+    slices = _by_kind(load_topology(PARTITIONABLE, version="1.34"))["resourceslices"]
+    assert [s["spec"]["pool"]["resourceSliceCount"] for s in slices] == [2, 2]
+    for resource_slice in slices:
+        (counter_set,) = resource_slice["spec"]["sharedCounters"]
+        drawn = {
+            c["counterSet"]
+            for d in resource_slice["spec"]["devices"]
+            for c in d["consumesCounters"]
+        }
+        assert drawn == {counter_set["name"]}
+        assert len(resource_slice["spec"]["devices"]) == 19
+
+
+def test_partitionable_gpu_takes_no_layout_when_seeded() -> None:
+    spec = {**PARTITIONABLE, "nodes": [dict(PARTITIONABLE["nodes"][0])]}
+    spec["nodes"][0]["migGpus"] = [
+        {"product": "H100", "partitionable": True, "layout": ["1g.10gb"]}
+    ]
+    with pytest.raises(TopologyError, match="partitionable GPU takes no layout"):
+        load_topology(spec)
 
 
 def test_generated_topology_builds_identical_nodes_when_flags_given() -> None:
