@@ -55,6 +55,12 @@ class DevicePool(models.Model):
     slice_count = models.PositiveIntegerField(help_text="resourceSliceCount the driver announced")
     slices_seen = models.PositiveIntegerField(help_text="slices of this generation observed")
     complete = models.BooleanField()
+    counter_sets = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="[{name, counters: {<counter>: {total, remaining}}}]: the pool's sharedCounters "
+        "and what is left of them after the devices allocated claims hold (partitionable devices)",
+    )
 
     class Meta:
         ordering = ["driver", "name"]
@@ -77,6 +83,12 @@ class Device(models.Model):
     product = models.CharField(max_length=253, blank=True)
     attributes = models.JSONField(default=dict)
     capacity = models.JSONField(default=dict)
+    consumes_counters = models.JSONField(
+        default=list,
+        blank=True,
+        help_text="consumesCounters as published: [{counterSet, counters: {<counter>: {value}}}], "
+        "what the device draws from its pool's counter sets when allocated",
+    )
     device_classes = ArrayField(models.CharField(max_length=253), default=list, blank=True)
     packages = ArrayField(
         models.CharField(max_length=63),

@@ -18,6 +18,7 @@ import orjson
 
 import dracel
 from dracel import quantity
+from inventory import counters
 
 NVIDIA_PRODUCT = "productName"
 # The effects that keep a device from claims that do not tolerate them.
@@ -50,6 +51,8 @@ class Observation:
     nodes: dict[str, dict] = field(default_factory=dict)
     classes: dict[str, dict] = field(default_factory=dict)
     pools: dict[tuple[str, str], dict] = field(default_factory=dict)
+    # In the allocator's search order: pools by (driver, name), slices by name, devices as
+    # each slice lists them.
     devices: dict[tuple[str, str, str], dict] = field(default_factory=dict)
     claims: dict[tuple[str, str], dict] = field(default_factory=dict)
     quotas: dict[tuple[str, str], dict] = field(default_factory=dict)
@@ -57,6 +60,10 @@ class Observation:
     evaluated_devices: int = 0
     # Devices that allow multiple allocations: their capacity, and what shares hold of it.
     shareable: dict[tuple[str, str, str], dict] = field(default_factory=dict)
+    # Partitionable devices: the pools' counter sets (published, and drawn by allocated
+    # devices), and what each device that consumes counters draws from them.
+    counter_sets: dict[counters.SetKey, counters.CounterSet] = field(default_factory=dict)
+    draws: dict[tuple[str, str, str], counters.Draws] = field(default_factory=dict)
 
 
 def _millicores(value: str | None) -> int:
@@ -149,6 +156,19 @@ def _allocations(claims: list[dict]) -> dict[tuple[str, str, str], tuple[str, st
             key = (result.get("driver", ""), result.get("pool", ""), result.get("device", ""))
             holders[key] = (metadata.get("namespace", ""), metadata["name"])
     return holders
+
+
+def _held(claims: list[dict]) -> set[tuple[str, str, str]]:
+    """Devices allocated claims hold, which draw their counters: admin access holds nothing."""
+    return {
+        (result.get("driver", ""), result.get("pool", ""), result.get("device", ""))
+        for claim in claims
+        for result in (
+            ((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}
+        ).get("results")
+        or []
+        if not result.get("adminAccess")
+    }
 
 
 def _consumed(claims: list[dict]) -> dict[tuple[str, str, str], dict[str, int]]:
@@ -406,7 +426,8 @@ def observe(
     read_order = tuple(sorted(read)) if read is not None else None
     alike: dict[tuple, tuple[list[str], list[str]]] = {}
 
-    for (driver, pool_name), members in _latest_pools(slices).items():
+    for (driver, pool_name), latest in sorted(_latest_pools(slices).items()):
+        members = sorted(latest, key=lambda s: (s.get("metadata") or {}).get("name", ""))
         first = members[0]["spec"]
         announced = int(first["pool"].get("resourceSliceCount", 1) or 1)
         complete = len(members) == announced
@@ -418,9 +439,20 @@ def observe(
             "slice_count": announced,
             "slices_seen": len(members),
             "complete": complete,
+            "counter_sets": [],
         }
         for resource_slice in members:
             node_name = resource_slice["spec"].get("nodeName") or ""
+            for counter_set in resource_slice["spec"].get("sharedCounters") or []:
+                set_key = (driver, pool_name, str(counter_set.get("name", "")))
+                # A set published again by a later slice replaces it, as in the allocator.
+                observation.counter_sets[set_key] = counters.CounterSet(
+                    driver,
+                    pool_name,
+                    set_key[2],
+                    first.get("nodeName") or "",
+                    counters.published_counters(counter_set),
+                )
             for device in resource_slice["spec"].get("devices") or []:
                 key = (driver, pool_name, device["name"])
                 content_hash = _digest([driver, device, rules_digest])
@@ -461,6 +493,7 @@ def observe(
                     "product": product.get("string", "") if isinstance(product, dict) else "",
                     "attributes": device.get("attributes") or {},
                     "capacity": device.get("capacity") or {},
+                    "consumes_counters": device.get("consumesCounters") or [],
                     "device_classes": member_of,
                     "packages": fits,
                     "content_hash": content_hash,
@@ -475,6 +508,13 @@ def observe(
                         "capacity": device.get("capacity") or {},
                         "consumed": dict(consumed.get(key, {})),
                     }
+                if device.get("consumesCounters"):
+                    observation.draws[key] = counters.draws_of(driver, pool_name, device)
+    counters.draw_allocated(observation.counter_sets, observation.draws, _held(claims))
+    for set_key, counter_set in sorted(observation.counter_sets.items()):
+        observation.pools[set_key[:2]]["counter_sets"].append(
+            {"name": counter_set.name, "counters": counter_set.shown()}
+        )
     observation.claims = _observe_claims(claims)
     for quota in quotas:
         metadata = quota["metadata"]
@@ -601,6 +641,16 @@ def build_document(observation: Observation) -> dict:
         "sharedDevices": [
             _shared_device(key, observation.devices[key], shared, shares.get(key, 0))
             for key, shared in sorted(observation.shareable.items())
+        ],
+        "counterSets": [
+            {
+                "driver": counter_set.driver,
+                "pool": counter_set.pool,
+                "name": counter_set.name,
+                "nodeName": counter_set.node_name,
+                "counters": counter_set.shown(),
+            }
+            for _key, counter_set in sorted(observation.counter_sets.items())
         ],
         "deviceClasses": [
             {"name": name, **_tally(devices)} for name, devices in sorted(by_class.items())

@@ -63,6 +63,26 @@ _shared_device = inline_serializer(
         "remaining": _quantities,
     },
 )
+_counter_set = inline_serializer(
+    name="CounterSet",
+    fields={
+        "driver": serializers.CharField(),
+        "pool": serializers.CharField(),
+        "name": serializers.CharField(),
+        "nodeName": serializers.CharField(allow_blank=True),
+        "counters": serializers.DictField(
+            child=inline_serializer(
+                name="CounterAmounts",
+                fields={
+                    "total": serializers.CharField(),
+                    "remaining": serializers.CharField(
+                        help_text="after the devices allocated claims hold drew theirs"
+                    ),
+                },
+            )
+        ),
+    },
+)
 _inventory = inline_serializer(
     name="Inventory",
     fields={
@@ -78,6 +98,11 @@ _inventory = inline_serializer(
         "taintedDevices": serializers.ListField(child=_tainted_device),
         "sharedDevices": serializers.ListField(
             child=_shared_device, help_text="devices that allow multiple allocations"
+        ),
+        "counterSets": serializers.ListField(
+            child=_counter_set,
+            help_text="shared counters of partitionable devices (sharedCounters): a free device "
+            "fits only while the sets it consumes from have what it draws",
         ),
         "deviceClasses": serializers.ListField(
             child=inline_serializer(
