@@ -1,15 +1,18 @@
 """Shared counters of partitionable devices (KEP-4815: ResourceSlice `sharedCounters`, device
-`consumesCounters`) as the scheduler's allocator counts them: what each counter set holds and
-what allocated devices draw from it. Pure; amounts are Decimals.
+`consumesCounters`) as the scheduler's allocator counts them, and how many units of a package
+still fit on a node when devices are taken in the allocator's order. Pure; amounts are Decimals.
 
 A device that nobody holds may still be unplaceable: dynamic MIG publishes every placement of
 every profile, and one allocated 7g.80gb draws all of its GPU's memory slices, so no 1g.10gb of
 that GPU fits. The allocator (simcluster/allocator.py, after the kube-scheduler's) draws a
-device's counters once when it is allocated, however many claims hold it."""
+device's counters once when it is allocated and refuses a device whose draws exceed what its
+counter sets have left; placing a unit is a first-fit search in publication order that backs
+off a choice when the unit's other devices (or its matchAttribute constraint) cannot follow."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import functools
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 
@@ -19,13 +22,22 @@ DeviceKey = tuple[str, str, str]  # (driver, pool, device)
 SetKey = tuple[str, str, str]  # (driver, pool, counter set)
 # What a device draws when allocated: per counter set of its pool, per counter, the amount.
 Draws = tuple[tuple[SetKey, tuple[tuple[str, Decimal], ...]], ...]
+Counters = dict[SetKey, dict[str, Decimal]]
+# Device choices tried per unit before giving up, as the allocator bounds its search per node.
+SEARCH_LIMIT = 20_000
+
+
+@functools.lru_cache(maxsize=1024)
+def _parsed(text: str) -> Decimal:
+    try:
+        return quantity.parse(text)
+    except ValueError:
+        return Decimal(0)
 
 
 def _amount(value: object) -> Decimal:
-    try:
-        return quantity.parse(str(value))
-    except (ValueError, TypeError):
-        return Decimal(0)
+    # Thousands of devices publish the same few amounts ("1", "10Gi"): each is parsed once.
+    return _parsed(str(value))
 
 
 def published_counters(counter_set: dict) -> dict[str, str]:
@@ -92,3 +104,138 @@ def draw_allocated(
                 continue
             for name, amount in counters:
                 found.used[name] = found.used.get(name, Decimal(0)) + amount
+
+
+def fits(draws: Draws, remaining: Counters) -> bool:
+    """Whether the counter sets have what the device draws; a set or counter that is not
+    published is one the device cannot draw on (the allocator refuses it)."""
+    for set_key, counters in draws:
+        left = remaining.get(set_key)
+        if left is None:
+            return False
+        for name, amount in counters:
+            if name not in left or left[name] < amount:
+                return False
+    return True
+
+
+def lacking(candidates: Iterable[Candidate], remaining: Counters) -> set[SetKey]:
+    """The counter sets that lack (or do not publish) what some of these devices draw."""
+    short: set[SetKey] = set()
+    for candidate in candidates:
+        for set_key, counters in candidate.draws:
+            left = remaining.get(set_key)
+            if left is None or any(name not in left or left[name] < a for name, a in counters):
+                short.add(set_key)
+    return short
+
+
+def _charge(draws: Draws, remaining: Counters, direction: int) -> None:
+    for set_key, counters in draws:
+        left = remaining[set_key]
+        for name, amount in counters:
+            left[name] -= direction * amount
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A free device a package could use, in the allocator's order; `value` is the package's
+    matchAttribute value on it (None: the device lacks the attribute)."""
+
+    key: DeviceKey
+    draws: Draws
+    value: object = None
+
+
+class _Exhausted(Exception):
+    pass
+
+
+def placeable_units(
+    candidates: Sequence[Candidate],
+    remaining: Counters,
+    *,
+    count: int,
+    constrained: bool,
+    limit: int,
+) -> int:
+    """Units of `count` devices that fit one after another, at most `limit`: each unit the
+    allocator's first fit among the devices still free, its draws then charged to a copy of
+    `remaining` (the caller's is left as it was). `constrained`: a unit's devices must agree on
+    their `value`. Counters only shrink, so a device that does not fit on its own never fits
+    again: the search starts after the leading devices that are taken or can never fit, which
+    keeps a node's count linear in its devices when units are alike."""
+    if limit <= 0 or count <= 0:
+        return 0
+    left = {key: dict(counters) for key, counters in remaining.items()}
+    taken = [False] * len(candidates)
+    start = units = 0
+    while units < limit:
+        while start < len(candidates) and (
+            taken[start]
+            or (constrained and candidates[start].value is None)
+            or not fits(candidates[start].draws, left)
+        ):
+            start += 1
+        if count == 1:
+            # The first device left that fits is the unit: no search.
+            chosen = [start] if start < len(candidates) else None
+        else:
+            try:
+                chosen = _first_unit(candidates, taken, start, count, left, constrained)
+            except _Exhausted:
+                break
+        if chosen is None:
+            break
+        for position in chosen:
+            taken[position] = True
+            if count == 1:
+                _charge(candidates[position].draws, left, 1)
+        units += 1
+    return units
+
+
+def _first_unit(
+    candidates: Sequence[Candidate],
+    taken: list[bool],
+    start: int,
+    count: int,
+    left: Counters,
+    constrained: bool,
+) -> list[int] | None:
+    """The positions of the allocator's first fit for one unit from `start` on, its draws
+    charged to `left`; None (and `left` as it was) when no `count` untaken devices fit
+    together. Raises _Exhausted after SEARCH_LIMIT choices, as the allocator gives up on a
+    node."""
+    chosen: list[int] = []
+    steps = 0
+
+    def choose(begin: int) -> bool:
+        nonlocal steps
+        if len(chosen) == count:
+            return True
+        for position in range(begin, len(candidates)):
+            if len(candidates) - position < count - len(chosen):
+                return False
+            if taken[position]:
+                continue
+            steps += 1
+            if steps > SEARCH_LIMIT:
+                raise _Exhausted
+            candidate = candidates[position]
+            if constrained and (
+                candidate.value is None
+                or (chosen and candidates[chosen[0]].value != candidate.value)
+            ):
+                continue
+            if not fits(candidate.draws, left):
+                continue
+            _charge(candidate.draws, left, 1)
+            chosen.append(position)
+            if choose(position + 1):
+                return True
+            chosen.pop()
+            _charge(candidate.draws, left, -1)
+        return False
+
+    return chosen if choose(start) else None

@@ -4,7 +4,9 @@ package availability. No database, no network: the sync feeds them and applies t
 Counting follows the scheduler's allocator (dra-facts §3): slices grouped by (driver, pool),
 only the highest generation kept, a pool complete when it has resourceSliceCount slices. A
 device with a NoSchedule or NoExecute taint (its slice's or a DeviceTaintRule's) is given to no
-claim that does not tolerate it, and the runtime's claims tolerate none: it is never free.
+claim that does not tolerate it, and the runtime's claims tolerate none: it is never free. A
+device that consumes shared counters fits only while its counter sets have what it draws
+(inventory.counters).
 """
 
 from __future__ import annotations
@@ -677,21 +679,35 @@ def package_availability(observation: Observation, packages: list[PackageSpec]) 
     """Units of each package that fit right now, node by node: free matching devices on the
     node divided by the package's count, bounded by the node's free cpu and memory. A tainted
     device is not free (a unit's claim tolerates no taint); when taints are why nothing fits,
-    the reason says so."""
+    the reason says so. On a node whose devices consume shared counters, units are placed one
+    after another as the allocator would (inventory.counters), and a free device whose
+    counters are already consumed is not counted free."""
     free_by_node: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     tainted_by_node: dict[str, dict[str, int]] = defaultdict(lambda: defaultdict(int))
     # Packages with a matchAttribute: free devices per (node, package, attribute value).
     constrained = {p.id: p.match_attribute for p in packages if p.match_attribute}
     grouped: dict[tuple[str, str], dict[object, int]] = defaultdict(lambda: defaultdict(int))
-    for device in observation.devices.values():
+    # Nodes with devices that consume counters: their free devices per package, in order.
+    counted_nodes = {observation.devices[key]["node_name"] for key in observation.draws}
+    ordered: dict[tuple[str, str], list[counters.Candidate]] = defaultdict(list)
+    for key, device in observation.devices.items():
         if not device["allocated"] and device["node_name"]:
             counts = tainted_by_node if device["tainted"] else free_by_node
+            drawing = device["node_name"] in counted_nodes and not device["tainted"]
             for package_id in device["packages"]:
                 counts[device["node_name"]][package_id] += 1
+                value = None
                 if package_id in constrained and not device["tainted"]:
                     value = attribute_value(device, constrained[package_id])
                     if value is not None:
                         grouped[(device["node_name"], package_id)][value] += 1
+                if drawing:
+                    ordered[(device["node_name"], package_id)].append(
+                        counters.Candidate(key, observation.draws.get(key, ()), value)
+                    )
+    remaining: dict[str, counters.Counters] = defaultdict(dict)
+    for set_key, counter_set in observation.counter_sets.items():
+        remaining[counter_set.node_name][set_key] = counter_set.remaining()
     result = {}
     for package in packages:
         if package.capacity:
@@ -699,38 +715,66 @@ def package_availability(observation: Observation, packages: list[PackageSpec]) 
             continue
         placeable = free_devices = tainted_devices = 0
         device_bound = tainted_bound = False
+        # Free devices whose counters are consumed, and the sets that lack what they draw.
+        blocked = 0
+        exhausted: set[counters.SetKey] = set()
+        counted = False
         for node_name in free_by_node.keys() | tainted_by_node.keys():
             matching = free_by_node[node_name].get(package.id, 0)
             tainted = tainted_by_node[node_name].get(package.id, 0)
-            free_devices += matching
             tainted_devices += tainted
             tainted_bound = tainted_bound or (matching + tainted) // package.count > 0
+            candidates = ordered.get((node_name, package.id))
+            left = remaining.get(node_name, {})
+            if candidates is not None:
+                counted = True
+                unfit = [c for c in candidates if not counters.fits(c.draws, left)]
+                blocked += len(unfit)
+                exhausted.update(counters.lacking(unfit, left))
+                matching -= len(unfit)
+            free_devices += matching
             node = observation.nodes.get(node_name)
             if not matching or node is None or not node["ready"]:
                 continue
-            by_devices = (
-                sum(n // package.count for n in grouped[(node_name, package.id)].values())
-                if package.match_attribute
-                else matching // package.count
-            )
-            device_bound = device_bound or by_devices > 0
             cpu_free = node["cpu_allocatable_millicores"] - node["cpu_requested_millicores"]
             memory_free = node["memory_allocatable_bytes"] - node["memory_requested_bytes"]
-            placeable += max(
-                0,
-                min(
-                    by_devices,
-                    cpu_free // max(package.cpu_millicores, 1),
-                    memory_free // max(package.memory_bytes, 1),
-                ),
+            by_resources = min(
+                cpu_free // max(package.cpu_millicores, 1),
+                memory_free // max(package.memory_bytes, 1),
             )
+            if candidates is not None:
+                by_devices = counters.placeable_units(
+                    candidates,
+                    left,
+                    count=package.count,
+                    constrained=bool(package.match_attribute),
+                    limit=max(1, by_resources),
+                )
+            elif package.match_attribute:
+                by_devices = sum(
+                    n // package.count for n in grouped[(node_name, package.id)].values()
+                )
+            else:
+                by_devices = matching // package.count
+            device_bound = device_bound or by_devices > 0
+            placeable += max(0, min(by_devices, by_resources))
         result[package.id] = {
             "placeable": placeable,
             "free_devices": free_devices,
             "reason": ""
             if placeable
             else _why_not(
-                observation, package, free_devices, device_bound, tainted_devices, tainted_bound
+                observation,
+                package,
+                _Shortfall(
+                    free_devices,
+                    device_bound,
+                    tainted_devices,
+                    tainted_bound,
+                    counted,
+                    blocked,
+                    sorted(exhausted),
+                ),
             ),
         }
     return _with_alternatives(result, packages)
@@ -818,25 +862,50 @@ def _with_alternatives(result: dict[str, dict], packages: list[PackageSpec]) -> 
     return result
 
 
-def _why_not(
-    observation: Observation,
-    package: PackageSpec,
-    free: int,
-    device_bound: bool,
-    tainted: int,
-    tainted_bound: bool,
-) -> str:
-    """Why no unit fits. `tainted` counts the unallocated matching devices that taints keep
-    from the package; `tainted_bound`, whether some node would have enough without them."""
+@dataclass(frozen=True)
+class _Shortfall:
+    """What a package found: `free` devices it could use; `device_bound`, whether some ready
+    node has enough of them; `tainted` unallocated matching devices that taints keep from it
+    and `tainted_bound`, whether some node would have enough without them; `blocked` free
+    matching devices whose counters are consumed, and the counter sets that lack them;
+    `counted`, whether some node's devices consume counters."""
+
+    free: int
+    device_bound: bool
+    tainted: int
+    tainted_bound: bool
+    counted: bool = False
+    blocked: int = 0
+    exhausted: list[counters.SetKey] = field(default_factory=list)
+
+
+def _why_not(observation: Observation, package: PackageSpec, found: _Shortfall) -> str:
+    """Why no unit fits."""
     if package.device_class_name not in observation.classes:
         return f"device class {package.device_class_name} does not exist"
-    because = f": {tainted} matching devices are tainted"
-    if not free:
+    because = f": {found.tainted} matching devices are tainted"
+    if not found.free:
+        if found.blocked:
+            return (
+                f"the free devices of class {package.device_class_name} need counters "
+                f"already consumed ({_counter_sets_named(observation, found.exhausted)})"
+            )
         return f"no free devices match device class {package.device_class_name}" + (
-            because if tainted else ""
+            because if found.tainted else ""
         )
-    if not device_bound:
-        return f"no node has {package.count} free matching devices" + (
-            because if tainted_bound else ""
+    if not found.device_bound:
+        return (
+            f"no node has {package.count} free matching devices"
+            + (" whose counters fit together" if found.counted else "")
+            + (because if found.tainted_bound else "")
         )
     return "nodes with free devices lack the cpu or memory the package needs"
+
+
+def _counter_sets_named(observation: Observation, keys: list[counters.SetKey]) -> str:
+    """`gpu-0-counter-set on node-a`, then how many more (a reason is at most 200 characters)."""
+    if not keys:
+        return "counter sets not published"
+    known = observation.counter_sets.get(keys[0])
+    first = f"{keys[0][2]} on {known.node_name}" if known else keys[0][2]
+    return first + (f" and {len(keys) - 1} more" if len(keys) > 1 else "")
