@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
 
+from django.conf import settings
+
+from conftest import start_worker, stop_worker
 from controlplane import kube
 from runtime import manifests, reconcile
 from runtime.models import GPUUnit
+from runtime.provisioning import install_crd
+from simcluster.cluster import SimCluster
 
 
 def wait_for_phase(unit: GPUUnit, *phases: str, timeout: float = 60.0) -> GPUUnit:
@@ -39,3 +48,26 @@ def remove_namespace_objects(namespace: str) -> None:
     for kind in (kube.POD, kube.RESOURCECLAIM, kube.GPUUNIT):
         for obj in kube.list_objects(kind, namespace=namespace):
             kube.delete(kind, namespace, obj["metadata"]["name"])
+
+
+@contextmanager
+def cluster_of_its_own(
+    topology: Mapping[str, Any], tmp_path: Path, worker: str
+) -> Iterator[SimCluster]:
+    """A simulated cluster of `topology` with the GPUUnit CRD, this process and a Celery worker
+    of its own (`<worker>@<host>`) pointed at it. The test pauses the session's worker (fixture
+    `session_worker_paused`), which stays on the session's cluster."""
+    sim = SimCluster(topology=topology).start()
+    kubeconfig = str(sim.write_kubeconfig(tmp_path / "kubeconfig"))
+    previous = settings.KUBECONFIG
+    settings.KUBECONFIG = kubeconfig
+    kube.reset()
+    install_crd()
+    process = start_worker(worker, KUBECONFIG=kubeconfig)
+    try:
+        yield sim
+    finally:
+        stop_worker(process)
+        settings.KUBECONFIG = previous
+        kube.reset()
+        sim.stop()

@@ -1,6 +1,6 @@
 """A package whose devices must agree on an attribute (`allocation.matchAttribute`): the claim's
-constraint, valid for 1.34 strict, and through the stack on the sample topology's MIG node, two
-1g.10gb slices of one parent GPU or none."""
+constraint, valid for 1.34 strict, and through the stack on the sample topology's static MIG
+node, two 1g.10gb slices of one parent GPU or none."""
 
 from __future__ import annotations
 
@@ -21,6 +21,7 @@ from tests.endpoints import client_for
 
 PARENT = "gpu.nvidia.com/parentUUID"
 ONE_G = 'device.attributes["gpu.nvidia.com"].profile == "1g.10gb"'
+SEVEN_G = 'device.attributes["gpu.nvidia.com"].profile == "7g.80gb"'
 
 
 @pytest.mark.parametrize(
@@ -55,7 +56,17 @@ def test_the_catalog_refuses_a_bare_attribute_name():
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.usefixtures("celery_worker")
 def test_two_slices_of_one_parent_or_none(tenant, cluster):
-    # The sample MIG node: parent 0 has three 1g.10gb slices, parent 1 has one.
+    # The sample's static MIG node: parent 0 has three 1g.10gb slices, parent 1 has one. Its
+    # dynamic MIG node is taken whole by a 7g.80gb unit first: no 1g.10gb fits there then.
+    whole = PackageFactory(
+        id="mig-7g",
+        device_class_name="mig.nvidia.com",
+        selectors=[SEVEN_G],
+        gpu=1,
+        count=1,
+        cpu="4",
+        memory="16Gi",
+    )
     loose = PackageFactory(
         id="mig-1g-pair-loose",
         device_class_name="mig.nvidia.com",
@@ -90,6 +101,7 @@ def test_two_slices_of_one_parent_or_none(tenant, cluster):
         return {d["device"].split("-mig-")[0] for d in unit.dra["devices"]}
 
     try:
+        wait_for_phase(order("whole", whole), "Running")
         sync_inventory()
         assert placeable(paired) == 1  # parent 0 has three 1g slices, parent 1 one
         first = wait_for_phase(order("first", paired), "Running")

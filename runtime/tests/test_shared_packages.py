@@ -9,13 +9,12 @@ import pytest
 from django.conf import settings
 
 from catalog.tests.factories import PackageFactory
-from conftest import start_worker, stop_worker
 from controlplane import kube
 from inventory.sync import sync_inventory
 from runtime import orders
 from runtime.models import GPUUnit, Operation, UnitPhase
 from runtime.provisioning import install_crd, provision_unit
-from runtime.tests.helpers import wait_for_phase
+from runtime.tests.helpers import cluster_of_its_own, wait_for_phase
 from simcluster.cluster import SimCluster
 from tenancy.tests.factories import TenantFactory
 from tests.endpoints import client_for
@@ -49,18 +48,8 @@ TOPOLOGY = {
 def shared_cluster(tmp_path, session_worker_paused, django_db_blocker):
     """The cluster with one shareable GPU, this process and a worker of its own pointed at it
     (the session's worker, on the session's cluster, takes nothing meanwhile)."""
-    sim = SimCluster(topology=TOPOLOGY).start()
-    kubeconfig = str(sim.write_kubeconfig(tmp_path / "kubeconfig"))
-    previous = settings.KUBECONFIG
-    settings.KUBECONFIG = kubeconfig
-    kube.reset()
-    install_crd()
-    worker = start_worker("shared", KUBECONFIG=kubeconfig)
-    yield sim
-    stop_worker(worker)
-    settings.KUBECONFIG = previous
-    kube.reset()
-    sim.stop()
+    with cluster_of_its_own(TOPOLOGY, tmp_path, "shared") as sim:
+        yield sim
 
 
 def test_four_quarter_units_share_one_gpu_and_a_fifth_waits(tenant, shared_cluster):
