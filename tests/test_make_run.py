@@ -152,8 +152,9 @@ def test_make_run_serves_api_and_admin_and_stops_on_ctrl_c(tmp_path):
         assert order_and_wait_for_running(base, key)["draStatus"]["allocated"] is True
         operator_key = (data / "operator-api-key").read_text().strip()
         inventory = wait_for_inventory(base, operator_key)
-        # The sample topology: 3 nodes x 8 whole GPUs, 2 shared ones, 2 split into 6 MIG devices.
-        assert inventory["totalGpuAllocatable"] == 24 + 2 + 6
+        # The sample topology: 3 nodes x 8 whole GPUs, 2 shared ones, 2 split into 6 MIG devices,
+        # and a partitionable one published whole and as its 18 MIG placements.
+        assert inventory["totalGpuAllocatable"] == 24 + 2 + 6 + 1 + 18
         observer = json.loads(get(f"{base}/api/v1/health")[1])["data"]["checks"]["observer"]
         assert observer["ok"] is True, observer
         # /metrics on web, worker (web port + 1) and observer (+ 2), as the banner says.
