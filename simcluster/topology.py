@@ -269,7 +269,9 @@ def _gpu_device(node_name: str, index: int, gpu: Mapping[str, Any]) -> dict[str,
             "cudaComputeCapability": {"version": str(gpu["cudaComputeCapability"])},
             "driverVersion": {"version": str(gpu.get("driverVersion", DRIVER_VERSION))},
             "cudaDriverVersion": {"version": CUDA_DRIVER_VERSION},
-            "index": {"int": index},
+            # No `index` (nor `minor`): the driver stopped publishing them in v25.8.0
+            # (NVIDIA/k8s-dra-driver-gpu 36fc80ab), so a selector reading one is a CEL
+            # runtime error on a current cluster.
             "resource.kubernetes.io/pciBusID": {"string": f"0000:{bus % 0x100:02x}:00.0"},
             "resource.kubernetes.io/pcieRoot": {"string": f"pci0000:{(bus // 0x40) % 0x100:02x}"},
         },
