@@ -106,28 +106,27 @@ def draw_allocated(
                 found.used[name] = found.used.get(name, Decimal(0)) + amount
 
 
+def _enough(
+    set_key: SetKey, counters: tuple[tuple[str, Decimal], ...], remaining: Counters
+) -> bool:
+    left = remaining.get(set_key)
+    return left is not None and all(name in left and left[name] >= a for name, a in counters)
+
+
 def fits(draws: Draws, remaining: Counters) -> bool:
     """Whether the counter sets have what the device draws; a set or counter that is not
     published is one the device cannot draw on (the allocator refuses it)."""
-    for set_key, counters in draws:
-        left = remaining.get(set_key)
-        if left is None:
-            return False
-        for name, amount in counters:
-            if name not in left or left[name] < amount:
-                return False
-    return True
+    return all(_enough(set_key, counters, remaining) for set_key, counters in draws)
 
 
 def lacking(candidates: Iterable[Candidate], remaining: Counters) -> set[SetKey]:
     """The counter sets that lack (or do not publish) what some of these devices draw."""
-    short: set[SetKey] = set()
-    for candidate in candidates:
-        for set_key, counters in candidate.draws:
-            left = remaining.get(set_key)
-            if left is None or any(name not in left or left[name] < a for name, a in counters):
-                short.add(set_key)
-    return short
+    return {
+        set_key
+        for candidate in candidates
+        for set_key, counters in candidate.draws
+        if not _enough(set_key, counters, remaining)
+    }
 
 
 def _charge(draws: Draws, remaining: Counters, direction: int) -> None:

@@ -728,10 +728,10 @@ def package_availability(observation: Observation, packages: list[PackageSpec]) 
             left = remaining.get(node_name, {})
             if candidates is not None:
                 counted = True
-                unfit = [c for c in candidates if not counters.fits(c.draws, left)]
-                blocked += len(unfit)
-                exhausted.update(counters.lacking(unfit, left))
-                matching -= len(unfit)
+                unfit = sum(not counters.fits(c.draws, left) for c in candidates)
+                blocked += unfit
+                exhausted.update(counters.lacking(candidates, left))
+                matching -= unfit
             free_devices += matching
             node = observation.nodes.get(node_name)
             if not matching or node is None or not node["ready"]:

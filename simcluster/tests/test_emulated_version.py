@@ -218,14 +218,21 @@ def test_cli_refuses_a_gate_the_version_does_not_have() -> None:
 # -- ResourceSlices ------------------------------------------------------------------------------
 
 
-def test_slice_loses_counters_shared_allocation_and_taints_when_1_34(
-    clusters: dict[str, SimCluster],
-) -> None:
-    with _api(clusters["1.34"]) as api:
+def _stored_partitioned_pool(cluster: SimCluster) -> tuple[dict, dict]:
+    """Publish the partitioned pool, then read back its counters slice's spec and its first
+    device as the cluster stored them."""
+    with _api(cluster) as api:
         counters_name, devices_name = _publish_partitioned_pool(api)
         resource = client.ResourceV1Api(api)
         counters = _wire(resource.read_resource_slice(counters_name))["spec"]
         device = _wire(resource.read_resource_slice(devices_name))["spec"]["devices"][0]
+    return counters, device
+
+
+def test_slice_loses_counters_shared_allocation_and_taints_when_1_34(
+    clusters: dict[str, SimCluster],
+) -> None:
+    counters, device = _stored_partitioned_pool(clusters["1.34"])
 
     assert "sharedCounters" not in counters
     assert not {"allowMultipleAllocations", "consumesCounters", "taints"} & set(device)
@@ -237,11 +244,7 @@ def test_slice_loses_counters_shared_allocation_and_taints_when_1_34(
 def test_slice_keeps_counters_shared_allocation_and_taints_when_1_36(
     clusters: dict[str, SimCluster],
 ) -> None:
-    with _api(clusters["1.36"]) as api:
-        counters_name, devices_name = _publish_partitioned_pool(api)
-        resource = client.ResourceV1Api(api)
-        counters = _wire(resource.read_resource_slice(counters_name))["spec"]
-        device = _wire(resource.read_resource_slice(devices_name))["spec"]["devices"][0]
+    counters, device = _stored_partitioned_pool(clusters["1.36"])
 
     assert counters["sharedCounters"][0]["name"] == "gpu-0-counters"
     assert device["allowMultipleAllocations"] is True
