@@ -339,16 +339,15 @@ def provision_unit(*, operation_pk: int) -> None:
             PermanentError("gave up after repeated cluster errors", reason="ProvisioningFailed"),
         )
         return
-    lifecycle.transition_unit(
-        unit,
-        to=UnitPhase.PROVISIONING,
-        reason="Provisioning",
-        message="Creating the GPUUnit, ResourceClaim and Pod.",
-        # Read a moment ago by claim_operation, whose holder alone moves it on from Accepted.
-        allowed_from={unit.phase}
-        if unit.phase in (UnitPhase.ACCEPTED, UnitPhase.PROVISIONING)
-        else {UnitPhase.ACCEPTED, UnitPhase.PROVISIONING},
-    )
+    if unit.phase in (UnitPhase.ACCEPTED, UnitPhase.PROVISIONING):
+        # From the phase claim_operation read a moment ago: only the operation's holder moves
+        # the unit on from Accepted.
+        lifecycle.transition_unit(
+            unit,
+            to=UnitPhase.PROVISIONING,
+            reason="Provisioning",
+            message="Creating the GPUUnit, ResourceClaim and Pod.",
+        )
     try:
         ensure_tenant_namespace_once(unit.tenant)
         contract = unit.contract(request_hash=operation.fingerprint)
