@@ -18,18 +18,24 @@ from runtime.provisioning import install_crd
 from simcluster.cluster import SimCluster
 
 
-def wait_for_phase(unit: GPUUnit, *phases: str, timeout: float = 60.0) -> GPUUnit:
-    """Reconcile (as beat would) until the unit reaches one of `phases`."""
+def wait_for_phase(
+    unit: GPUUnit, *phases: str, reason: str | None = None, timeout: float = 60.0
+) -> GPUUnit:
+    """Reconcile (as beat would) until the unit reaches one of `phases`, and `reason` if given.
+    A phase can hold several reasons one after another: a unit is Pending (Waiting for
+    allocation) from its pod's creation until the scheduler's pass says why it cannot place
+    it, so a test that means the latter names it."""
     deadline = time.monotonic() + timeout
     while True:
         reconcile.reconcile_units()
         unit.refresh_from_db()
-        if unit.phase in phases:
+        if unit.phase in phases and reason in (None, unit.reason):
             return unit
         if time.monotonic() > deadline:
             events = [(e.reason, e.message) for e in unit.events.all()]
+            wanted = f"{phases}/{reason}" if reason else f"{phases}"
             raise AssertionError(
-                f"{unit} is {unit.phase}/{unit.reason} ({unit.message}), wanted {phases}; "
+                f"{unit} is {unit.phase}/{unit.reason} ({unit.message}), wanted {wanted}; "
                 f"timeline: {events}"
             )
         time.sleep(0.2)

@@ -111,8 +111,7 @@ def test_two_slices_of_one_parent_or_none(tenant, cluster):
         sync_inventory()
         assert placeable(paired) == 0
         assert placeable(loose) == 1
-        blocked = wait_for_phase(order("second", paired), "Pending")
-        assert blocked.reason == "NoMatchingDevices", blocked.message
+        blocked = wait_for_phase(order("second", paired), "Pending", reason="NoMatchingDevices")
         client.delete("/api/v1/gpu-units/second")
         wait_for_phase(blocked, "Terminated")
         loose_unit = wait_for_phase(order("third", loose), "Running")

@@ -92,9 +92,7 @@ def test_unplaceable_package_is_pending_with_no_matching_devices(auth_client):
     # 9 RTX 3080 per unit: more than any node has.
     PackageFactory(id="gpu-rtx3080-9x", spec_name="too-big", gpu=9, count=9)
     order(auth_client, "too-big", package="gpu-rtx3080-9x")
-    unit = wait_for_phase(GPUUnit.objects.get(), "Pending")
-    unit = wait_for_phase(unit, "Pending") if unit.reason == "WaitingForAllocation" else unit
-    assert unit.reason == "NoMatchingDevices"
+    unit = wait_for_phase(GPUUnit.objects.get(), "Pending", reason="NoMatchingDevices")
     assert "cannot allocate all claims" in unit.message
 
 
@@ -103,8 +101,7 @@ def test_missing_device_class_is_pending_with_device_class_not_found(auth_client
         id="gpu-ghost-1x", spec_name="ghost", gpu=1, count=1, device_class_name="nvidia-b200"
     )
     order(auth_client, "ghost", package="gpu-ghost-1x")
-    unit = wait_for_phase(GPUUnit.objects.get(), "Pending")
-    assert unit.reason == "DeviceClassNotFound"
+    unit = wait_for_phase(GPUUnit.objects.get(), "Pending", reason="DeviceClassNotFound")
     assert "nvidia-b200" in unit.message
 
 
