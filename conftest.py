@@ -192,7 +192,10 @@ def start_observer(name: str) -> subprocess.Popen:
 @pytest.fixture
 def session_worker_paused():
     """Only the workers a test starts may take tasks while it runs: the session's worker (if
-    one is up) stops consuming until the test ends."""
+    one is up) stops consuming until the test ends. What the test left queued is discarded
+    before it consumes again: those tasks are the test's (an order no worker was meant to
+    take), and carried out after it they would create objects its cleanup has already
+    swept, or race the database flush."""
     from controlplane.celery import app
 
     def session_nodes() -> list[str]:
@@ -203,6 +206,7 @@ def session_worker_paused():
     if nodes:
         app.control.cancel_consumer("celery", destination=nodes, reply=True)
     yield
+    app.control.purge()
     if nodes:
         app.control.add_consumer("celery", destination=nodes, reply=True)
 
@@ -213,8 +217,8 @@ def _session_worker_idle_before_flush(request):
     session's worker is still carrying out for it (the last action a test asked for) holds
     row locks the TRUNCATE waits on while the task waits on it: a deadlock that fails the
     flush and leaves rows behind for the next test. So after such a test the worker stops
-    taking tasks and finishes what it has before the flush, and takes tasks again when the
-    next test starts."""
+    taking tasks and finishes what it has, what is still queued is discarded, and the worker
+    takes tasks again when the next test starts."""
     from controlplane.celery import app
 
     paused = request.config.stash.get(_PAUSED_NODES, [])
@@ -232,8 +236,12 @@ def _session_worker_idle_before_flush(request):
     request.config.stash[_PAUSED_NODES] = nodes
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:
-        active = app.control.inspect(destination=nodes, timeout=1).active() or {}
-        if not any(active.get(node) for node in nodes):
+        inspect = app.control.inspect(destination=nodes, timeout=1)
+        # Tasks being carried out, and those received but waiting for a thread (prefetch).
+        # No reply within the timeout says nothing about the worker: ask again.
+        held = [inspect.active(), inspect.reserved()]
+        if all(reply is not None and not any(reply.get(node) for node in nodes) for reply in held):
+            app.control.purge()  # what the test left queued is its own (see above)
             return
         time.sleep(0.1)
 

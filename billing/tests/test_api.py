@@ -74,12 +74,15 @@ class TestUsage(EndpointTest):
         assert data["total"]["seconds"] == "2700.000"
         assert data["total"]["cost"] == "2.700000"
 
-    def test_a_running_unit_counts_up_to_now(self, auth_client, tenant, package):
+    def test_a_running_unit_counts_up_to_now(self, auth_client, tenant, package, monkeypatch):
+        # Mid-month (the default period is this UTC month), and the clock stands still.
+        now = datetime(2026, 11, 28, 12, 0, tzinfo=UTC)
+        monkeypatch.setattr(timezone, "now", lambda: now)
         unit = UnitFactory(tenant=tenant, name="live", package=package, phase=UnitPhase.RUNNING)
-        hold(unit, timezone.now() - timedelta(seconds=600), None)
+        hold(unit, now - timedelta(seconds=600), None)
         data = self.get_success_response(auth_client).json()["data"]
-        assert 600 <= float(data["total"]["seconds"]) < 605
-        assert data["from"].startswith(timezone.now().strftime("%Y-%m-01T00:00:00"))
+        assert data["total"]["seconds"] == "600.000"
+        assert data["from"].startswith("2026-11-01T00:00:00")
 
     @pytest.mark.parametrize(
         ("query", "field"),

@@ -66,15 +66,17 @@ def test_opening_and_closing_a_meter_cost_the_same_in_a_small_and_a_large_fleet(
 
 
 def test_the_hourly_seal_costs_the_same_for_ten_or_a_thousand_meters(tenant):
-    # Half an hour before this hour began: one row per meter to seal.
-    hour_ago = periods.floor_hour(timezone.now()) - timedelta(minutes=30)
+    # Half an hour before this hour began: one row per meter to seal (one clock reading, so
+    # that no hour boundary passes between the meters' start and the seal).
+    now = timezone.now()
+    hour_ago = periods.floor_hour(now) - timedelta(minutes=30)
 
     def seal(size: int) -> tuple[int, int]:
         Meter.objects.all().delete()
         fleet(tenant, size)
         Meter.objects.update(started_at=hour_ago, opened_at=hour_ago)
         with recording() as log:
-            written = ledger.seal_meters(now=timezone.now())
+            written = ledger.seal_meters(now=now)
         assert not Meter.objects.filter(started_at=hour_ago).exists()
         return len(log.statements), written
 

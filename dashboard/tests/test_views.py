@@ -544,11 +544,12 @@ class TestLivePages:
     def test_live_body_answers_204_while_only_the_sync_age_moves(
         self, member_client, package, page, live, monkeypatch
     ):
+        start = timezone.now()
+        monkeypatch.setattr(timezone, "now", lambda: start)  # the age is exact, not >= 5 s
         seed_inventory(synced_ago=timedelta(seconds=5))
         response = member_client.get(page)
         assert 'data-age-seconds="5">5 seconds ago<' in response.content.decode()
         since = response.context["live"]["digest"]
-        start = timezone.now()
         # Later, no sync since, still fresh: the browser ticks the age on by itself.
         monkeypatch.setattr(timezone, "now", lambda: start + timedelta(seconds=35))
         assert member_client.get(live, {"since": since}).status_code == 204
@@ -561,7 +562,11 @@ class TestLivePages:
 
 
 class TestOverview:
-    def test_shows_devices_phases_packages_and_chart(self, staff_client, tenant, package):
+    def test_shows_devices_phases_packages_and_chart(
+        self, staff_client, tenant, package, monkeypatch
+    ):
+        now = timezone.now()
+        monkeypatch.setattr(timezone, "now", lambda: now)  # the sync was exactly 5 s ago
         seed_inventory()
         PackageAvailability.objects.create(
             package_id=package.id, placeable=1, free_devices=1, reason=""

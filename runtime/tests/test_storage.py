@@ -121,8 +121,7 @@ def test_a_unit_whose_storage_cannot_bind_is_pending_storage_not_bound(auth_clie
     create_storage(auth_client, name="nowhere", storageClass="no-such-class")
     body = {**SEED_REQUEST, "storageMounts": [{"name": "nowhere", "mountPath": "/data"}]}
     assert auth_client.post("/api/v1/gpu-units", body, format="json").status_code == 201
-    unit = wait_for_phase(GPUUnit.objects.get(name="demo-instance"), "Pending")
-    wait_for(lambda: GPUUnit.objects.get(pk=unit.pk).reason == "StorageNotBound", "the reason")
+    wait_for_phase(GPUUnit.objects.get(name="demo-instance"), "Pending", reason="StorageNotBound")
 
 
 @pytest.mark.parametrize(
