@@ -196,10 +196,9 @@ def test_watches_are_bounded_and_reopened(sim: SimCluster) -> None:
 
 def test_stop_ends_the_thread_promptly(sim: SimCluster) -> None:
     informer = watching(Recorder())
-    started = time.monotonic()
     informer.stop()
+    # Its watch would run for 300 s; stop() waits for the thread 5 s at most.
     assert not informer._thread.is_alive()
-    assert time.monotonic() - started < 3
 
 
 def test_an_optional_kind_the_cluster_does_not_serve_is_empty_and_healthy(sim: SimCluster):

@@ -512,7 +512,7 @@ def test_watch_receives_added_modified_deleted(kube_api: client.ApiClient, names
         # Client 37 cannot infer ResourceV1ResourceClaim from the list method, so name it.
         stream = watch.Watch(return_type="ResourceV1ResourceClaim")
         for event in stream.stream(
-            resource.list_namespaced_resource_claim, namespace, timeout_seconds=5
+            resource.list_namespaced_resource_claim, namespace, timeout_seconds=30
         ):
             events.append((event["type"], event["object"].metadata.name))
             watching.set()  # the initial ADDED of the sentinel proves the watch is open

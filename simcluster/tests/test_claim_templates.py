@@ -204,9 +204,9 @@ def test_pod_whose_claim_status_is_written_later_is_retried_at_once(
             }
         },
     )
-    started = time.monotonic()
+    # Retried at once: wait_running gives up after 10 s, the periodic retry (asserted above)
+    # comes after 30 s.
     gpus.wait_running("late")
-    assert time.monotonic() - started < 5
 
 
 def test_claim_not_owned_by_the_pod_is_not_used_for_its_template_entry(gpus: GpuEnv) -> None:

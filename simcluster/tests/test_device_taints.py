@@ -464,7 +464,9 @@ def test_toleration_seconds_delay_the_eviction(
         "key": TAINT_KEY,
         "operator": "Exists",
         "effect": "NoExecute",
-        "tolerationSeconds": 3,
+        # timeAdded has second precision, so the eviction comes 5-6 s after the rule: time
+        # enough to see the pod still there on a busy machine, within _wait's deadline.
+        "tolerationSeconds": 6,
     }
     gpus.claim("patient", count=2, tolerations=[toleration])
     gpus.pod("patient", "patient")

@@ -72,42 +72,56 @@ def _table(output: str) -> list[list[str]]:
 
 def test_get_nodes_deviceclasses_resourceslices(sim: SimCluster, kubectl: Kubectl) -> None:
     node = f"node-{uuid.uuid4().hex[:6]}"
-    sim.store.create(
-        "nodes",
-        {
-            "metadata": {"name": node},
-            "status": {"conditions": [{"type": "Ready", "status": "True"}]},
-        },
-        internal=True,
-    )
-    sim.store.create(
-        "deviceclasses", {"metadata": {"name": f"{node}.example.com"}, "spec": {}}, internal=True
-    )
-    sim.store.create(
-        "resourceslices",
-        {
-            "metadata": {"name": f"{node}-gpu.nvidia.com"},
-            "spec": {
-                "driver": "gpu.nvidia.com",
-                "nodeName": node,
-                "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+    # Created in the session's cluster, and removed again: a Ready node there would take the
+    # plain pods other modules expect to stay Pending.
+    try:
+        sim.store.create(
+            "nodes",
+            {
+                "metadata": {"name": node},
+                "status": {"conditions": [{"type": "Ready", "status": "True"}]},
             },
-        },
-        internal=True,
-    )
+            internal=True,
+        )
+        sim.store.create(
+            "deviceclasses",
+            {"metadata": {"name": f"{node}.example.com"}, "spec": {}},
+            internal=True,
+        )
+        sim.store.create(
+            "resourceslices",
+            {
+                "metadata": {"name": f"{node}-gpu.nvidia.com"},
+                "spec": {
+                    "driver": "gpu.nvidia.com",
+                    "nodeName": node,
+                    "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+                },
+            },
+            internal=True,
+        )
 
-    output = kubectl("get", "nodes,deviceclasses,resourceslices").stdout
+        output = kubectl("get", "nodes,deviceclasses,resourceslices").stdout
 
-    assert f"node/{node}" in output
-    assert f"deviceclass.resource.k8s.io/{node}.example.com" in output
-    rows = _table(output)
-    assert ["NAME", "NODE", "DRIVER", "POOL", "AGE"] in rows
-    assert any(
-        row[:4]
-        == [f"resourceslice.resource.k8s.io/{node}-gpu.nvidia.com", node, "gpu.nvidia.com", node]
-        for row in rows
-    )
-    assert any(row[:2] == [f"node/{node}", "Ready"] for row in rows)
+        assert f"node/{node}" in output
+        assert f"deviceclass.resource.k8s.io/{node}.example.com" in output
+        rows = _table(output)
+        assert ["NAME", "NODE", "DRIVER", "POOL", "AGE"] in rows
+        assert any(
+            row[:4]
+            == [
+                f"resourceslice.resource.k8s.io/{node}-gpu.nvidia.com",
+                node,
+                "gpu.nvidia.com",
+                node,
+            ]
+            for row in rows
+        )
+        assert any(row[:2] == [f"node/{node}", "Ready"] for row in rows)
+    finally:
+        sim.store.delete("resourceslices", None, f"{node}-gpu.nvidia.com", internal=True)
+        sim.store.delete("deviceclasses", None, f"{node}.example.com", internal=True)
+        sim.store.delete("nodes", None, node, internal=True)
 
 
 def test_apply_crd_then_custom_object_shows_printer_columns(

@@ -320,7 +320,7 @@ def test_background_loop_binds_a_pod_soon_after_it_is_created(store: Store) -> N
     try:
         _claim(store, "claim")
         _pod(store, "worker", "claim")
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + 10
         while _get(store, "pods", "worker")["status"].get("phase") != "Running":
             assert time.monotonic() < deadline, "pod was not scheduled in time"
             time.sleep(0.02)
