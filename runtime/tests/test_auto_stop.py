@@ -113,3 +113,10 @@ def test_the_smaller_maximum_of_package_and_tenant_applies(tenant):
     assert shorter.json()["data"]["stopAfter"] == "1h30m"
     unit.refresh_from_db()
     assert (unit.stops_at - unit.started_at).total_seconds() == 5400
+    # The update replaces the pod; it is carried out before the test ends (a replacement made
+    # after the cleanup would be left behind, holding devices).
+    deadline = time.monotonic() + 30
+    while Operation.objects.get(operation_id="shorter").status != OperationStatus.SUCCEEDED:
+        assert time.monotonic() < deadline, "the update was not carried out"
+        time.sleep(0.2)
+    wait_for_phase(unit, "Running")
