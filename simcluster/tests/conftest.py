@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import pytest
 from kubernetes import client, config
@@ -13,9 +15,25 @@ from kubernetes import client, config
 from simcluster.cluster import SimCluster
 
 Kubectl = Callable[..., subprocess.CompletedProcess]
+T = TypeVar("T")
 
 # Small enough to start instantly; tests that need devices create their own.
 TINY_TOPOLOGY: dict = {"nodes": [], "deviceClasses": []}
+
+
+def wait_until(
+    read: Callable[[], T], done: Callable[[T], bool], what: str, *, timeout: float = 15.0
+) -> T:
+    """Poll `read()` until `done` says yes; fail naming `what` and the last value once
+    `timeout` seconds have passed (a bound for a loaded machine, not a speed check)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = read()
+        if done(value):
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}; last value: {value}")
+        time.sleep(0.05)
 
 
 @pytest.fixture(scope="session")

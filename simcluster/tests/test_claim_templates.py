@@ -16,8 +16,8 @@ from kubernetes.client import ApiException
 
 from simcluster.claimtemplates import generate_name
 from simcluster.cluster import SimCluster
-from simcluster.tests.conftest import Kubectl
-from simcluster.tests.test_scheduler_api import GpuEnv, _make_env, _unique, _wait
+from simcluster.tests.conftest import Kubectl, wait_until
+from simcluster.tests.test_scheduler_api import GpuEnv, _make_env, _unique
 
 
 @pytest.fixture
@@ -136,12 +136,12 @@ def test_generated_claim_goes_with_its_pod(gpus: GpuEnv) -> None:
             return exc.status == 404
         return False
 
-    _wait(gone, bool, f"claim {claim_name} deleted")
+    wait_until(gone, bool, f"claim {claim_name} deleted")
 
 
 def test_missing_template_is_an_event_and_the_pod_waits(gpus: GpuEnv) -> None:
     _template_pod(gpus, "waiting", "later")
-    events = _wait(
+    events = wait_until(
         lambda: [
             e
             for e in gpus.core.list_namespaced_event(gpus.namespace).items
@@ -226,7 +226,7 @@ def test_claim_not_owned_by_the_pod_is_not_used_for_its_template_entry(gpus: Gpu
         f"ResourceClaim someone-elses was not created for pod {gpus.namespace}/picky "
         "(pod is not owner)"
     )
-    condition = _wait(
+    condition = wait_until(
         lambda: next(
             c for c in gpus.read_pod("picky").status.conditions if c.type == "PodScheduled"
         ),
@@ -329,7 +329,7 @@ def test_admin_access_demo_runs_in_a_labelled_namespace(gpus: GpuEnv) -> None:
                 },
             },
         )
-        pod = _wait(
+        pod = wait_until(
             lambda: gpus.core.read_namespaced_pod("pod0", admin),
             lambda p: p.status.phase == "Running",
             "admin pod Running",

@@ -23,8 +23,8 @@ from kubernetes import client, watch
 from kubernetes.client import ApiException
 
 from simcluster.cluster import SimCluster
-from simcluster.tests.conftest import TINY_TOPOLOGY, Kubectl
-from simcluster.tests.test_scheduler_api import GpuEnv, _make_env, _wait
+from simcluster.tests.conftest import TINY_TOPOLOGY, Kubectl, wait_until
+from simcluster.tests.test_scheduler_api import GpuEnv, _make_env
 
 RULES_PATH = "/apis/resource.k8s.io/v1alpha3/devicetaintrules"
 TAINT_KEY = "example.com/unhealthy"
@@ -428,7 +428,7 @@ def test_no_execute_evicts_the_pod_frees_its_claim_and_a_new_pod_gets_a_healthy_
         seen.append((event["type"], event["object"]))
         if event["type"] == "DELETED":
             break
-    claim = _wait(
+    claim = wait_until(
         lambda: gpus.read_claim("work"),
         lambda c: c.status is None or c.status.allocation is None,
         "claim deallocated",
@@ -479,7 +479,7 @@ def test_toleration_seconds_delay_the_eviction(
     sim.scheduler.run_once()
 
     assert not _pod_gone(gpus, "patient")
-    _wait(lambda: _pod_gone(gpus, "patient"), bool, "pod evicted after tolerationSeconds")
+    wait_until(lambda: _pod_gone(gpus, "patient"), bool, "pod evicted after tolerationSeconds")
 
 
 def test_removing_the_taint_before_its_time_cancels_the_eviction(
@@ -530,8 +530,8 @@ def test_a_toleration_without_effect_does_not_stop_the_eviction(
     gpus.claim("broad", count=1, tolerations=[{"operator": "Exists"}])
     gpus.pod("broad", "broad")
 
-    _wait(lambda: _events(gpus, "broad", "Scheduled"), bool, "pod scheduled")
-    _wait(lambda: _pod_gone(gpus, "broad"), bool, "pod evicted")
+    wait_until(lambda: _events(gpus, "broad", "Scheduled"), bool, "pod scheduled")
+    wait_until(lambda: _pod_gone(gpus, "broad"), bool, "pod evicted")
 
 
 def test_a_tainted_device_is_not_given_to_anyone_while_the_rule_stands(
@@ -543,7 +543,7 @@ def test_a_tainted_device_is_not_given_to_anyone_while_the_rule_stands(
     gpus.wait_running("first")
 
     rules.create_device_taint_rule(_rule(name, {"pool": gpus.nodes[0]}, "NoExecute"))
-    _wait(lambda: _pod_gone(gpus, "first"), bool, "pod evicted")
+    wait_until(lambda: _pod_gone(gpus, "first"), bool, "pod evicted")
     gpus.claim("second", count=1)
     gpus.pod("second", "second")
     gpus.wait_unscheduled("second")
@@ -560,7 +560,7 @@ def test_the_taint_device_hook_evicts_and_untaint_makes_the_device_allocatable(
     gpus.wait_running("pair")
 
     rule = sim.taint_device("gpu.nvidia.com", gpus.nodes[0], "gpu-1")
-    _wait(lambda: _pod_gone(gpus, "pair"), bool, "pod evicted")
+    wait_until(lambda: _pod_gone(gpus, "pair"), bool, "pod evicted")
     gpus.pod("pair-again", "pair")
     gpus.wait_unscheduled("pair-again")
     sim.untaint_device(rule)

@@ -15,19 +15,17 @@ import os
 import re
 import shutil
 import subprocess
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 import yaml
 from kubernetes import client, config, utils
 
 from simcluster.cluster import SimCluster
+from simcluster.tests.conftest import wait_until
 
-T = TypeVar("T")
-DEADLINE_SECONDS = 15.0
 # `kubectl get resourceclaim` STATE and the template controller's annotation.
 POD_CLAIM_NAME = "resource.kubernetes.io/pod-claim-name"
 NVIDIA = "gpu.nvidia.com"
@@ -36,17 +34,6 @@ A100 = "NVIDIA A100-SXM4-40GB"
 H100 = "NVIDIA H100 80GB HBM3"
 
 needs_kubectl = pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not on PATH")
-
-
-def _wait(read: Callable[[], T], done: Callable[[T], bool], what: str) -> T:
-    deadline = time.monotonic() + DEADLINE_SECONDS
-    while True:
-        value = read()
-        if done(value):
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}; last value: {value}")
-        time.sleep(0.05)
 
 
 class Demo:
@@ -98,7 +85,7 @@ class Demo:
         return dict(self.api.sanitize_for_serialization(raw))
 
     def running(self, namespace: str, name: str) -> dict[str, Any]:
-        return _wait(
+        return wait_until(
             lambda: self.pod(namespace, name),
             lambda p: p["status"].get("phase") == "Running",
             f"pod {namespace}/{name} Running",
@@ -113,7 +100,9 @@ class Demo:
                     return dict(entry)
             return None
 
-        found = _wait(condition, lambda c: c is not None, f"pod {namespace}/{name} not scheduled")
+        found = wait_until(
+            condition, lambda c: c is not None, f"pod {namespace}/{name} not scheduled"
+        )
         assert found is not None
         return found
 
@@ -128,14 +117,14 @@ class Demo:
                 if e.reason == reason
             ]
 
-        return _wait(read, bool, f"a {reason} event for {namespace}/{pod}")
+        return wait_until(read, bool, f"a {reason} event for {namespace}/{pod}")
 
     def claim(self, namespace: str, name: str) -> dict[str, Any]:
         raw = self.resource.read_namespaced_resource_claim(name, namespace)
         return dict(self.api.sanitize_for_serialization(raw))
 
     def allocated(self, namespace: str, name: str) -> dict[str, Any]:
-        return _wait(
+        return wait_until(
             lambda: self.claim(namespace, name),
             lambda c: bool((c.get("status") or {}).get("allocation")),
             f"claim {namespace}/{name} allocated",
@@ -151,7 +140,7 @@ class Demo:
                 (s.get("resourceClaimName") for s in statuses if s["name"] == pod_claim), None
             )
 
-        claim_name = _wait(name, bool, f"resourceClaimStatuses[{pod_claim}] of {pod}")
+        claim_name = wait_until(name, bool, f"resourceClaimStatuses[{pod_claim}] of {pod}")
         assert claim_name is not None
         return self.claim(namespace, claim_name)
 
@@ -947,7 +936,7 @@ def test_example_basic_resourceclaimtemplate(start: Callable[..., Demo]) -> None
     assert devices[0] != devices[1]
     # Deleting a pod deletes its claim (owner) and frees its GPU.
     demo.kubectl("delete", "pod", "-n", ns, "pod0", "--wait=false")
-    _wait(
+    wait_until(
         lambda: len(demo.resource.list_namespaced_resource_claim(ns).items),
         lambda n: n == 1,
         "pod0's claim deleted with it",
@@ -1014,7 +1003,7 @@ spec:
     assert len(_devices(claim)) == 1
     # The claim stays when one pod goes, reserved for the other only.
     demo.kubectl("delete", "pod", "-n", ns, "pod0")
-    claim = _wait(
+    claim = wait_until(
         lambda: demo.claim(ns, "single-gpu"),
         lambda c: _reserved_for(c) == [("pods", "pod1")],
         "reservedFor without pod0",
@@ -1539,7 +1528,7 @@ spec:
     assert table.split()[:2] == ["some-gpu", "allocated,reserved"]
     # The tutorial's clean-up: deleting the pod deallocates the claim, which stays.
     demo.kubectl("delete", "pod", "-n", "dra-tutorial", "pod0")
-    claim = _wait(
+    claim = wait_until(
         lambda: demo.claim("dra-tutorial", "some-gpu"),
         lambda c: not (c.get("status") or {}).get("allocation"),
         "some-gpu deallocated",

@@ -8,9 +8,9 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 from kubernetes import client, config
@@ -18,23 +18,12 @@ from kubernetes.client import ApiException
 
 from simcluster.cluster import SimCluster
 from simcluster.errors import ApiError
+from simcluster.tests.conftest import wait_until
 
-T = TypeVar("T")
 DEADLINE_SECONDS = 10.0
 NAMESPACE = "logs"
 STARTUP = ["simcluster: image python:3.12", "simcluster: command python -m http.server 8080"]
 TIMESTAMPED = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}Z (.*)$")
-
-
-def _wait(read: Callable[[], T], done: Callable[[T], bool], what: str) -> T:
-    deadline = time.monotonic() + DEADLINE_SECONDS
-    while True:
-        value = read()
-        if done(value):
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}; last value: {value}")
-        time.sleep(0.05)
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +63,7 @@ def _pod(
         NAMESPACE, {"metadata": {"name": name}, "spec": {"containers": containers, **spec}}
     )
     if running:
-        _wait(
+        wait_until(
             lambda: core.read_namespaced_pod(name, NAMESPACE),
             lambda p: p.status.phase == "Running",
             f"{name} running",
@@ -145,7 +134,7 @@ def test_waiting_container_is_a_400_with_the_kubelet_message(core: client.CoreV1
         running=False,
         volumes=[{"name": "keys", "secret": {"secretName": "not-there"}}],
     )
-    _wait(
+    wait_until(
         lambda: core.read_namespaced_pod(name, NAMESPACE),
         lambda p: p.status.container_statuses,
         "waiting status",
@@ -236,9 +225,9 @@ def test_follow_streams_appended_lines_until_the_container_stops(
         daemon=True,
     )
     reader.start()
-    _wait(lambda: "".join(received), lambda text: "started" in text, "first chunk")
+    wait_until(lambda: "".join(received), lambda text: "started" in text, "first chunk")
     sim.append_log(NAMESPACE, name, ["step 1", "step 2"])
-    _wait(lambda: "".join(received), lambda text: "step 2" in text, "appended lines")
+    wait_until(lambda: "".join(received), lambda text: "step 2" in text, "appended lines")
     sim.fail_container(NAMESPACE, name, exit_code=0, reason="Completed", lines=["done"])
     reader.join(timeout=DEADLINE_SECONDS)
     assert not reader.is_alive(), "follow did not end when the container stopped"
@@ -283,7 +272,7 @@ def test_logs_and_allocations_survive_a_restart_when_persisted(tmp_path: Path) -
                 "spec": {"containers": [{"name": "main", "image": "busybox:1.36"}]},
             },
         )
-        _wait(
+        wait_until(
             lambda: first.store.get("pods", NAMESPACE, "kept")["status"]["phase"],
             lambda phase: phase == "Running",
             "pod running",

@@ -5,33 +5,18 @@ and incomplete pools."""
 from __future__ import annotations
 
 import json
-import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 from kubernetes import client
 from kubernetes.client import ApiException
 
 from simcluster.cluster import SimCluster
+from simcluster.tests.conftest import wait_until
 from simcluster.topology import build_objects
-
-T = TypeVar("T")
-DEADLINE_SECONDS = 10.0
-
-
-def _wait(read: Callable[[], T], done: Callable[[T], bool], what: str) -> T:
-    """Poll until `done(read())`; fail with the last value after a bounded deadline."""
-    deadline = time.monotonic() + DEADLINE_SECONDS
-    while True:
-        value = read()
-        if done(value):
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}; last value: {value}")
-        time.sleep(0.05)
 
 
 @dataclass
@@ -89,7 +74,7 @@ class GpuEnv:
         return self.resource.read_namespaced_resource_claim(name, self.namespace)
 
     def wait_running(self, name: str) -> client.V1Pod:
-        return _wait(
+        return wait_until(
             lambda: self.read_pod(name),
             lambda p: p.status.phase == "Running",
             f"pod {name} Running",
@@ -102,7 +87,7 @@ class GpuEnv:
                 (c for c in conditions if c.type == "PodScheduled" and c.status == "False"), None
             )
 
-        return _wait(condition, lambda c: c is not None, f"pod {name} PodScheduled=False")
+        return wait_until(condition, lambda c: c is not None, f"pod {name} PodScheduled=False")
 
 
 def _unique(prefix: str) -> str:
@@ -192,7 +177,7 @@ def test_pod_is_unschedulable_with_event_when_claim_exceeds_every_node(gpus: Gpu
     assert "cannot allocate all claims" in condition.message
     assert condition.message.startswith("0/")
     assert gpus.read_pod("hopeful").status.phase == "Pending"
-    events = _wait(
+    events = wait_until(
         lambda: [
             e
             for e in gpus.core.list_namespaced_event(gpus.namespace).items
@@ -211,7 +196,7 @@ def test_deleting_the_pod_deallocates_its_claim(gpus: GpuEnv) -> None:
     gpus.pod("brief", "short")
     gpus.wait_running("brief")
     gpus.core.delete_namespaced_pod("brief", gpus.namespace)
-    claim = _wait(
+    claim = wait_until(
         lambda: gpus.read_claim("short"),
         lambda c: c.status is None or c.status.allocation is None,
         "claim deallocated",
@@ -302,7 +287,7 @@ def test_quota_rejects_claim_with_403_and_tracks_usage(gpus: GpuEnv) -> None:
         f'resourceclaims.resource.k8s.io "overflows" is forbidden: exceeded quota: gpu-quota, '
         f"requested: {device_key}=2, used: {device_key}=2, limited: {device_key}=3"
     )
-    quota = _wait(
+    quota = wait_until(
         lambda: gpus.core.read_namespaced_resource_quota("gpu-quota", gpus.namespace),
         lambda q: q.status is not None and q.status.used is not None,
         "quota status",

@@ -13,7 +13,7 @@ from kubernetes import client
 
 from dracel.quantity import parse as parse_quantity
 from simcluster.cluster import SimCluster
-from simcluster.tests.test_scheduler_api import _wait
+from simcluster.tests.conftest import wait_until
 
 DRIVER = "gpu.example.com"
 
@@ -105,7 +105,7 @@ class Env:
         )
 
     def running(self, name: str) -> client.V1Pod:
-        return _wait(
+        return wait_until(
             lambda: self.core.read_namespaced_pod(name, self.namespace),
             lambda p: p.status.phase == "Running",
             f"pod {name} Running",
@@ -119,7 +119,7 @@ class Env:
                     return str(condition.message)
             return None
 
-        return _wait(message, lambda m: m is not None, f"pod {name} unschedulable") or ""
+        return wait_until(message, lambda m: m is not None, f"pod {name} unschedulable") or ""
 
     def results(self, claim: str) -> list[dict[str, Any]]:
         read = self.resource.read_namespaced_resource_claim(claim, self.namespace)

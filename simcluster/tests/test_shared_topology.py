@@ -12,7 +12,7 @@ import pytest
 from kubernetes import client, config
 
 from simcluster.cluster import SimCluster
-from simcluster.tests.test_scheduler_api import _wait
+from simcluster.tests.conftest import wait_until
 
 TOPOLOGY = Path(__file__).parents[1] / "topologies" / "shared-mig.yaml"
 
@@ -45,7 +45,7 @@ def _run(api: client.ApiClient, name: str, requests: list[dict[str, Any]], **dev
             },
         },
     )
-    _wait(
+    wait_until(
         lambda: core.read_namespaced_pod(name, "default"),
         lambda p: p.status.phase == "Running",
         f"pod {name} Running",

@@ -6,30 +6,18 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from collections.abc import Iterator
+from typing import Any
 
 import pytest
 from kubernetes import client, config
 from kubernetes.client import ApiException
 
 from simcluster.cluster import SimCluster
+from simcluster.tests.conftest import wait_until
 
-T = TypeVar("T")
-DEADLINE_SECONDS = 10.0
 NAMESPACE = "team"
 DEFAULT_CLASS = {"storageclass.kubernetes.io/is-default-class": "true"}
-
-
-def _wait(read: Callable[[], T], done: Callable[[T], bool], what: str) -> T:
-    deadline = time.monotonic() + DEADLINE_SECONDS
-    while True:
-        value = read()
-        if done(value):
-            return value
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out waiting for {what}; last value: {value}")
-        time.sleep(0.05)
 
 
 class Cluster:
@@ -64,7 +52,7 @@ class Cluster:
         return self.core.read_namespaced_persistent_volume_claim(name, NAMESPACE)
 
     def bound_claim(self, name: str) -> Any:
-        return _wait(
+        return wait_until(
             lambda: self.read_claim(name), lambda c: c.status.phase == "Bound", f"{name} bound"
         )
 
@@ -159,7 +147,7 @@ def test_claim_stays_pending_without_a_class_then_binds_when_one_appears(
     cluster.claim("named", storageClassName="later")
     cluster.claim("unnamed")
     # Each claim's event may come from a different pass of the volume controller.
-    _wait(
+    wait_until(
         lambda: (cluster.events("ProvisioningFailed"), cluster.events("FailedBinding")),
         lambda events: (
             events
@@ -187,14 +175,14 @@ def test_wait_for_first_consumer_binds_on_the_node_the_pod_is_scheduled_to(
 ) -> None:
     cluster.storage_class("local", volumeBindingMode="WaitForFirstConsumer")
     cluster.claim("data", storageClassName="local")
-    _wait(
+    wait_until(
         lambda: cluster.events("WaitForFirstConsumer"),
         lambda events: events == ["waiting for first consumer to be created before binding"],
         "WaitForFirstConsumer event",
     )
     assert cluster.read_claim("data").status.phase == "Pending"
     cluster.pod("user", volumes=_claim_volume("data"))
-    pod = _wait(
+    pod = wait_until(
         lambda: cluster.read_pod("user"), lambda p: p.status.phase == "Running", "pod running"
     )
     claim = cluster.bound_claim("data")
@@ -206,7 +194,7 @@ def test_wait_for_first_consumer_binds_on_the_node_the_pod_is_scheduled_to(
     # A later pod mounting the same volume lands on the volume's node.
     cluster.core.delete_namespaced_pod("user", NAMESPACE)
     cluster.pod("again", volumes=_claim_volume("data"))
-    again = _wait(
+    again = wait_until(
         lambda: cluster.read_pod("again"), lambda p: p.spec.node_name, "second pod scheduled"
     )
     assert again.spec.node_name == pod.spec.node_name
@@ -214,7 +202,7 @@ def test_wait_for_first_consumer_binds_on_the_node_the_pod_is_scheduled_to(
 
 def test_pod_stays_pending_when_its_claim_is_missing(cluster: Cluster) -> None:
     cluster.pod("orphan", volumes=_claim_volume("nope"))
-    pod = _wait(
+    pod = wait_until(
         lambda: cluster.read_pod("orphan"),
         lambda p: any(c.type == "PodScheduled" for c in p.status.conditions or []),
         "PodScheduled condition",
@@ -235,7 +223,7 @@ def test_pod_stays_pending_when_its_immediate_claim_is_unbound_then_runs_once_bo
 ) -> None:
     cluster.claim("data", storageClassName="later")
     cluster.pod("waiting", volumes=_claim_volume("data"))
-    pod = _wait(
+    pod = wait_until(
         lambda: cluster.read_pod("waiting"),
         lambda p: any(c.type == "PodScheduled" for c in p.status.conditions or []),
         "PodScheduled condition",
@@ -247,7 +235,9 @@ def test_pod_stays_pending_when_its_immediate_claim_is_unbound_then_runs_once_bo
     )
     cluster.storage_class("later")
     cluster.bound_claim("data")
-    _wait(lambda: cluster.read_pod("waiting"), lambda p: p.status.phase == "Running", "running")
+    wait_until(
+        lambda: cluster.read_pod("waiting"), lambda p: p.status.phase == "Running", "running"
+    )
 
 
 def test_deleting_a_claim_deletes_its_volume_when_reclaim_policy_is_delete(
@@ -260,8 +250,8 @@ def test_deleting_a_claim_deletes_its_volume_when_reclaim_policy_is_delete(
     cluster.core.delete_namespaced_persistent_volume_claim("a", NAMESPACE)
     cluster.core.delete_namespaced_persistent_volume_claim("b", NAMESPACE)
     names = lambda: {v.metadata.name for v in cluster.core.list_persistent_volume().items}  # noqa: E731
-    _wait(names, lambda found: deleted.spec.volume_name not in found, "volume deleted")
-    volume = _wait(
+    wait_until(names, lambda found: deleted.spec.volume_name not in found, "volume deleted")
+    volume = wait_until(
         lambda: cluster.core.read_persistent_volume(retained.spec.volume_name),
         lambda v: v.status.phase == "Released",
         "volume released",
@@ -273,7 +263,7 @@ def test_claim_in_use_is_removed_only_once_its_pod_is_gone(cluster: Cluster) -> 
     cluster.storage_class("std")
     cluster.bound_claim(cluster.claim("data", storageClassName="std").metadata.name)
     cluster.pod("user", volumes=_claim_volume("data"))
-    _wait(lambda: cluster.read_pod("user"), lambda p: p.status.phase == "Running", "running")
+    wait_until(lambda: cluster.read_pod("user"), lambda p: p.status.phase == "Running", "running")
     cluster.core.delete_namespaced_persistent_volume_claim("data", NAMESPACE)
     time.sleep(0.3)
     terminating = cluster.read_claim("data")
@@ -288,7 +278,7 @@ def test_claim_in_use_is_removed_only_once_its_pod_is_gone(cluster: Cluster) -> 
             return error.status == 404
         return False
 
-    _wait(gone, bool, "claim removed")
+    wait_until(gone, bool, "claim removed")
 
 
 def test_static_volume_binds_to_a_matching_claim(cluster: Cluster) -> None:
@@ -305,7 +295,7 @@ def test_static_volume_binds_to_a_matching_claim(cluster: Cluster) -> None:
     )
     assert created.spec.persistent_volume_reclaim_policy == "Retain"
     assert created.metadata.finalizers == ["kubernetes.io/pv-protection"]
-    _wait(
+    wait_until(
         lambda: cluster.core.read_persistent_volume("nfs-share"),
         lambda v: v.status.phase == "Available",
         "volume available",
@@ -344,7 +334,7 @@ def test_storage_quota_refuses_a_claim_with_the_real_message(cluster: Cluster) -
         "persistentvolumeclaims=2,requests.storage=10Gi, limited: "
         "persistentvolumeclaims=2,requests.storage=10Gi"
     )
-    quota = _wait(
+    quota = wait_until(
         lambda: cluster.core.read_namespaced_resource_quota("storage", NAMESPACE),
         lambda q: (q.status.used or {}).get("persistentvolumeclaims") == "2",
         "quota status",
@@ -388,7 +378,7 @@ def test_expansion_is_refused_unless_the_class_allows_it(cluster: Cluster) -> No
     assert exc_info.value.status == 403
     assert "only dynamically provisioned pvc can be resized" in _error(exc_info)["message"]
     cluster.core.patch_namespaced_persistent_volume_claim("b", NAMESPACE, grow)
-    claim = _wait(
+    claim = wait_until(
         lambda: cluster.read_claim("b"),
         lambda c: c.status.capacity == {"storage": "3Gi"},
         "capacity grown",
@@ -412,8 +402,8 @@ def test_pod_waits_in_container_creating_when_a_mounted_secret_is_missing(
             {"name": "opt", "configMap": {"name": "absent", "optional": True}},
         ],
     )
-    pod = _wait(lambda: cluster.read_pod("mounts"), lambda p: p.spec.node_name, "scheduled")
-    pod = _wait(
+    pod = wait_until(lambda: cluster.read_pod("mounts"), lambda p: p.spec.node_name, "scheduled")
+    pod = wait_until(
         lambda: cluster.read_pod("mounts"), lambda p: p.status.container_statuses, "statuses"
     )
     assert pod.status.phase == "Pending"
@@ -425,7 +415,7 @@ def test_pod_waits_in_container_creating_when_a_mounted_secret_is_missing(
     cluster.core.create_namespaced_secret(
         NAMESPACE, {"metadata": {"name": "ssh-keys"}, "stringData": {"authorized_keys": "k"}}
     )
-    _wait(lambda: cluster.read_pod("mounts"), lambda p: p.status.phase == "Running", "running")
+    wait_until(lambda: cluster.read_pod("mounts"), lambda p: p.status.phase == "Running", "running")
 
 
 def test_pod_reports_create_container_config_error_when_an_env_secret_is_missing(
@@ -433,14 +423,16 @@ def test_pod_reports_create_container_config_error_when_an_env_secret_is_missing
 ) -> None:
     env = [{"name": "TOKEN", "valueFrom": {"secretKeyRef": {"name": "api", "key": "token"}}}]
     cluster.pod("envs", volumes=[], env=env)
-    pod = _wait(lambda: cluster.read_pod("envs"), lambda p: p.status.container_statuses, "statuses")
+    pod = wait_until(
+        lambda: cluster.read_pod("envs"), lambda p: p.status.container_statuses, "statuses"
+    )
     waiting = pod.status.container_statuses[0].state.waiting
     assert waiting.reason == "CreateContainerConfigError"
     assert waiting.message == 'secret "api" not found'
     cluster.core.create_namespaced_secret(
         NAMESPACE, {"metadata": {"name": "api"}, "stringData": {"other": "x"}}
     )
-    pod = _wait(
+    pod = wait_until(
         lambda: cluster.read_pod("envs"),
         lambda p: p.status.container_statuses[0].state.waiting.message != 'secret "api" not found',
         "new reason",
@@ -449,4 +441,4 @@ def test_pod_reports_create_container_config_error_when_an_env_secret_is_missing
         f"couldn't find key token in Secret {NAMESPACE}/api"
     )
     cluster.core.patch_namespaced_secret("api", NAMESPACE, {"stringData": {"token": "t"}})
-    _wait(lambda: cluster.read_pod("envs"), lambda p: p.status.phase == "Running", "running")
+    wait_until(lambda: cluster.read_pod("envs"), lambda p: p.status.phase == "Running", "running")
