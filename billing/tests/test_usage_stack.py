@@ -14,7 +14,7 @@ from billing.models import Meter, PriceVersion, QuantityUnit, UsageRecord
 from catalog.models import Package
 from catalog.tests.factories import PackageFactory
 from runtime.models import GPUUnit, UnitPhase
-from runtime.tests.helpers import remove_namespace_objects, wait_for_phase
+from runtime.tests.helpers import order_unit, remove_namespace_objects, wait_for_phase
 from tests.endpoints import client_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("celery_worker")]
@@ -27,13 +27,7 @@ def _cleanup(tenant, cluster):
 
 
 def order(client, name: str, package: str) -> GPUUnit:
-    response = client.post(
-        "/api/v1/gpu-units",
-        {"operationID": f"create-{name}", "name": name, "packageID": package, "image": "busybox"},
-        format="json",
-    )
-    assert response.status_code == 201, response.json()
-    return GPUUnit.objects.get(name=name, phase__in=UnitPhase.LIVE)
+    return order_unit(client, name, package, operation_id=f"create-{name}")
 
 
 def stop(client, unit: GPUUnit) -> float:

@@ -13,7 +13,7 @@ from django.conf import settings
 from conftest import start_worker, stop_worker
 from controlplane import kube
 from runtime import manifests, reconcile
-from runtime.models import GPUUnit
+from runtime.models import GPUUnit, UnitPhase
 from runtime.provisioning import install_crd
 from simcluster.cluster import SimCluster
 
@@ -39,6 +39,17 @@ def wait_for_phase(
                 f"timeline: {events}"
             )
         time.sleep(0.2)
+
+
+def order_unit(client, name: str, package_id: str, *, operation_id: str = "", **extra) -> GPUUnit:
+    """POST a unit of `package_id` named `name` (operationID `operation_id`, else the name),
+    assert it was accepted, and return it."""
+    body = {"operationID": operation_id or name, "name": name, "packageID": package_id}
+    response = client.post(
+        "/api/v1/gpu-units", {"image": "busybox", **body, **extra}, format="json"
+    )
+    assert response.status_code == 201, response.json()
+    return GPUUnit.objects.get(name=name, phase__in=UnitPhase.LIVE)
 
 
 def unit_objects(unit: GPUUnit) -> dict[str, dict | None]:

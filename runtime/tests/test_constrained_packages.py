@@ -14,8 +14,8 @@ from catalog.tests.factories import PackageFactory
 from catalog.validation import match_attribute
 from inventory.sync import sync_inventory
 from runtime import manifests
-from runtime.models import GPUUnit, UnitPhase
-from runtime.tests.helpers import remove_namespace_objects, wait_for_phase
+from runtime.models import GPUUnit
+from runtime.tests.helpers import order_unit, remove_namespace_objects, wait_for_phase
 from runtime.tests.test_manifests import CONTRACT
 from tests.endpoints import client_for
 
@@ -84,15 +84,6 @@ def test_two_slices_of_one_parent_or_none(tenant, cluster):
     )
     client = client_for(tenant)
 
-    def order(name: str, package) -> GPUUnit:
-        response = client.post(
-            "/api/v1/gpu-units",
-            {"operationID": name, "name": name, "packageID": package.id, "image": "busybox"},
-            format="json",
-        )
-        assert response.status_code == 201, response.json()
-        return GPUUnit.objects.get(name=name, phase__in=UnitPhase.LIVE)
-
     def placeable(package) -> int:
         shown = client.get(f"/api/v1/packages/{package.id}").json()["data"]["availability"]
         return shown["placeableNow"]
@@ -101,20 +92,22 @@ def test_two_slices_of_one_parent_or_none(tenant, cluster):
         return {d["device"].split("-mig-")[0] for d in unit.dra["devices"]}
 
     try:
-        wait_for_phase(order("whole", whole), "Running")
+        wait_for_phase(order_unit(client, "whole", whole.id), "Running")
         sync_inventory()
         assert placeable(paired) == 1  # parent 0 has three 1g slices, parent 1 one
-        first = wait_for_phase(order("first", paired), "Running")
+        first = wait_for_phase(order_unit(client, "first", paired.id), "Running")
         assert len(parents(first)) == 1  # two slices of one GPU
         # One 1g slice is left on each parent: a pair of one parent does not fit, a loose
         # pair would, and GET /packages says so beforehand.
         sync_inventory()
         assert placeable(paired) == 0
         assert placeable(loose) == 1
-        blocked = wait_for_phase(order("second", paired), "Pending", reason="NoMatchingDevices")
+        blocked = wait_for_phase(
+            order_unit(client, "second", paired.id), "Pending", reason="NoMatchingDevices"
+        )
         client.delete("/api/v1/gpu-units/second")
         wait_for_phase(blocked, "Terminated")
-        loose_unit = wait_for_phase(order("third", loose), "Running")
+        loose_unit = wait_for_phase(order_unit(client, "third", loose.id), "Running")
         assert len(parents(loose_unit)) == 2
         shown = client.get("/api/v1/gpu-units/first").json()["data"]["allocation"]
         assert shown["matchAttribute"] == PARENT

@@ -17,8 +17,7 @@ from catalog.validation import alternatives as check_alternatives
 from catalog.yaml_io import dump_document, entry_to_fields, package_to_entry, parse_document
 from inventory.sync import sync_inventory
 from runtime import manifests
-from runtime.models import GPUUnit, UnitPhase
-from runtime.tests.helpers import remove_namespace_objects, wait_for_phase
+from runtime.tests.helpers import order_unit, remove_namespace_objects, wait_for_phase
 from runtime.tests.test_manifests import CONTRACT
 from tests.endpoints import client_for
 
@@ -97,26 +96,17 @@ def test_the_second_unit_lands_on_the_alternative_and_says_so(tenant, cluster):
     type(tenant).objects.filter(pk=tenant.pk).update(quota_cpu="1000", quota_memory="4Ti")
     client = client_for(tenant)
 
-    def order(name: str) -> GPUUnit:
-        response = client.post(
-            "/api/v1/gpu-units",
-            {"operationID": name, "name": name, "packageID": package.id, "image": "busybox"},
-            format="json",
-        )
-        assert response.status_code == 201, response.json()
-        return GPUUnit.objects.get(name=name, phase__in=UnitPhase.LIVE)
-
     def availability() -> dict:
         sync_inventory()
         return client.get(f"/api/v1/packages/{package.id}").json()["data"]["availability"]
 
     try:
-        first = wait_for_phase(order("first"), "Running")
+        first = wait_for_phase(order_unit(client, "first", package.id), "Running")
         assert first.dra["alternative"] == "primary"
         shown = availability()
         assert shown["placeableNow"] == 1, shown
         assert "alternative l40s" in shown["reason"], shown
-        second = wait_for_phase(order("second"), "Running")
+        second = wait_for_phase(order_unit(client, "second", package.id), "Running")
         assert second.dra["alternative"] == "l40s"
         data = client.get("/api/v1/gpu-units/second").json()["data"]
         assert data["draStatus"]["alternative"] == "l40s"
@@ -124,6 +114,8 @@ def test_the_second_unit_lands_on_the_alternative_and_says_so(tenant, cluster):
         assert data["allocation"]["alternatives"] == [L40S]
         assert availability()["placeableNow"] == 0
         assert "no alternative fits either" in availability()["reason"]
-        wait_for_phase(order("third"), "Pending", reason="NoMatchingDevices")
+        wait_for_phase(
+            order_unit(client, "third", package.id), "Pending", reason="NoMatchingDevices"
+        )
     finally:
         remove_namespace_objects(tenant.namespace)

@@ -10,8 +10,8 @@ import pytest
 
 from catalog.tests.factories import PackageFactory
 from inventory.sync import sync_inventory
-from runtime.models import GPUUnit, UnitPhase
-from runtime.tests.helpers import cluster_of_its_own, wait_for_phase
+from runtime.models import GPUUnit
+from runtime.tests.helpers import cluster_of_its_own, order_unit, wait_for_phase
 from tenancy.tests.factories import TenantFactory
 from tests.endpoints import client_for
 
@@ -74,21 +74,12 @@ def test_counters_decide_what_mig_units_fit_on_a_partitionable_gpu(tenant, parti
         sync_inventory()
         return client.get(f"/api/v1/packages/{package.id}").json()["data"]["availability"]
 
-    def order(name: str, package) -> GPUUnit:
-        response = client.post(
-            "/api/v1/gpu-units",
-            {"operationID": name, "name": name, "packageID": package.id, "image": "busybox"},
-            format="json",
-        )
-        assert response.status_code == 201, response.json()
-        return GPUUnit.objects.get(name=name, phase__in=UnitPhase.LIVE)
-
     def delete(unit: GPUUnit) -> None:
         assert client.delete(f"/api/v1/gpu-units/{unit.name}").status_code == 202
         wait_for_phase(unit, "Terminated")
 
     assert availability(one)["placeableNow"] == 7
-    large = wait_for_phase(order("large", seven), "Running")
+    large = wait_for_phase(order_unit(client, "large", seven.id), "Running")
     assert [d["device"] for d in large.dra["devices"]] == ["gpu-0-mig-7g80gb-0-0"]
     shown = availability(one)
     assert (shown["placeableNow"], shown["freeDevices"]) == (0, 0)
@@ -101,17 +92,19 @@ def test_counters_decide_what_mig_units_fit_on_a_partitionable_gpu(tenant, parti
     assert counter_set["name"] == "gpu-0-counter-set"
     assert counter_set["counters"]["memory"] == {"total": "80Gi", "remaining": "0"}
     assert counter_set["counters"]["memory-slice-0"] == {"total": "1", "remaining": "0"}
-    blocked = wait_for_phase(order("blocked", one), "Pending", reason="NoMatchingDevices")
+    blocked = wait_for_phase(
+        order_unit(client, "blocked", one.id), "Pending", reason="NoMatchingDevices"
+    )
     delete(blocked)
     delete(large)
 
     # A 3g.40gb holds memory slices 0-3: a 1g.10gb fits on slices 4, 5 and 6 only.
-    wait_for_phase(order("medium", three), "Running")
+    wait_for_phase(order_unit(client, "medium", three.id), "Running")
     shown = availability(one)
     assert (shown["placeableNow"], shown["freeDevices"], shown["reason"]) == (3, 3, "")
-    small = [wait_for_phase(order(f"small-{n}", one), "Running") for n in range(3)]
+    small = [wait_for_phase(order_unit(client, f"small-{n}", one.id), "Running") for n in range(3)]
     assert sorted(d["device"] for unit in small for d in unit.dra["devices"]) == [
         f"gpu-0-mig-1g10gb-19-{start}" for start in (4, 5, 6)
     ]
     assert availability(one)["placeableNow"] == 0
-    wait_for_phase(order("small-3", one), "Pending", reason="NoMatchingDevices")
+    wait_for_phase(order_unit(client, "small-3", one.id), "Pending", reason="NoMatchingDevices")

@@ -14,7 +14,7 @@ from inventory.sync import sync_inventory
 from runtime import orders
 from runtime.models import GPUUnit, Operation, UnitPhase
 from runtime.provisioning import install_crd, provision_unit
-from runtime.tests.helpers import cluster_of_its_own, wait_for_phase
+from runtime.tests.helpers import cluster_of_its_own, order_unit, wait_for_phase
 from simcluster.cluster import SimCluster
 from tenancy.tests.factories import TenantFactory
 from tests.endpoints import client_for
@@ -70,20 +70,11 @@ def test_four_quarter_units_share_one_gpu_and_a_fifth_waits(tenant, shared_clust
         shown = client.get(f"/api/v1/packages/{package.id}").json()["data"]["availability"]
         return shown["placeableNow"]
 
-    def order(name: str) -> GPUUnit:
-        response = client.post(
-            "/api/v1/gpu-units",
-            {"operationID": name, "name": name, "packageID": package.id, "image": "busybox"},
-            format="json",
-        )
-        assert response.status_code == 201, response.json()
-        return GPUUnit.objects.get(name=name, phase__in=UnitPhase.LIVE)
-
     seen = []
     units = []
     for index in range(4):
         seen.append(placeable())
-        units.append(wait_for_phase(order(f"quarter-{index}"), "Running"))
+        units.append(wait_for_phase(order_unit(client, f"quarter-{index}", package.id), "Running"))
     assert seen == [4, 3, 2, 1]
     assert placeable() == 0
     devices = [unit.dra["devices"] for unit in units]
@@ -100,7 +91,9 @@ def test_four_quarter_units_share_one_gpu_and_a_fifth_waits(tenant, shared_clust
     assert (device["device"], device["shares"]) == ("hami-gpu-0", 4)
     assert device["consumed"] == {"cores": "100", "memory": "80Gi"}
     assert device["remaining"] == {"cores": "0", "memory": "0"}
-    wait_for_phase(order("quarter-4"), "Pending", reason="NoMatchingDevices")
+    wait_for_phase(
+        order_unit(client, "quarter-4", package.id), "Pending", reason="NoMatchingDevices"
+    )
     sync_inventory()
     reason = client.get(f"/api/v1/packages/{package.id}").json()["data"]["availability"]["reason"]
     assert "cores 25" in reason

@@ -10,8 +10,13 @@ from catalog.tests.factories import PackageFactory
 from controlplane import kube
 from inventory.sync import sync_inventory
 from runtime import manifests
-from runtime.models import GPUUnit, Operation, OperationStatus, UnitPhase
-from runtime.tests.helpers import remove_namespace_objects, unit_objects, wait_for_phase
+from runtime.models import GPUUnit, Operation, OperationStatus
+from runtime.tests.helpers import (
+    order_unit,
+    remove_namespace_objects,
+    unit_objects,
+    wait_for_phase,
+)
 from tenancy.tests.factories import TenantFactory
 from tests.endpoints import client_for
 
@@ -29,14 +34,7 @@ def _packages_and_cleanup(tenant, cluster):
 
 
 def order(client, name: str, package: str = WHOLE_NODE, **extra) -> GPUUnit:
-    response = client.post(
-        "/api/v1/gpu-units",
-        {"operationID": f"create-{name}", "name": name, "packageID": package, "image": "busybox"}
-        | extra,
-        format="json",
-    )
-    assert response.status_code == 201, response.json()
-    return GPUUnit.objects.get(name=name, phase__in=UnitPhase.LIVE)
+    return order_unit(client, name, package, operation_id=f"create-{name}", **extra)
 
 
 def act(client, name: str, action: str, operation_id: str):
