@@ -37,30 +37,38 @@ _taint = inline_serializer(
         ),
     },
 )
+# Which device a row is about, and on which node.
+_device_fields = {
+    "driver": serializers.CharField(),
+    "pool": serializers.CharField(),
+    "device": serializers.CharField(),
+    "nodeName": serializers.CharField(allow_blank=True),
+}
 _tainted_device = inline_serializer(
     name="TaintedDevice",
     fields={
-        "driver": serializers.CharField(),
-        "pool": serializers.CharField(),
-        "device": serializers.CharField(),
-        "nodeName": serializers.CharField(allow_blank=True),
+        **_device_fields,
         "allocated": serializers.BooleanField(),
         "claim": serializers.CharField(allow_null=True, help_text="<namespace>/<name>"),
         "taints": serializers.ListField(child=_taint),
     },
 )
-_quantities = serializers.DictField(child=serializers.CharField())
+
+
+def _quantities(help_text: str) -> serializers.DictField:
+    """Quantities by capacity name. A field of its own per use: one instance declared under
+    several names is copied once per serializer, so the schema would name only the last."""
+    return serializers.DictField(child=serializers.CharField(), help_text=help_text)
+
+
 _shared_device = inline_serializer(
     name="SharedDevice",
     fields={
-        "driver": serializers.CharField(),
-        "pool": serializers.CharField(),
-        "device": serializers.CharField(),
-        "nodeName": serializers.CharField(allow_blank=True),
+        **_device_fields,
         "shares": serializers.IntegerField(help_text="claims holding a share of it"),
-        "capacity": _quantities,
-        "consumed": _quantities,
-        "remaining": _quantities,
+        "capacity": _quantities("what the device publishes"),
+        "consumed": _quantities("what the claims sharing it hold"),
+        "remaining": _quantities("capacity less consumed"),
     },
 )
 _counter_set = inline_serializer(

@@ -18,6 +18,17 @@ def test_schema_lists_the_api_with_envelope_shapes(client):
     assert "Error" in schema["components"]["schemas"]
 
 
+def test_the_operator_inventorys_device_rows_document_every_field(client):
+    components = yaml.safe_load(client.get("/api/schema/").content)["components"]["schemas"]
+    where = {"driver", "pool", "device", "nodeName"}
+    shared = components["SharedDevice"]["properties"]
+    assert set(shared) == where | {"shares", "capacity", "consumed", "remaining"}
+    for name in ("capacity", "consumed", "remaining"):  # a map of quantities each
+        assert shared[name]["additionalProperties"] == {"type": "string"}
+    tainted = components["TaintedDevice"]["properties"]
+    assert set(tainted) == where | {"allocated", "claim", "taints"}
+
+
 def test_swagger_ui_assets_come_from_this_server_not_a_cdn(client):
     page = client.get("/api/docs/").content.decode()
     assert "swagger-ui" in page
