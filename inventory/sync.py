@@ -87,16 +87,27 @@ def package_specs() -> list[observe.PackageSpec]:
     return specs
 
 
+# What the mirror is observed from, by the name observe() takes each under: the sync lists
+# them, the observer (runtime/observer.py) watches them.
+INVENTORY_KINDS: dict[str, kube.Kind] = {
+    "nodes": kube.NODE,
+    "device_classes": kube.DEVICECLASS,
+    "slices": kube.RESOURCESLICE,
+    "device_taint_rules": kube.DEVICETAINTRULE,
+    "claims": kube.RESOURCECLAIM,
+    "pods": kube.POD,
+    "quotas": kube.RESOURCEQUOTA,
+}
+
+
 def fetch() -> dict[str, list[dict]]:
-    """One list call per kind, cluster-wide."""
+    """One list call per kind, cluster-wide (DeviceTaintRules at the version the cluster
+    serves them, none where it serves none)."""
     return {
-        "nodes": kube.list_objects(kube.NODE),
-        "device_classes": kube.list_objects(kube.DEVICECLASS),
-        "slices": kube.list_objects(kube.RESOURCESLICE),
-        "device_taint_rules": _list_if_served(kube.device_taint_rule_kind()),
-        "claims": kube.list_objects(kube.RESOURCECLAIM),
-        "pods": kube.list_objects(kube.POD),
-        "quotas": kube.list_objects(kube.RESOURCEQUOTA),
+        name: _list_if_served(kube.device_taint_rule_kind())
+        if kind == kube.DEVICETAINTRULE
+        else kube.list_objects(kind)
+        for name, kind in INVENTORY_KINDS.items()
     }
 
 

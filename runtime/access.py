@@ -18,8 +18,8 @@ from django.conf import settings
 from django.core import checks
 
 from controlplane.validation import dns_label, dns_subdomain
+from runtime import manifests
 
-SERVICE_PREFIX = "unit-"
 _LABEL_MAX = 63
 _HASH_CHARS = 6
 
@@ -58,7 +58,7 @@ def from_settings() -> AccessConfig:
 
 
 def service_name(unit: str) -> str:
-    return f"{SERVICE_PREFIX}{unit}"
+    return manifests.object_name(unit, manifests.Part.SERVICE)
 
 
 def _short_hash(text: str) -> str:

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from django.db import IntegrityError, transaction
-from django.db.models import F
 from django.utils import timezone
 
 from runtime import lifecycle, orders, outbox, selectors, stopafter
@@ -200,9 +199,10 @@ def request_action(
                     claims=0,  # a stopped unit still holds its claim
                 ):
                     raise problem
-                Tenant.objects.filter(pk=tenant.pk).update(
-                    used_cpu_millicores=F("used_cpu_millicores") + unit.cpu_millicores,
-                    used_memory_bytes=F("used_memory_bytes") + unit.memory_bytes,
+                tenancy_services.charge(
+                    tenant_pk=tenant.pk,
+                    cpu_millicores=unit.cpu_millicores,
+                    memory_bytes=unit.memory_bytes,
                 )
                 unit.started_at = timezone.now()
                 lifecycle.transition_unit(

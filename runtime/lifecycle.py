@@ -128,19 +128,24 @@ def record_provisioned(
     create operation as succeeded, under the unit's row lock. False, with nothing recorded,
     when the unit's deletion was requested first (which already cancelled the operation):
     a create ends `succeeded` before a deletion or `cancelled` after it, never both."""
+    recorded = {
+        "unit_k8s_uid": unit_k8s_uid,
+        "claim_k8s_uid": claim_k8s_uid,
+        "pod_k8s_uid": pod_k8s_uid,
+        "exposed": exposed or {},
+        "observed_generation": unit.generation,
+    }
+    provisioning = GPUUnit.objects.filter(
+        pk=unit.pk, phase__in=(UnitPhase.ACCEPTED, UnitPhase.PROVISIONING)
+    )
     with transaction.atomic():
         # Compare-and-set: the update takes the row lock and re-reads the phase behind a
-        # deletion committed meanwhile, as a SELECT FOR UPDATE first would.
-        updated = GPUUnit.objects.filter(
-            pk=unit.pk, phase__in=(UnitPhase.ACCEPTED, UnitPhase.PROVISIONING)
-        ).update(
-            unit_k8s_uid=unit_k8s_uid,
-            claim_k8s_uid=claim_k8s_uid,
-            pod_k8s_uid=pod_k8s_uid,
-            exposed=exposed or {},
-            observed_generation=unit.generation,
-        )
-        if not updated:
+        # deletion committed meanwhile, as a SELECT FOR UPDATE first would; and the
+        # generation, which the control plane may have moved on meanwhile (an SSH key
+        # removed): then the newer one is rolled out after this create.
+        updated = provisioning.filter(generation=unit.generation).update(**recorded)
+        moved_on = not updated and provisioning.update(**recorded)
+        if not (updated or moved_on):
             return False
         unit.exposed = exposed or {}
         unit.observed_generation = unit.generation
@@ -157,6 +162,8 @@ def record_provisioned(
             f"{manifests.pod_name_for(unit.name)}.",
         )
         outbox.finish_operation(operation)
+        if moved_on:
+            outbox.roll_out_change(unit, generation=_generation_now(unit))
     return True
 
 
@@ -247,7 +254,7 @@ def mark_unit_terminated(unit: GPUUnit) -> bool:
     False when the unit was not Terminating (someone else finished it)."""
     with transaction.atomic():
         tenancy_services.lock_tenant(unit.tenant_id)
-        charged = _charged_now(unit)
+        charged, _generation = _charged_now(unit)
         terminated = transition_unit(
             unit,
             to=UnitPhase.TERMINATED,
@@ -263,20 +270,26 @@ def mark_unit_terminated(unit: GPUUnit) -> bool:
             outbox.finish_open_delete(unit)
             GPUUnit.objects.filter(pk=unit.pk).update(compute_charged=False)
             unit.compute_charged = False
-            Tenant.objects.filter(pk=unit.tenant_id).update(
-                used_cpu_millicores=F("used_cpu_millicores") - (unit.cpu_millicores * charged),
-                used_memory_bytes=F("used_memory_bytes") - (unit.memory_bytes * charged),
-                used_claims=F("used_claims") - 1,
+            tenancy_services.refund(
+                tenant_pk=unit.tenant_id,
+                cpu_millicores=unit.cpu_millicores * charged,
+                memory_bytes=unit.memory_bytes * charged,
+                claims=1,
             )
     return terminated
 
 
-def _charged_now(unit: GPUUnit) -> bool:
-    """The unit's compute_charged as stored (read under its tenant's lock, which every
-    writer of it holds)."""
-    return bool(
-        GPUUnit.objects.filter(pk=unit.pk).values_list("compute_charged", flat=True).first()
-    )
+def _charged_now(unit: GPUUnit) -> tuple[bool, int]:
+    """The unit's compute_charged and generation as stored (read under its tenant's lock,
+    which every writer of the former holds)."""
+    charged, generation = GPUUnit.objects.filter(pk=unit.pk).values_list(
+        "compute_charged", "generation"
+    ).first() or (False, unit.generation)
+    return bool(charged), generation
+
+
+def _generation_now(unit: GPUUnit) -> int:
+    return GPUUnit.objects.filter(pk=unit.pk).values_list("generation", flat=True).get()
 
 
 def mark_unit_stopped(unit: GPUUnit, operation: Operation) -> bool:
@@ -286,7 +299,7 @@ def mark_unit_stopped(unit: GPUUnit, operation: Operation) -> bool:
     deletion was requested meanwhile)."""
     with transaction.atomic():
         tenancy_services.lock_tenant(unit.tenant_id)
-        charged = _charged_now(unit)
+        charged, generation = _charged_now(unit)
         stopped = transition_unit(
             unit,
             to=UnitPhase.STOPPED,
@@ -302,11 +315,14 @@ def mark_unit_stopped(unit: GPUUnit, operation: Operation) -> bool:
         )
         if stopped:
             if charged:
-                Tenant.objects.filter(pk=unit.tenant_id).update(
-                    used_cpu_millicores=F("used_cpu_millicores") - unit.cpu_millicores,
-                    used_memory_bytes=F("used_memory_bytes") - unit.memory_bytes,
+                tenancy_services.refund(
+                    tenant_pk=unit.tenant_id,
+                    cpu_millicores=unit.cpu_millicores,
+                    memory_bytes=unit.memory_bytes,
                 )
             outbox.finish_operation(operation)
+            if generation > unit.generation:  # the control plane changed it meanwhile
+                outbox.roll_out_change(unit, generation=generation)
     return stopped
 
 
@@ -333,7 +349,9 @@ def record_rolled_out(
         )
         if current is None or current[0] in (UnitPhase.TERMINATING, UnitPhase.TERMINATED):
             return False
-        fields: dict[str, Any] = {"observed_generation": current[1]}
+        # The generation this operation carried out: one the control plane made meanwhile
+        # (an SSH key removed) is rolled out by the follow-up below.
+        fields: dict[str, Any] = {"observed_generation": unit.generation}
         if exposed is not None:
             fields["exposed"] = exposed
         if pod_k8s_uid:
@@ -346,10 +364,12 @@ def record_rolled_out(
         record_event(
             unit,
             reason=what,
-            message=f"Generation {current[1]} rolled out"
+            message=f"Generation {unit.generation} rolled out"
             + (f": pod {pod} created, devices allocated afresh." if pod_k8s_uid else "."),
         )
         outbox.finish_operation(operation)
+        if current[1] > unit.generation:  # the control plane changed it meanwhile
+            outbox.roll_out_change(unit, generation=current[1])
     return True
 
 
@@ -374,25 +394,37 @@ def recount_usage() -> list[str]:
             charged = usage_of(tenant)
             if usage == charged:
                 continue
-            Tenant.objects.filter(pk=pk).update(
-                used_cpu_millicores=usage.cpu_millicores,
-                used_memory_bytes=usage.memory_bytes,
-                used_claims=usage.claims,
-            )
+            tenancy_services.set_usage(tenant_pk=pk, usage=usage)
             logger.warning("tenant %s usage recounted: %s -> %s", tenant.slug, charged, usage)
             fixed.append(tenant.slug)
     return fixed
 
 
-REFRESH_SSH_TASK = "runtime.refresh_unit_ssh"
-
-
 def ssh_key_removed(tenant: Tenant, name: str) -> None:
-    """A tenant removed an SSH key: the units that named it stop naming it, and a worker
-    rewrites their authorized keys (registered into tenancy.services from runtime.apps)."""
+    """A tenant removed an SSH key (in the same transaction, registered into tenancy.services
+    from runtime.apps): each unit that named it stops naming it, a new generation of its spec
+    that an update operation of the control plane's own rolls out through the outbox (its
+    authorized keys rewritten, its pod kept). A unit with an operation open already gets it
+    from that operation once it finishes (it rolls out the newer generation too)."""
     for unit in selectors.units_using_ssh_key(tenant=tenant, name=name):
-        keys = [key for key in unit.ssh.get("keys") or [] if key != name]
-        GPUUnit.objects.filter(pk=unit.pk).update(ssh={**unit.ssh, "keys": keys})
-        record_event(unit, reason="SSHKeyRemoved", message=f"SSH key {name} no longer opens it.")
-        # With the broker away the unit keeps the key until its next refresh: no backstop yet.
-        outbox.send(REFRESH_SSH_TASK, unit.pk)
+        with transaction.atomic():
+            locked = (
+                GPUUnit.objects.select_for_update()
+                .filter(pk=unit.pk)
+                .exclude(phase__in=(UnitPhase.TERMINATING, UnitPhase.TERMINATED))
+                .first()
+            )
+            if locked is None:
+                continue
+            keys = [key for key in locked.ssh.get("keys") or [] if key != name]
+            locked.generation += 1
+            GPUUnit.objects.filter(pk=locked.pk).update(
+                ssh={**locked.ssh, "keys": keys}, generation=locked.generation
+            )
+            record_event(
+                locked,
+                reason="SSHKeyRemoved",
+                message=f"SSH key {name} no longer opens it (generation {locked.generation}).",
+            )
+            if outbox.open_operation(locked) is None:
+                outbox.roll_out_change(locked, generation=locked.generation)

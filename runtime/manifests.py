@@ -7,6 +7,7 @@ import hashlib
 import json
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from dracel import quantity
 
@@ -18,6 +19,9 @@ LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 LABEL_UNIT = f"{GROUP}/unit"
 LABEL_TENANT = f"{GROUP}/tenant"
 LABEL_STORAGE = f"{GROUP}/storage"
+# The one label selector of what the control plane made (units' objects, storage claims).
+OURS_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
+STORAGE_SELECTOR = f"{OURS_SELECTOR},{LABEL_STORAGE}"
 ANNOTATION_OPERATION = f"{GROUP}/operation-id"
 ANNOTATION_REQUEST_HASH = f"{GROUP}/request-hash"
 # On the pod: the hash of what it was built from, and the restart that asked for it.
@@ -69,12 +73,33 @@ class UnitContract:
     restarted_at: str = ""  # RFC 3339, the last restart's time
 
 
+class Part(StrEnum):
+    """What one of a unit's objects is for; with the unit's name it decides the object's name."""
+
+    POD = "pod"
+    CLAIM = "claim"
+    SERVICE = "service"  # the template's ports
+    SSH_SERVICE = "ssh-service"
+    SSH_KEYS = "ssh-keys"  # the ConfigMap of authorized keys
+    ROUTE = "route"  # the HTTPRoute or Ingress publishing the primary HTTP port
+    NETWORK_POLICY = "network-policy"
+
+
+_NAME_SUFFIX = {Part.CLAIM: "-gpu", Part.SSH_SERVICE: "-ssh", Part.SSH_KEYS: "-ssh"}
+
+
+def object_name(unit_name: str, part: Part) -> str:
+    """The name of every object a unit has but its GPUUnit (named as the unit): deterministic,
+    so create, update and teardown find them without storing them."""
+    return f"unit-{unit_name}{_NAME_SUFFIX.get(part, '')}"
+
+
 def claim_name_for(unit_name: str) -> str:
-    return f"unit-{unit_name}-gpu"
+    return object_name(unit_name, Part.CLAIM)
 
 
 def pod_name_for(unit_name: str) -> str:
-    return f"unit-{unit_name}"
+    return object_name(unit_name, Part.POD)
 
 
 def labels(contract: UnitContract) -> dict[str, str]:
@@ -304,11 +329,11 @@ SSH_PORT = 2222  # the sidecar listens here (a non-root sshd cannot bind 22)
 
 
 def ssh_config_map_name(unit: str) -> str:
-    return f"unit-{unit}-ssh"
+    return object_name(unit, Part.SSH_KEYS)
 
 
 def ssh_service_name(unit: str) -> str:
-    return f"unit-{unit}-ssh"
+    return object_name(unit, Part.SSH_SERVICE)
 
 
 def _compute(contract: UnitContract) -> dict[str, str]:
@@ -631,7 +656,7 @@ def build_service(contract: UnitContract, *, owner_uid: str, service_type: str) 
         "apiVersion": "v1",
         "kind": "Service",
         "metadata": {
-            "name": f"unit-{contract.name}",
+            "name": object_name(contract.name, Part.SERVICE),
             "namespace": contract.namespace,
             "labels": labels(contract),
             "ownerReferences": [owner_reference(contract, owner_uid)],
@@ -654,7 +679,7 @@ def build_http_route(
         "apiVersion": "gateway.networking.k8s.io/v1",
         "kind": "HTTPRoute",
         "metadata": {
-            "name": f"unit-{contract.name}",
+            "name": object_name(contract.name, Part.ROUTE),
             "namespace": contract.namespace,
             "labels": labels(contract),
             "ownerReferences": [owner_reference(contract, owner_uid)],
@@ -672,7 +697,9 @@ def build_http_route(
             "rules": [
                 {
                     "matches": [{"path": {"type": "PathPrefix", "value": "/"}}],
-                    "backendRefs": [{"name": f"unit-{contract.name}", "port": port}],
+                    "backendRefs": [
+                        {"name": object_name(contract.name, Part.SERVICE), "port": port}
+                    ],
                 }
             ],
         },
@@ -687,7 +714,7 @@ def build_ingress(
         "apiVersion": "networking.k8s.io/v1",
         "kind": "Ingress",
         "metadata": {
-            "name": f"unit-{contract.name}",
+            "name": object_name(contract.name, Part.ROUTE),
             "namespace": contract.namespace,
             "labels": labels(contract),
             "ownerReferences": [owner_reference(contract, owner_uid)],
@@ -704,7 +731,7 @@ def build_ingress(
                                 "pathType": "Prefix",
                                 "backend": {
                                     "service": {
-                                        "name": f"unit-{contract.name}",
+                                        "name": object_name(contract.name, Part.SERVICE),
                                         "port": {"number": port},
                                     }
                                 },
@@ -816,7 +843,7 @@ def build_unit_network_policy(
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
         "metadata": {
-            "name": f"unit-{contract.name}",
+            "name": object_name(contract.name, Part.NETWORK_POLICY),
             "namespace": contract.namespace,
             "labels": labels(contract),
             "ownerReferences": [owner_reference(contract, owner_uid)],

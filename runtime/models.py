@@ -154,6 +154,13 @@ class GPUUnit(models.Model):
         digest = hashlib.sha256(f"{self.uid}:{self.generation}".encode()).hexdigest()
         return f'"{self.generation}-{digest[:16]}"'
 
+    @property
+    def rolling_out(self) -> bool:
+        """A stop, start, restart or update is being carried out: its worker moves the unit's
+        pod and phase, so the reconcile leaves both alone until it has recorded the rollout
+        (the cluster has not caught up with the spec's generation, or the pod is going)."""
+        return self.observed_generation < self.generation or self.phase == UnitPhase.STOPPING
+
     @staticmethod
     def contract_fields(package: Package, *, name: str) -> dict[str, Any]:
         """The package contract a new unit named `name` snapshots: these fields never change

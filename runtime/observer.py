@@ -27,12 +27,12 @@ from datetime import UTC, datetime
 import psycopg
 import redis
 from django.conf import settings
-from django.db import close_old_connections, connection, transaction
+from django.db import close_old_connections, connection
 
 from controlplane import kube, metrics
 from controlplane.kube.watch import Event, Informer, Key
 from inventory import sync
-from runtime import lifecycle, manifests, reconcile, selectors
+from runtime import manifests, reconcile, selectors
 from runtime.models import GPUUnit, UnitPhase
 
 logger = logging.getLogger(__name__)
@@ -40,17 +40,7 @@ logger = logging.getLogger(__name__)
 STATUS_KEY = "controlplane:observer"
 # pg_try_advisory_lock key of the observer's lead (the inventory sync's is 0x1A7E_5C00).
 LEAD_KEY = 0x0B5E_77E0
-OURS = f"{manifests.LABEL_MANAGED_BY}={manifests.MANAGED_BY}"
-# What the inventory mirror is computed from, by the name sync.observe takes it under.
-INVENTORY_KINDS = {
-    "nodes": kube.NODE,
-    "device_classes": kube.DEVICECLASS,
-    "slices": kube.RESOURCESLICE,
-    "device_taint_rules": kube.DEVICETAINTRULE,
-    "claims": kube.RESOURCECLAIM,
-    "pods": kube.POD,
-    "quotas": kube.RESOURCEQUOTA,
-}
+INVENTORY_KINDS = sync.INVENTORY_KINDS
 # By plural: DeviceTaintRule is watched at whichever version the cluster serves it.
 INVENTORY_PLURALS = {kind.plural for kind in INVENTORY_KINDS.values()}
 
@@ -140,7 +130,7 @@ class Observer:
         if labels.get(manifests.LABEL_MANAGED_BY) != manifests.MANAGED_BY:
             return None
         name = metadata.get("name") if kind == kube.GPUUNIT else labels.get(manifests.LABEL_UNIT)
-        if kind not in (kube.GPUUNIT, kube.RESOURCECLAIM, kube.POD) or not name:
+        if kind not in reconcile.UNIT_KINDS or not name:
             return None
         return metadata.get("namespace") or "", name
 
@@ -162,7 +152,7 @@ class Observer:
             kind: Informer(
                 kube.device_taint_rule_kind() if kind == kube.DEVICETAINTRULE else kind,
                 self,
-                label_selector=OURS if kind == kube.GPUUNIT else "",
+                label_selector=manifests.OURS_SELECTOR if kind == kube.GPUUNIT else "",
                 timeout_seconds=settings.OBSERVER_WATCH_TIMEOUT_SECONDS,
                 # Alpha on 1.34-1.35: many clusters do not serve it, and then have no rules.
                 optional=kind == kube.DEVICETAINTRULE,
@@ -210,7 +200,7 @@ class Observer:
         from them is missing from the cluster, not just not seen yet."""
         return all(
             (informer := self.informers.get(kind)) is not None and informer.healthy
-            for kind in (kube.GPUUNIT, kube.RESOURCECLAIM, kube.POD)
+            for kind in reconcile.UNIT_KINDS
         )
 
     # ------------------------------------------------------------------ the lead
@@ -333,88 +323,45 @@ class Observer:
         return informer.get(key) if informer else None
 
     def _reconcile_batch(self, due: dict[Key, float]) -> None:
-        """One batch: units loaded in one query, pods recreated, rows written in one
-        transaction (a savepoint per unit; units that may end each in their own), then GPUUnit
-        statuses patched."""
+        """One batch: the units loaded in one query, then the one reconcile
+        (runtime/reconcile.py) over them with their objects from the watch caches."""
         units = selectors.list_live_units_by_key(due)
         seen = {(unit.namespace, unit.name) for unit in units}
         for key in due:
             if key not in seen:
                 self._retry.pop(key, None)  # no live unit of that name: nothing to do
                 self._gone_pods.pop(key, None)
-        result = reconcile.ReconcileResult()
-        planned: list[tuple[GPUUnit, dict | None, dict | None, dict | None, dict | None]] = []
+        ready = []
         for unit in units:
             key = (unit.namespace, unit.name)
-            if (
-                not unit.unit_k8s_uid and unit.phase != UnitPhase.TERMINATING
-            ) or reconcile.rolling_out(unit):
+            if (not unit.unit_k8s_uid and unit.phase != UnitPhase.TERMINATING) or unit.rolling_out:
                 # Its provisioning (or a stop, start, restart, update) has not recorded what
                 # it did yet: look again once it has, the events may all be in by then.
                 self._requeue(key)
-                if not reconcile.rolling_out(unit):
+                if not unit.rolling_out:
                     continue
             else:
                 self._retry.pop(key, None)
-            gpuunit = reconcile.own_gpuunit(unit, self._object(kube.GPUUNIT, key))
-            claim = self._object(kube.RESOURCECLAIM, (unit.namespace, unit.claim_name))
-            pod = self._object(kube.POD, (unit.namespace, manifests.pod_name_for(unit.name)))
-            with self._wake:
-                last_pod = self._gone_pods.pop(key, None)
-            recreated = reconcile.recreate_missing_pod(
-                unit, gpuunit=gpuunit, claim=claim, pod=pod, last_pod=last_pod
-            )
-            if recreated is not pod:
-                result.recreated += 1 if recreated else 0
-                pod = recreated
-            planned.append((unit, gpuunit, claim, pod, last_pod))
-        to_patch: list[tuple[GPUUnit, dict]] = []
-        synced: list[int] = []
-
-        def apply(
-            unit: GPUUnit,
-            gpuunit: dict | None,
-            claim: dict | None,
-            pod: dict | None,
-            last_pod: dict | None,
-        ):
-            try:
-                with transaction.atomic():
-                    if reconcile.apply_observation(
-                        unit,
-                        gpuunit=gpuunit,
-                        claim=claim,
-                        pod=pod,
-                        result=result,
-                        last_pod=last_pod,
-                    ):
-                        assert gpuunit is not None
-                        to_patch.append((unit, gpuunit))
-            except Exception:  # one unit's trouble must not hold the others back
-                logger.exception("observer could not reconcile %s", unit)
-                return
-            if unit.phase != UnitPhase.TERMINATING:
-                synced.append(unit.pk)
-
-        # Units that may end now take their tenant's lock (to give the quota back), which
-        # orders take first: each in a transaction of its own, never inside the batch's.
-        ending = [p for p in planned if p[0].phase == UnitPhase.TERMINATING]
-        others = [p for p in planned if p[0].phase != UnitPhase.TERMINATING]
-        if others:
-            with transaction.atomic():
-                for planned_unit in others:
-                    apply(*planned_unit)
-                lifecycle.mark_units_synced(synced)
-        for planned_unit in ending:
-            apply(*planned_unit)
-        for unit, gpuunit in to_patch:
-            reconcile.sync_gpuunit_status(unit, gpuunit)
-        committed = time.monotonic()
+            ready.append(unit)
+        with self._wake:
+            last_pods = {key: self._gone_pods.pop(key) for key in seen if key in self._gone_pods}
+        result = reconcile.reconcile_batch(ready, lambda unit: self._unit_objects(unit, last_pods))
+        for key in result.retry:
+            self._requeue(key)
         self.stats.batches += 1
-        self.stats.units_reconciled += len(planned)
+        self.stats.units_reconciled += len(ready)
         if due:
-            self.stats.last_lag = committed - min(due.values())
+            self.stats.last_lag = time.monotonic() - min(due.values())
             metrics.OBSERVER_LAG_SECONDS.observe(self.stats.last_lag)
+
+    def _unit_objects(self, unit: GPUUnit, last_pods: dict[Key, dict]) -> reconcile.UnitObjects:
+        key = (unit.namespace, unit.name)
+        return reconcile.UnitObjects(
+            gpuunit=self._object(kube.GPUUNIT, key),
+            claim=self._object(kube.RESOURCECLAIM, (unit.namespace, unit.claim_name)),
+            pod=self._object(kube.POD, (unit.namespace, manifests.pod_name_for(unit.name))),
+            last_pod=last_pods.get(key),
+        )
 
     def _requeue(self, key: Key) -> None:
         """Look at a unit again shortly: its objects are there, its row not yet."""

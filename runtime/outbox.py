@@ -12,6 +12,7 @@ from datetime import timedelta
 
 from celery import current_app
 from django.conf import settings
+from django.db import transaction
 from django.db.models import Case, F, Value, When
 from django.utils import timezone
 
@@ -63,6 +64,28 @@ def delete_operation_id(unit: GPUUnit) -> str:
 def auto_stop_operation_id(unit: GPUUnit) -> str:
     """The operationID of the auto-stop of this run of the unit (one per generation)."""
     return f"{validation.AUTO_STOP_OPERATION_PREFIX}{unit.uid}-{unit.generation}"
+
+
+def roll_out_change(unit: GPUUnit, *, generation: int) -> Operation | None:
+    """A change the control plane made to the unit's spec (generation `generation`), rolled
+    out by an update operation of its own, sent once the caller's transaction commits; the
+    sweeper sends it again if that message is lost. None when one exists already. The caller
+    holds the unit's row lock and has seen no other operation open on it, or has just
+    finished the one that was (whose roll-out carried out an older generation)."""
+    operation_id = f"{validation.ROLL_OUT_OPERATION_PREFIX}{unit.uid}-{generation}"
+    operation, created = Operation.objects.get_or_create(
+        tenant_id=unit.tenant_id,
+        operation_id=operation_id,
+        defaults={
+            "kind": OperationKind.UPDATE,
+            "fingerprint": fingerprint({"rollOut": str(unit.uid), "generation": generation}),
+            "unit": unit,
+        },
+    )
+    if not created:
+        return None
+    transaction.on_commit(lambda: enqueue(operation))
+    return operation
 
 
 def send(task: str, pk: int) -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import yaml
 from django.conf import settings
@@ -121,29 +122,105 @@ def provision_objects(contract: manifests.UnitContract) -> tuple[dict, dict, dic
     return gpuunit, claim, pod
 
 
+@dataclass(frozen=True)
+class Child:
+    """One kind of object a unit may have besides its GPUUnit: which it is (its name part),
+    its kind under the access configuration, and whether a unit of this contract has it."""
+
+    part: manifests.Part
+    kind: Callable[[access.AccessConfig], kube.Kind]
+    wanted: Callable[[manifests.UnitContract, access.AccessConfig], bool]
+    # Whether the control plane manages this kind at all under the configuration (it may not
+    # be allowed to read a route kind or NetworkPolicies it was not configured to use).
+    managed: Callable[[access.AccessConfig], bool] = lambda config: True
+
+    def name(self, unit: str) -> str:
+        return manifests.object_name(unit, self.part)
+
+
+def _public_ports(contract: manifests.UnitContract, config: access.AccessConfig) -> list[dict]:
+    """The ports a unit opens to the outside: its primary port with tcp access, and SSH."""
+    ports = []
+    primary = access.primary_port(contract.ports, contract.access)
+    if contract.ports and access.tcp_exposed(contract.access, config) and primary is not None:
+        ports.append(primary)
+    if contract.ssh and config.tcp_service_type != "ClusterIP":
+        ports.append({"port": manifests.SSH_PORT, "protocol": "TCP"})
+    return ports
+
+
+def _http_published(contract: manifests.UnitContract, config: access.AccessConfig) -> bool:
+    return (
+        config.http_exposed
+        and access.primary_port(contract.ports, contract.access) is not None
+        and contract.access.get("scheme") in ("http", "https")
+    )
+
+
+# The one table of a unit's objects: provisioning creates the ones it wants, an update
+# deletes the ones it no longer wants, teardown deletes them all, the GPUUnit last. A unit is
+# one pod, so its own traffic needs no rule: only a port opened to the outside (tcp access,
+# SSH) gets it a NetworkPolicy.
+CHILDREN: tuple[Child, ...] = (
+    Child(manifests.Part.POD, lambda config: kube.POD, lambda contract, config: True),
+    Child(manifests.Part.CLAIM, lambda config: kube.RESOURCECLAIM, lambda contract, config: True),
+    Child(
+        manifests.Part.SERVICE,
+        lambda config: kube.SERVICE,
+        lambda contract, config: bool(contract.ports),
+    ),
+    Child(
+        manifests.Part.SSH_SERVICE,
+        lambda config: kube.SERVICE,
+        lambda contract, config: contract.ssh and config.tcp_service_type != "ClusterIP",
+    ),
+    Child(
+        manifests.Part.SSH_KEYS,
+        lambda config: kube.CONFIGMAP,
+        lambda contract, config: contract.ssh,
+    ),
+    Child(
+        manifests.Part.ROUTE,
+        # The route kind only when one is configured: the control plane may not read the other.
+        lambda config: kube.HTTPROUTE if config.gateway else kube.INGRESS,
+        _http_published,
+        managed=lambda config: config.http_exposed,
+    ),
+    Child(
+        manifests.Part.NETWORK_POLICY,
+        lambda config: kube.NETWORKPOLICY,
+        lambda contract, config: (
+            settings.NETWORK_POLICIES and bool(_public_ports(contract, config))
+        ),
+        managed=lambda config: settings.NETWORK_POLICIES,
+    ),
+)
+# What an update may change: everything but the pod (replaced by the roll-out) and the claim.
+_CONVERGED = {child.part for child in CHILDREN} - {manifests.Part.POD, manifests.Part.CLAIM}
+
+
 def provision_access(
     contract: manifests.UnitContract, *, owner_uid: str, converge: bool = False
 ) -> dict:
     """The objects that reach the unit, owned by its GPUUnit: the Service `unit-<name>` (with
-    ports), the HTTPRoute or Ingress publishing its primary HTTP port, and its NetworkPolicy.
-    Returns what the unit shows of them (`exposed`: node ports, load balancer address). With
-    `converge` (an update), objects already there are brought to what the contract says and
-    the ones it no longer needs are deleted."""
+    ports), the SSH Service, the HTTPRoute or Ingress publishing its primary HTTP port, and its
+    NetworkPolicy, as CHILDREN says it wants them. Returns what the unit shows of them
+    (`exposed`: node ports, load balancer address). With `converge` (an update), objects
+    already there are brought to what the contract says and the ones it no longer wants are
+    deleted."""
     config = access.from_settings()
     ours = manifests.owned_by(owner_uid, contract)
     exposed: dict = {}
-    public_ports: list[dict] = []
-    wanted: set[tuple[str, str]] = set()
+    wanted = {child.part for child in CHILDREN if child.wanted(contract, config)}
 
     def put(kind: kube.Kind, body: dict) -> dict:
-        wanted.add((kind.plural, body["metadata"]["name"]))
         if converge:
             found = kube.get(kind, contract.namespace, body["metadata"]["name"])
             if found is not None and ours(found):
                 return kube.ensure(kind, body, fields=[("spec",)])
         return kube.create_or_adopt(kind, body, ours=ours)
 
-    if contract.ports:
+    if manifests.Part.SERVICE in wanted:
         tcp = access.tcp_exposed(contract.access, config)
         service = put(
             kube.SERVICE,
@@ -160,12 +237,11 @@ def provision_access(
         }
         if node_ports:
             exposed["nodePorts"] = node_ports
+    if manifests.Part.ROUTE in wanted:
         primary = access.primary_port(contract.ports, contract.access)
-        if tcp and primary is not None:
-            public_ports.append(primary)
-        if primary is not None and contract.access.get("scheme") in ("http", "https"):
-            _publish_http(contract, owner_uid, config, primary["port"], put)
-    if contract.ssh and config.tcp_service_type != "ClusterIP":
+        assert primary is not None
+        _publish_http(contract, owner_uid, config, primary["port"], put)
+    if manifests.Part.SSH_SERVICE in wanted:
         ssh_service = put(
             kube.SERVICE,
             manifests.build_ssh_service(
@@ -175,41 +251,22 @@ def provision_access(
         node_port = (ssh_service["spec"].get("ports") or [{}])[0].get("nodePort")
         if node_port:
             exposed["sshNodePort"] = node_port
-        public_ports.append({"port": manifests.SSH_PORT, "protocol": "TCP"})
-    if settings.NETWORK_POLICIES and public_ports:
-        # A unit is one pod, so its own traffic needs no rule: only a port opened to the
-        # outside (tcp access, SSH) gets the unit a policy of its own.
+    if manifests.Part.NETWORK_POLICY in wanted:
         put(
             kube.NETWORKPOLICY,
             manifests.build_unit_network_policy(
-                contract, owner_uid=owner_uid, public_ports=public_ports
+                contract, owner_uid=owner_uid, public_ports=_public_ports(contract, config)
             ),
         )
     if converge:
-        if contract.ssh:
-            wanted.add((kube.CONFIGMAP.plural, manifests.ssh_config_map_name(contract.name)))
-        for kind, name in _access_objects(contract.name, config):
-            if (kind.plural, name) in wanted:
+        for child in CHILDREN:
+            if child.part not in _CONVERGED or child.part in wanted or not child.managed(config):
                 continue
+            kind, name = child.kind(config), child.name(contract.name)
             found = kube.get(kind, contract.namespace, name)
             if found is not None and ours(found):
                 kube.delete(kind, contract.namespace, name)
     return exposed
-
-
-def _access_objects(unit: str, config: access.AccessConfig) -> list[tuple[kube.Kind, str]]:
-    """Every object a unit may have for reaching it under this configuration, by name (the
-    route kind only when one is configured: the control plane may not read the other)."""
-    objects = [
-        (kube.SERVICE, access.service_name(unit)),
-        (kube.SERVICE, manifests.ssh_service_name(unit)),
-        (kube.CONFIGMAP, manifests.ssh_config_map_name(unit)),
-    ]
-    if config.http_exposed:
-        objects.append((kube.HTTPROUTE if config.gateway else kube.INGRESS, f"unit-{unit}"))
-    if settings.NETWORK_POLICIES:
-        objects.append((kube.NETWORKPOLICY, f"unit-{unit}"))
-    return objects
 
 
 def ensure_ssh_keys(unit: GPUUnit, *, owner_uid: str) -> None:
@@ -280,21 +337,15 @@ def remove_stray_pod(unit: GPUUnit) -> None:
 
 
 def _unit_objects(unit: GPUUnit) -> list[tuple[kube.Kind, str]]:
-    """The unit's objects, the GPUUnit last: teardown deletes them in this order rather than
-    leave them all to the garbage collector (the HTTPRoute or Ingress is left to it)."""
+    """The unit's objects (CHILDREN it wants), the GPUUnit last: teardown deletes them in this
+    order rather than leave them all to the garbage collector."""
+    config = access.from_settings()
+    contract = unit.contract(request_hash="")
     objects = [
-        (kube.POD, manifests.pod_name_for(unit.name)),
-        (kube.RESOURCECLAIM, unit.claim_name),
+        (child.kind(config), child.name(unit.name))
+        for child in CHILDREN
+        if child.wanted(contract, config)
     ]
-    if (unit.template or {}).get("ports"):
-        objects.append((kube.SERVICE, access.service_name(unit.name)))
-    if (unit.ssh or {}).get("enabled"):
-        objects.append((kube.SERVICE, manifests.ssh_service_name(unit.name)))
-        objects.append((kube.CONFIGMAP, manifests.ssh_config_map_name(unit.name)))
-    if settings.NETWORK_POLICIES and (
-        (unit.ssh or {}).get("enabled") or (unit.access or {}).get("scheme") == "tcp"
-    ):
-        objects.append((kube.NETWORKPOLICY, f"unit-{unit.name}"))
     return [*objects, (kube.GPUUNIT, unit.name)]
 
 
@@ -535,8 +586,10 @@ def roll_out_unit(*, operation_pk: int) -> None:
         exposed = None
         if operation.kind == OperationKind.UPDATE:
             exposed = provision_access(contract, owner_uid=owner_uid, converge=True)
-            if contract.ssh:
-                ensure_ssh_keys(unit, owner_uid=owner_uid)
+        if contract.ssh:
+            # The keys as they are now, on every roll-out: one removed while the unit was
+            # stopped or being changed is gone from it when it runs again.
+            ensure_ssh_keys(unit, owner_uid=owner_uid)
         pod_uid = ""
         if unit.run_policy == RunPolicy.RUNNING:
             desired = manifests.build_pod(contract, owner_uid=owner_uid)

@@ -1,28 +1,81 @@
-"""Level-based reconciliation of one unit against its GPUUnit, claim and pod as observed, and
-the full pass over every unit. The observer (runtime/observer.py) calls the same three steps
-per event; beat's `reconcile_units` is the backstop that catches what a watch missed.
+"""The one reconcile of units against their GPUUnit, claim and pod as observed (ARCHITECTURE
+§17), used by the observer for the units an event touched (objects from its watch caches) and
+by beat's backstop for every unit (objects from one list call per kind).
 
-Steps per unit: recreate a missing pod (cluster), apply the observation (database only, so a
-batch of units can share one transaction), mirror the result into the GPUUnit status
-(cluster)."""
+Two pure steps decide, per unit, from its row and its objects: `plan_pod` (create its pod
+again, remove a stray one, or leave it) and `plan_row` (Terminated, Failed, or the phase,
+reason and DRA status runtime/status.py derives). `reconcile_batch` carries a batch out: the
+pod steps (cluster calls), every row in one transaction (a savepoint each; units that end each
+in their own), then the GPUUnit statuses (cluster calls). A permanent cluster error fails the
+unit with its reason; a temporary one leaves it for the next look (`ReconcileResult.retry`).
+"""
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from typing import Any
 
+from django.db import transaction
 from django.utils import timezone
 
 from controlplane import kube, metrics
-from controlplane.kube.errors import KubeError
+from controlplane.kube.errors import KubeError, TemporaryError
 from inventory import selectors as inventory_selectors
 from runtime import access, lifecycle, manifests, provisioning, selectors
 from runtime.models import EventType, GPUUnit, RunPolicy, UnitPhase
-from runtime.status import Observed, observe
+from runtime.status import observe
 
 logger = logging.getLogger(__name__)
 
+Key = tuple[str, str]  # (namespace, name)
+DeviceKey = tuple[str, str, str]  # (driver, pool, device)
+
 _HEALTHY_REASONS = {"Running", "Starting", "WaitingForAllocation", "ContainersNotReady"}
+DEVICE_UNHEALTHY = "DeviceUnhealthy"
+# The condition kube-controller-manager's device taint eviction puts on a pod it deletes.
+_TAINT_EVICTION = "DeletionByDeviceTaintManager"
+# The kinds a unit is reconciled from, watched by the observer and listed by the backstop.
+UNIT_KINDS = (kube.GPUUNIT, kube.RESOURCECLAIM, kube.POD)
+ROWS_PER_TRANSACTION = 200
+
+
+@dataclass(frozen=True)
+class UnitObjects:
+    """What the cluster holds of one unit (None: not there). `last_pod` is its pod as a
+    watch saw it deleted: why it went (an eviction for a device taint) is only there."""
+
+    gpuunit: dict | None = None
+    claim: dict | None = None
+    pod: dict | None = None
+    last_pod: dict | None = None
+
+
+class PodStep(StrEnum):
+    KEEP = "keep"
+    RECREATE = "recreate"
+    REMOVE = "remove"
+
+
+@dataclass(frozen=True)
+class RowChange:
+    """What a unit's row should become: `terminate` (its objects are gone), `transition` (to
+    `to` with reason, message and `fields`), or nothing. `compare_status`: mirror the row into
+    the GPUUnit's status afterwards."""
+
+    action: str = ""
+    to: str = ""
+    reason: str = ""
+    message: str = ""
+    event_type: str = EventType.NORMAL
+    fields: dict[str, Any] = field(default_factory=dict)
+    allocated: str = ""  # the timeline's "Allocated" message when the claim just got devices
+    compare_status: bool = False
+
+
+NOTHING = RowChange()
 
 
 @dataclass
@@ -31,56 +84,12 @@ class ReconcileResult:
     changed: int = 0
     recreated: int = 0
     terminated: int = 0
+    failed: int = 0  # units failed by a permanent error of a cluster call
     skipped: bool = False
+    retry: list[Key] = field(default_factory=list)  # a temporary error: look again soon
 
 
-def _index(objects: list[dict]) -> dict[tuple[str, str], dict]:
-    return {(o["metadata"].get("namespace", ""), o["metadata"]["name"]): o for o in objects}
-
-
-def _desired_status(unit: GPUUnit, gpuunit: dict) -> dict:
-    status = {
-        "phase": unit.phase,
-        "reason": unit.reason,
-        "message": unit.message,
-        "nodeName": unit.node_name,
-        "dra": unit.dra,
-    }
-    if not rolling_out(unit):
-        # Caught up: the objects say what this version of the GPUUnit's spec says.
-        status["observedGeneration"] = gpuunit["metadata"].get("generation")
-    if unit.access:
-        shown = access.for_unit(unit)
-        status["access"] = {"url": shown["url"], "endpoints": shown["endpoints"]}
-    return status
-
-
-def _apply(unit: GPUUnit, observed: Observed) -> bool:
-    same = (
-        unit.phase == observed.phase
-        and unit.reason == observed.reason
-        and unit.message == observed.message
-        and unit.dra == observed.dra
-        and unit.node_name == observed.node_name
-    )
-    if same:
-        return False
-    allocated_now = observed.dra.get("allocated") and not (unit.dra or {}).get("allocated")
-    if allocated_now:
-        devices = ", ".join(f"{d['pool']}/{d['device']}" for d in observed.dra["devices"])
-        lifecycle.record_event(
-            unit, reason="Allocated", message=f"Claim {unit.claim_name} allocated: {devices}."
-        )
-    problem = observed.phase == UnitPhase.FAILED or observed.reason not in _HEALTHY_REASONS
-    return lifecycle.transition_unit(
-        unit,
-        to=observed.phase,
-        reason=observed.reason,
-        message=observed.message,
-        event_type=EventType.WARNING if problem else EventType.NORMAL,
-        dra=observed.dra,
-        node_name=observed.node_name,
-    )
+# ---------------------------------------------------------------------------- pure decisions
 
 
 def own_gpuunit(unit: GPUUnit, gpuunit: dict | None) -> dict | None:
@@ -90,58 +99,16 @@ def own_gpuunit(unit: GPUUnit, gpuunit: dict | None) -> dict | None:
     return gpuunit
 
 
-def rolling_out(unit: GPUUnit) -> bool:
-    """A stop, start, restart or update is being carried out: its worker moves the unit's
-    pod and phase, so the reconcile leaves both alone until it has recorded the rollout."""
-    return unit.observed_generation < unit.generation or unit.phase == UnitPhase.STOPPING
-
-
 def _wants_pod(unit: GPUUnit) -> bool:
     return (
         unit.run_policy == RunPolicy.RUNNING
         and unit.phase not in (UnitPhase.TERMINATING, UnitPhase.STOPPING, UnitPhase.STOPPED)
         and not (unit.phase == UnitPhase.FAILED and unit.reason == DEVICE_UNHEALTHY)
-        and not rolling_out(unit)
+        and not unit.rolling_out
     )
 
 
-def recreate_missing_pod(
-    unit: GPUUnit,
-    *,
-    gpuunit: dict | None,
-    claim: dict | None,
-    pod: dict | None,
-    last_pod: dict | None = None,
-) -> dict | None:
-    """The unit's pod, created again when it is gone while its GPUUnit (see own_gpuunit) and
-    claim are still there and the unit should run, and deleted when a stopped unit has one
-    (cluster calls; None when that failed or the pod is not the unit's to have). A pod
-    evicted from an unhealthy device is not recreated: the unit fails, and a restart gets it
-    healthy devices. `last_pod` is the pod as it was deleted, when a watch saw that."""
-    if gpuunit is None:
-        return pod
-    if pod is not None:
-        if unit.phase == UnitPhase.STOPPED and not rolling_out(unit):
-            try:
-                provisioning.remove_stray_pod(unit)
-            except KubeError as exc:
-                logger.warning("could not remove the pod of stopped %s: %s", unit, exc)
-        return pod
-    if claim is None or not _wants_pod(unit) or unhealthy_devices(unit, last_pod):
-        return None
-    try:
-        return provisioning.recreate_pod(unit, gpuunit)
-    except KubeError as exc:
-        logger.warning("could not recreate pod of %s: %s", unit, exc)
-        return None
-
-
-DEVICE_UNHEALTHY = "DeviceUnhealthy"
-# The condition kube-controller-manager's device taint eviction puts on a pod it deletes.
-_TAINT_EVICTION = "DeletionByDeviceTaintManager"
-
-
-def _evicted_by_taint(pod: dict | None) -> bool:
+def evicted_by_taint(pod: dict | None) -> bool:
     for condition in ((pod or {}).get("status") or {}).get("conditions") or []:
         if (
             condition.get("type") == "DisruptionTarget"
@@ -151,86 +118,188 @@ def _evicted_by_taint(pod: dict | None) -> bool:
     return False
 
 
-def unhealthy_devices(unit: GPUUnit, last_pod: dict | None = None) -> list[str]:
-    """The devices the unit last held that are tainted NoExecute (by the inventory mirror),
-    as "pool/device (key=value:NoExecute)"; when the pod was seen evicted for a taint, every
-    device it held."""
+def held_devices(unit: GPUUnit) -> list[DeviceKey]:
     devices = (unit.dra or {}).get("devices") or []
-    if not devices:
-        return []
-    keys = [(d.get("driver", ""), d.get("pool", ""), d.get("device", "")) for d in devices]
-    taints = inventory_selectors.device_taints(keys)
+    return [(d.get("driver", ""), d.get("pool", ""), d.get("device", "")) for d in devices]
+
+
+def needs_taints(unit: GPUUnit, objects: UnitObjects) -> bool:
+    """Whether the plans may ask about the unit's devices' taints (its pod is gone or was
+    evicted for one): only then are they read from the inventory mirror."""
+    return bool(held_devices(unit)) and (objects.pod is None or evicted_by_taint(objects.pod))
+
+
+def unhealthy_devices(
+    unit: GPUUnit, taints: Mapping[DeviceKey, list[dict]], last_pod: dict | None = None
+) -> list[str]:
+    """The devices the unit last held that are tainted NoExecute, as "pool/device
+    (key=value:NoExecute)"; when the pod was seen evicted for a taint, every device it held."""
+    keys = held_devices(unit)
     named = []
     for key in keys:
         bad = [t for t in taints.get(key, []) if t.get("effect") == "NoExecute"]
         if bad:
             shown = ", ".join(f"{t['key']}={t.get('value', '')}:{t['effect']}" for t in bad)
             named.append(f"{key[1]}/{key[2]} ({shown})")
-    if not named and _evicted_by_taint(last_pod):
+    if not named and evicted_by_taint(last_pod):
         named = [f"{pool}/{device}" for _driver, pool, device in keys]
     return named
 
 
-def apply_observation(
-    unit: GPUUnit,
-    *,
-    gpuunit: dict | None,
-    claim: dict | None,
-    pod: dict | None,
-    result: ReconcileResult,
-    last_pod: dict | None = None,
-) -> bool:
-    """Bring the unit's row in line with its objects as observed (database only): Terminated
-    once a Terminating unit's objects are gone, Failed when its GPUUnit was deleted behind our
-    back, else the phase, reason and DRA status derived from the claim and pod. Returns whether
-    the GPUUnit's status should be compared and patched."""
-    gpuunit = own_gpuunit(unit, gpuunit)
+def plan_pod(
+    unit: GPUUnit, objects: UnitObjects, taints: Mapping[DeviceKey, list[dict]]
+) -> PodStep:
+    """Create the pod again when it is gone while the unit's GPUUnit and claim are there and
+    it should run (not after an eviction from an unhealthy device: the unit fails, and a
+    restart gets it healthy devices); remove the pod a stopped unit has."""
+    if own_gpuunit(unit, objects.gpuunit) is None:
+        return PodStep.KEEP
+    if objects.pod is not None:
+        if unit.phase == UnitPhase.STOPPED and not unit.rolling_out:
+            return PodStep.REMOVE
+        return PodStep.KEEP
+    if (
+        objects.claim is None
+        or not _wants_pod(unit)
+        or unhealthy_devices(unit, taints, objects.last_pod)
+    ):
+        return PodStep.KEEP
+    return PodStep.RECREATE
+
+
+def plan_row(
+    unit: GPUUnit, objects: UnitObjects, taints: Mapping[DeviceKey, list[dict]]
+) -> RowChange:
+    """What the unit's row should say given its objects: Terminated once a Terminating unit's
+    objects are gone, Failed when its GPUUnit was deleted behind our back or a device it held
+    turned unhealthy, else the phase, reason and DRA status derived from claim and pod."""
+    gpuunit = own_gpuunit(unit, objects.gpuunit)
+    claim, pod = objects.claim, objects.pod
     if unit.phase == UnitPhase.TERMINATING:
         if gpuunit is None and claim is None and pod is None:
-            lifecycle.mark_unit_terminated(unit)
-            result.terminated += 1
-        return False
-    result.observed += 1
-    if gpuunit is None and not rolling_out(unit):
-        if unit.phase != UnitPhase.FAILED:
-            lifecycle.transition_unit(
-                unit,
-                to=UnitPhase.FAILED,
-                reason="ObjectDeleted",
-                message="The GPUUnit object was deleted outside the control plane.",
-                event_type=EventType.WARNING,
-            )
-            result.changed += 1
-        return False
+            return RowChange(action="terminate")
+        return NOTHING
     if gpuunit is None:
-        return False
-    if rolling_out(unit) or unit.phase == UnitPhase.STOPPED:
-        return True  # the worker's (or nobody's: a stopped unit has no pod to observe)
-    if pod is None or _evicted_by_taint(pod):
+        if unit.rolling_out or unit.phase == UnitPhase.FAILED:
+            return NOTHING
+        return RowChange(
+            action="transition",
+            to=UnitPhase.FAILED,
+            reason="ObjectDeleted",
+            message="The GPUUnit object was deleted outside the control plane.",
+            event_type=EventType.WARNING,
+        )
+    if unit.rolling_out or unit.phase == UnitPhase.STOPPED:
+        return RowChange(compare_status=True)  # the worker's (a stopped unit has no pod)
+    if pod is None or evicted_by_taint(pod):
         if unit.phase == UnitPhase.FAILED and unit.reason == DEVICE_UNHEALTHY:
-            return True
-        if named := unhealthy_devices(unit, last_pod or pod):
-            lifecycle.transition_unit(
-                unit,
+            return RowChange(compare_status=True)
+        if named := unhealthy_devices(unit, taints, objects.last_pod or pod):
+            return RowChange(
+                action="transition",
                 to=UnitPhase.FAILED,
                 reason=DEVICE_UNHEALTHY,
                 message=f"The pod was evicted: device {', '.join(named)} is unhealthy. Restart "
                 "the unit to run it on healthy devices.",
                 event_type=EventType.WARNING,
-                dra={**(unit.dra or {}), "allocated": False, "devices": []},
-                node_name="",
+                fields={"dra": {**(unit.dra or {}), "allocated": False, "devices": []}},
+                compare_status=True,
             )
-            result.changed += 1
-            return True
-    if _apply(unit, observe(claim_name=unit.claim_name, claim=claim, pod=pod)):
+    observed = observe(claim_name=unit.claim_name, claim=claim, pod=pod)
+    if (
+        unit.phase == observed.phase
+        and unit.reason == observed.reason
+        and unit.message == observed.message
+        and unit.dra == observed.dra
+        and unit.node_name == observed.node_name
+    ):
+        return RowChange(compare_status=True)
+    allocated = ""
+    if observed.dra.get("allocated") and not (unit.dra or {}).get("allocated"):
+        devices = ", ".join(f"{d['pool']}/{d['device']}" for d in observed.dra["devices"])
+        allocated = f"Claim {unit.claim_name} allocated: {devices}."
+    problem = observed.phase == UnitPhase.FAILED or observed.reason not in _HEALTHY_REASONS
+    return RowChange(
+        action="transition",
+        to=observed.phase,
+        reason=observed.reason,
+        message=observed.message,
+        event_type=EventType.WARNING if problem else EventType.NORMAL,
+        fields={"dra": observed.dra, "node_name": observed.node_name},
+        allocated=allocated,
+        compare_status=True,
+    )
+
+
+def failed_by(exc: KubeError) -> RowChange:
+    """The unit fails with the cluster's reason when its pod cannot be created again: retrying
+    the same call cannot help. (The backstop still tries on each pass, so a unit failed for a
+    full quota runs again once there is room, or when its owner restarts it.)"""
+    return RowChange(
+        action="transition",
+        to=UnitPhase.FAILED,
+        reason=exc.reason or "ReconcileFailed",
+        message=f"The cluster refused to create its pod again: {exc.message}",
+        event_type=EventType.WARNING,
+        compare_status=True,
+    )
+
+
+def desired_status(unit: GPUUnit, gpuunit: dict) -> dict:
+    """What the GPUUnit's status subresource should say of the unit's row."""
+    status = {
+        "phase": unit.phase,
+        "reason": unit.reason,
+        "message": unit.message,
+        "nodeName": unit.node_name,
+        "dra": unit.dra,
+    }
+    if not unit.rolling_out:
+        # Caught up: the objects say what this version of the GPUUnit's spec says.
+        status["observedGeneration"] = gpuunit["metadata"].get("generation")
+    if unit.access:
+        shown = access.for_unit(unit)
+        status["access"] = {"url": shown["url"], "endpoints": shown["endpoints"]}
+    return status
+
+
+# ---------------------------------------------------------------------------- carrying it out
+
+
+def _carry_out_pod_step(unit: GPUUnit, step: PodStep, objects: UnitObjects) -> UnitObjects:
+    if step == PodStep.RECREATE:
+        assert objects.gpuunit is not None
+        return replace(objects, pod=provisioning.recreate_pod(unit, objects.gpuunit))
+    if step == PodStep.REMOVE:
+        provisioning.remove_stray_pod(unit)
+    return objects
+
+
+def _apply_row(unit: GPUUnit, change: RowChange, result: ReconcileResult) -> None:
+    if change.action == "terminate":
+        if lifecycle.mark_unit_terminated(unit):
+            result.terminated += 1
+        return
+    if change.action != "transition":
+        return
+    if change.allocated:
+        lifecycle.record_event(unit, reason="Allocated", message=change.allocated)
+    if lifecycle.transition_unit(
+        unit,
+        to=change.to,
+        reason=change.reason,
+        message=change.message,
+        event_type=change.event_type,
+        **change.fields,
+    ):
         result.changed += 1
-    return True
 
 
 def sync_gpuunit_status(unit: GPUUnit, gpuunit: dict) -> bool:
     """Mirror the unit's phase, reason and DRA status into its GPUUnit's status subresource
-    when they differ (a cluster call); whether it patched."""
-    desired = _desired_status(unit, gpuunit)
+    when they differ (a cluster call); whether it patched. A failure only delays the mirror:
+    the next look compares again."""
+    desired = desired_status(unit, gpuunit)
     current = gpuunit.get("status") or {}
     if all(current.get(key) == value for key, value in desired.items()):
         return False
@@ -243,44 +312,117 @@ def sync_gpuunit_status(unit: GPUUnit, gpuunit: dict) -> bool:
     return True
 
 
-def reconcile_units() -> ReconcileResult:
-    """The full pass (beat's backstop behind the observer): one list call per kind, then each
-    unit as the observer would handle an event about it."""
-    with metrics.RECONCILE_SECONDS.time():
-        return _reconcile_units()
-
-
-def _reconcile_units() -> ReconcileResult:
+def reconcile_batch(
+    units: Iterable[GPUUnit], objects_of: Callable[[GPUUnit], UnitObjects]
+) -> ReconcileResult:
+    """Reconcile these units with their objects as `objects_of` gives them: pod steps, then
+    every row in one transaction (a savepoint per unit, so one unit's trouble holds no other
+    back; units that may end each in a transaction of their own, since ending takes their
+    tenant's lock, which orders take first), then the GPUUnit statuses."""
     result = ReconcileResult()
-    read_at = timezone.now()
-    units = selectors.list_units_to_reconcile()
-    if not units:
-        lifecycle.reconcile_meters([], seen_at=read_at)
-        return result
-    selector = f"{manifests.LABEL_MANAGED_BY}={manifests.MANAGED_BY}"
-    try:
-        gpuunits = _index(kube.list_objects(kube.GPUUNIT, label_selector=selector))
-        claims = _index(kube.list_objects(kube.RESOURCECLAIM, label_selector=selector))
-        pods = _index(kube.list_objects(kube.POD, label_selector=selector))
-    except KubeError:
-        # Unreachable or failing cluster: keep the last known status rather than guess.
-        logger.warning("reconcile skipped: cannot list cluster objects", exc_info=True)
-        result.skipped = True
-        return result
-    synced: list[int] = []
+    units = list(units)
+    objects = {unit.pk: objects_of(unit) for unit in units}
+    taints = inventory_selectors.device_taints(
+        key for unit in units if needs_taints(unit, objects[unit.pk]) for key in held_devices(unit)
+    )
+    refused: dict[int, RowChange] = {}
     for unit in units:
-        gpuunit = own_gpuunit(unit, gpuunits.get((unit.namespace, unit.name)))
-        claim = claims.get((unit.namespace, unit.claim_name))
-        pod = pods.get((unit.namespace, manifests.pod_name_for(unit.name)))
-        recreated = recreate_missing_pod(unit, gpuunit=gpuunit, claim=claim, pod=pod)
-        if recreated is not pod:
-            result.recreated += 1 if recreated else 0
-            pod = recreated
-        if unit.phase != UnitPhase.TERMINATING:
-            synced.append(unit.pk)
-        if apply_observation(unit, gpuunit=gpuunit, claim=claim, pod=pod, result=result):
-            assert gpuunit is not None
-            sync_gpuunit_status(unit, gpuunit)
-    lifecycle.mark_units_synced(synced)
-    lifecycle.reconcile_meters(units, seen_at=read_at)
+        step = plan_pod(unit, objects[unit.pk], taints)
+        if step == PodStep.KEEP:
+            continue
+        try:
+            objects[unit.pk] = _carry_out_pod_step(unit, step, objects[unit.pk])
+        except TemporaryError as exc:
+            logger.info("reconcile of %s waits: %s", unit, exc.message)
+            result.retry.append((unit.namespace, unit.name))
+            continue
+        except KubeError as exc:
+            logger.warning("reconcile of %s refused: %s", unit, exc.message)
+            if step == PodStep.RECREATE:
+                refused[unit.pk] = failed_by(exc)
+                result.failed += 1
+            else:
+                # A stopped unit stays Stopped (its row says what its owner asked for); its
+                # timeline says why a pod is still there.
+                lifecycle.record_event(
+                    unit,
+                    reason="StrayPodNotRemoved",
+                    message=f"The cluster refused to delete pod "
+                    f"{manifests.pod_name_for(unit.name)}: {exc.message}",
+                    type=EventType.WARNING,
+                )
+            continue
+        result.recreated += step == PodStep.RECREATE
+
+    to_patch: list[tuple[GPUUnit, dict]] = []
+    synced: list[int] = []
+
+    def settle(unit: GPUUnit) -> None:
+        unit_objects = objects[unit.pk]
+        ending = unit.phase == UnitPhase.TERMINATING
+        change = refused.get(unit.pk) or plan_row(unit, unit_objects, taints)
+        try:
+            with transaction.atomic():
+                _apply_row(unit, change, result)
+        except Exception:  # one unit's trouble must not hold the others back
+            logger.exception("could not reconcile %s", unit)
+            return
+        if ending:
+            return
+        result.observed += 1
+        synced.append(unit.pk)
+        gpuunit = own_gpuunit(unit, unit_objects.gpuunit)
+        if change.compare_status and gpuunit is not None:
+            to_patch.append((unit, gpuunit))
+
+    ending = [unit for unit in units if unit.phase == UnitPhase.TERMINATING]
+    others = [unit for unit in units if unit.phase != UnitPhase.TERMINATING]
+    # Rows are written in chunks: a transaction holds the row locks of what it changed, and
+    # the backstop's pass over every unit must not keep a customer's request waiting on one.
+    for start in range(0, len(others), ROWS_PER_TRANSACTION):
+        with transaction.atomic():
+            for unit in others[start : start + ROWS_PER_TRANSACTION]:
+                settle(unit)
+            lifecycle.mark_units_synced(synced)
+            synced.clear()
+    for unit in ending:
+        settle(unit)
+    for unit, gpuunit in to_patch:
+        sync_gpuunit_status(unit, gpuunit)
     return result
+
+
+def _index(objects: list[dict]) -> dict[Key, dict]:
+    return {(o["metadata"].get("namespace", ""), o["metadata"]["name"]): o for o in objects}
+
+
+def reconcile_units() -> ReconcileResult:
+    """The full pass (beat's backstop behind the observer): one list call per kind, then
+    every unit as the observer handles the units of an event, and the usage meters checked
+    against what it saw."""
+    with metrics.RECONCILE_SECONDS.time():
+        read_at = timezone.now()
+        units = selectors.list_units_to_reconcile()
+        if not units:
+            lifecycle.reconcile_meters([], seen_at=read_at)
+            return ReconcileResult()
+        try:
+            listed = {
+                kind: _index(kube.list_objects(kind, label_selector=manifests.OURS_SELECTOR))
+                for kind in UNIT_KINDS
+            }
+        except KubeError:
+            # Unreachable or failing cluster: keep the last known status rather than guess.
+            logger.warning("reconcile skipped: cannot list cluster objects", exc_info=True)
+            return ReconcileResult(skipped=True)
+
+        def objects_of(unit: GPUUnit) -> UnitObjects:
+            return UnitObjects(
+                gpuunit=listed[kube.GPUUNIT].get((unit.namespace, unit.name)),
+                claim=listed[kube.RESOURCECLAIM].get((unit.namespace, unit.claim_name)),
+                pod=listed[kube.POD].get((unit.namespace, manifests.pod_name_for(unit.name))),
+            )
+
+        result = reconcile_batch(units, objects_of)
+        lifecycle.reconcile_meters(units, seen_at=read_at)
+        return result

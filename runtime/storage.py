@@ -96,8 +96,8 @@ def provision_storage(storage_pk: int) -> None:
     except TemporaryError:
         raise
     except KubeError as exc:
-        GPUStorage.objects.filter(pk=storage.pk).update(
-            phase=StoragePhase.FAILED, message=f"the cluster refused the claim: {exc.message}"
+        _transition(
+            storage, StoragePhase.FAILED, message=f"the cluster refused the claim: {exc.message}"
         )
         return
     _observe(storage, claim)
@@ -193,6 +193,18 @@ def finish_storage_deletion(storage_pk: int) -> None:
     storage.delete()
 
 
+def _transition(storage: GPUStorage, to: str, **fields: str) -> bool:
+    """Compare-and-set, as units' phases move: only from the phase `storage` was read in, so
+    a deletion committed since (Terminating) is never written over by what a cluster call
+    started before it saw. False when someone else moved it first."""
+    moved = GPUStorage.objects.filter(pk=storage.pk, phase=storage.phase).update(phase=to, **fields)
+    if moved:
+        storage.phase = to
+        for name, value in fields.items():
+            setattr(storage, name, value)
+    return bool(moved)
+
+
 def _observe(storage: GPUStorage, claim: dict | None) -> None:
     if storage.phase in (StoragePhase.TERMINATING, StoragePhase.FAILED):
         return
@@ -201,8 +213,7 @@ def _observe(storage: GPUStorage, claim: dict | None) -> None:
         phase = StoragePhase.LOST
     uid = ((claim or {}).get("metadata") or {}).get("uid", "")
     if (storage.phase, storage.claim_k8s_uid) != (phase, uid):
-        GPUStorage.objects.filter(pk=storage.pk).update(phase=phase, claim_k8s_uid=uid, message="")
-        storage.phase, storage.claim_k8s_uid = phase, uid
+        _transition(storage, phase, claim_k8s_uid=uid, message="")
 
 
 def sync_storages() -> int:
@@ -210,10 +221,11 @@ def sync_storages() -> int:
     mirrored, a lost or never-made claim made (again), deletions finished. How many changed."""
     if not GPUStorage.objects.exists():
         return 0
-    selector = f"{manifests.LABEL_MANAGED_BY}={manifests.MANAGED_BY},{manifests.LABEL_STORAGE}"
     claims = {
         (c["metadata"]["namespace"], c["metadata"]["name"]): c
-        for c in kube.list_objects(kube.PERSISTENTVOLUMECLAIM, label_selector=selector)
+        for c in kube.list_objects(
+            kube.PERSISTENTVOLUMECLAIM, label_selector=manifests.STORAGE_SELECTOR
+        )
     }
     changed = 0
     for storage in GPUStorage.objects.select_related("tenant"):

@@ -13,7 +13,6 @@ from django.db import InterfaceError, OperationalError, connection
 
 from controlplane.kube.errors import KubeError, TemporaryError
 from runtime import actions, lifecycle, outbox, provisioning, reconcile, storage
-from runtime.models import GPUUnit, UnitPhase
 
 logger = logging.getLogger(__name__)
 
@@ -81,17 +80,6 @@ def _run_storage(task: Task, run: Callable[[int], None], storage_pk: int) -> Non
         raise task.retry(countdown=_backoff(task.request.retries, 1.0), exc=exc) from exc
     except TemporaryError as exc:
         raise task.retry(countdown=_backoff(task.request.retries, exc.delay), exc=exc) from exc
-
-
-@shared_task(name=lifecycle.REFRESH_SSH_TASK, bind=True, max_retries=10)
-def refresh_unit_ssh(self: Task, unit_pk: int) -> None:
-    unit = GPUUnit.objects.select_related("tenant").filter(pk=unit_pk).first()
-    if unit is None or not unit.unit_k8s_uid or unit.phase == UnitPhase.TERMINATED:
-        return  # not provisioned yet (provisioning writes the keys as they are then), or gone
-    try:
-        provisioning.ensure_ssh_keys(unit, owner_uid=unit.unit_k8s_uid)
-    except TemporaryError as exc:
-        raise self.retry(countdown=_backoff(self.request.retries, exc.delay), exc=exc) from exc
 
 
 @shared_task(name="runtime.reconcile_units", expires=30)

@@ -1,9 +1,10 @@
-"""Tenant, API key and dashboard user writes. Usage counters are charged and given back by the
-runtime's orders and terminations, never here."""
+"""Tenant, API key and dashboard user writes, and the tenant's usage counters: `charge`,
+`refund` and `set_usage` are their only writers outside the order statement itself
+(runtime/orders.py charges an order in the same SQL that inserts it). Every writer holds the
+tenant's lock (`lock_tenant`) for its transaction."""
 
 from __future__ import annotations
 
-import functools
 import hashlib
 import secrets
 from collections.abc import Callable
@@ -11,6 +12,7 @@ from collections.abc import Callable
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, transaction
+from django.db.models import F
 from django.utils import timezone
 
 from controlplane.api.errors import InvalidRequest, NotFound
@@ -65,6 +67,40 @@ def lock_tenant(tenant_pk: int) -> TenantUsage:
     )
 
 
+def charge(
+    *, tenant_pk: int, cpu_millicores: int = 0, memory_bytes: int = 0, claims: int = 0
+) -> None:
+    """Add to what the tenant's units hold against its quota (a start charges its unit's CPU
+    and memory again). The caller holds the tenant's lock, and has checked the quota under it."""
+    Tenant.objects.filter(pk=tenant_pk).update(
+        used_cpu_millicores=F("used_cpu_millicores") + cpu_millicores,
+        used_memory_bytes=F("used_memory_bytes") + memory_bytes,
+        used_claims=F("used_claims") + claims,
+    )
+
+
+def refund(
+    *, tenant_pk: int, cpu_millicores: int = 0, memory_bytes: int = 0, claims: int = 0
+) -> None:
+    """Give back what a unit held (a stop its CPU and memory; a termination its claim too).
+    The caller holds the tenant's lock."""
+    charge(
+        tenant_pk=tenant_pk,
+        cpu_millicores=-cpu_millicores,
+        memory_bytes=-memory_bytes,
+        claims=-claims,
+    )
+
+
+def set_usage(*, tenant_pk: int, usage: TenantUsage) -> None:
+    """Set the counters to a recount of the tenant's live units (under the tenant's lock)."""
+    Tenant.objects.filter(pk=tenant_pk).update(
+        used_cpu_millicores=usage.cpu_millicores,
+        used_memory_bytes=usage.memory_bytes,
+        used_claims=usage.claims,
+    )
+
+
 def create_tenant(
     *,
     slug: str,
@@ -112,8 +148,8 @@ def ensure_tenant_user(
     return user, created_with
 
 
-# Called with (tenant, key name) after a key is removed: the runtime registers the refresh of
-# the Secrets of units that used it (runtime.apps), since tenancy cannot import the runtime.
+# Called with (tenant, key name) in the transaction that removes a key: the runtime registers
+# taking it off the units that use it (runtime.apps), since tenancy cannot import the runtime.
 SSH_KEY_REMOVED: list[Callable[[Tenant, str], None]] = []
 
 
@@ -159,8 +195,10 @@ def add_ssh_key(*, tenant: Tenant, name: str, public_key: str) -> SSHKey:
 def remove_ssh_key(*, tenant: Tenant, name: str) -> None:
     """Remove the key (404 if there is none) and take it off every unit that uses it."""
     name = fold_case(name.strip())
-    deleted, _ = SSHKey.objects.filter(tenant=tenant, name=name).delete()
-    if not deleted:
-        raise NotFound(f"SSH key {name} not found.")
-    for listener in SSH_KEY_REMOVED:
-        transaction.on_commit(functools.partial(listener, tenant, name))
+    with transaction.atomic():
+        deleted, _ = SSHKey.objects.filter(tenant=tenant, name=name).delete()
+        if not deleted:
+            raise NotFound(f"SSH key {name} not found.")
+        # In the same transaction: the key is never gone while a unit still names it.
+        for listener in SSH_KEY_REMOVED:
+            listener(tenant, name)

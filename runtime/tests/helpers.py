@@ -12,10 +12,30 @@ from django.conf import settings
 
 from conftest import start_worker, stop_worker
 from controlplane import kube
+from controlplane.celery import app
 from runtime import manifests, reconcile
 from runtime.models import GPUUnit, UnitPhase
 from runtime.provisioning import install_crd
 from simcluster.cluster import SimCluster
+
+
+@contextmanager
+def broker_at(url: str) -> Iterator[None]:
+    """Point this process's task producer (and health probe) at another broker URL: one
+    nothing listens on is the broker down."""
+    previous = app.conf.broker_url, settings.CELERY_BROKER_URL
+
+    def point(broker_url: str, settings_url: str) -> None:
+        app.conf.broker_url = broker_url
+        settings.CELERY_BROKER_URL = settings_url
+        app._pool = None
+        app.amqp._producer_pool = None
+
+    point(url, url)
+    try:
+        yield
+    finally:
+        point(*previous)
 
 
 def wait_for_phase(

@@ -116,6 +116,33 @@ def test_lost_pod_is_recreated(tenant):
     assert unit_objects(unit)["pod"]["metadata"]["uid"] != old_uid
 
 
+def test_a_permanent_error_recreating_the_pod_fails_the_unit_with_its_reason(tenant):
+    """A ResourceQuota of no pods refuses the lost pod's recreation (403, exceeded quota):
+    the unit is Failed/QuotaExceeded with the cluster's message, not left in Pending forever;
+    once the quota has room the backstop creates the pod and the unit runs again."""
+    unit = wait_for_phase(create(tenant), "Running")
+    no_pods = {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": "no-pods", "namespace": tenant.namespace},
+        "spec": {"hard": {"pods": "0"}},
+    }
+    kube.create(kube.RESOURCEQUOTA, tenant.namespace, no_pods)
+    try:
+        kube.delete(kube.POD, tenant.namespace, manifests.pod_name_for(unit.name))
+        result = reconcile.reconcile_units()
+        assert result.failed == 1
+        unit.refresh_from_db()
+        assert (unit.phase, unit.reason) == ("Failed", "QuotaExceeded")
+        assert "exceeded quota" in unit.message
+        assert unit.events.filter(reason="QuotaExceeded", type="Warning").exists()
+        assert unit_objects(unit)["pod"] is None
+    finally:
+        kube.delete(kube.RESOURCEQUOTA, tenant.namespace, "no-pods")
+    unit = wait_for_phase(unit, "Running")
+    assert unit.events.filter(reason="PodRecreated").exists()
+
+
 def test_unreachable_cluster_keeps_last_known_status(tenant, cluster):
     unit = wait_for_phase(create(tenant), "Running")
     known = (unit.phase, unit.dra, unit.node_name)

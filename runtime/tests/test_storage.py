@@ -11,6 +11,7 @@ import pytest
 
 from catalog.tests.factories import PackageFactory
 from controlplane import kube
+from controlplane.kube.errors import TemporaryError
 from runtime import storage as storage_service
 from runtime.models import GPUStorage, GPUUnit
 from runtime.tests.helpers import remove_namespace_objects, wait_for_phase
@@ -115,6 +116,48 @@ def test_the_seed_request_mounts_its_storage_which_outlives_the_unit(auth_client
     wait_for(lambda: not GPUStorage.objects.filter(name="model-cache").exists(), "the deletion")
     assert kube.get(kube.PERSISTENTVOLUMECLAIM, tenant.namespace, "storage-model-cache") is None
     assert auth_client.get("/api/v1/gpu-storages/model-cache").status_code == 404
+
+
+@pytest.mark.usefixtures("session_worker_paused")
+def test_a_deletion_committed_while_the_claim_is_being_made_stays_deleted(
+    auth_client, tenant, monkeypatch
+):
+    """The worker read the storage, then asked the cluster for its claim; the storage's
+    deletion committed in between. What the worker then saw of the claim must not write over
+    Terminating (which would leave the storage, its claim and its delete task's guard behind):
+    storage phases move by compare-and-set, as units' do."""
+    response = auth_client.post(
+        "/api/v1/gpu-storages", {"name": "racing", "size": "1Gi"}, format="json"
+    )
+    assert response.status_code == 201, response.json()
+    storage = GPUStorage.objects.get(name="racing")
+    create_or_adopt = kube.create_or_adopt
+
+    def deleted_meanwhile(*args, **kwargs):
+        assert auth_client.delete("/api/v1/gpu-storages/racing").status_code == 202
+        return create_or_adopt(*args, **kwargs)
+
+    monkeypatch.setattr(kube, "create_or_adopt", deleted_meanwhile)
+    storage_service.provision_storage(storage.pk)  # the worker's half, with the deletion inside
+    monkeypatch.undo()
+    storage.refresh_from_db()
+    assert storage.phase == "Terminating"
+    assert kube.get(kube.PERSISTENTVOLUMECLAIM, tenant.namespace, "storage-racing") is not None
+
+    storage_service.sync_storages()  # beat's pass finds it Terminating too, and leaves it so
+    storage.refresh_from_db()
+    assert storage.phase == "Terminating"
+
+    def deletion_finished() -> bool:
+        try:
+            storage_service.finish_storage_deletion(storage.pk)
+        except TemporaryError:
+            return False
+        return True
+
+    wait_for(deletion_finished, "the claim to be deleted")
+    assert not GPUStorage.objects.filter(pk=storage.pk).exists()
+    assert kube.get(kube.PERSISTENTVOLUMECLAIM, tenant.namespace, "storage-racing") is None
 
 
 def test_a_unit_whose_storage_cannot_bind_is_pending_storage_not_bound(auth_client, tenant):

@@ -14,9 +14,11 @@ import pytest
 
 from catalog.tests.factories import ARTICLE_PACKAGE_ID, PackageFactory
 from controlplane import kube
+from devstack.services import free_port
 from runtime import manifests
-from runtime.models import GPUUnit, UnitEvent
-from runtime.tests.helpers import remove_namespace_objects, wait_for_phase
+from runtime.models import GPUUnit, Operation, UnitEvent
+from runtime.tasks import sweep_operations
+from runtime.tests.helpers import broker_at, remove_namespace_objects, wait_for_phase
 from tenancy.tests.test_sshkeys import ECDSA384, ED25519
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("celery_worker")]
@@ -111,6 +113,46 @@ def test_ssh_reaches_the_unit_with_the_tenant_s_keys_and_nothing_leaks(
     else:
         pytest.fail(f"the removed key is still authorized: {data}")
     assert auth_client.get("/api/v1/gpu-units/shell").json()["data"]["ssh"]["keys"] == ["laptop"]
+
+
+def test_a_key_removed_while_the_broker_is_down_leaves_the_unit_once_it_is_back(
+    auth_client, tenant, settings
+):
+    """The removal is a new generation of the unit's spec and an update operation of the
+    control plane's own, committed with the key's deletion: with the broker away nothing is
+    sent, and the sweeper sends it once the broker is back. The pod is kept."""
+    add_key(auth_client, "laptop", ED25519)
+    add_key(auth_client, "desktop", ECDSA384)
+    assert auth_client.post("/api/v1/gpu-units", BODY, format="json").status_code == 201
+    unit = wait_for_phase(GPUUnit.objects.get(name="shell"), "Running")
+    generation, pod_uid = unit.generation, unit.pod_k8s_uid
+
+    with broker_at(f"redis://127.0.0.1:{free_port()}/0"):
+        assert auth_client.delete("/api/v1/ssh-keys/desktop").status_code == 204
+    unit.refresh_from_db()
+    assert unit.ssh["keys"] == ["laptop"]
+    assert unit.generation == generation + 1
+    (operation,) = Operation.objects.filter(unit=unit, operation_id__startswith="@rollout-")
+    assert (operation.kind, operation.status) == ("update", "pending")  # nobody sent it
+    assert auth_client.get(f"/api/v1/operations/{operation.operation_id}").status_code == 200
+    config_map = kube.get(kube.CONFIGMAP, tenant.namespace, "unit-shell-ssh")
+    assert len(config_map["data"]["authorized_keys"].splitlines()) == 2  # not yet
+
+    settings.OPERATION_STALE_SECONDS = 0  # the broker is back: beat's next sweep sends it
+    assert sweep_operations() >= 1
+    only_laptop = " ".join(ED25519.split()[:2]) + "\n"
+    deadline = time.monotonic() + 30
+    while True:
+        operation.refresh_from_db()
+        data = kube.get(kube.CONFIGMAP, tenant.namespace, "unit-shell-ssh")["data"]
+        if operation.status == "succeeded" and data["authorized_keys"] == only_laptop:
+            break
+        assert time.monotonic() < deadline, (operation.status, data)
+        time.sleep(0.2)
+    unit.refresh_from_db()
+    assert unit.observed_generation == unit.generation == generation + 1
+    assert unit.pod_k8s_uid == pod_uid  # the keys changed, not the pod
+    assert unit.events.filter(reason="SSHKeyRemoved").exists()
 
 
 def test_the_pod_with_ssh_validates_for_kubernetes_1_34(auth_client, tenant):

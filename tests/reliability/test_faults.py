@@ -3,43 +3,22 @@ never lost and finishes once the fault is gone."""
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 
 import psycopg
 import pytest
-from django.conf import settings as django_settings
 from django.db import connection
 
 from controlplane import kube
-from controlplane.celery import app
 from devstack.services import free_port
 from runtime import orders, reconcile
 from runtime.models import GPUUnit, Operation
-from runtime.tests.helpers import wait_for_phase
+from runtime.tests.helpers import broker_at, wait_for_phase
 from tenancy.tests.factories import key_for
 from tests.reliability.conftest import order_units, post_json, wait_until_settled
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("celery_worker")]
-
-
-@contextlib.contextmanager
-def broker_at(url: str):
-    """Point this process's task producer (and health probe) at another broker URL."""
-    previous = app.conf.broker_url, django_settings.CELERY_BROKER_URL
-
-    def point(broker_url: str, settings_url: str) -> None:
-        app.conf.broker_url = broker_url
-        django_settings.CELERY_BROKER_URL = settings_url
-        app._pool = None
-        app.amqp._producer_pool = None
-
-    point(url, url)
-    try:
-        yield
-    finally:
-        point(*previous)
 
 
 def create_body(index: int, package: str) -> dict:
