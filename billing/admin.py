@@ -4,8 +4,11 @@ one write: the "Reverse" action adds a row negating the chosen ones (billing.led
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.contrib import admin, messages
 from django.db import transaction
+from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from billing import ledger
@@ -71,7 +74,7 @@ class UsageRecordAdmin(ReadOnlyAdmin):
     actions = ("reverse_selected",)
 
     @admin.action(description="Reverse selected rows (a correction row each)")
-    def reverse_selected(self, request: HttpRequest, queryset) -> None:
+    def reverse_selected(self, request: HttpRequest, queryset: QuerySet[UsageRecord]) -> None:
         done = 0
         with transaction.atomic():
             for record in queryset.filter(corrects__isnull=True, correction__isnull=True):
@@ -79,7 +82,7 @@ class UsageRecordAdmin(ReadOnlyAdmin):
                 done += 1
         self.message_user(request, f"{done} row(s) reversed.", messages.SUCCESS)
 
-    def get_actions(self, request: HttpRequest):
+    def get_actions(self, request: HttpRequest) -> dict[str, Any]:
         # Read-only for everyone but those who may change the ledger's rows.
         actions = super().get_actions(request)
         if not request.user.has_perm("billing.change_usagerecord"):

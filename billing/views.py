@@ -7,7 +7,7 @@ from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 
 from django.conf import settings
-from django.http import HttpResponse, StreamingHttpResponse
+from django.http import StreamingHttpResponse
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
@@ -95,7 +95,7 @@ _KEY_NAMES = {
     "day": ("day",),
     "tenant": ("tenant",),
 }
-_totals_fields = {
+_totals_fields: dict[str, serializers.Field] = {
     "seconds": serializers.CharField(help_text="seconds a unit held its devices"),
     "deviceSeconds": serializers.CharField(help_text="devices x seconds (whole-GPU packages)"),
     "shareSeconds": serializers.CharField(help_text="shares x seconds (shared-GPU packages)"),
@@ -219,7 +219,7 @@ class OperatorUsageExportView(NotJsonBodyMixin, ApiView):
             **error_responses(400, 401, 403),
         },
     )
-    def get(self, request: Request) -> HttpResponse:
+    def get(self, request: Request) -> StreamingHttpResponse:
         params = self.validated_query(request)
         chosen = exports.FORMATS[params["format"]]
         records = selectors.records_starting(params["from"], params["to"]).iterator(

@@ -4,11 +4,13 @@ first and says how many live units were ordered from the packages."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from typing import Any, ClassVar
 
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin.actions import delete_selected as delete_selected_confirmed
 from django.contrib.admin.utils import unquote
+from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 
@@ -90,7 +92,7 @@ class PackageAdmin(admin.ModelAdmin):
     list_filter = ("active", "device_class_name", "gpu")
     search_fields = ("id", "spec_name", "device_class_name")
     ordering = ("id",)
-    readonly_fields = ("created_at", "updated_at")
+    readonly_fields: ClassVar[tuple[str, ...]] = ("created_at", "updated_at")
     actions = ("export_yaml", "activate", "deactivate", "delete_selected")
     fieldsets = (
         (None, {"fields": ("id", "spec_name", "active")}),
@@ -114,20 +116,26 @@ class PackageAdmin(admin.ModelAdmin):
         ("History", {"fields": ("created_at", "updated_at")}),
     )
 
-    def get_readonly_fields(self, request: HttpRequest, obj: Package | None = None):
+    def get_readonly_fields(
+        self, request: HttpRequest, obj: Package | None = None
+    ) -> tuple[str, ...]:
         # The ID is the primary key customers order by: renaming would orphan their references.
         if obj is not None:
             return ("id", *self.readonly_fields)
         return self.readonly_fields
 
-    def delete_view(self, request: HttpRequest, object_id: str, extra_context=None):
+    def delete_view(
+        self, request: HttpRequest, object_id: str, extra_context: dict[str, Any] | None = None
+    ) -> HttpResponse:
         live_units = count_live_units([unquote(object_id)])
         return super().delete_view(
             request, object_id, {**(extra_context or {}), "live_units": live_units}
         )
 
     @admin.action(permissions=["delete"], description="Delete selected packages")
-    def delete_selected(self, request: HttpRequest, queryset):
+    def delete_selected(
+        self, request: HttpRequest, queryset: QuerySet[Package]
+    ) -> TemplateResponse | None:
         # Django's own action, its confirmation page told how many live units there are.
         response = delete_selected_confirmed(self, request, queryset)
         if isinstance(response, TemplateResponse) and response.context_data is not None:
@@ -136,17 +144,17 @@ class PackageAdmin(admin.ModelAdmin):
         return response
 
     @admin.action(description="Export selected packages as YAML")
-    def export_yaml(self, request: HttpRequest, queryset) -> HttpResponse:
+    def export_yaml(self, request: HttpRequest, queryset: QuerySet[Package]) -> HttpResponse:
         response = HttpResponse(export_catalog(packages=queryset), content_type="application/yaml")
         response["Content-Disposition"] = 'attachment; filename="packages.yaml"'
         return response
 
     @admin.action(description="Activate selected packages")
-    def activate(self, request: HttpRequest, queryset) -> None:
+    def activate(self, request: HttpRequest, queryset: QuerySet[Package]) -> None:
         updated = queryset.update(active=True)
         self.message_user(request, f"{updated} package(s) activated.", messages.SUCCESS)
 
     @admin.action(description="Deactivate selected packages")
-    def deactivate(self, request: HttpRequest, queryset) -> None:
+    def deactivate(self, request: HttpRequest, queryset: QuerySet[Package]) -> None:
         updated = queryset.update(active=False)
         self.message_user(request, f"{updated} package(s) deactivated.", messages.SUCCESS)

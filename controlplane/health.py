@@ -42,7 +42,7 @@ class Check:
         return body
 
 
-def _timed(probe) -> Check:
+def _timed(probe: Callable[[], object]) -> Check:
     started = time.perf_counter()
     try:
         probe()
@@ -85,7 +85,9 @@ def last_heartbeat() -> datetime | None:
         raw = _redis().get(HEARTBEAT_KEY)
     except redis.RedisError:
         return None
-    return datetime.fromisoformat(raw.decode()) if raw else None
+    if not raw:
+        return None
+    return datetime.fromisoformat(raw.decode() if isinstance(raw, bytes) else raw)
 
 
 # Redis and the cluster are probed next to the database check, so one probe takes as long as

@@ -1,12 +1,12 @@
 """Root URL configuration: admin, the versioned API, and its schema and docs."""
 
 from django.contrib import admin
-from django.urls import include, path
+from django.urls import URLPattern, URLResolver, include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from controlplane.views import HealthView
 
-api_v1 = [
+api_v1: list[URLPattern | URLResolver] = [
     path("health", HealthView.as_view(), name="health"),
     path("", include("runtime.urls")),
     path("", include("tenancy.urls")),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from django.contrib.auth.models import AbstractBaseUser
+from django.contrib.auth.models import AnonymousUser, User
 from django.db.models import QuerySet
 from django.http import HttpRequest
 
@@ -36,6 +36,8 @@ class Scope:
     def visible_tenants(self) -> QuerySet[Tenant]:
         if self.is_staff:
             return Tenant.objects.order_by("slug")
+        if self.tenant is None:
+            return Tenant.objects.none()
         return Tenant.objects.filter(pk=self.tenant.pk)
 
 
@@ -47,7 +49,9 @@ class TenantNotChosen(Exception):
     """The user is linked to several tenants and has not picked one yet."""
 
 
-def linked_tenants(user: AbstractBaseUser) -> tuple[Tenant, ...]:
+def linked_tenants(user: User | AnonymousUser) -> tuple[Tenant, ...]:
+    if not user.is_authenticated:
+        return ()
     return tuple(Tenant.objects.filter(users=user).order_by("slug"))
 
 

@@ -4,10 +4,11 @@ number of queries whatever the number of units, devices, packages or tenants."""
 from __future__ import annotations
 
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
+from typing import Any
 
 from django.db.models import Count, Q, QuerySet, Sum
 
@@ -126,7 +127,8 @@ def device_totals_by_class() -> DeviceClassTotals:
 def device_totals_by_node() -> list[NodeTotals]:
     """Devices of complete pools per node, with the node's readiness (two queries)."""
     ready = dict(Node.objects.values_list("name", "ready"))
-    rows = (
+    # Mappings, not the stubs' row type: that one misses the terms annotate(**terms) adds.
+    rows: Iterable[Mapping[str, Any]] = (
         Device.objects.filter(pool_complete=True)
         .values("node_name")
         .annotate(**_device_counts())
@@ -199,7 +201,12 @@ def utilisation_samples(limit: int = 120) -> list[Sample]:
         .order_by("-started_at")
         .values_list("finished_at", "allocated_devices", "total_devices")[:limit]
     )
-    return [Sample(at, allocated or 0, total) for at, allocated, total in reversed(runs)]
+    # The filter already excludes null times and totals; the test narrows the nullable columns.
+    return [
+        Sample(at, allocated or 0, total)
+        for at, allocated, total in reversed(runs)
+        if at is not None and total is not None
+    ]
 
 
 def package_rows(scope: Scope, *, include_inactive: bool = False) -> list[PackageRow]:

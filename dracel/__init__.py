@@ -11,7 +11,7 @@ import functools
 import logging
 import re
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -370,7 +370,7 @@ def _all_match(selectors: Sequence[CompiledSelector], context: cel.Context, driv
 
 
 def matching_sets(
-    selector_sets: dict[str, Sequence[CompiledSelector]], env: dict[str, Any]
+    selector_sets: Mapping[str, Sequence[CompiledSelector]], env: dict[str, Any]
 ) -> set[str]:
     """The names of the selector sets (e.g. device classes) whose selectors all match the
     device. The device is bound into CEL once for all of them, the costly step."""

@@ -520,11 +520,11 @@ def observe(
     observation.claims = _observe_claims(claims)
     for quota in quotas:
         metadata = quota["metadata"]
-        key = (metadata.get("namespace", ""), metadata["name"])
+        quota_key = (metadata.get("namespace", ""), metadata["name"])
         status = quota.get("status") or {}
-        observation.quotas[key] = {
-            "namespace": key[0],
-            "name": key[1],
+        observation.quotas[quota_key] = {
+            "namespace": quota_key[0],
+            "name": quota_key[1],
             "hard": status.get("hard") or (quota.get("spec") or {}).get("hard") or {},
             "used": status.get("used") or {},
         }

@@ -143,12 +143,16 @@ def _upsert(model: type[Model], key_fields: list[str], rows: list[dict]) -> None
     quote = connection.ops.quote_name
     fields = [f for f in model._meta.concrete_fields if f.name != "id"]
     adapters = [(f.name, f.get_default(), _copy_adapter(f)) for f in fields]
-    columns = ", ".join(quote(f.column) for f in fields)
-    keys = {model._meta.get_field(name).column for name in key_fields}
+    # A field is concrete because it has a column: the test only narrows the stubs' `str | None`.
+    column_of = {f.name: f.column for f in fields if f.column is not None}
+    columns = ", ".join(quote(column) for column in column_of.values())
+    keys = {column_of[name] for name in key_fields}
     table = quote(model._meta.db_table)
     staging = quote(f"sync_{model._meta.db_table}")
     updates = ", ".join(
-        f"{quote(f.column)} = EXCLUDED.{quote(f.column)}" for f in fields if f.column not in keys
+        f"{quote(column)} = EXCLUDED.{quote(column)}"
+        for column in column_of.values()
+        if column not in keys
     )
     with connection.cursor() as cursor:
         cursor.execute(
@@ -172,7 +176,8 @@ def _current(model: type[Model], key_fields: list[str]) -> dict[tuple, dict]:
     """The mirror's rows of `model` by key, every column."""
     value_fields = [f.name for f in model._meta.concrete_fields if f.name != "id"]
     return {
-        tuple(row[k] for k in key_fields): row for row in model.objects.values("id", *value_fields)
+        tuple(row[k] for k in key_fields): row
+        for row in model._default_manager.values("id", *value_fields)
     }
 
 
@@ -196,7 +201,7 @@ def _apply(
     if changed:
         _upsert(model, key_fields, changed)
     if gone:
-        model.objects.filter(id__in=gone).delete()
+        model._default_manager.filter(id__in=gone).delete()
     return {"changed": len(changed), "deleted": len(gone)}
 
 

@@ -4,7 +4,10 @@ stored, so it goes neither into the database nor into a message cookie."""
 
 from __future__ import annotations
 
+from typing import Any, ClassVar
+
 from django.contrib import admin, messages
+from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 
@@ -30,7 +33,7 @@ class ApiKeyInline(admin.TabularInline):
     can_delete = False
     show_change_link = True
 
-    def has_add_permission(self, request: HttpRequest, obj=None) -> bool:
+    def has_add_permission(self, request: HttpRequest, obj: Tenant | None = None) -> bool:
         return False  # a key made inline could not show its secret: API keys → Add does
 
 
@@ -51,7 +54,9 @@ class TenantAdmin(admin.ModelAdmin):
     inlines = [ApiKeyInline]
     actions = ["create_key"]
 
-    def get_readonly_fields(self, request: HttpRequest, obj: Tenant | None = None):
+    def get_readonly_fields(
+        self, request: HttpRequest, obj: Tenant | None = None
+    ) -> tuple[str, ...]:
         # Units live in the namespace: moving a tenant would orphan them. The usage counters
         # are kept by orders and terminations (and recounted by recount_usage), never typed.
         if obj is None:
@@ -81,7 +86,7 @@ class TenantAdmin(admin.ModelAdmin):
         return f"{tenant.used_claims} of {tenant.quota_claims}"
 
     @admin.action(description="Create an API key (shown once)")
-    def create_key(self, request: HttpRequest, queryset) -> HttpResponse:
+    def create_key(self, request: HttpRequest, queryset: QuerySet[Tenant]) -> HttpResponse:
         keys = [services.create_api_key(tenant=tenant, name="admin") for tenant in queryset]
         context = {
             **self.admin_site.each_context(request),
@@ -97,19 +102,34 @@ class ApiKeyAdmin(admin.ModelAdmin):
     list_filter = ("tenant",)
     list_select_related = ("tenant",)
     search_fields = ("prefix", "name", "tenant__slug")
-    readonly_fields = ("tenant", "prefix", "created_at", "last_used_at", "revoked_at")
-    fields = ("tenant", "name", "prefix", "created_at", "last_used_at", "revoked_at")
+    readonly_fields: ClassVar[tuple[str, ...]] = (
+        "tenant",
+        "prefix",
+        "created_at",
+        "last_used_at",
+        "revoked_at",
+    )
+    fields: ClassVar[tuple[str, ...]] = (
+        "tenant",
+        "name",
+        "prefix",
+        "created_at",
+        "last_used_at",
+        "revoked_at",
+    )
     actions = ["revoke"]
 
-    def get_fields(self, request: HttpRequest, obj: ApiKey | None = None):
+    def get_fields(self, request: HttpRequest, obj: ApiKey | None = None) -> tuple[str, ...]:
         if obj is None:
             return ("tenant", "name")  # the service makes the rest
         return self.fields
 
-    def get_readonly_fields(self, request: HttpRequest, obj: ApiKey | None = None):
+    def get_readonly_fields(
+        self, request: HttpRequest, obj: ApiKey | None = None
+    ) -> tuple[str, ...]:
         return () if obj is None else self.readonly_fields
 
-    def save_model(self, request: HttpRequest, obj: ApiKey, form, change: bool) -> None:
+    def save_model(self, request: HttpRequest, obj: ApiKey, form: Any, change: bool) -> None:
         if change:
             super().save_model(request, obj, form, change)
             return
@@ -122,7 +142,9 @@ class ApiKeyAdmin(admin.ModelAdmin):
         # Only in memory, for response_add: the secret is never stored.
         obj.new_secret = secret  # type: ignore[attr-defined]
 
-    def response_add(self, request: HttpRequest, obj: ApiKey, post_url_continue=None):
+    def response_add(
+        self, request: HttpRequest, obj: ApiKey, post_url_continue: str | None = None
+    ) -> HttpResponse:
         secret = getattr(obj, "new_secret", None)
         if secret is None:
             return super().response_add(request, obj, post_url_continue)
@@ -134,7 +156,7 @@ class ApiKeyAdmin(admin.ModelAdmin):
         return render_new_secrets(request, keys=[(obj, secret)], context=context)
 
     @admin.action(description="Revoke selected keys")
-    def revoke(self, request: HttpRequest, queryset) -> None:
+    def revoke(self, request: HttpRequest, queryset: QuerySet[ApiKey]) -> None:
         for api_key in queryset:
             services.revoke_api_key(api_key=api_key)
         self.message_user(request, f"{queryset.count()} key(s) revoked.", messages.SUCCESS)
@@ -149,16 +171,16 @@ class SSHKeyAdmin(admin.ModelAdmin):
     search_fields = ("name", "fingerprint", "comment", "tenant__slug")
     readonly_fields = ("tenant", "name", "kind", "bits", "fingerprint", "comment", "public_key")
 
-    def has_add_permission(self, request) -> bool:
+    def has_add_permission(self, request: HttpRequest) -> bool:
         return False
 
-    def has_change_permission(self, request, obj=None) -> bool:
+    def has_change_permission(self, request: HttpRequest, obj: SSHKey | None = None) -> bool:
         return False
 
-    def delete_model(self, request, obj: SSHKey) -> None:
+    def delete_model(self, request: HttpRequest, obj: SSHKey) -> None:
         # Through the service, so the units that used the key lose it too.
         services.remove_ssh_key(tenant=obj.tenant, name=obj.name)
 
-    def delete_queryset(self, request, queryset) -> None:
+    def delete_queryset(self, request: HttpRequest, queryset: QuerySet[SSHKey]) -> None:
         for key in queryset.select_related("tenant"):
             services.remove_ssh_key(tenant=key.tenant, name=key.name)

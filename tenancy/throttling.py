@@ -9,10 +9,15 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from typing import TYPE_CHECKING
 
 import redis
 from django.conf import settings
 from rest_framework.throttling import BaseThrottle
+
+if TYPE_CHECKING:
+    from rest_framework.request import Request
+    from rest_framework.views import APIView
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +43,7 @@ def _redis() -> redis.Redis:
 
 
 class ApiKeyRateThrottle(BaseThrottle):
-    def allow_request(self, request, view) -> bool:
+    def allow_request(self, request: Request, view: APIView) -> bool:
         prefix = getattr(getattr(request, "auth", None), "prefix", None)
         if not prefix:
             return True  # unauthenticated requests are refused before they cost anything
@@ -46,7 +51,11 @@ class ApiKeyRateThrottle(BaseThrottle):
         now = time.time()
         key = f"throttle:{prefix}:{int(now // period)}"
         try:
-            count, _ = _redis().pipeline(transaction=False).incr(key).expire(key, period).execute()
+            # One round trip for both; redis-py's types do not follow a pipeline's chaining.
+            pipeline = _redis().pipeline(transaction=False)
+            pipeline.incr(key)
+            pipeline.expire(key, period)
+            count, _ = pipeline.execute()
         except redis.RedisError:
             # The limiter is a guard, not a dependency: if Redis is down, serve the request.
             logger.warning("rate limiter unavailable; request allowed", exc_info=True)

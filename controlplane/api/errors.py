@@ -40,6 +40,8 @@ def error_body(code: str, message: str, details: dict[str, Any] | None = None) -
     return {"error": {"code": code, "message": message, "details": details or {}}}
 
 
-def error_response(status: int, code: str, message: str, details: dict | None = None):
+def error_response(
+    status: int, code: str, message: str, details: dict | None = None
+) -> JsonResponse:
     """A plain Django response in the envelope, for paths DRF never sees (404, 500)."""
     return JsonResponse(error_body(code, message, details), status=status)

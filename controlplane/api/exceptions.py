@@ -11,6 +11,7 @@ from rest_framework import exceptions, status
 from rest_framework.response import Response
 
 from controlplane.api.errors import ApiError, ServiceUnavailable, error_body
+from controlplane.api.renderers import EnvelopedResponse
 
 logger = logging.getLogger(__name__)
 
@@ -30,9 +31,7 @@ _CODES: list[tuple[type[Exception], str]] = [
 
 
 def _enveloped(body: dict, status_code: int, headers: dict | None = None) -> Response:
-    response = Response(body, status=status_code, headers=headers)
-    response.enveloped = True
-    return response
+    return EnvelopedResponse(body, status=status_code, headers=headers)
 
 
 def envelope_exception_handler(exc: Exception, context: dict) -> Response | None:
@@ -56,11 +55,11 @@ def envelope_exception_handler(exc: Exception, context: dict) -> Response | None
         )
 
     code = next((name for cls, name in _CODES if isinstance(exc, cls)), "error")
-    headers = {}
-    if getattr(exc, "auth_header", None):
-        headers["WWW-Authenticate"] = exc.auth_header
-    if getattr(exc, "wait", None):
-        headers["Retry-After"] = str(int(exc.wait))
+    headers: dict[str, str] = {}
+    if auth_header := getattr(exc, "auth_header", None):
+        headers["WWW-Authenticate"] = auth_header
+    if wait := getattr(exc, "wait", None):
+        headers["Retry-After"] = str(int(wait))
     if isinstance(exc, exceptions.ValidationError):
         message, details = "The request is invalid.", {"fields": exc.detail}
         if isinstance(exc.detail, list):

@@ -8,6 +8,8 @@ reinterpreted."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from django.core import signing
 from django.db.models import QuerySet, Subquery
 from rest_framework.exceptions import ValidationError
@@ -50,7 +52,7 @@ def paginate(
     scope: str,
     key: str = "id",
     position: str = "uid",
-):
+) -> tuple[list[Any], str | None]:
     """(page, next_cursor) for `queryset` ordered by `-key`; cursors name rows by `position`."""
     if cursor:
         after = queryset.model.objects.filter(**{position: decode_cursor(cursor, scope)})

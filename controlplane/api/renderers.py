@@ -1,6 +1,13 @@
 """JSON renderer that puts every successful payload under `data`."""
 
 from rest_framework.renderers import JSONRenderer
+from rest_framework.response import Response
+
+
+class EnvelopedResponse(Response):
+    """A response whose body is already the envelope (errors, lists with `meta`)."""
+
+    enveloped = True
 
 
 class EnvelopeJSONRenderer(JSONRenderer):

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from drf_spectacular.utils import OpenApiResponse, extend_schema_serializer, inline_serializer
 from rest_framework import serializers
+
+if TYPE_CHECKING:
+    from drf_spectacular.generators import SchemaGenerator
+    from rest_framework.request import Request
 
 
 class ErrorDetailSerializer(serializers.Serializer):
@@ -22,7 +28,7 @@ def envelope(
     name: str,
     many: bool = False,
     meta: serializers.Serializer | None = None,
-):
+) -> serializers.Serializer:
     """A schema component `{"data": <serializer>}` (and `meta`, when given) named `name`."""
     data = serializer(many=many) if isinstance(serializer, type) else serializer
     fields = {"data": data} if meta is None else {"data": data, "meta": meta}
@@ -49,7 +55,9 @@ _COMMON_ERRORS = {
 }
 
 
-def add_common_errors(result: dict, generator, request, public) -> dict:
+def add_common_errors(
+    result: dict, generator: SchemaGenerator, request: Request | None, public: bool
+) -> dict:
     """drf-spectacular postprocessing hook: document the shared error responses."""
     error_ref = {"$ref": "#/components/schemas/Error"}
     for path, operations in result.get("paths", {}).items():

@@ -2,6 +2,7 @@
 
 import sys
 from pathlib import Path
+from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
@@ -25,7 +26,7 @@ class Command(BaseCommand):
         )
 
     def handle(
-        self, *args, file: str, dry_run: bool, prune: bool, if_empty: bool, **options
+        self, *args: Any, file: str, dry_run: bool, prune: bool, if_empty: bool, **options: Any
     ) -> None:
         if if_empty and Package.objects.exists():
             self.stdout.write("catalog already has packages; sample not imported")

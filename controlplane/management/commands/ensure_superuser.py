@@ -6,6 +6,7 @@ otherwise a random one is generated and printed only when the user is created.
 
 import os
 import secrets
+from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandParser
@@ -18,7 +19,7 @@ class Command(BaseCommand):
         parser.add_argument("--username", default="admin")
         parser.add_argument("--email", default="admin@localhost")
 
-    def handle(self, *args, username: str, email: str, **options) -> None:
+    def handle(self, *args: Any, username: str, email: str, **options: Any) -> None:
         user_model = get_user_model()
         given = os.environ.get("ADMIN_PASSWORD", "")
         user = user_model.objects.filter(username=username).first()

@@ -1,5 +1,7 @@
 """`manage.py create_api_key --tenant SLUG [--name TEXT]`: prints the new key on its last line."""
 
+from typing import Any
+
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
 from tenancy import selectors, services
@@ -12,7 +14,7 @@ class Command(BaseCommand):
         parser.add_argument("--tenant", required=True, help="tenant slug")
         parser.add_argument("--name", default="", help="what the key is for")
 
-    def handle(self, *args, tenant: str, name: str, **options) -> None:
+    def handle(self, *args: Any, tenant: str, name: str, **options: Any) -> None:
         found = selectors.get_tenant(slug=tenant)
         if found is None:
             raise CommandError(f"no tenant {tenant!r}")

@@ -1,6 +1,8 @@
 """`manage.py create_tenant SLUG --namespace NS [--cpu --memory --claims --storage --storages]
 [--devices CLASS=N ...] [--operator]`."""
 
+from typing import Any
+
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
@@ -31,7 +33,7 @@ class Command(BaseCommand):
             "--if-missing", action="store_true", help="succeed quietly if the slug exists"
         )
 
-    def handle(self, *args, slug: str, **options) -> None:
+    def handle(self, *args: Any, slug: str, **options: Any) -> None:
         if options["if_missing"] and selectors.get_tenant(slug=slug) is not None:
             self.stdout.write(f"tenant {slug} exists")
             return

@@ -2,6 +2,7 @@
 tenant, created once with a printed password (or DEMO_PASSWORD)."""
 
 import os
+from typing import Any
 
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 
@@ -15,7 +16,7 @@ class Command(BaseCommand):
         parser.add_argument("--username", required=True)
         parser.add_argument("--tenant", required=True, help="tenant slug")
 
-    def handle(self, *args, username: str, tenant: str, **options) -> None:
+    def handle(self, *args: Any, username: str, tenant: str, **options: Any) -> None:
         found = selectors.get_tenant(slug=tenant)
         if found is None:
             raise CommandError(f"no tenant {tenant!r}")
