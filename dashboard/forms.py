@@ -13,9 +13,8 @@ from django.db.models import QuerySet
 from controlplane.validation import format_duration
 from dashboard.queries import ALL_PHASES, PackageRow
 from runtime import actions, stopafter
-from runtime.errors import InvalidRequest
-from runtime.models import AccessMode, GPUUnit, OperationKind, UnitPhase
-from runtime.serializers import CreateUnitSerializer, UnitSpecSerializer
+from runtime.models import AccessMode, GPUUnit, UnitPhase
+from runtime.serializers import CreateUnitSerializer
 from runtime.validation import (
     MAX_ITEMS,
     MAX_MOUNTS,
@@ -26,17 +25,19 @@ from runtime.validation import (
 )
 from tenancy.models import Tenant
 
-# The API's field names -> this form's, so the API's messages land next to the right field.
-API_FIELDS = {"name": "name", "packageID": "package", "image": "image", "access.scheme": "scheme"}
-# Every other problem with the ports or the access (template.ports[1].name, access.primaryPort:
-# the primary port is the first listed) is about what was typed in the ports field.
-PORT_PATH = re.compile(r"^template\.ports(?:\[(\d+)\])?|^access\b")
-# Problems with a mount (storageMounts[0].mountPath) are about the storage mounts field.
-MOUNT_PATH = re.compile(r"^storageMounts(?:\[(\d+)\])?")
-# Problems with SSH (no key to give, ssh.keys[1] unknown) are about the SSH field.
-SSH_PATH = re.compile(r"^ssh(?:\.keys(?:\[(\d+)\])?|\.enabled)?$")
-# Problems with the environment (template.env[2].name) are about the edit form's env field.
-ENV_PATH = re.compile(r"^template\.env(?:\[(\d+)\])?")
+# The API's field paths -> the order form's fields, so the API's messages land next to the
+# right field; a path not listed is looked up by its parent (access.primaryPort -> access:
+# the primary port is the first listed, so it is about what was typed in the ports field).
+API_FIELDS = {
+    "name": "name",
+    "packageID": "package",
+    "image": "image",
+    "access.scheme": "scheme",
+    "access": "ports",
+    "template.ports": "ports",
+    "storageMounts": "storage_mounts",
+    "ssh": "ssh",
+}
 OPERATION_ID = re.compile(r"^dash-[0-9a-f]{32}$")
 # Ports are listed one a line (the edit form), or comma-separated on one (the order form).
 ENTRY_SEPARATOR = re.compile(r"[,\n]")
@@ -135,49 +136,30 @@ def mount_text(mount: dict) -> str:
     return f"{mount['name']}:{mount['mountPath']}{':ro' if mount['readOnly'] else ''}"
 
 
-def api_field(path: str) -> str | None:
-    """The order form's field for an API field path; None for the form as a whole."""
-    if path in API_FIELDS:
-        return API_FIELDS[path]
-    if PORT_PATH.match(path):
-        return "ports"
-    if MOUNT_PATH.match(path):
-        return "storage_mounts"
-    if SSH_PATH.match(path):
-        return "ssh"
-    return None
+def split_path(path: str) -> tuple[str, int | None]:
+    """An API field path's field and the index of the list item it is about:
+    `template.ports[1].name` -> (`template.ports`, 1); `image` -> (`image`, None)."""
+    field, _, rest = path.partition("[")
+    index = rest.partition("]")[0]
+    return field, int(index) if index.isdigit() else None
 
 
-def port_problem(path: str, message: str, ports: list[dict]) -> str:
-    """The message of a problem with one port, saying which of those typed it is about."""
-    match = PORT_PATH.match(path)
-    if match and match.group(1) is not None and int(match.group(1)) < len(ports):
-        return f"{port_text(ports[int(match.group(1))])}: {message}"
-    return message
+def form_field(path: str, fields: dict[str, str]) -> tuple[str | None, int | None]:
+    """The form field an API field path is about (its own entry in `fields`, else its
+    parent's), and the index of the item; None for what the form has no field for."""
+    field, index = split_path(path)
+    while field:
+        if field in fields:
+            return fields[field], index
+        field = field.rpartition(".")[0]
+    return None, index
 
 
-def env_problem(path: str, message: str, env: list[dict]) -> str:
-    """The message of a problem with one variable, saying which line it is about."""
-    match = ENV_PATH.match(path)
-    if match and match.group(1) is not None and int(match.group(1)) < len(env):
-        return f"{env[int(match.group(1))]['name'] or '(no name)'}=…: {message}"
-    return message
-
-
-def mount_problem(path: str, message: str, mounts: list[dict]) -> str:
-    """The message of a problem with one mount, saying which of those typed it is about."""
-    match = MOUNT_PATH.match(path)
-    if match and match.group(1) is not None and int(match.group(1)) < len(mounts):
-        return f"{mount_text(mounts[int(match.group(1))])}: {message}"
-    return message
-
-
-def ssh_problem(path: str, message: str, keys: list[str]) -> str:
-    """The message of a problem with one of the keys ticked, naming it."""
-    match = SSH_PATH.match(path)
-    if match and match.group(1) is not None and int(match.group(1)) < len(keys):
-        name = keys[int(match.group(1))]
-        return message if name in message else f"{name}: {message}"
+def about_item(message: str, index: int | None, typed: list, text) -> str:
+    """A problem's message, saying which of the items typed (`text` of one) it is about."""
+    if index is not None and index < len(typed):
+        shown = text(typed[index])
+        return message if shown in message else f"{shown}: {message}"
     return message
 
 
@@ -438,43 +420,39 @@ class UnitCreateForm(SummarisedForm):
         mounts = self.cleaned_data.get("storage_mounts") or []
         keys = self.cleaned_data.get("ssh_keys") or []
         for path, messages in problems.items():
-            field = api_field(path)
+            field, index = form_field(path, API_FIELDS)
             for message in messages:
                 if field == "ports":
-                    message = port_problem(path, message, ports)
+                    message = about_item(message, index, ports, port_text)
                 elif field == "storage_mounts":
-                    message = mount_problem(path, message, mounts)
+                    message = about_item(message, index, mounts, mount_text)
                 elif field == "ssh":
-                    message = ssh_problem(path, message, keys)
+                    message = about_item(message, index, keys, str)
                 self.add_error(field if field in self.fields else None, message)
 
 
-# The API's field paths -> the edit form's fields (ports and env by PORT_PATH and ENV_PATH).
+# The API's field paths -> the edit form's fields.
 EDIT_FIELDS = {
     "image": "image",
     "template.command": "command",
+    "template.env": "env",
+    "template.ports": "ports",
     "access.scheme": "scheme",
+    "access": "ports",
     "stopAfter": "stop_after",
 }
 
 
-def edit_field(path: str) -> str | None:
-    """The edit form's field for an API field path; None for what the form does not edit."""
-    if path in EDIT_FIELDS:
-        return EDIT_FIELDS[path]
-    if ENV_PATH.match(path):
-        return "env"
-    if PORT_PATH.match(path):
-        return "ports"
-    return None
+def env_line(variable: dict) -> str:
+    return f"{variable['name'] or '(no name)'}=…"
 
 
 class UnitEditForm(SummarisedForm):
-    """A change to a unit's image, command, environment, ports and auto-stop. What the unit
-    would be after it is checked by the API's own rules for an update (UnitSpecSerializer,
-    then the stopAfter maximums). The unit's etag as shown and an operationID made when the
-    form is shown travel in hidden fields: a unit changed meanwhile is refused rather than
-    overwritten, and a double submit replays the same update."""
+    """A change to a unit's image, command, environment, ports and auto-stop. The form only
+    reads what was typed: `patch()` is the change as a PATCH would send it, and
+    actions.update_unit, the API's own update, judges and applies it. The unit's etag as shown
+    and an operationID made when the form is shown travel in hidden fields: a unit changed
+    meanwhile is refused rather than overwritten, and a double submit replays the update."""
 
     image = forms.CharField(
         max_length=512,
@@ -578,85 +556,50 @@ class UnitEditForm(SummarisedForm):
     def clean_ports(self) -> list[dict]:
         return parse_ports(self.cleaned_data.get("ports") or "")
 
-    def clean(self) -> dict:
-        cleaned = super().clean()
-        # A field the form could not read is taken as the unit has it, so that the API's rules
-        # still judge all the others now, not one round trip at a time.
-        unreadable = set(self.errors)
+    def patch(self) -> dict:
+        """The change as an API client would PATCH it (a JSON merge patch of the unit's
+        changeable fields), from the fields the form could read: one it could not is left out,
+        so it stays as the unit has it while the update's own rules judge all the others now,
+        not one round trip at a time. The template's other parts (args) stay; the access
+        follows the ports, keeping the unit's primary port while it is still listed."""
+        cleaned = self.cleaned_data
         current = actions.current_spec(self.unit)
-        kept = current["template"]
-        command = cleaned.get("command", kept.get("command") or [])
-        env = cleaned.get("env", kept.get("env") or [])
-        ports = cleaned.get("ports", kept.get("ports") or [])
-        # The template's other parts (args) stay; what the form shows replaces the rest.
-        template = {
-            key: value for key, value in kept.items() if key not in ("command", "env", "ports")
-        } | {"command": command, "env": env, "ports": ports}
-        access: dict = {}
-        if ports:
-            access["scheme"] = cleaned.get("scheme") or "http"
-            # The unit's primary port stays primary while it is still listed.
+        patch: dict = {}
+        if "image" in cleaned:
+            patch["image"] = cleaned["image"]
+        template = {key: cleaned[key] for key in ("command", "env", "ports") if key in cleaned}
+        if template:
+            patch["template"] = template
+        ports = cleaned.get("ports", current["template"].get("ports") or [])
+        if not ports:
+            patch["access"] = None
+        elif "scheme" in cleaned:
             primary = current["access"].get("primaryPort")
-            if primary in {port.get("name") for port in ports}:
-                access["primaryPort"] = primary
-        patch = {
-            "image": cleaned.get("image", current["image"]),
-            "template": {"command": command, "env": env, "ports": ports},
-            "access": access,
-            "stopAfter": cleaned.get("stop_after", current["stopAfter"]),
-        }
-        # The API's own rules for the unit after an update, so the browser and a PATCH accept
-        # exactly the same changes; then the stopAfter maximums of its package and tenant.
-        # SSH and storage mounts, which the form leaves alone, stay as they are unchecked, as
-        # a PATCH without them keeps them (an SSH key list a removed key emptied is no reason
-        # to refuse a new image).
-        serializer = UnitSpecSerializer(
-            data={"image": current["image"], **patch, "template": template}
-        )
-        valid = serializer.is_valid()
-        problems = {} if valid else {p: list(map(str, m)) for p, m in serializer.errors.items()}
-        stop_after = ""
-        if "stopAfter" not in problems:
-            try:
-                stop_after = stopafter.effective_stop_after(
-                    self.unit.tenant, self.unit.package_id, patch["stopAfter"]
-                )
-            except InvalidRequest as error:
-                problems |= error.details.get("fields") or {"": [error.message]}
-        self.report(problems, skip=unreadable)
-        if self.errors or not valid:
-            return cleaned
-        checked = serializer.validated_data
-        cleaned["spec"] = {
-            "image": checked["image"],
-            "template": checked.get("template") or {},
-            "access": checked.get("access") or {},
-            "ssh": current["ssh"],
-            "storageMounts": current["storageMounts"],
-            "stopAfter": stop_after,
-        }
-        # What the form changes, as an API client would PATCH it: the same form sent twice
-        # has the same fingerprint, so its second submit is a replay.
-        cleaned["request_hash"] = actions.action_fingerprint(
-            OperationKind.UPDATE, self.unit.name, patch
-        )
-        return cleaned
+            listed = primary in {port.get("name") for port in ports}
+            patch["access"] = {
+                "scheme": cleaned["scheme"] or "http",
+                "primaryPort": primary if listed else None,
+            }
+        if "stop_after" in cleaned:
+            patch["stopAfter"] = cleaned["stop_after"]
+        return patch
 
-    def report(self, problems: dict[str, list[str]], *, skip: set[str] | None = None) -> None:
-        """Put the problems the API's rules found, keyed by API field path, next to the
-        fields they are about; those about what the form does not edit above it, named.
-        Problems of the fields in `skip` are left out (their own error says what to fix)."""
+    def report(self, problems: dict[str, list[str]]) -> None:
+        """Put the problems the update found, keyed by API field path, next to the fields
+        they are about; those about what the form does not edit above it, named. A field the
+        form could not read has its own error already."""
         ports = self.cleaned_data.get("ports") or []
         env = self.cleaned_data.get("env") or []
+        unreadable = set(self.errors)
         for path, messages in problems.items():
-            field = edit_field(path)
-            if skip and field in skip:
+            field, index = form_field(path, EDIT_FIELDS)
+            if field in unreadable:
                 continue
             for message in messages if isinstance(messages, list) else [messages]:
                 if field == "ports":
-                    message = port_problem(path, message, ports)
+                    message = about_item(message, index, ports, port_text)
                 elif field == "env":
-                    message = env_problem(path, message, env)
+                    message = about_item(message, index, env, env_line)
                 elif field is None and path:
                     message = f"{path}: {message}"
                 self.add_error(field, message)

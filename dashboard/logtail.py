@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from controlplane.api.errors import ApiError, NotFound
+from controlplane.errors import DomainError, NotFound
 from controlplane.kube.logs import LogOptions
 from runtime import logs
 from runtime.models import GPUUnit, UnitPhase
@@ -60,7 +60,7 @@ def read_tail(unit: GPUUnit) -> LogTail:
     except logs.LogsUnavailable as error:
         waiting = error.message.removeprefix("no log yet: ")
         return _problem(f"No log yet: the container has not started ({waiting}).", transient=True)
-    except ApiError as error:
+    except DomainError as error:
         return _problem(f"The log cannot be read right now: {error.message}", transient=True)
     cut = len(data) >= LIMIT_BYTES
     if cut:

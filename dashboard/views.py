@@ -24,7 +24,7 @@ from django.utils.http import url_has_allowed_host_and_scheme
 from django.views import View
 from django_htmx.http import HttpResponseClientRedirect, HttpResponseStopPolling
 
-from controlplane.api.errors import ApiError, NotFound
+from controlplane.errors import DomainError, NotFound
 from dashboard import logtail, queries
 from dashboard.access import (
     SESSION_TENANT,
@@ -457,7 +457,7 @@ class UnitCreateView(DashboardView):
                     storage_mounts=data["storage_mounts"],
                     ssh=data["ssh"],
                 )
-            except ApiError as error:
+            except DomainError as error:
                 self.report(form, error)
             else:
                 unit = result.unit
@@ -467,7 +467,7 @@ class UnitCreateView(DashboardView):
         return self.page("dashboard/unit_form.html", {"form": form})
 
     @staticmethod
-    def report(form: UnitCreateForm, error: ApiError) -> None:
+    def report(form: UnitCreateForm, error: DomainError) -> None:
         """Put the service's refusal next to the field it is about."""
         if isinstance(error, StorageInUse):
             units = error.details.get("units") or []
@@ -629,7 +629,7 @@ class UnitActionView(DashboardView):
             )
         except QuotaExceeded as error:
             messages.error(request, self.quota_message(unit, error))
-        except ApiError as error:
+        except DomainError as error:
             messages.error(request, f"{words['label']} refused: {error.message}")
         else:
             if result.replayed:
@@ -678,21 +678,18 @@ class UnitEditView(DashboardView):
             messages.error(request, f"Unit {unit.name} is {unit.phase}: it was not changed.")
             return unit_page(unit)
         form = UnitEditForm(request.POST, unit=unit)
-        if not form.is_valid():
-            return self.show(unit, form)
-        data = form.cleaned_data
+        readable = form.is_valid()
         try:
-            result = actions.replayed_update(
-                tenant=unit.tenant,
-                operation_id=data["operation_id"],
-                request_hash=data["request_hash"],
-            ) or actions.update_unit(
+            if not readable:
+                # What the form could read is still judged now, by the update's own rules.
+                actions.check_update(unit=unit, patch=form.patch())
+                return self.show(unit, form)
+            result = actions.update_unit(
                 tenant=unit.tenant,
                 name=unit.name,
-                operation_id=data["operation_id"],
-                request_hash=data["request_hash"],
-                if_match=data["etag"],
-                spec=data["spec"],
+                operation_id=form.cleaned_data["operation_id"],
+                patch=form.patch(),
+                if_match=form.cleaned_data["etag"],
                 uid=str(unit.uid),
             )
         except (PreconditionFailed, OperationConflict):
@@ -707,7 +704,7 @@ class UnitEditView(DashboardView):
         except InvalidRequest as error:
             form.report(error.details.get("fields") or {"": [error.message]})
             return self.show(unit, form)
-        except ApiError as error:
+        except DomainError as error:
             form.add_error(None, error.message)
             return self.show(unit, form)
         updated = result.unit

@@ -12,12 +12,15 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
-from runtime import lifecycle, orders, outbox, selectors, stopafter
+from controlplane.validation import fold_case
+from runtime import lifecycle, orders, outbox, selectors, spec, stopafter
 from runtime.errors import (
+    InvalidRequest,
     InvalidState,
     NotFound,
     OperationInProgress,
     PreconditionFailed,
+    PreconditionRequired,
 )
 from runtime.models import (
     GPUUnit,
@@ -278,10 +281,63 @@ def changed_fields(before: dict, after: dict) -> list[str]:
     return changed
 
 
-def replayed_update(*, tenant: Tenant, operation_id: str, request_hash: str) -> ActionResult | None:
-    """The earlier update under this operationID when this is the same request (a conflict
-    when it is not), or None."""
-    return _replay(tenant, operation_id, kind=OperationKind.UPDATE, request_hash=request_hash)
+def check_update(*, unit: GPUUnit, patch: dict) -> dict:
+    """The unit's changeable fields after `patch` (RFC 7396 merge), checked as an order checks
+    them (runtime/spec.py), SSH key names resolved and stopAfter held to its maximums; raises
+    InvalidRequest naming each problem by its API field path. What the patch leaves alone
+    stays as it is, even where today's rules would refuse it (an SSH key list a removed key
+    emptied is no reason to refuse a new image); image, template and access are checked
+    together (access depends on the ports). Reads the tenant's keys and maximums, writes
+    nothing."""
+    current = current_spec(unit)
+    merged = merge_patch(current, patch)
+    kept = {key: current[key] for key in ("ssh", "storageMounts") if key not in patch}
+    checker = spec.UnitSpecSerializer(data={k: v for k, v in merged.items() if k not in kept})
+    valid = checker.is_valid()
+    problems = {} if valid else {p: [str(m) for m in ms] for p, ms in checker.errors.items()}
+    stop_after = ""
+    if "stopAfter" not in problems:  # its maximums, judged with everything else
+        try:
+            stop_after = stopafter.effective_stop_after(
+                unit.tenant,
+                unit.package_id,
+                checker.validated_data.get("stopAfter") if valid else merged.get("stopAfter"),
+            )
+        except InvalidRequest as error:
+            if not problems:
+                raise  # its own message and details (the maximum, who set it)
+            problems |= error.details.get("fields") or {"stopAfter": [error.message]}
+    if problems:
+        raise InvalidRequest("The request is invalid.", details={"fields": problems})
+    checked = {**checker.validated_data, **kept}
+    if checked.get("ssh") and "ssh" in patch:
+        checked["ssh"] = {
+            "enabled": True,
+            "keys": orders.ssh_key_names(unit.tenant, checked["ssh"].get("keys")),
+        }
+    return {
+        "image": checked["image"],
+        "template": checked.get("template") or {},
+        "access": checked.get("access") or {},
+        "ssh": checked.get("ssh") or {},
+        "storageMounts": checked.get("storageMounts") or [],
+        "stopAfter": stop_after,
+    }
+
+
+def _check_etag(unit: GPUUnit, if_match: str) -> None:
+    if not if_match:
+        raise PreconditionRequired(
+            "An update needs If-Match with the unit's etag (GET the unit: its etag field "
+            "and ETag header).",
+            details={"etag": unit.etag},
+        )
+    if if_match not in ("*", unit.etag):
+        raise PreconditionFailed(
+            f"gpu unit {unit.name} has changed since {if_match} (now {unit.etag}); read it "
+            "again and send its etag in If-Match.",
+            details={"etag": unit.etag, "generation": unit.generation},
+        )
 
 
 def update_unit(
@@ -289,77 +345,43 @@ def update_unit(
     tenant: Tenant,
     name: str,
     operation_id: str,
-    request_hash: str,
+    patch: dict,
     if_match: str,
-    spec: dict,
     uid: str | None = None,
 ) -> ActionResult:
-    """Apply `spec` (the unit's changeable fields after the merge patch, validated) to the
-    unit whose etag is `if_match`: generation + 1, the update operation recorded and queued.
-    Nothing changes (412) when the unit moved on since; an update that changes nothing is
-    recorded as succeeded at once, with no new generation. Callers look for a replay first
-    (`replayed_update`: before If-Match is even asked for); one racing this call ends in the
-    operationID's unique constraint and is answered as a replay here."""
+    """The one update, for the API's PATCH and the dashboard's edit form alike. `patch` is a
+    JSON merge patch of the unit's changeable fields as its sender wrote it (nulls clear).
+    In order: an earlier same request under `operation_id` is a replay (before If-Match is
+    even asked for; a different one is a conflict); `if_match` must name the unit's current
+    etag (PreconditionRequired without one, PreconditionFailed when it moved on); the
+    patched unit must pass `check_update`; then, under the tenant's and the unit's locks,
+    the etag is checked again, the new generation recorded and its operation queued. An
+    update that changes nothing succeeds at once with no new generation. One racing this
+    call under the same operationID ends in the operationID's unique constraint and is
+    answered as a replay."""
+    if uid is not None:
+        unit = GPUUnit.objects.filter(tenant=tenant, uid=uid).first()
+    else:
+        unit = selectors.get_unit(tenant=tenant, name=name)
+    if unit is None:
+        raise NotFound(f"gpu unit {fold_case(name.strip())} not found.")
+    unit.tenant = tenant
+    request_hash = action_fingerprint(OperationKind.UPDATE, unit.name, patch)
+    if replayed := _replay(
+        tenant, operation_id, kind=OperationKind.UPDATE, request_hash=request_hash
+    ):
+        return replayed
+    _check_etag(unit, if_match)
+    wanted = check_update(unit=unit, patch=patch)
     try:
         with transaction.atomic():
             # Tenant lock first: storage mounts are checked against the other units under it.
             tenancy_services.lock_tenant(tenant.pk)
-            unit = _lock_unit(tenant, name, uid)
-            if if_match != "*" and if_match != unit.etag:
-                raise PreconditionFailed(
-                    f"gpu unit {unit.name} has changed since {if_match} (now {unit.etag}); "
-                    "read it again and send its etag in If-Match.",
-                    details={"etag": unit.etag, "generation": unit.generation},
-                )
-            _check_actionable(unit, OperationKind.UPDATE)
-            before = current_spec(unit)
-            changes = changed_fields(before, spec)
-            operation = Operation(
-                tenant=tenant,
-                operation_id=operation_id,
-                kind=OperationKind.UPDATE,
-                fingerprint=request_hash,
-                unit=unit,
-            )
-            if not changes:
-                operation.status = OperationStatus.SUCCEEDED
-                operation.finished_at = timezone.now()
-                operation.save()
-                return ActionResult(operation=operation, unit=unit, changed=False)
-            if "storageMounts" in changes and spec["storageMounts"]:
-                orders.check_storage_mounts(tenant, spec["storageMounts"], exclude=unit)
-            fields: dict[str, Any] = {
-                "image": spec["image"],
-                "template": spec["template"],
-                "access": spec["access"],
-                "storage_mounts": spec["storageMounts"],
-                "ssh": spec["ssh"],
-                "stop_after": spec["stopAfter"],
-                "generation": unit.generation + 1,
-            }
-            for field, value in fields.items():
-                setattr(unit, field, value)
-            unit.stops_at = (
-                stopafter.stops_at(unit) if unit.run_policy == RunPolicy.RUNNING else None
-            )
-            fields["stops_at"] = unit.stops_at
-            GPUUnit.objects.filter(pk=unit.pk).update(**fields, updated_at=timezone.now())
-            operation.save()
-            transaction.on_commit(lambda: outbox.enqueue(operation))
-            replaces_pod = unit.run_policy == RunPolicy.RUNNING and bool(
-                _POD_FIELDS & {change.split(".")[0] for change in changes}
-            )
-            message = (
-                f"Update {operation_id} to generation {unit.generation} changes "
-                f"{', '.join(changes)}"
-                + ("; the pod is replaced, the claim kept." if replaces_pod else ".")
-            )
-            if replaces_pod:
-                lifecycle.transition_unit(
-                    unit, to=UnitPhase.PROVISIONING, reason="Updating", message=message
-                )
-            else:
-                lifecycle.record_event(unit, reason="UpdateRequested", message=message)
+            locked = _lock_unit(tenant, unit.name, str(unit.uid))
+            # The version the patch was merged on: a change committed since refuses it.
+            _check_etag(locked, unit.etag)
+            _check_actionable(locked, OperationKind.UPDATE)
+            return _record_update(locked, wanted, operation_id, request_hash)
     except IntegrityError:
         replayed = _replay(
             tenant, operation_id, kind=OperationKind.UPDATE, request_hash=request_hash
@@ -367,6 +389,55 @@ def update_unit(
         if replayed is None:
             raise
         return replayed
+
+
+def _record_update(
+    unit: GPUUnit, wanted: dict, operation_id: str, request_hash: str
+) -> ActionResult:
+    changes = changed_fields(current_spec(unit), wanted)
+    operation = Operation(
+        tenant=unit.tenant,
+        operation_id=operation_id,
+        kind=OperationKind.UPDATE,
+        fingerprint=request_hash,
+        unit=unit,
+    )
+    if not changes:
+        operation.status = OperationStatus.SUCCEEDED
+        operation.finished_at = timezone.now()
+        operation.save()
+        return ActionResult(operation=operation, unit=unit, changed=False)
+    if "storageMounts" in changes and wanted["storageMounts"]:
+        orders.check_storage_mounts(unit.tenant, wanted["storageMounts"], exclude=unit)
+    fields: dict[str, Any] = {
+        "image": wanted["image"],
+        "template": wanted["template"],
+        "access": wanted["access"],
+        "storage_mounts": wanted["storageMounts"],
+        "ssh": wanted["ssh"],
+        "stop_after": wanted["stopAfter"],
+        "generation": unit.generation + 1,
+    }
+    for field, value in fields.items():
+        setattr(unit, field, value)
+    unit.stops_at = stopafter.stops_at(unit) if unit.run_policy == RunPolicy.RUNNING else None
+    fields["stops_at"] = unit.stops_at
+    GPUUnit.objects.filter(pk=unit.pk).update(**fields, updated_at=timezone.now())
+    operation.save()
+    transaction.on_commit(lambda: outbox.enqueue(operation))
+    replaces_pod = unit.run_policy == RunPolicy.RUNNING and bool(
+        _POD_FIELDS & {change.split(".")[0] for change in changes}
+    )
+    message = (
+        f"Update {operation_id} to generation {unit.generation} changes {', '.join(changes)}"
+        + ("; the pod is replaced, the claim kept." if replaces_pod else ".")
+    )
+    if replaces_pod:
+        lifecycle.transition_unit(
+            unit, to=UnitPhase.PROVISIONING, reason="Updating", message=message
+        )
+    else:
+        lifecycle.record_event(unit, reason="UpdateRequested", message=message)
     return ActionResult(operation=operation, unit=unit)
 
 

@@ -1,66 +1,57 @@
 """Errors the runtime's services raise; each maps to one public error code."""
 
-from controlplane.api.errors import ApiError, InvalidRequest, NotFound, ServiceUnavailable
+from controlplane.errors import DomainError, InvalidRequest, NotFound, ServiceUnavailable
 
 
-class OperationConflict(ApiError):
-    status_code = 409
+class OperationConflict(DomainError):
     code = "operation_conflict"
 
 
-class NameConflict(ApiError):
-    status_code = 409
+class NameConflict(DomainError):
     code = "name_conflict"
 
 
-class QuotaExceeded(ApiError):
+class QuotaExceeded(DomainError):
     """The tenant's own quota refuses the order (the message names the limit); the cluster
     being full is not this."""
 
-    status_code = 409
     code = "quota_exceeded"
 
 
-class StorageInUse(ApiError):
+class StorageInUse(DomainError):
     """A storage that only one live unit may mount is mounted, or a mounted one would be
     deleted."""
 
-    status_code = 409
     code = "storage_in_use"
 
 
-class InvalidState(ApiError):
+class InvalidState(DomainError):
     """The action makes no sense in the unit's phase (starting a running unit)."""
 
-    status_code = 409
     code = "invalid_state"
 
 
-class OperationInProgress(ApiError):
+class OperationInProgress(DomainError):
     """Another operation on the unit is still open; retry once it has finished."""
 
-    status_code = 409
     code = "operation_in_progress"
 
 
-class ImmutableField(ApiError):
+class ImmutableField(DomainError):
     """An update names a field fixed at creation (the package: order a new unit instead)."""
 
-    status_code = 400
     code = "immutable_field"
 
 
-class PreconditionFailed(ApiError):
+class PreconditionFailed(DomainError):
     """If-Match names a version of the unit that is no longer current."""
 
-    status_code = 412
     code = "precondition_failed"
 
 
-class PreconditionRequired(ApiError):
+class PreconditionRequired(DomainError):
     """An update without If-Match: read the unit first and send its etag."""
 
-    status_code = 428
     code = "precondition_required"
 
 

@@ -9,19 +9,18 @@ from collections.abc import Iterator
 
 from django.conf import settings
 
-from controlplane.api.errors import ApiError, InvalidRequest, NotFound
+from controlplane.errors import DomainError, InvalidRequest, NotFound
 from controlplane.kube import logs as kube_logs
 from controlplane.kube.errors import KubeError
 from runtime import manifests
 from runtime.models import GPUUnit, UnitPhase
 
 
-class LogsUnavailable(ApiError):
-    status_code = 409
+class LogsUnavailable(DomainError):
     code = "logs_unavailable"
 
 
-def _refusal(unit: GPUUnit, exc: KubeError) -> ApiError:
+def _refusal(unit: GPUUnit, exc: KubeError) -> DomainError:
     if exc.status == 404:
         return NotFound(f"gpu unit {unit.name} has no pod (phase {unit.phase}).")
     if exc.status == 400 and (
@@ -33,7 +32,7 @@ def _refusal(unit: GPUUnit, exc: KubeError) -> ApiError:
         )
     if exc.status == 400:
         return LogsUnavailable(f"no log yet: {exc.message}")
-    return ApiError(f"the cluster did not give the log: {exc.message}")
+    return DomainError(f"the cluster did not give the log: {exc.message}")
 
 
 def _pod(unit: GPUUnit) -> str:

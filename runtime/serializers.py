@@ -2,149 +2,17 @@
 
 from __future__ import annotations
 
-from django.conf import settings
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from billing import periods
 from controlplane.api.fields import StrictSerializer, StringField
 from controlplane.api.pagination import DEFAULT_LIMIT, MAX_LIMIT
-from controlplane.validation import fold_case, format_duration, parse_duration
-from runtime import access, validation
+from controlplane.validation import fold_case
+from runtime import access, spec, validation
 from runtime import storage as storage_service
 from runtime.errors import ImmutableField
 from runtime.models import GPUStorage, GPUUnit, Operation, UnitEvent, UnitPhase
-
-
-class EnvVarSerializer(serializers.Serializer):
-    """One environment variable of the unit's container."""
-
-    name = StringField(max_length=256, help_text="a C identifier-like name, e.g. HF_HOME")
-    value = StringField(required=False, allow_blank=True, max_length=validation.MAX_STRING)
-
-
-def _strings(help_text: str) -> serializers.ListField:
-    return serializers.ListField(
-        child=StringField(allow_blank=True, max_length=validation.MAX_STRING),
-        required=False,
-        max_length=validation.MAX_ITEMS,
-        help_text=help_text,
-    )
-
-
-class PortSerializer(serializers.Serializer):
-    """A port the unit's container listens on; with ports the unit gets a Service."""
-
-    name = StringField(max_length=15, help_text="IANA service name, e.g. http")
-    port = serializers.IntegerField(min_value=1, max_value=65535)
-    protocol = serializers.ChoiceField(choices=validation.PROTOCOLS, default="TCP", required=False)
-
-
-class TemplateSerializer(serializers.Serializer):
-    """The unit's container: command, arguments and environment (all optional; the image's
-    own entrypoint runs without them). Devices, selectors and other pod fields come from the
-    package and cannot be set here."""
-
-    command = _strings('replaces the image\'s ENTRYPOINT, e.g. ["python", "-m", "http.server"]')
-    args = _strings("replaces the image's CMD")
-    env = serializers.ListField(
-        child=EnvVarSerializer(), required=False, max_length=validation.MAX_ITEMS
-    )
-    ports = serializers.ListField(
-        child=PortSerializer(), required=False, max_length=validation.MAX_PORTS
-    )
-
-
-class AccessSerializer(serializers.Serializer):
-    """How the unit is reached: which port is primary and by what scheme (needs ports)."""
-
-    primaryPort = StringField(required=False, help_text="a port's name; the first by default")
-    scheme = serializers.ChoiceField(choices=validation.SCHEMES, default="http", required=False)
-
-
-@extend_schema_field(AccessSerializer)
-class AccessField(serializers.JSONField):
-    """`access`, checked against the template's ports in CreateUnitSerializer.validate."""
-
-
-@extend_schema_field(TemplateSerializer)
-class TemplateField(serializers.JSONField):
-    """`template` as the pure validator checks it, typed in the schema; its problems come back
-    as a list of strings per field path (`template.env[0].name`), like every other field's."""
-
-    def to_internal_value(self, data: object) -> dict:
-        problems = validation.template(data)
-        if problems:
-            raise serializers.ValidationError(problems)
-        assert isinstance(data, dict)
-        template = {key: data[key] for key in ("command", "args") if data.get(key)}
-        if data.get("env"):
-            # One spelling: a variable without a value has the empty one, as in the pod.
-            template["env"] = [
-                {"name": e["name"], "value": e.get("value", "")} for e in data["env"]
-            ]
-        if data.get("ports"):
-            template["ports"] = [
-                {"name": p["name"], "port": p["port"], "protocol": p.get("protocol", "TCP")}
-                for p in data["ports"]
-            ]
-        return template
-
-
-class StorageMountSerializer(serializers.Serializer):
-    """One of the tenant's storages, mounted into the unit's container."""
-
-    name = StringField(max_length=validation.STORAGE_NAME_MAX, help_text="a storage's name")
-    mountPath = StringField(max_length=1024, help_text="an absolute path, not / or /dev/shm")
-    readOnly = serializers.BooleanField(default=False, required=False)
-
-
-@extend_schema_field(StorageMountSerializer(many=True))
-class StorageMountsField(serializers.JSONField):
-    """`storageMounts` as the pure validator checks and normalises it."""
-
-    def to_internal_value(self, data: object) -> list:
-        mounts, problems = validation.storage_mounts(data)
-        if problems:
-            raise serializers.ValidationError(problems)
-        return mounts
-
-
-class SSHSerializer(serializers.Serializer):
-    """SSH into the unit with the tenant's registered keys (all of them unless named)."""
-
-    enabled = serializers.BooleanField()
-    keys = serializers.ListField(
-        child=StringField(max_length=63), required=False, help_text="names from /ssh-keys"
-    )
-
-
-@extend_schema_field(SSHSerializer)
-class SSHField(serializers.JSONField):
-    def to_internal_value(self, data: object) -> dict:
-        normalised, problems = validation.ssh(data)
-        if problems:
-            raise serializers.ValidationError(problems)
-        return normalised
-
-
-@extend_schema_field(
-    {
-        "type": "string",
-        "maxLength": 16,
-        "pattern": r"^(\d+d)?(\d+h)?(\d+m)?(\d+s)?$",
-        "example": "8h",
-    }
-)
-class DurationField(StringField):
-    """A duration such as "8h" or "1h30m" (whole days, hours, minutes, seconds; 1s to 366d)."""
-
-    def __init__(self, **kwargs) -> None:
-        super().__init__(max_length=16, **kwargs)
-
-    def to_internal_value(self, data) -> str:
-        value = super().to_internal_value(data)
-        return _duration(value) if value else ""
 
 
 class CreateUnitSerializer(StrictSerializer):
@@ -154,11 +22,11 @@ class CreateUnitSerializer(StrictSerializer):
     name = StringField(max_length=validation.UNIT_NAME_MAX)
     packageID = StringField(max_length=63)
     image = StringField(max_length=validation.MAX_IMAGE)
-    template = TemplateField(required=False)
-    access = AccessField(required=False)
-    storageMounts = StorageMountsField(required=False)
-    ssh = SSHField(required=False)
-    stopAfter = DurationField(
+    template = spec.TemplateField(required=False)
+    access = spec.AccessField(required=False)
+    storageMounts = spec.StorageMountsField(required=False)
+    ssh = spec.SSHField(required=False)
+    stopAfter = spec.DurationField(
         required=False,
         help_text='auto-stop: a duration such as "8h" or "1h30m" after each start (at most '
         "the package's and the tenant's maximum, which applies when this is left out)",
@@ -178,33 +46,17 @@ class CreateUnitSerializer(StrictSerializer):
         return fold_case(value.strip())
 
     def validate_image(self, value: str) -> str:
-        value = value.strip()
-        problem = validation.image_reference(value, allowlist=settings.IMAGE_REGISTRY_ALLOWLIST)
-        if problem:
-            raise serializers.ValidationError(problem)
-        return value
+        return spec.check_image(value)
 
     def validate(self, attrs: dict) -> dict:
-        ports = (attrs.get("template") or {}).get("ports") or []
-        normalised, problems = validation.access(attrs.get("access"), ports)
-        if problems:
-            raise serializers.ValidationError({path: [m] for path, m in problems.items()})
-        attrs["access"] = normalised
-        return attrs
+        return spec.check_access(attrs)
 
     def to_internal_value(self, data):
         # A template's problems are keyed by their own paths, beside the other fields'.
         try:
             return super().to_internal_value(data)
         except serializers.ValidationError as exc:
-            raise serializers.ValidationError(_flatten_template(exc.detail)) from None
-
-
-def _duration(value: str) -> str:
-    seconds, problem = parse_duration(value.strip())
-    if problem or seconds is None:
-        raise serializers.ValidationError(problem)
-    return format_duration(seconds)
+            raise serializers.ValidationError(spec.flatten(exc.detail)) from None
 
 
 def _operation_id(value: str) -> str:
@@ -241,7 +93,7 @@ IMMUTABLE_FIELDS = (
 class UpdateUnitSerializer(StrictSerializer):
     """A JSON merge patch (RFC 7396) of the unit's changeable fields: a field left out stays,
     null clears it, objects merge key by key, lists are replaced. The merged unit is then
-    checked as an order would be (UnitSpecSerializer)."""
+    checked as an order would be (spec.UnitSpecSerializer)."""
 
     operationID = StringField(max_length=128, trim_whitespace=False)
     image = StringField(max_length=validation.MAX_IMAGE, required=False)
@@ -249,7 +101,7 @@ class UpdateUnitSerializer(StrictSerializer):
     access = serializers.JSONField(required=False, allow_null=True)
     ssh = serializers.JSONField(required=False, allow_null=True)
     storageMounts = serializers.JSONField(required=False, allow_null=True)
-    stopAfter = DurationField(
+    stopAfter = spec.DurationField(
         required=False, allow_null=True, help_text="null: the maximum, or none"
     )
 
@@ -264,40 +116,6 @@ class UpdateUnitSerializer(StrictSerializer):
                 details={"fields": {field: ["This field is immutable."] for field in named}},
             )
         return super().to_internal_value(data)
-
-
-class UnitSpecSerializer(serializers.Serializer):
-    """A unit's changeable fields after an update's merge, checked as an order checks them."""
-
-    image = StringField(max_length=validation.MAX_IMAGE)
-    template = TemplateField(required=False)
-    access = AccessField(required=False)
-    storageMounts = StorageMountsField(required=False)
-    ssh = SSHField(required=False)
-    stopAfter = DurationField(required=False, allow_blank=True)
-
-    validate_image = CreateUnitSerializer.validate_image
-    validate = CreateUnitSerializer.validate
-
-    def to_internal_value(self, data):
-        try:
-            return super().to_internal_value(data)
-        except serializers.ValidationError as exc:
-            raise serializers.ValidationError(_flatten_template(exc.detail)) from None
-
-
-def _flatten_template(detail):
-    """{"template": {"template.env[0].name": ["..."]}} -> {"template.env[0].name": ["..."]},
-    and the same for storageMounts."""
-    if not isinstance(detail, dict):
-        return detail
-    flat = dict(detail)
-    for field in ("template", "storageMounts", "ssh"):
-        if isinstance(detail.get(field), dict):
-            del flat[field]
-            for path, messages in detail[field].items():
-                flat[path] = messages if isinstance(messages, list) else [messages]
-    return flat
 
 
 class UnitListQuerySerializer(serializers.Serializer):
@@ -474,11 +292,11 @@ class UnitSerializer(serializers.ModelSerializer):
         # Set by the view from billing.selectors.cost_to_date (one query for a page of units).
         return periods.cost_text(unit.cost_to_date)
 
-    @extend_schema_field(TemplateSerializer)
+    @extend_schema_field(spec.TemplateSerializer)
     def get_template(self, unit: GPUUnit) -> dict:
         return unit.template or {}
 
-    @extend_schema_field(StorageMountSerializer(many=True))
+    @extend_schema_field(spec.StorageMountSerializer(many=True))
     def get_storageMounts(self, unit: GPUUnit) -> list[dict]:
         # Stored normalised (validation.storage_mounts): rendered as is, no nested serializer
         # per unit of a list.

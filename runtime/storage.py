@@ -13,7 +13,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Count, Sum
 
 from controlplane import kube
-from controlplane.api.errors import ApiError, InvalidRequest, NotFound
+from controlplane.errors import DomainError, InvalidRequest, NotFound
 from controlplane.kube.errors import KubeError, TemporaryError
 from controlplane.validation import dns_subdomain, fold_case, positive_quantity
 from dracel import quantity
@@ -26,8 +26,7 @@ from tenancy.models import Tenant
 logger = logging.getLogger(__name__)
 
 
-class StorageConflict(ApiError):
-    status_code = 409
+class StorageConflict(DomainError):
     code = "storage_conflict"
 
 

@@ -26,10 +26,10 @@ from billing import selectors as billing_selectors
 from catalog import selectors as catalog_selectors
 from catalog.models import Package
 from catalog.serializers import PackageSerializer
-from controlplane.api.errors import NotFound
 from controlplane.api.pagination import cursor_scope, paginate
 from controlplane.api.schema import envelope, error_responses
 from controlplane.api.views import NotJsonBodyMixin, StrictQueryMixin
+from controlplane.errors import NotFound
 from controlplane.kube import logs as kube_logs
 from controlplane.validation import fold_case
 from dracel import quantity
@@ -41,11 +41,9 @@ from runtime import (
     orders,
     outbox,
     selectors,
-    stopafter,
     validation,
 )
 from runtime import storage as storage_service
-from runtime.errors import PreconditionFailed, PreconditionRequired
 from runtime.models import GPUStorage, GPUUnit, OperationKind
 from runtime.serializers import (
     ActionSerializer,
@@ -57,7 +55,6 @@ from runtime.serializers import (
     UnitListQuerySerializer,
     UnitLogQuerySerializer,
     UnitSerializer,
-    UnitSpecSerializer,
     UpdateUnitSerializer,
 )
 from tenancy.models import Tenant
@@ -276,59 +273,16 @@ class UnitDetailView(TenantView):
     def patch(self, request: Request, name: str) -> Response:
         serializer = UpdateUnitSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        data = dict(serializer.validated_data)
-        operation_id = data.pop("operationID")
-        patch = {key: request.data[key] for key in data}  # as sent: nulls clear
-        unit = _unit_or_404(self.tenant, name)
-        request_hash = actions.action_fingerprint(OperationKind.UPDATE, unit.name, patch)
-        earlier = actions.replayed_update(
-            tenant=self.tenant, operation_id=operation_id, request_hash=request_hash
-        )
-        if earlier is not None:
-            return _with_operation(earlier.unit, operation_id, status=200, replayed=True)
-        if_match = request.headers.get("If-Match", "").strip()
-        if not if_match:
-            raise PreconditionRequired(
-                "An update needs If-Match with the unit's etag (GET the unit: its etag field "
-                "and ETag header).",
-                details={"etag": unit.etag},
-            )
-        if if_match not in ("*", unit.etag):
-            raise PreconditionFailed(
-                f"gpu unit {unit.name} has changed since {if_match} (now {unit.etag}); read it "
-                "again and send its etag in If-Match.",
-                details={"etag": unit.etag, "generation": unit.generation},
-            )
-        current = actions.current_spec(unit)
-        merged = actions.merge_patch(current, patch)
-        # What the patch leaves alone stays as it is, even where today's rules would refuse
-        # it (an SSH key list emptied by a removed key); image, template and access are
-        # checked together (access depends on the ports).
-        kept = {key: current[key] for key in ("ssh", "storageMounts") if key not in patch}
-        spec = UnitSpecSerializer(data={k: v for k, v in merged.items() if k not in kept})
-        spec.is_valid(raise_exception=True)
-        checked = {**spec.validated_data, **kept}
-        if checked.get("ssh") and "ssh" in patch:
-            checked["ssh"] = {
-                "enabled": True,
-                "keys": orders.ssh_key_names(self.tenant, checked["ssh"].get("keys")),
-            }
+        operation_id = serializer.validated_data["operationID"]
         result = actions.update_unit(
             tenant=self.tenant,
-            name=unit.name,
+            name=name,  # the service answers 404 for a unit it does not find
             operation_id=operation_id,
-            request_hash=request_hash,
-            if_match=unit.etag,  # the version the merge was made on (checked again under lock)
-            spec={
-                "image": checked["image"],
-                "template": checked.get("template") or {},
-                "access": checked.get("access") or {},
-                "ssh": checked.get("ssh") or {},
-                "storageMounts": checked.get("storageMounts") or [],
-                "stopAfter": stopafter.effective_stop_after(
-                    self.tenant, unit.package_id, checked.get("stopAfter")
-                ),
+            # As sent (nulls clear): the service merges, checks and fingerprints it.
+            patch={
+                key: request.data[key] for key in serializer.validated_data if key != "operationID"
             },
+            if_match=request.headers.get("If-Match", "").strip(),
         )
         return _with_operation(
             result.unit,

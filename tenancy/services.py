@@ -15,7 +15,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 from django.utils import timezone
 
-from controlplane.api.errors import InvalidRequest, NotFound
+from controlplane.errors import InvalidRequest, NotFound
 from controlplane.validation import dns_label, fold_case
 from tenancy import sshkeys
 from tenancy.errors import SSHKeyConflict

@@ -6,9 +6,9 @@ from drf_spectacular.utils import extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from controlplane.api.errors import NotFound
 from controlplane.api.schema import envelope, error_responses
 from controlplane.api.views import ApiView
+from controlplane.errors import NotFound
 from controlplane.validation import fold_case
 from tenancy import services
 from tenancy.models import SSHKey, Tenant

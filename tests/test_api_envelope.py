@@ -133,3 +133,25 @@ def test_a_compressed_body_is_415_not_a_parse_error(auth_client):
         HTTP_CONTENT_ENCODING="gzip",
     )
     assert "gzip" in assert_error(response, 415, "unsupported_media_type")["message"]
+
+
+def _subclasses(cls):
+    for sub in cls.__subclasses__():
+        yield sub
+        yield from _subclasses(sub)
+
+
+def test_every_domain_error_has_its_http_status_at_the_api_edge():
+    """Services raise errors with a code and no status; the API edge maps each code. Every
+    error class of the product (imported with its app) is in the table."""
+    import runtime.errors  # noqa: F401  (the apps' errors modules define the subclasses)
+    import runtime.logs  # noqa: F401
+    import runtime.storage  # noqa: F401
+    import tenancy.errors  # noqa: F401
+    from controlplane.api.errors import HTTP_STATUS
+    from controlplane.errors import DomainError
+
+    codes = {cls.code for cls in _subclasses(DomainError)}
+    assert len(codes) >= 14
+    assert codes <= set(HTTP_STATUS), codes - set(HTTP_STATUS)
+    assert not any(hasattr(cls, "status_code") for cls in _subclasses(DomainError))

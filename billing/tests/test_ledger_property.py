@@ -32,7 +32,7 @@ from hypothesis import strategies as st
 from billing import ledger, periods
 from billing.models import Meter, PriceVersion, UsageRecord
 from catalog.tests.factories import PackageFactory
-from controlplane.api.errors import ApiError
+from controlplane.errors import DomainError
 from runtime import actions, lifecycle, orders
 from runtime.models import GPUUnit, Operation, OperationKind, OperationStatus, UnitPhase
 from tenancy.tests.factories import TenantFactory
@@ -140,7 +140,7 @@ class World:
                 actions.request_action(
                     tenant=self.tenant, name="u", kind=name, operation_id=f"op-{next(self.ops)}"
                 )
-            except ApiError:
+            except DomainError:
                 return
             self.actions += 1
             self.workers_done()

@@ -1,4 +1,4 @@
-"""The error envelope and the domain errors services raise; one shape for every failure."""
+"""The error envelope, one shape for every failure, and the HTTP status of each domain error."""
 
 from __future__ import annotations
 
@@ -6,34 +6,33 @@ from typing import Any
 
 from django.http import JsonResponse
 
+from controlplane.errors import DomainError
 
-class ApiError(Exception):
-    """An error a client can act on. Services raise subclasses; the API renders them."""
+# The HTTP status of each domain error code (controlplane/errors.py and the apps' errors
+# modules): the one place a service's refusal becomes a status. A code missing here is a 400
+# (tests/test_api_envelope.py checks every DomainError subclass is listed).
+HTTP_STATUS: dict[str, int] = {
+    "invalid_request": 400,
+    "immutable_field": 400,
+    "not_found": 404,
+    "operation_conflict": 409,
+    "name_conflict": 409,
+    "quota_exceeded": 409,
+    "storage_in_use": 409,
+    "storage_conflict": 409,
+    "ssh_key_conflict": 409,
+    "invalid_state": 409,
+    "operation_in_progress": 409,
+    "logs_unavailable": 409,
+    "precondition_failed": 412,
+    "precondition_required": 428,
+    "service_unavailable": 503,
+}
+HTTP_HEADERS: dict[str, dict[str, str]] = {"service_unavailable": {"Retry-After": "1"}}
 
-    status_code = 400
-    code = "invalid_request"
-    headers: dict[str, str] = {}
 
-    def __init__(self, message: str, *, details: dict[str, Any] | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.details = details or {}
-
-
-class InvalidRequest(ApiError):
-    status_code = 400
-    code = "invalid_request"
-
-
-class NotFound(ApiError):
-    status_code = 404
-    code = "not_found"
-
-
-class ServiceUnavailable(ApiError):
-    status_code = 503
-    code = "service_unavailable"
-    headers = {"Retry-After": "1"}
+def http_status(error: DomainError) -> int:
+    return HTTP_STATUS.get(error.code, 400)
 
 
 def error_body(code: str, message: str, details: dict[str, Any] | None = None) -> dict:

@@ -10,8 +10,9 @@ from django.http import Http404
 from rest_framework import exceptions, status
 from rest_framework.response import Response
 
-from controlplane.api.errors import ApiError, ServiceUnavailable, error_body
+from controlplane.api.errors import HTTP_HEADERS, error_body, http_status
 from controlplane.api.renderers import EnvelopedResponse
+from controlplane.errors import DomainError, ServiceUnavailable
 
 logger = logging.getLogger(__name__)
 
@@ -39,9 +40,11 @@ def envelope_exception_handler(exc: Exception, context: dict) -> Response | None
         # The database is unreachable or dropped us: nothing was done, retrying is safe.
         logger.warning("database unavailable in %s: %s", context.get("view"), exc)
         exc = ServiceUnavailable("The service is briefly unavailable; retry.")
-    if isinstance(exc, ApiError):
+    if isinstance(exc, DomainError):
         return _enveloped(
-            error_body(exc.code, exc.message, exc.details), exc.status_code, exc.headers
+            error_body(exc.code, exc.message, exc.details),
+            http_status(exc),
+            HTTP_HEADERS.get(exc.code),
         )
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()

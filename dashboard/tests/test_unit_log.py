@@ -11,7 +11,7 @@ import html
 import pytest
 
 from catalog.tests.factories import ARTICLE_PACKAGE_ID, PackageFactory
-from controlplane.api.errors import ApiError
+from controlplane.errors import DomainError
 from dashboard import logtail
 from dashboard.tests.conftest import client_for, make_unit, make_user
 from dashboard.tests.test_views import detail
@@ -75,7 +75,7 @@ class TestRegion:
         self, member_client, tenant, monkeypatch
     ):
         def refuse(unit, options):
-            raise ApiError("the cluster did not give the log: connection refused")
+            raise DomainError("the cluster did not give the log: connection refused")
 
         monkeypatch.setattr("dashboard.logtail.logs.read", refuse)
         unit = make_unit(tenant, "demo")
