@@ -7,7 +7,9 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Collection
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -48,9 +50,10 @@ def auth_client(tenant):
 
 
 @pytest.fixture(scope="session")
-def cluster(tmp_path_factory):
+def cluster(tmp_path_factory, pytestconfig):
     """The simulated cluster (sample topology) over HTTP, with the GPUUnit CRD installed.
-    This process and the Celery worker both reach it through KUBECONFIG."""
+    This process and the Celery worker both reach it through KUBECONFIG. A test that uses it
+    and leaves Pods or ResourceClaims in it fails (see "Objects a test leaves" below)."""
     from django.conf import settings
 
     from controlplane import kube
@@ -65,7 +68,9 @@ def cluster(tmp_path_factory):
     settings.KUBECONFIG = str(kubeconfig)
     kube.reset()
     install_crd()
+    pytestconfig.stash[_SESSION_CLUSTER] = sim
     yield sim
+    del pytestconfig.stash[_SESSION_CLUSTER]
     sim.stop()
     kube.reset()
 
@@ -254,3 +259,130 @@ def _session_worker_idle_before_flush(request):
 
 
 _PAUSED_NODES = pytest.StashKey[list]()
+
+
+# -- Objects a test leaves in the session's cluster ----------------------------------------------
+#
+# A test that uses the session's `cluster` owns the Pods and ResourceClaims it makes there and
+# removes them (STYLE.md, Tests); one that does not fails. What a test made is what was not there
+# before it: the guard notes the uids of the cluster's Pods and ResourceClaims when the test's
+# function-scoped fixtures start (after the session's and module's, which made theirs already),
+# and looks again when all of the test's teardown is done. Objects made by the cluster itself or
+# by wider fixtures are there on both looks and never count: no names are listed.
+
+LEAK_KINDS = {"pods": "Pod", "resourceclaims": "ResourceClaim"}
+_SESSION_CLUSTER = pytest.StashKey[Any]()  # the session's SimCluster while it runs
+_LEAK_BASELINE = pytest.StashKey[tuple[Any, frozenset[str]]]()  # (SimCluster, uids before)
+
+
+def pytest_addoption(parser):
+    parser.addoption(
+        "--cluster-leak-timeout",
+        type=float,
+        default=20.0,
+        help="seconds a Pod or ResourceClaim a test made in the session's cluster may take to "
+        "go after the test's teardown before the test fails for leaving it (default 20)",
+    )
+
+
+class LeftObject(NamedTuple):
+    """A Pod or ResourceClaim still in the cluster: `resource` is the store's key (pods)."""
+
+    resource: str
+    namespace: str
+    name: str
+    state: str  # "" or how far its deletion got
+
+    def __str__(self) -> str:
+        where = f"{LEAK_KINDS[self.resource]} {self.namespace}/{self.name}"
+        return f"{where} ({self.state})" if self.state else where
+
+
+def cluster_objects(store) -> dict[str, LeftObject]:
+    """The Pods and ResourceClaims in a simcluster `Store`, by uid (read under its lock, no
+    copies: cheap enough to run around every test)."""
+    found = {}
+    for resource in LEAK_KINDS:
+        items, _ = store.list_shared(resource)
+        for obj in items:
+            metadata = obj["metadata"]
+            state = ""
+            if metadata.get("deletionTimestamp"):
+                finalizers = metadata.get("finalizers") or []
+                state = f"deleting since {metadata['deletionTimestamp']}" + (
+                    f", finalizers {finalizers}" if finalizers else ""
+                )
+            found[metadata["uid"]] = LeftObject(
+                resource, metadata.get("namespace") or "", metadata["name"], state
+            )
+    return found
+
+
+def objects_left(store, baseline: Collection[str], timeout: float) -> list[LeftObject]:
+    """The Pods and ResourceClaims in `store` whose uids are not in `baseline`, [] as soon as
+    there are none, else those still there after `timeout` seconds. Their removal may be under
+    way when a test ends (a unit being torn down, a pod or claim held by a finalizer): an
+    object that goes, through whatever deletion, counts as gone; one made again under the same
+    name is a new object (a new uid)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        left = sorted(
+            (obj for uid, obj in cluster_objects(store).items() if uid not in baseline),
+            key=lambda obj: (obj.resource, obj.namespace, obj.name),
+        )
+        if not left or time.monotonic() >= deadline:
+            return left
+        time.sleep(0.05)  # then look again: the deadline bounds the wait, the look ends it
+
+
+@pytest.fixture(autouse=True)
+def _cluster_leak_baseline(request):
+    """Note what the session's cluster holds as a test that uses it starts. The root conftest's
+    autouse fixtures are set up after every session- and module-scoped fixture and before the
+    function-scoped ones the test, its module or a nearer conftest asks for (only plugins'
+    autouse ones, pytest-django's database, come first): what those make counts as the
+    test's."""
+    sim = request.config.stash.get(_SESSION_CLUSTER, None)
+    if sim is not None and "cluster" in request.fixturenames:
+        request.node.stash[_LEAK_BASELINE] = (sim, frozenset(cluster_objects(sim.store)))
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_teardown(item, nextitem):
+    """Fail a test that left Pods or ResourceClaims in the session's cluster: after all of its
+    teardown (its fixtures' finalizers, including the worker's pause and the database flush),
+    wait up to --cluster-leak-timeout for what it made to go; what is still there is named in
+    an error at its teardown (so the session fails) and then deleted, so the tests after it
+    start with the cluster they expect."""
+    baseline = item.stash.get(_LEAK_BASELINE, None)
+    if baseline is None:
+        return (yield)
+    sim, uids = baseline
+    timeout = item.config.getoption("cluster_leak_timeout")
+
+    def check() -> None:
+        if (item.funcargs or {}).get("cluster") is not sim:
+            return  # a fixture of its own named `cluster` (simcluster's volume tests)
+        left = objects_left(sim.store, uids, timeout)
+        if not left:
+            return
+        for obj in left:
+            sim.store.delete(obj.resource, obj.namespace, obj.name, internal=True)
+        pytest.fail(
+            f"{item.nodeid} left {len(left)} object(s) in the session's cluster, still there "
+            f"{timeout:g} s after its teardown (now deleted by the leak guard): "
+            + "; ".join(str(obj) for obj in left),
+            pytrace=False,
+        )
+
+    parent = item.parent
+    if parent is not None and (nextitem is None or parent not in nextitem.listchain()):
+        # This teardown also ends the item's parent (the last test of its class or module, or
+        # of the session): wider fixtures end with it, the session's cluster and worker among
+        # them. A finalizer added to the parent now is the first of its own to run, right after
+        # the item's: the check sees the cluster and worker as the test left them.
+        parent.addfinalizer(check)
+        return (yield)
+    result = yield
+    check()
+    return result
