@@ -105,8 +105,8 @@ DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 DB_PREPARED_STATEMENTS = env.bool("DB_PREPARED_STATEMENTS", default=True)
 if DB_PREPARED_STATEMENTS:
     # psycopg prepares nothing when this is None (Django's default). Django's own cursors bind
-    # on the client and never prepare; only statements asked to (orders.cursor) are, so the
-    # automatic threshold is set out of reach.
+    # on the client and never prepare; only statements asked to (controlplane.statements.cursor)
+    # are, so the automatic threshold is set out of reach.
     DATABASES["default"].setdefault("OPTIONS", {})["prepare_threshold"] = 2**31 - 1
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 

@@ -13,7 +13,7 @@ from django.db.models import QuerySet
 from controlplane.validation import format_duration
 from dashboard.queries import ALL_PHASES, PackageRow
 from runtime import actions, stopafter
-from runtime.models import AccessMode, GPUUnit, UnitPhase
+from runtime.models import GPUUnit, StorageAccessMode, UnitPhase
 from runtime.serializers import CreateUnitSerializer
 from runtime.validation import (
     MAX_ITEMS,
@@ -684,12 +684,12 @@ class StorageForm(SummarisedForm):
     access_mode = forms.ChoiceField(
         label="Access mode",
         choices=[
-            (AccessMode.READ_WRITE_ONCE, "ReadWriteOnce: one unit at a time"),
-            (AccessMode.READ_WRITE_ONCE_POD, "ReadWriteOncePod: one pod at a time"),
-            (AccessMode.READ_WRITE_MANY, "ReadWriteMany: several units, read-write"),
-            (AccessMode.READ_ONLY_MANY, "ReadOnlyMany: several units, read-only"),
+            (StorageAccessMode.READ_WRITE_ONCE, "ReadWriteOnce: one unit at a time"),
+            (StorageAccessMode.READ_WRITE_ONCE_POD, "ReadWriteOncePod: one pod at a time"),
+            (StorageAccessMode.READ_WRITE_MANY, "ReadWriteMany: several units, read-write"),
+            (StorageAccessMode.READ_ONLY_MANY, "ReadOnlyMany: several units, read-only"),
         ],
-        initial=AccessMode.READ_WRITE_ONCE,
+        initial=StorageAccessMode.READ_WRITE_ONCE,
         help_text="The several-unit modes need a storage class that supports them.",
     )
 

@@ -95,7 +95,7 @@ def _lock_unit(tenant: Tenant, name: str, uid: str | None = None) -> GPUUnit:
 
 def _check_actionable(unit: GPUUnit, kind: str, open_op: Operation | None = _UNKNOWN) -> None:
     verb = _VERB[kind]
-    if unit.phase in (UnitPhase.TERMINATING, UnitPhase.TERMINATED):
+    if unit.phase in UnitPhase.ENDING:
         raise InvalidState(
             f"cannot {verb} gpu unit {unit.name}: it is {unit.phase}.",
             details={"phase": unit.phase, "allowedFrom": sorted(ALLOWED_FROM[kind])},
@@ -137,7 +137,7 @@ def _record(unit: GPUUnit, *, tenant: Tenant, kind: str, operation_id: str, requ
         tenant=tenant,
         operation_id=operation_id,
         kind=kind,
-        fingerprint=request_hash,
+        request_hash=request_hash,
         unit=unit,
     )
     transaction.on_commit(lambda: outbox.enqueue(operation))
@@ -152,8 +152,8 @@ def _replay(tenant: Tenant, operation_id: str, *, kind: str, request_hash: str):
     return ActionResult(operation=earlier, unit=earlier.unit, replayed=True)
 
 
-def action_fingerprint(kind: str, name: str, patch: dict | None = None) -> str:
-    return outbox.fingerprint({"kind": kind, "name": name, **({"patch": patch} if patch else {})})
+def action_request_hash(kind: str, name: str, patch: dict | None = None) -> str:
+    return outbox.request_hash({"kind": kind, "name": name, **({"patch": patch} if patch else {})})
 
 
 def request_action(
@@ -168,7 +168,7 @@ def request_action(
 ) -> ActionResult:
     """Stop, start or restart the tenant's unit `name` (with `uid`, only that one),
     idempotent by operationID."""
-    request_hash = action_fingerprint(kind, name)
+    request_hash = action_request_hash(kind, name)
     if (
         replayed := _replay(tenant, operation_id, kind=kind, request_hash=request_hash)
     ) is not None:
@@ -194,7 +194,7 @@ def request_action(
                     stops_at=None,
                 )
             elif kind == OperationKind.START:
-                if problem := orders.quota_problem(
+                if problem := tenancy_services.quota_problem(
                     tenant,
                     usage,
                     cpu_millicores=unit.cpu_millicores,
@@ -366,7 +366,7 @@ def update_unit(
     if unit is None:
         raise NotFound(f"gpu unit {fold_case(name.strip())} not found.")
     unit.tenant = tenant
-    request_hash = action_fingerprint(OperationKind.UPDATE, unit.name, patch)
+    request_hash = action_request_hash(OperationKind.UPDATE, unit.name, patch)
     if replayed := _replay(
         tenant, operation_id, kind=OperationKind.UPDATE, request_hash=request_hash
     ):
@@ -399,7 +399,7 @@ def _record_update(
         tenant=unit.tenant,
         operation_id=operation_id,
         kind=OperationKind.UPDATE,
-        fingerprint=request_hash,
+        request_hash=request_hash,
         unit=unit,
     )
     if not changes:

@@ -8,13 +8,11 @@ from django.contrib import admin
 from django.http import HttpRequest
 
 from catalog import admin as catalog_admin
-from runtime.models import GPUStorage, GPUUnit, Operation, UnitEvent, UnitPhase
+from runtime.models import GPUStorage, GPUUnit, Operation, UnitEvent
 
 
 def count_live_units(package_ids: Iterable[str]) -> int:
-    return GPUUnit.objects.filter(
-        package_id__in=list(package_ids), phase__in=UnitPhase.LIVE
-    ).count()
+    return GPUUnit.objects.live().filter(package_id__in=list(package_ids)).count()
 
 
 # The catalog's delete confirmation says how many live units a package has (catalog is below).

@@ -9,11 +9,9 @@ class RuntimeConfig(AppConfig):
     def ready(self) -> None:
         from controlplane import health, metrics
         from runtime import access, gauges, lifecycle, observer, orders
-        from tenancy import auth
         from tenancy import services as tenancy_services
 
         # Lower layers cannot import runtime; it hands them what they need from here.
-        auth.register_key_lookup(orders.find_api_key)
         if lifecycle.ssh_key_removed not in tenancy_services.SSH_KEY_REMOVED:
             tenancy_services.SSH_KEY_REMOVED.append(lifecycle.ssh_key_removed)
         health.register("observer", observer.check_observer, beside=True)

@@ -1,6 +1,7 @@
 """Errors the runtime's services raise; each maps to one public error code."""
 
 from controlplane.errors import DomainError, InvalidRequest, NotFound, ServiceUnavailable
+from tenancy.errors import QuotaExceeded
 
 
 class OperationConflict(DomainError):
@@ -9,13 +10,6 @@ class OperationConflict(DomainError):
 
 class NameConflict(DomainError):
     code = "name_conflict"
-
-
-class QuotaExceeded(DomainError):
-    """The tenant's own quota refuses the order (the message names the limit); the cluster
-    being full is not this."""
-
-    code = "quota_exceeded"
 
 
 class StorageInUse(DomainError):

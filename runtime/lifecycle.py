@@ -224,7 +224,7 @@ def request_unit_deletion(*, tenant: Tenant, name: str, uid: str | None = None) 
         unit = units.order_by("-id").first()
         if unit is None:
             raise NotFound(f"gpu unit {name} not found.")
-        if unit.phase in (UnitPhase.TERMINATING, UnitPhase.TERMINATED):
+        if unit.phase in UnitPhase.ENDING:
             return unit
         # An order (or a stop, start, restart, update) not yet carried out ends here, whatever
         # its worker is doing: the worker finishes under this row's lock and finds the unit
@@ -234,7 +234,7 @@ def request_unit_deletion(*, tenant: Tenant, name: str, uid: str | None = None) 
             tenant=tenant,
             operation_id=outbox.delete_operation_id(unit),
             kind=OperationKind.DELETE,
-            fingerprint=outbox.fingerprint({"delete": str(unit.uid)}),
+            request_hash=outbox.request_hash({"delete": str(unit.uid)}),
             unit=unit,
         )
         transition_unit(
@@ -347,7 +347,7 @@ def record_rolled_out(
             .values_list("phase", "generation")
             .first()
         )
-        if current is None or current[0] in (UnitPhase.TERMINATING, UnitPhase.TERMINATED):
+        if current is None or current[0] in UnitPhase.ENDING:
             return False
         # The generation this operation carried out: one the control plane made meanwhile
         # (an SSH key removed) is rolled out by the follow-up below.
@@ -411,7 +411,7 @@ def ssh_key_removed(tenant: Tenant, name: str) -> None:
             locked = (
                 GPUUnit.objects.select_for_update()
                 .filter(pk=unit.pk)
-                .exclude(phase__in=(UnitPhase.TERMINATING, UnitPhase.TERMINATED))
+                .exclude(phase__in=UnitPhase.ENDING)
                 .first()
             )
             if locked is None:

@@ -44,6 +44,8 @@ class UnitPhase(models.TextChoices):
             }
         )
     )
+    # The unit is going or gone: no action, update or order applies to it any more.
+    ENDING = enum.nonmember(frozenset({"Terminating", "Terminated"}))
     # Phases reconcile_units derives from the cluster; the others are driven by requests.
     OBSERVED = enum.nonmember(frozenset({"Provisioning", "Pending", "Running", "Failed"}))
 
@@ -53,6 +55,12 @@ class RunPolicy(models.TextChoices):
 
     RUNNING = "Running"
     STOPPED = "Stopped"
+
+
+class UnitQuerySet(models.QuerySet["GPUUnit"]):
+    def live(self) -> UnitQuerySet:
+        """Units that are not Terminated: they keep their name, claim and quota (UnitPhase.LIVE)."""
+        return self.filter(phase__in=UnitPhase.LIVE)
 
 
 class GPUUnit(models.Model):
@@ -125,6 +133,8 @@ class GPUUnit(models.Model):
     # What the unit has cost so far: not stored, set by the views that render it
     # (runtime.views.with_costs, from the usage ledger).
     cost_to_date: Decimal
+
+    objects = UnitQuerySet.as_manager()
 
     class Meta:
         ordering = ["-id"]
@@ -225,7 +235,7 @@ class GPUUnit(models.Model):
         )
 
 
-class AccessMode(models.TextChoices):
+class StorageAccessMode(models.TextChoices):
     READ_WRITE_ONCE = "ReadWriteOnce"
     READ_WRITE_MANY = "ReadWriteMany"
     READ_ONLY_MANY = "ReadOnlyMany"
@@ -251,7 +261,7 @@ class GPUStorage(models.Model):
     size_bytes = models.BigIntegerField()
     storage_class = models.CharField(max_length=253, blank=True, help_text="Empty: the default.")
     access_mode = models.CharField(
-        max_length=16, choices=AccessMode, default=AccessMode.READ_WRITE_ONCE
+        max_length=16, choices=StorageAccessMode, default=StorageAccessMode.READ_WRITE_ONCE
     )
     phase = models.CharField(max_length=16, choices=StoragePhase, default=StoragePhase.PENDING)
     message = models.TextField(blank=True)
@@ -276,7 +286,10 @@ class GPUStorage(models.Model):
     @property
     def exclusive(self) -> bool:
         """Mounted by at most one live unit (a ReadWriteOnce volume is one node's)."""
-        return self.access_mode in (AccessMode.READ_WRITE_ONCE, AccessMode.READ_WRITE_ONCE_POD)
+        return self.access_mode in (
+            StorageAccessMode.READ_WRITE_ONCE,
+            StorageAccessMode.READ_WRITE_ONCE_POD,
+        )
 
 
 class OperationKind(models.TextChoices):
@@ -308,7 +321,7 @@ class Operation(models.Model):
     )
     operation_id = models.CharField("operation ID", max_length=128)
     kind = models.CharField(max_length=8, choices=OperationKind)
-    fingerprint = models.CharField(max_length=64, help_text="SHA-256 of the canonical request")
+    request_hash = models.CharField(max_length=64, help_text="SHA-256 of the canonical request")
     status = models.CharField(
         max_length=16, choices=OperationStatus, default=OperationStatus.PENDING
     )

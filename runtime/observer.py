@@ -3,14 +3,15 @@ within a fraction of a second (ARCHITECTURE §13).
 
 It is a thin shell around what beat's backstop already does: every event marks the unit it
 concerns (or the inventory) dirty; a loop takes the dirty units in batches a few milliseconds
-wide and runs the reconcile steps of runtime/reconcile.py on each, with the objects from the
-informers' memory instead of cluster-wide lists, and it applies the informers' view of slices,
-claims, pods, nodes and quotas to the inventory mirror through the sync's own apply path. What
-one event costs does not depend on how many units exist.
+wide and hands them to the one reconcile (runtime/reconcile.py `reconcile_batch`) with their
+objects from the informers' memory instead of cluster-wide lists, and it applies the
+informers' view of slices, claims, pods, nodes and quotas to the inventory mirror through the
+sync's own apply path. What one event costs does not depend on how many units exist. The
+informers keep only the fields the controller reads of each object (controlplane/kube/trim.py).
 
-Several replicas may run: the one holding a PostgreSQL advisory lock (on a connection of its
-own) leads, the others wait for it. A dead observer costs latency only; the backstop catches
-up.
+Three small parts: `Observer` (the watch loop), `Lead` (several replicas may run: the one
+holding a PostgreSQL advisory lock leads, the others wait for it) and `StatusBoard` (what
+health reads). A dead observer costs latency only; the backstop catches up.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from django.conf import settings
 from django.db import close_old_connections, connection
 
 from controlplane import kube, metrics
+from controlplane.kube import trim
 from controlplane.kube.watch import Event, Informer, Key
 from inventory import sync
 from runtime import manifests, reconcile, selectors
@@ -37,12 +39,94 @@ from runtime.models import GPUUnit, UnitPhase
 
 logger = logging.getLogger(__name__)
 
-STATUS_KEY = "controlplane:observer"
 # pg_try_advisory_lock key of the observer's lead (the inventory sync's is 0x1A7E_5C00).
 LEAD_KEY = 0x0B5E_77E0
 INVENTORY_KINDS = sync.INVENTORY_KINDS
 # By plural: DeviceTaintRule is watched at whichever version the cluster serves it.
 INVENTORY_PLURALS = {kind.plural for kind in INVENTORY_KINDS.values()}
+
+
+class Lead:
+    """The observer's lead: a PostgreSQL advisory lock held on a connection of its own. One
+    replica holds it; the others try again now and then. The lock goes with the session, so
+    a replica that dies (or loses its connection) gives it up."""
+
+    def __init__(self, identity: str) -> None:
+        self.identity = identity
+        self.held = threading.Event()
+        self.connection: psycopg.Connection | None = None
+
+    def hold(self) -> bool:
+        """Whether this process holds the lead, taking it when it is free."""
+        if self.connection is not None:
+            try:
+                self.connection.execute("SELECT 1")
+                return True
+            except psycopg.Error:
+                logger.warning("observer lost its lead connection; stepping down")
+                self.connection = None
+                self._set(held=False)
+                return False
+        params = connection.get_connection_params()
+        params.pop("cursor_factory", None)
+        # The lock lives as long as this session: a peer that vanished must end it in seconds
+        # (keepalives, a TCP user timeout), not when the kernel gives up hours later.
+        params.update(
+            connect_timeout=5,
+            keepalives=1,
+            keepalives_idle=10,
+            keepalives_interval=5,
+            keepalives_count=3,
+            tcp_user_timeout=20_000,
+        )
+        try:
+            lead = psycopg.connect(**params, autocommit=True)
+        except psycopg.Error:
+            logger.warning("observer cannot reach the database", exc_info=True)
+            return False
+        if lead.execute("SELECT pg_try_advisory_lock(%s)", [LEAD_KEY]).fetchone()[0]:
+            self.connection = lead
+            self._set(held=True)
+            logger.info("observer %s holds the lead", self.identity)
+            return True
+        lead.close()
+        return False
+
+    def release(self) -> None:
+        if self.connection is not None:
+            self.connection.close()  # the advisory lock goes with the session
+            self.connection = None
+        self._set(held=False)
+
+    def _set(self, *, held: bool) -> None:
+        if held:
+            self.held.set()
+        else:
+            self.held.clear()
+        metrics.OBSERVER_LEADING.set(1 if held else 0)
+
+
+class StatusBoard:
+    """Where the leading observer says how it is, for health (/api/v1/health): a Redis key
+    with a short TTL, so a dead observer's status expires by itself."""
+
+    KEY = "controlplane:observer"
+
+    def publish(self, status: dict, *, stopping: bool = False) -> None:
+        if not (status["leading"] or stopping):
+            return
+        try:
+            _redis().set(self.KEY, json.dumps(status), ex=settings.OBSERVER_STATUS_TTL_SECONDS)
+        except redis.RedisError:
+            logger.debug("observer status not published", exc_info=True)
+
+    def read(self) -> dict | None:
+        """The lead observer's last published status, or None when none is running."""
+        try:
+            raw = _redis().get(self.KEY)
+        except redis.RedisError:
+            return None
+        return json.loads(raw) if raw else None
 
 
 @dataclass
@@ -88,8 +172,9 @@ class Observer:
         self._generations: dict[Key, tuple] = {}
         self._gone_pods: dict[Key, dict] = {}  # unit key -> its pod as it was deleted
         self.informers: dict[kube.Kind, Informer] = {}
-        self._lead: psycopg.Connection | None = None
-        self.leading = threading.Event()
+        self.lead = Lead(self.identity)
+        self.leading = self.lead.held  # set while this replica leads
+        self.status_board = StatusBoard()
 
     # ------------------------------------------------------------------ events (informer threads)
 
@@ -156,6 +241,7 @@ class Observer:
                 timeout_seconds=settings.OBSERVER_WATCH_TIMEOUT_SECONDS,
                 # Alpha on 1.34-1.35: many clusters do not serve it, and then have no rules.
                 optional=kind == kube.DEVICETAINTRULE,
+                transform=trim.TRANSFORMS.get(kind.plural),
             )
             for kind in (kube.GPUUNIT, *INVENTORY_KINDS.values())
         }
@@ -172,7 +258,9 @@ class Observer:
         """Wait for the lead, then work events off until stopped."""
         try:
             while not self._stop.is_set():
-                if not self._hold_lead():
+                if not self.lead.hold():
+                    if self.informers:  # it lost the lead: another replica watches now
+                        self._stop_informers()
                     self._publish_status()
                     self._stop.wait(settings.OBSERVER_LEAD_RETRY_SECONDS)
                     continue
@@ -187,7 +275,7 @@ class Observer:
         finally:
             was_leading = self.leading.is_set()
             self._stop_informers()
-            self._release_lead()
+            self.lead.release()
             if was_leading:
                 self._publish_status(stopping=True)
 
@@ -202,54 +290,6 @@ class Observer:
             (informer := self.informers.get(kind)) is not None and informer.healthy
             for kind in reconcile.UNIT_KINDS
         )
-
-    # ------------------------------------------------------------------ the lead
-
-    def _hold_lead(self) -> bool:
-        """Whether this process holds the lead (taking it when it is free)."""
-        if self._lead is not None:
-            try:
-                self._lead.execute("SELECT 1")
-                return True
-            except psycopg.Error:
-                logger.warning("observer lost its lead connection; stepping down")
-                self._lead = None
-                self.leading.clear()
-                metrics.OBSERVER_LEADING.set(0)
-                self._stop_informers()
-                return False
-        params = connection.get_connection_params()
-        params.pop("cursor_factory", None)
-        # The lock lives as long as this session: a peer that vanished must end it in seconds
-        # (keepalives, a TCP user timeout), not when the kernel gives up hours later.
-        params.update(
-            connect_timeout=5,
-            keepalives=1,
-            keepalives_idle=10,
-            keepalives_interval=5,
-            keepalives_count=3,
-            tcp_user_timeout=20_000,
-        )
-        try:
-            lead = psycopg.connect(**params, autocommit=True)
-        except psycopg.Error:
-            logger.warning("observer cannot reach the database", exc_info=True)
-            return False
-        if lead.execute("SELECT pg_try_advisory_lock(%s)", [LEAD_KEY]).fetchone()[0]:
-            self._lead = lead
-            self.leading.set()
-            metrics.OBSERVER_LEADING.set(1)
-            logger.info("observer %s holds the lead", self.identity)
-            return True
-        lead.close()
-        return False
-
-    def _release_lead(self) -> None:
-        if self._lead is not None:
-            self._lead.close()  # the advisory lock goes with the session
-            self._lead = None
-        self.leading.clear()
-        metrics.OBSERVER_LEADING.set(0)
 
     def _stop_informers(self) -> None:
         for informer in self.informers.values():
@@ -405,12 +445,7 @@ class Observer:
             "events": self.stats.events,
             "updatedAt": datetime.now(UTC).isoformat(),
         }
-        try:
-            client = _redis()
-            if status["leading"] or stopping:
-                client.set(STATUS_KEY, json.dumps(status), ex=settings.OBSERVER_STATUS_TTL_SECONDS)
-        except redis.RedisError:
-            logger.debug("observer status not published", exc_info=True)
+        self.status_board.publish(status, stopping=stopping)
 
 
 def _redis() -> redis.Redis:
@@ -421,11 +456,7 @@ def _redis() -> redis.Redis:
 
 def read_status() -> dict | None:
     """The lead observer's last published status, or None when none is running."""
-    try:
-        raw = _redis().get(STATUS_KEY)
-    except redis.RedisError:
-        return None
-    return json.loads(raw) if raw else None
+    return StatusBoard().read()
 
 
 def check_observer() -> dict:

@@ -40,7 +40,7 @@ TASK_FOR_KIND: dict[str, str] = {
 SWEEP_BATCH = 500
 
 
-def fingerprint(payload: dict) -> str:
+def request_hash(payload: dict) -> str:
     """SHA-256 over canonical JSON: key order and whitespace never change the hash."""
     canonical = json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(canonical.encode()).hexdigest()
@@ -49,7 +49,7 @@ def fingerprint(payload: dict) -> str:
 def check_replay(operation: Operation, *, kind: str, request_hash: str) -> None:
     """An earlier operation under the same operationID is a replay only if it is the same
     request; anything else is a conflict."""
-    if operation.kind != kind or operation.fingerprint != request_hash:
+    if operation.kind != kind or operation.request_hash != request_hash:
         raise OperationConflict(
             f"operation {operation.operation_id} already exists with a different request payload.",
             details={"operationID": operation.operation_id},
@@ -78,7 +78,7 @@ def roll_out_change(unit: GPUUnit, *, generation: int) -> Operation | None:
         operation_id=operation_id,
         defaults={
             "kind": OperationKind.UPDATE,
-            "fingerprint": fingerprint({"rollOut": str(unit.uid), "generation": generation}),
+            "request_hash": request_hash({"rollOut": str(unit.uid), "generation": generation}),
             "unit": unit,
         },
     )

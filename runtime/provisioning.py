@@ -378,7 +378,7 @@ def provision_unit(*, operation_pk: int) -> None:
     if operation is None:
         return
     unit = operation.unit
-    if unit.phase in (UnitPhase.TERMINATING, UnitPhase.TERMINATED):
+    if unit.phase in UnitPhase.ENDING:
         outbox.finish_operation(
             operation, error_code=outbox.CANCELLED, error_message=outbox.CANCELLED_MESSAGE
         )
@@ -401,7 +401,7 @@ def provision_unit(*, operation_pk: int) -> None:
         )
     try:
         ensure_tenant_namespace_once(unit.tenant)
-        contract = unit.contract(request_hash=operation.fingerprint)
+        contract = unit.contract(request_hash=operation.request_hash)
         gpuunit, claim, pod = provision_objects(contract)
         exposed = provision_access(contract, owner_uid=gpuunit["metadata"]["uid"])
         if contract.ssh:
@@ -514,7 +514,7 @@ def _claim_lifecycle_operation(operation_pk: int) -> Operation | None:
     if operation is None:
         return None
     unit = operation.unit
-    if unit.phase in (UnitPhase.TERMINATING, UnitPhase.TERMINATED):
+    if unit.phase in UnitPhase.ENDING:
         outbox.finish_operation(
             operation, error_code=outbox.CANCELLED, error_message=outbox.CANCELLED_BY_DELETE
         )

@@ -19,7 +19,7 @@ from controlplane.validation import dns_subdomain, fold_case, positive_quantity
 from dracel import quantity
 from runtime import manifests, outbox, provisioning, validation
 from runtime.errors import QuotaExceeded, StorageInUse
-from runtime.models import AccessMode, GPUStorage, GPUUnit, StoragePhase, UnitPhase
+from runtime.models import GPUStorage, GPUUnit, StorageAccessMode, StoragePhase
 from tenancy import services as tenancy_services
 from tenancy.models import Tenant
 
@@ -36,8 +36,8 @@ def _problems(name: str, size: str, storage_class: str, access_mode: str) -> dic
         "size": positive_quantity(size, resource="storage"),
         "storageClass": dns_subdomain(storage_class) if storage_class else None,
         "accessMode": None
-        if access_mode in AccessMode.values
-        else f"accessMode must be one of {', '.join(AccessMode.values)}.",
+        if access_mode in StorageAccessMode.values
+        else f"accessMode must be one of {', '.join(StorageAccessMode.values)}.",
     }
     return {field: [message] for field, message in found.items() if message}
 
@@ -49,7 +49,7 @@ def create_storage(
     a full storage quota. Nothing is left behind when the cluster refuses the claim."""
     name = fold_case(name.strip())
     size, storage_class = size.strip(), storage_class.strip()
-    access_mode = access_mode or AccessMode.READ_WRITE_ONCE
+    access_mode = access_mode or StorageAccessMode.READ_WRITE_ONCE
     if problems := _problems(name, size, storage_class, access_mode):
         raise InvalidRequest("The storage is invalid.", details={"fields": problems})
     size_bytes = quantity.parse_bytes(size)
@@ -153,10 +153,8 @@ def get_storage(*, tenant: Tenant, name: str) -> GPUStorage:
 def mounted_by(storage: GPUStorage) -> list[str]:
     """Names of the live units that mount the storage."""
     return list(
-        GPUUnit.objects.filter(
-            tenant_id=storage.tenant_id, storage_mounts__contains=[{"name": storage.name}]
-        )
-        .exclude(phase=UnitPhase.TERMINATED)
+        GPUUnit.objects.live()
+        .filter(tenant_id=storage.tenant_id, storage_mounts__contains=[{"name": storage.name}])
         .values_list("name", flat=True)
     )
 

@@ -278,7 +278,7 @@ class UnitDetailView(TenantView):
             tenant=self.tenant,
             name=name,  # the service answers 404 for a unit it does not find
             operation_id=operation_id,
-            # As sent (nulls clear): the service merges, checks and fingerprints it.
+            # As sent (nulls clear): the service merges, checks and hashes it.
             patch={
                 key: request.data[key] for key in serializer.validated_data if key != "operationID"
             },

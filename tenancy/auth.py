@@ -1,40 +1,21 @@
 """API key authentication: `Authorization: Bearer <key>` identifies a tenant.
 
-Every API request looks its key up, so the lookup is one prepared, hand-written statement; those
-live in runtime/orders.py (ARCHITECTURE §4), above this layer, so the runtime app registers it
-here from its AppConfig.ready() (`register_key_lookup`)."""
+Every API request looks its key up: one prepared, hand-written statement (tenancy/keys.py)."""
 
 from __future__ import annotations
 
 import hmac
-from collections.abc import Callable
 from datetime import timedelta
 
-from django.core.exceptions import ImproperlyConfigured
 from django.utils import timezone
 from rest_framework import authentication, exceptions
 from rest_framework.request import Request
 
-from tenancy import services
+from tenancy import keys, services
 from tenancy.models import ApiKey, Tenant
 
 # last_used_at is a hint for ops, not an audit log: write it at most once a minute per key.
 _LAST_USED_GRANULARITY = timedelta(minutes=1)
-
-KeyLookup = Callable[[str], ApiKey | None]
-_key_lookup: KeyLookup | None = None
-
-
-def register_key_lookup(lookup: KeyLookup) -> None:
-    """Name the function that returns the key with a prefix, its `tenant` loaded, or None."""
-    global _key_lookup
-    _key_lookup = lookup
-
-
-def _find_key(prefix: str) -> ApiKey | None:
-    if _key_lookup is None:
-        raise ImproperlyConfigured("no API key lookup registered (the runtime app registers it)")
-    return _key_lookup(prefix)
 
 
 class TenantPrincipal:
@@ -66,7 +47,7 @@ class ApiKeyAuthentication(authentication.BaseAuthentication):
         parts = key.split("_", 2)
         if len(parts) != 3 or parts[0] != services.KEY_PREFIX:
             raise exceptions.AuthenticationFailed("Invalid API key.")
-        api_key = _find_key(parts[1])
+        api_key = keys.find_api_key(parts[1])
         if api_key is None or not hmac.compare_digest(api_key.key_hash, services.hash_key(key)):
             raise exceptions.AuthenticationFailed("Invalid API key.")
         if not api_key.is_active:

@@ -7,3 +7,10 @@ class SSHKeyConflict(DomainError):
     """The tenant already has a key of that name, or the same key under another name."""
 
     code = "ssh_key_conflict"
+
+
+class QuotaExceeded(DomainError):
+    """The tenant's own quota refuses the order (the message names the limit); the cluster
+    being full is not this."""
+
+    code = "quota_exceeded"

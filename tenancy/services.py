@@ -17,8 +17,9 @@ from django.utils import timezone
 
 from controlplane.errors import InvalidRequest, NotFound
 from controlplane.validation import dns_label, fold_case
+from dracel import quantity
 from tenancy import sshkeys
-from tenancy.errors import SSHKeyConflict
+from tenancy.errors import QuotaExceeded, SSHKeyConflict
 from tenancy.models import ApiKey, SSHKey, Tenant
 from tenancy.selectors import TenantUsage
 
@@ -90,6 +91,50 @@ def refund(
         memory_bytes=-memory_bytes,
         claims=-claims,
     )
+
+
+def quota_problem(
+    tenant: Tenant, usage: TenantUsage, *, cpu_millicores: int, memory_bytes: int, claims: int = 1
+) -> QuotaExceeded | None:
+    """Why the tenant's live units plus a new one (or a stopped one started again, which
+    already holds its claim: `claims=0`) do not fit its quota (checked under the tenant
+    lock), or None when they do."""
+    limits: list[tuple[str, int, int, int, Callable[[int], str]]] = [
+        (
+            "requests.cpu",
+            usage.cpu_millicores,
+            cpu_millicores,
+            tenant.quota_cpu_millicores,
+            quantity.format_cpu,
+        ),
+        (
+            "requests.memory",
+            usage.memory_bytes,
+            memory_bytes,
+            tenant.quota_memory_bytes,
+            quantity.format_bytes,
+        ),
+        ("count/resourceclaims.resource.k8s.io", usage.claims, claims, tenant.quota_claims, str),
+    ]
+    for limit, used, requested, hard, show in limits:
+        if requested and used + requested > hard:
+            # Larger than the whole quota: deleting units never helps, a smaller package does.
+            never = requested > hard
+            return QuotaExceeded(
+                f"the package is larger than tenant {tenant.slug}'s quota for {limit}: "
+                f"requested={show(requested)} hard={show(hard)}"
+                if never
+                else f"tenant {tenant.slug} quota would be exceeded for {limit}: "
+                f"used={show(used)} requested={show(requested)} hard={show(hard)}",
+                details={
+                    "limit": limit,
+                    "used": show(used),
+                    "requested": show(requested),
+                    "hard": show(hard),
+                    "largerThanQuota": never,
+                },
+            )
+    return None
 
 
 def set_usage(*, tenant_pk: int, usage: TenantUsage) -> None:

@@ -5,7 +5,9 @@ last version seen, after a backoff; every watch is bounded by `timeoutSeconds` a
 simply reopened.
 
 An `Informer` keeps the objects of its kind in memory (replaced wholesale by each list,
-changed by each event) and tells its handler about both, from its own thread."""
+changed by each event) and tells its handler about both, from its own thread. Given a
+transform (client-go's `SetTransform`; controlplane/kube/trim.py has the observer's), it keeps
+and hands on each object as the transform returns it, not as the server sent it."""
 
 from __future__ import annotations
 
@@ -24,6 +26,7 @@ from controlplane.kube.errors import KubeError, TemporaryError
 logger = logging.getLogger(__name__)
 
 Key = tuple[str, str]  # (namespace or "", name)
+Transform = Callable[[dict], dict]
 
 
 def key_of(obj: dict) -> Key:
@@ -33,7 +36,8 @@ def key_of(obj: dict) -> Key:
 
 @dataclass(frozen=True)
 class Event:
-    """One change: ADDED, MODIFIED or DELETED, with the object as the server sent it."""
+    """One change: ADDED, MODIFIED or DELETED, with the object as the server sent it (through
+    the informer's transform, when it has one)."""
 
     type: str
     object: dict[str, Any]
@@ -43,9 +47,16 @@ class Gone(Exception):
     """The version a watch or a continue token started from has been compacted away."""
 
 
-def list_all(kind: Kind, *, label_selector: str = "", page_size: int = 500) -> tuple[list, str]:
+def list_all(
+    kind: Kind,
+    *,
+    label_selector: str = "",
+    page_size: int = 500,
+    transform: Transform | None = None,
+) -> tuple[list, str]:
     """Every object of `kind`, `page_size` at a time, and the list's resourceVersion. A
-    continue token that expires mid-list (410) starts the list over."""
+    continue token that expires mid-list (410) starts the list over. `transform` is applied
+    page by page, so no more than a page of whole objects is held at once."""
     while True:
         items: list[dict] = []
         token = ""
@@ -54,7 +65,8 @@ def list_all(kind: Kind, *, label_selector: str = "", page_size: int = 500) -> t
                 page = list_page(
                     kind, label_selector=label_selector, limit=page_size, continue_token=token
                 )
-                items.extend(page.get("items") or [])
+                found = page.get("items") or []
+                items.extend(map(transform, found) if transform else found)
                 metadata = page.get("metadata") or {}
                 token = metadata.get("continue") or ""
                 if not token:
@@ -123,8 +135,12 @@ class Informer:
         max_backoff: float = 30.0,
         optional: bool = False,
         recheck_seconds: float = 60.0,
+        transform: Transform | None = None,
     ) -> None:
         self.kind = kind
+        # Applied to every object listed or watched before it is kept or handed on (the
+        # resourceVersion a watch resumes from is read before it).
+        self.transform = transform
         # An optional kind may not be served (an alpha API left off, as DeviceTaintRule is on
         # most clusters): a 404 on its list means none exist, and the informer is healthy
         # with nothing, listing again every `recheck_seconds` in case it is turned on.
@@ -216,7 +232,10 @@ class Informer:
         served (then nothing is held)."""
         try:
             items, version = list_all(
-                self.kind, label_selector=self.label_selector, page_size=self.page_size
+                self.kind,
+                label_selector=self.label_selector,
+                page_size=self.page_size,
+                transform=self.transform,
             )
             self.served = True
         except KubeError as exc:
@@ -267,6 +286,8 @@ class Informer:
                     if version:
                         self.resource_version = str(version)
                     continue
+                if self.transform is not None:
+                    obj = self.transform(obj)
                 key = key_of(obj)
                 with self._lock:
                     if raw.get("type") == "DELETED":

@@ -125,7 +125,7 @@ class TestButtons:
     ):
         unit = unit_in(tenant)
         Operation.objects.create(
-            tenant=tenant, operation_id="op-restart-1", kind="restart", fingerprint="x", unit=unit
+            tenant=tenant, operation_id="op-restart-1", kind="restart", request_hash="x", unit=unit
         )
         card = status_card(member_client.get(detail(unit)).content.decode())
         assert enabled(card, unit) == set()
@@ -511,7 +511,7 @@ class TestEditForm:
     ):
         unit = unit_in(tenant)
         Operation.objects.create(
-            tenant=tenant, operation_id="op-stop-1", kind="stop", fingerprint="x", unit=unit
+            tenant=tenant, operation_id="op-stop-1", kind="stop", request_hash="x", unit=unit
         )
         page = html.unescape(member_client.get(edit_url(unit)).content.decode())
         assert "A change cannot be saved right now: gpu unit demo has an open stop operation" in (

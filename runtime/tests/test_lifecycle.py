@@ -34,7 +34,7 @@ def unqueued_order(tenant, name: str) -> tuple[GPUUnit, Operation]:
     """A committed unit and create operation whose message never reached a worker."""
     unit = UnitFactory(tenant=tenant, name=name, image="busybox")
     operation = Operation.objects.create(
-        tenant=tenant, operation_id=f"op-{name}", kind="create", fingerprint="x" * 64, unit=unit
+        tenant=tenant, operation_id=f"op-{name}", kind="create", request_hash="x" * 64, unit=unit
     )
     lifecycle.recount_usage()  # charge the tenant for it, as an order would have
     return unit, operation

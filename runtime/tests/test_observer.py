@@ -165,16 +165,19 @@ def test_a_lost_lead_connection_steps_down_and_takes_the_lead_again(observer, te
     """The lead is a session lock: when the database drops that session, the observer stops
     acting, takes the lead again (no other replica wants it), lists afresh and goes on."""
     first_informers = dict(observer.informers)
-    lead_pid = observer._lead.info.backend_pid
+    lead_pid = observer.lead.connection.info.backend_pid
     with connection.cursor() as cursor:
         cursor.execute("SELECT pg_terminate_backend(%s)", [lead_pid])
     wait_for(
-        lambda: observer._lead is None or observer._lead.info.backend_pid != lead_pid,
+        lambda: (
+            observer.lead.connection is None
+            or observer.lead.connection.info.backend_pid != lead_pid
+        ),
         what="the observer to notice its lead connection is gone",
     )
     wait_for(observer.leading.is_set, what="the lead taken again")
     wait_for(observer.synced, what="the informers listed again")
-    assert observer._lead.info.backend_pid != lead_pid
+    assert observer.lead.connection.info.backend_pid != lead_pid
     assert all(observer.informers[k] is not first_informers[k] for k in first_informers)
     PackageFactory(article=True)
     body = {"operationID": "o-2", "name": "after", "packageID": ARTICLE_PACKAGE_ID}

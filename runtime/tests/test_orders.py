@@ -9,11 +9,11 @@ from django.db import connection, models
 from django.db.models.signals import post_save
 
 from catalog.tests.factories import PackageFactory
+from controlplane import statements
 from runtime import orders
 from runtime.errors import InvalidRequest
 from runtime.models import GPUUnit, Operation, UnitEvent
-from tenancy import services as tenancy_services
-from tenancy.models import ApiKey, Tenant
+from tenancy.models import Tenant
 from tenancy.tests.factories import TenantFactory
 from tests.endpoints import recording
 
@@ -72,18 +72,6 @@ def test_a_replayed_order_reads_the_operation_back_as_a_model(package):
     assert again.unit == GPUUnit.objects.get()
 
 
-def test_the_key_lookup_returns_the_key_and_tenant_the_orm_reads():
-    tenant = TenantFactory(display_name="Ünïcode")
-    api_key, _secret = tenancy_services.create_api_key(tenant=tenant, name="ci")
-    found = orders.find_api_key(api_key.prefix)
-    expected = ApiKey.objects.select_related("tenant").get(pk=api_key.pk)
-    for field in ApiKey._meta.concrete_fields:
-        assert getattr(found, field.attname) == getattr(expected, field.attname), field.name
-    for field in Tenant._meta.concrete_fields:
-        assert getattr(found.tenant, field.attname) == getattr(tenant, field.attname), field.name
-    assert orders.find_api_key("nothing") is None
-
-
 def test_an_order_whose_fields_do_not_validate_is_refused_and_writes_nothing():
     tenant = TenantFactory()
     package = PackageFactory()
@@ -111,7 +99,7 @@ def _prepared(fragment: str) -> int:
 
 def test_its_statements_are_prepared_on_the_server_once_per_connection():
     for _ in range(3):
-        with orders.cursor() as cursor:
+        with statements.cursor() as cursor:
             cursor.execute("SELECT %s::int + 41 AS prepared_probe", [1])
             assert cursor.fetchone() == (42,)
     assert _prepared("prepared_probe") == 1
@@ -122,14 +110,14 @@ def test_its_statements_are_prepared_on_the_server_once_per_connection():
 
 def test_prepared_statements_can_be_turned_off(settings):
     settings.DB_PREPARED_STATEMENTS = False
-    with orders.cursor() as cursor:
+    with statements.cursor() as cursor:
         cursor.execute("SELECT %s::int + 41 AS unprepared_probe", [1])
         assert cursor.fetchone() == (42,)
     assert _prepared("unprepared_probe") == 0
 
 
 def test_statement_logs_see_the_prepared_cursor():
-    with recording() as log, orders.cursor() as cursor:
+    with recording() as log, statements.cursor() as cursor:
         cursor.execute("SELECT 1 AS seen_probe")
     assert log.statements == ["SELECT 1 AS seen_probe"]
     assert _prepared("seen_probe") == 1  # recorded on the production (prepared) path

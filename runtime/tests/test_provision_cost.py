@@ -30,7 +30,7 @@ def _package_and_cleanup(tenant):
 def provision(tenant, name: str, cluster) -> tuple[list[str], list[str]]:
     unit = UnitFactory(tenant=tenant, name=name, image="busybox")
     operation = Operation.objects.create(
-        tenant=tenant, operation_id=f"op-{name}", kind="create", fingerprint="x" * 64, unit=unit
+        tenant=tenant, operation_id=f"op-{name}", kind="create", request_hash="x" * 64, unit=unit
     )
     lifecycle.recount_usage()
     cluster.requests.clear()

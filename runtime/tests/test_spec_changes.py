@@ -45,7 +45,7 @@ def test_a_removed_key_is_a_new_generation_rolled_out_by_an_operation_of_its_own
 def test_a_key_removed_while_an_operation_is_open_is_rolled_out_after_it(tenant):
     unit = ssh_unit(tenant, phase=UnitPhase.PROVISIONING, generation=2, observed_generation=1)
     restart = Operation.objects.create(
-        tenant=tenant, operation_id="r-1", kind=OperationKind.RESTART, fingerprint="x", unit=unit
+        tenant=tenant, operation_id="r-1", kind=OperationKind.RESTART, request_hash="x", unit=unit
     )
     as_claimed = GPUUnit.objects.get(pk=unit.pk)  # what the restart's worker read (generation 2)
     tenancy_services.remove_ssh_key(tenant=tenant, name="desktop")

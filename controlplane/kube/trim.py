@@ -1,0 +1,191 @@
+"""What the observer keeps of each watched object: per kind, a pure function (object in, object
+out, the input left alone) that keeps only the fields its consumers read, as client-go's
+informers are given a transform with `SetTransform` to drop managedFields and the like before
+an object enters the cache. At 10,000 units the informers hold every GPUUnit, claim and pod;
+the fields dropped here (managedFields, pod specs, most of pod statuses) were half of that. The
+strings kept are interned: thousands of objects repeat the same few namespaces, label values,
+node, driver and device names and attribute values.
+
+What each kind's consumers read (runtime/observer.py, runtime/reconcile.py with
+provisioning.recreate_pod, runtime/status.py, inventory/observe.py through sync.apply_observed):
+
+- every kind: metadata name and namespace (the informer's key), resourceVersion, uid,
+  generation, deletionTimestamp and labels (the observer keys pods and claims to units by label).
+- GPUUnit: the request-hash annotation (recreate_pod) and status whole (compared with what the
+  unit's row says before a status patch).
+- Pod: spec.nodeName, each container's and init container's resources.requests (a node's
+  requested cpu and memory); status phase, reason and message, the Ready, PodScheduled and
+  DisruptionTarget conditions (type, status, reason, message) and the waiting containers
+  (image, state.waiting reason and message).
+- ResourceClaim: status.allocation (devices.results whole, nodeSelector) and reservedFor.
+- Node: status.allocatable and conditions (type, status).
+- ResourceSlice: spec driver, nodeName, pool, sharedCounters and devices, each device whole:
+  the inventory hashes a device's whole entry to tell whether it changed since the last sync,
+  and the backstop sync hashes untrimmed slices.
+- DeviceClass: spec.selectors. DeviceTaintRule: spec deviceSelector and taint. ResourceQuota:
+  spec.hard and status hard and used.
+
+A field a consumer starts to read must be added here: controlplane/tests/test_trim.py checks
+that the consumers' results are the same on trimmed and whole objects."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+Object = dict[str, Any]
+
+# runtime.manifests.ANNOTATION_REQUEST_HASH (controlplane does not import runtime).
+REQUEST_HASH_ANNOTATION = "runtime.lokiwager.io/request-hash"
+_METADATA = ("name", "namespace", "uid", "resourceVersion", "generation", "deletionTimestamp")
+
+
+def _picked(source: Any, keys: tuple[str, ...]) -> Object:
+    """The entries of `source` (a dict, or nothing) under `keys` that are there."""
+    if not isinstance(source, dict):
+        return {}
+    return {key: source[key] for key in keys if key in source}
+
+
+def _metadata(obj: Object, *, annotations: tuple[str, ...] = ()) -> Object:
+    metadata = obj.get("metadata") or {}
+    kept = _picked(metadata, _METADATA)
+    if metadata.get("labels"):
+        kept["labels"] = metadata["labels"]
+    if annotations and (found := _picked(metadata.get("annotations"), annotations)):
+        kept["annotations"] = found
+    return kept
+
+
+def _compact(value: Any) -> Any:
+    """`value` rebuilt with every string interned: the namespace, label values, node, driver,
+    pool and device names, attribute values and condition types of thousands of objects are
+    held once each, not once per object. (And what is kept shares nothing with the input.)"""
+    if isinstance(value, str):
+        return sys.intern(value)
+    if isinstance(value, dict):
+        return {key: _compact(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_compact(item) for item in value]
+    return value
+
+
+def _trimmed(obj: Object, *, annotations: tuple[str, ...] = (), **parts: Object | None) -> Object:
+    """The object with its trimmed metadata and each non-empty part, compacted."""
+    kept: Object = {"metadata": _metadata(obj, annotations=annotations)}
+    kept.update((name, part) for name, part in parts.items() if part)
+    return _compact(kept)
+
+
+def trim_gpuunit(obj: Object) -> Object:
+    return _trimmed(obj, annotations=(REQUEST_HASH_ANNOTATION,), status=obj.get("status"))
+
+
+def _requests_only(containers: Any) -> list[Object]:
+    return [
+        {"resources": {"requests": requests}}
+        if (requests := ((container or {}).get("resources") or {}).get("requests"))
+        else {}
+        for container in containers or []
+    ]
+
+
+# The pod conditions read: whether it is Ready, why it is not scheduled, whether the device
+# taint eviction deleted it.
+POD_CONDITIONS = ("Ready", "PodScheduled", "DisruptionTarget")
+
+
+def _waiting_containers(statuses: Any) -> list[Object]:
+    """The containers that wait (why, and their image): a running or ended one says nothing
+    the status derivation reads."""
+    kept = []
+    for entry in statuses or []:
+        waiting = ((entry or {}).get("state") or {}).get("waiting")
+        if waiting:
+            kept.append(
+                {
+                    **_picked(entry, ("image",)),
+                    "state": {"waiting": _picked(waiting, ("reason", "message"))},
+                }
+            )
+    return kept
+
+
+def trim_pod(obj: Object) -> Object:
+    spec = obj.get("spec") or {}
+    status = obj.get("status") or {}
+    kept_spec = _picked(spec, ("nodeName",))
+    if "containers" in spec:
+        kept_spec["containers"] = _requests_only(spec["containers"])
+    if "initContainers" in spec:
+        kept_spec["initContainers"] = _requests_only(spec["initContainers"])
+    kept_status = _picked(status, ("phase", "reason", "message"))
+    conditions = [
+        _picked(condition, ("type", "status", "reason", "message"))
+        for condition in status.get("conditions") or []
+        if condition.get("type") in POD_CONDITIONS
+    ]
+    if conditions:
+        kept_status["conditions"] = conditions
+    if waiting := _waiting_containers(status.get("containerStatuses")):
+        kept_status["containerStatuses"] = waiting
+    return _trimmed(obj, spec=kept_spec, status=kept_status)
+
+
+def trim_resource_claim(obj: Object) -> Object:
+    status = obj.get("status") or {}
+    kept_status = _picked(status, ("reservedFor",))
+    allocation = status.get("allocation")
+    if allocation is not None:
+        # Present, even empty, means allocated: it is kept as a dict whatever it holds.
+        kept_allocation = _picked(allocation, ("nodeSelector",))
+        results = (allocation.get("devices") or {}).get("results")
+        if results is not None:
+            kept_allocation["devices"] = {"results": results}
+        kept_status["allocation"] = kept_allocation
+    return _trimmed(obj, status=kept_status)
+
+
+def trim_node(obj: Object) -> Object:
+    status = obj.get("status") or {}
+    kept_status = _picked(status, ("allocatable",))
+    if "conditions" in status:
+        kept_status["conditions"] = [
+            _picked(condition, ("type", "status")) for condition in status["conditions"] or []
+        ]
+    return _trimmed(obj, status=kept_status)
+
+
+def trim_resource_slice(obj: Object) -> Object:
+    spec = _picked(obj.get("spec"), ("driver", "nodeName", "pool", "sharedCounters", "devices"))
+    return _trimmed(obj, spec=spec)
+
+
+def trim_device_class(obj: Object) -> Object:
+    return _trimmed(obj, spec=_picked(obj.get("spec"), ("selectors",)))
+
+
+def trim_device_taint_rule(obj: Object) -> Object:
+    return _trimmed(obj, spec=_picked(obj.get("spec"), ("deviceSelector", "taint")))
+
+
+def trim_resource_quota(obj: Object) -> Object:
+    return _trimmed(
+        obj,
+        spec=_picked(obj.get("spec"), ("hard",)),
+        status=_picked(obj.get("status"), ("hard", "used")),
+    )
+
+
+# By plural, as the observer's informers are (DeviceTaintRule's is the same at every version).
+TRANSFORMS: dict[str, Callable[[Object], Object]] = {
+    "gpuunits": trim_gpuunit,
+    "pods": trim_pod,
+    "resourceclaims": trim_resource_claim,
+    "nodes": trim_node,
+    "resourceslices": trim_resource_slice,
+    "deviceclasses": trim_device_class,
+    "devicetaintrules": trim_device_taint_rule,
+    "resourcequotas": trim_resource_quota,
+}

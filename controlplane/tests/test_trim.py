@@ -1,0 +1,535 @@
+"""The observer's transforms (controlplane/kube/trim.py) lose nothing its consumers read: on a
+simulated cluster's own objects, served as an API server serves them (managedFields and all),
+the inventory's observation, document and availability, and each unit's planned pod step, row
+change, GPUUnit status and observed state, are the same from trimmed objects as from whole
+ones. An informer keeps and hands on what its transform returns, and still resumes its watch
+from the versions the server sent."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+import yaml
+
+from controlplane import kube
+from controlplane.kube import trim
+from controlplane.kube.watch import key_of
+from controlplane.tests.test_watch import EVENT, NAMESPACE, Recorder, event, sim, watching
+from inventory import observe
+from runtime import manifests, reconcile, status
+from runtime.models import GPUUnit, UnitPhase
+from runtime.observer import INVENTORY_KINDS, Observer
+from simcluster.features import FeatureGates
+from simcluster.kubelet import Kubelet
+from simcluster.quota import QuotaController
+from simcluster.scheduler import Scheduler
+from simcluster.store import Store
+from simcluster.topology import load_topology
+
+__all__ = ["sim"]  # the simulated cluster over HTTP, for the informer test
+
+UNITS = "tenant-a"
+CRD = Path(__file__).resolve().parents[2] / "k8s" / "gpuunit-crd.yaml"
+RESOURCES = {
+    "gpuunits": "gpuunits.runtime.lokiwager.io",
+    "pods": "pods",
+    "resourceclaims": "resourceclaims",
+    "nodes": "nodes",
+    "resourceslices": "resourceslices",
+    "deviceclasses": "deviceclasses",
+    "devicetaintrules": "devicetaintrules",
+    "resourcequotas": "resourcequotas",
+}
+PACKAGES = [
+    observe.PackageSpec("h100-1x", "nvidia-h100", (), 1, 8_000, 64 << 30),
+    observe.PackageSpec("h100-8x", "nvidia-h100", (), 8, 64_000, 512 << 30),
+    observe.PackageSpec(
+        "hami-quarter", "hami-core-gpu.project-hami.io", (), 1, 4_000, 16 << 30,
+        capacity=(("cores", "25"), ("memory", "20Gi")),
+    ),
+    observe.PackageSpec(
+        "mig-1g", "mig.nvidia.com",
+        ('device.attributes["gpu.nvidia.com"].profile == "1g.10gb"',), 1, 2_000, 8 << 30,
+    ),
+    observe.PackageSpec(
+        "mig-pair", "mig.nvidia.com",
+        ('device.attributes["gpu.nvidia.com"].profile == "1g.10gb"',), 2, 2_000, 8 << 30,
+        match_attribute="gpu.nvidia.com/parentUUID",
+    ),
+]  # fmt: skip
+
+
+def contract(name: str, device_class: str = "nvidia-h100", **options) -> manifests.UnitContract:
+    return manifests.UnitContract(
+        **{
+            "name": name,
+            "namespace": UNITS,
+            "tenant": UNITS,
+            "operation_id": f"op-{name}",
+            "request_hash": f"hash-{name}",
+            "package_id": "h100-1x",
+            "spec_name": "gpu.h100.1x",
+            "image": "ghcr.io/example/worker:1.0",
+            "cpu": "2",
+            "memory": "8Gi",
+            "gpu": 1,
+            "device_class_name": device_class,
+            "claim_name": manifests.claim_name_for(name),
+            "claim_request_name": "gpu",
+            "count": 1,
+            "memory_bytes": 8 << 30,
+            **options,
+        }
+    )
+
+
+CONTRACTS = [
+    contract(
+        "running",
+        env=[{"name": "MODE", "value": "serve"}],
+        ports=[{"name": "http", "port": 8080}],
+        command=["python", "-m", "serve"],
+    ),
+    # Its SSH keys' ConfigMap is missing: the kubelet waits with ContainerCreating.
+    contract("ssh-waiting", ssh=True, ssh_image="ghcr.io/example/sshd:1.0"),
+    contract(
+        "shared",
+        "hami-core-gpu.project-hami.io",
+        capacity={"cores": "25", "memory": "20Gi"},
+    ),
+    contract(
+        "mig-pair",
+        "mig.nvidia.com",
+        count=2,
+        selectors=['device.attributes["gpu.nvidia.com"].profile == "1g.10gb"'],
+        match_attribute="gpu.nvidia.com/parentUUID",
+    ),
+    contract(
+        "fallback",
+        "nvidia-rtx-3080",
+        count=9,
+        alternatives=[{"name": "l40s", "deviceClassName": "nvidia-l40s", "count": 1}],
+    ),
+    contract(
+        "mig-7g",
+        "mig.nvidia.com",
+        selectors=['device.attributes["gpu.nvidia.com"].profile == "7g.80gb"'],
+    ),
+    contract("too-big", count=9),
+    contract("pull-failing"),
+    contract("crashing"),
+    contract("failed"),
+    contract("not-ready"),
+    contract("evicted"),
+]
+
+
+def kubelet_reports(store: Store, name: str, **status_fields) -> None:
+    """The kubelet writes a status of the unit's pod (a waiting container, or the pod's end)."""
+    pod = store.get("pods", UNITS, manifests.pod_name_for(name))
+    assert pod is not None
+    pod["status"] = {**pod["status"], **status_fields}
+    store.update("pods", pod, internal=True)
+
+
+def waiting(store: Store, name: str, reason: str, message: str = "") -> dict:
+    """The pod's container waiting for `reason` (without a message, the image is named)."""
+    pod = store.get("pods", UNITS, manifests.pod_name_for(name))
+    assert pod is not None
+    entry = {**pod["status"]["containerStatuses"][0], "ready": False, "started": False}
+    entry["state"] = {"waiting": {"reason": reason, **({"message": message} if message else {})}}
+    return {"containerStatuses": [entry]}
+
+
+def as_served(resource: str, obj: dict) -> dict:
+    """The object as a real API server and its writers leave it: field managers, a kubectl
+    annotation, a node's images; a GPUUnit with the status the control plane patched."""
+    served = copy.deepcopy(obj)
+    metadata = served.setdefault("metadata", {})
+    metadata["managedFields"] = [
+        {
+            "manager": manager,
+            "operation": "Update",
+            "apiVersion": served.get("apiVersion", "v1"),
+            "time": "2026-01-01T00:00:00Z",
+            "fieldsType": "FieldsV1",
+            "fieldsV1": {"f:metadata": {"f:labels": {".": {}}}, "f:spec": {".": {}}},
+        }
+        for manager in ("kube-controller-manager", "kubelet", "gpu-control-plane")
+    ]
+    metadata.setdefault("annotations", {})["kubectl.kubernetes.io/last-applied-configuration"] = (
+        '{"apiVersion":"v1"}'
+    )
+    if resource == "nodes":
+        served["status"]["images"] = [
+            {"names": [f"registry.example/image-{i}@sha256:{i:064x}"], "sizeBytes": 10**9}
+            for i in range(20)
+        ]
+    if resource == "gpuunits":
+        if metadata["name"] == "failed":  # one being deleted
+            metadata["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+        served["status"] = {
+            "phase": "Running",
+            "reason": "Running",
+            "message": "The unit is running.",
+            "nodeName": "gpu-node-h100-0",
+            "dra": {"claimName": manifests.claim_name_for(metadata["name"]), "devices": []},
+            "observedGeneration": metadata.get("generation"),
+            "lastSyncTime": "2026-01-01T00:00:00Z",
+        }
+    return served
+
+
+@dataclass(frozen=True)
+class World:
+    """What the observer would hold (by plural), the last state of the pods a watch saw
+    deleted, and the devices each unit's claim held before any was evicted (by unit)."""
+
+    objects: dict[str, list[dict]]
+    deleted_pods: list[dict]
+    held: dict[str, list[dict]]
+
+
+@pytest.fixture(scope="module")
+def cluster() -> World:
+    """Every object the observer watches, by plural, as served: the shipped sample topology
+    (whole GPUs, HAMi shared GPUs, static and dynamic MIG), units in every state the status
+    derivation tells apart, a foreign pod with an init container, a quota, a device taint rule,
+    and the last state of a pod evicted for a device taint (a watch's DELETED event)."""
+    features = FeatureGates("1.36", {"DRADeviceTaintRules": True})
+    store = Store(features=features)
+    for resource, obj in load_topology(None, version=features.version):
+        store.create(resource, obj, internal=True)
+    QuotaController(store).install()
+    store.create("customresourcedefinitions", yaml.safe_load(CRD.read_text()), internal=True)
+    for namespace in (UNITS, "batch"):
+        store.create("namespaces", {"metadata": {"name": namespace}}, internal=True)
+    quota = manifests.build_resource_quota(
+        UNITS, tenant=UNITS, cpu="512", memory="2Ti", claims=64, devices={"nvidia-h100": 16}
+    )
+    store.create("resourcequotas", quota, internal=True)
+    for unit in CONTRACTS:
+        gpuunit = store.create(RESOURCES["gpuunits"], manifests.build_gpuunit(unit), internal=True)
+        owner = gpuunit["metadata"]["uid"]
+        claim = manifests.build_resource_claim(unit, owner_uid=owner)
+        store.create("resourceclaims", claim, internal=True)
+        store.create("pods", manifests.build_pod(unit, owner_uid=owner), internal=True)
+    store.create(
+        "pods",
+        {
+            "metadata": {"name": "batch", "namespace": "batch", "labels": {"app": "batch"}},
+            "spec": {
+                "nodeName": "gpu-node-h100-0",
+                "initContainers": [
+                    {
+                        "name": "fetch",
+                        "image": "busybox",
+                        "resources": {"requests": {"cpu": "4", "memory": "16Gi"}},
+                    }
+                ],
+                "containers": [
+                    {"name": "a", "image": "busybox", "resources": {"requests": {"cpu": "1"}}},
+                    {"name": "b", "image": "busybox", "resources": {"limits": {"memory": "1Gi"}}},
+                ],
+            },
+        },
+        internal=True,
+    )
+    # The driver marks one L40S it sees failing: no claim is given it.
+    l40s = next(
+        s for s in store.list("resourceslices", None) if s["spec"]["nodeName"] == "gpu-node-l40s-0"
+    )
+    l40s["spec"]["devices"][7]["taints"] = [
+        {"key": "gpu.nvidia.com/ecc", "effect": "NoSchedule", "timeAdded": "2026-01-01T00:00:00Z"}
+    ]
+    store.update("resourceslices", l40s, internal=True)
+    kubelet = Kubelet(store)
+    Scheduler(store, kubelet=kubelet).run_once()
+    # An admin taints the device the "evicted" unit holds: its pod is evicted and deleted.
+    claim = store.get("resourceclaims", UNITS, manifests.claim_name_for("evicted"))
+    assert claim is not None
+    result = claim["status"]["allocation"]["devices"]["results"][0]
+    store.create(
+        "devicetaintrules",
+        {
+            "metadata": {"name": "unhealthy"},
+            "spec": {
+                "deviceSelector": {
+                    "driver": result["driver"],
+                    "pool": result["pool"],
+                    "device": result["device"],
+                },
+                "taint": {"key": "gpu.nvidia.com/xid", "value": "79", "effect": "NoExecute"},
+            },
+        },
+        internal=True,
+    )
+    held = {
+        claim["metadata"]["labels"][manifests.LABEL_UNIT]: status.dra_status("", claim)["devices"]
+        for claim in store.list("resourceclaims", UNITS)
+    }
+    watcher = store.watch("pods", UNITS, resource_version=store.resource_version)
+    assert Scheduler(store, kubelet=kubelet).run_once().evicted == 1
+    store.stop_watch(watcher)
+    deleted = []
+    while (change := watcher.events.get()) is not None:
+        if change.type == "DELETED":
+            deleted.append(change.object)
+    kubelet_reports(store, "pull-failing", **waiting(store, "pull-failing", "ErrImagePull"))
+    kubelet_reports(
+        store, "crashing", **waiting(store, "crashing", "CrashLoopBackOff", "back-off 5m0s")
+    )
+    kubelet_reports(
+        store, "failed", phase="Failed", reason="Evicted", message="The node was low on memory."
+    )
+    # Its readiness probe fails: Running, but not Ready.
+    pod = store.get("pods", UNITS, manifests.pod_name_for("not-ready"))
+    assert pod is not None
+    kubelet_reports(
+        store,
+        "not-ready",
+        conditions=[
+            {**condition, "status": "False", "reason": "ContainersNotReady"}
+            if condition["type"] in ("Ready", "ContainersReady")
+            else condition
+            for condition in pod["status"]["conditions"]
+        ],
+    )
+    objects = {
+        plural: [as_served(plural, obj) for obj in store.list(resource, None)]
+        for plural, resource in RESOURCES.items()
+    }
+    return World(objects, [as_served("pods", obj) for obj in deleted], held)
+
+
+def trimmed(plural: str, objects: list[dict]) -> list[dict]:
+    return [trim.TRANSFORMS[plural](obj) for obj in objects]
+
+
+def inventory_of(objects: dict[str, list[dict]], transform: bool) -> observe.Observation:
+    raw = {
+        name: trimmed(kind.plural, objects[kind.plural]) if transform else objects[kind.plural]
+        for name, kind in INVENTORY_KINDS.items()
+    }
+    return observe.observe(**raw, packages=PACKAGES)
+
+
+def observed_units(objects: dict[str, list[dict]]) -> dict[str, status.Observed]:
+    claims = {key_of(claim): claim for claim in objects["resourceclaims"]}
+    return {
+        pod["metadata"]["labels"][manifests.LABEL_UNIT]: status.observe(
+            claim_name="gpu",
+            claim=claims.get(
+                (UNITS, manifests.claim_name_for(pod["metadata"]["labels"][manifests.LABEL_UNIT]))
+            ),
+            pod=pod,
+        )
+        for pod in objects["pods"]
+        if manifests.LABEL_UNIT in (pod["metadata"].get("labels") or {})
+    }
+
+
+def test_the_cluster_has_every_case_the_consumers_tell_apart(cluster) -> None:
+    """Equal results would prove little of objects that all looked alike."""
+    observed = observed_units(cluster.objects)
+    assert {o.reason for o in observed.values()} == {
+        "Running",
+        "Starting",
+        "NoMatchingDevices",
+        "ImagePullFailed",
+        "ContainerCrashLoop",
+        "Evicted",
+        "ContainersNotReady",
+    }
+    assert observed["fallback"].dra["alternative"] == "l40s"
+    assert observed["shared"].dra["devices"][0]["shareID"]
+    assert [reconcile.evicted_by_taint(pod) for pod in cluster.deleted_pods] == [True]
+    inventory = inventory_of(cluster.objects, transform=False)
+    assert inventory.shareable
+    assert inventory.quotas
+    assert any(counter_set.used for counter_set in inventory.counter_sets.values())
+    assert any(device["tainted"] for device in inventory.devices.values())
+    assert inventory.nodes["gpu-node-h100-0"]["cpu_requested_millicores"] > 0
+
+
+def test_the_inventory_is_the_same_from_trimmed_objects(cluster) -> None:
+    whole, kept = (
+        inventory_of(cluster.objects, transform=False),
+        inventory_of(cluster.objects, transform=True),
+    )
+    assert kept == whole
+    assert observe.build_document(kept) == observe.build_document(whole)
+    assert observe.package_availability(kept, PACKAGES) == observe.package_availability(
+        whole, PACKAGES
+    )
+
+
+def _rows(gpuunit: dict, held: list[dict]) -> list[GPUUnit]:
+    """The unit's row in each state the reconcile treats apart."""
+    name = gpuunit["metadata"]["name"]
+    claim_name = manifests.claim_name_for(name)
+    dra = status.dra_status(claim_name, None)
+    base = {
+        "name": name,
+        "namespace": UNITS,
+        "claim_name": claim_name,
+        "unit_k8s_uid": gpuunit["metadata"]["uid"],
+        "generation": 1,
+        "observed_generation": 1,
+    }
+    return [
+        GPUUnit(**base, phase=UnitPhase.PROVISIONING, dra=dra),
+        GPUUnit(**base, phase=UnitPhase.RUNNING, dra={**dra, "allocated": True, "devices": held}),
+        GPUUnit(**base, phase=UnitPhase.FAILED, reason=reconcile.DEVICE_UNHEALTHY, dra=dra),
+        GPUUnit(**base, phase=UnitPhase.STOPPED, dra=dra),
+        GPUUnit(**base, phase=UnitPhase.TERMINATING, dra=dra),
+        GPUUnit(**{**base, "generation": 2}, phase=UnitPhase.RUNNING, dra=dra),
+        GPUUnit(**{**base, "unit_k8s_uid": "a-later-unit"}, phase=UnitPhase.RUNNING, dra=dra),
+    ]
+
+
+def test_each_units_reconcile_is_the_same_from_trimmed_objects(cluster) -> None:
+    inventory = inventory_of(cluster.objects, transform=False)
+    taints = {key: device["taints"] for key, device in inventory.devices.items()}
+    by_key = {
+        plural: {key_of(obj): obj for obj in cluster.objects[plural]}
+        for plural in ("gpuunits", "resourceclaims", "pods")
+    }
+    deleted = {key_of(obj): obj for obj in cluster.deleted_pods}
+    compared = 0
+    for gpuunit in cluster.objects["gpuunits"]:
+        name = gpuunit["metadata"]["name"]
+        pod_key = (UNITS, manifests.pod_name_for(name))
+        whole = reconcile.UnitObjects(
+            gpuunit=gpuunit,
+            claim=by_key["resourceclaims"].get((UNITS, manifests.claim_name_for(name))),
+            pod=by_key["pods"].get(pod_key),
+            last_pod=deleted.get(pod_key),
+        )
+        kept = reconcile.UnitObjects(
+            **{
+                part: obj and trim.TRANSFORMS[plural](obj)
+                for part, plural, obj in (
+                    ("gpuunit", "gpuunits", whole.gpuunit),
+                    ("claim", "resourceclaims", whole.claim),
+                    ("pod", "pods", whole.pod),
+                    ("last_pod", "pods", whole.last_pod),
+                )
+            }
+        )
+        # Without taints in the mirror, only the deleted pod's last state says it was evicted.
+        for unit, known in itertools.product(_rows(gpuunit, cluster.held[name]), (taints, {})):
+            assert reconcile.plan_pod(unit, kept, known) == reconcile.plan_pod(unit, whole, known)
+            assert reconcile.plan_row(unit, kept, known) == reconcile.plan_row(unit, whole, known)
+            assert reconcile.desired_status(unit, kept.gpuunit) == reconcile.desired_status(
+                unit, whole.gpuunit
+            )
+            compared += 1
+        assert status.observe(
+            claim_name=manifests.claim_name_for(name), claim=kept.claim, pod=kept.pod
+        ) == status.observe(
+            claim_name=manifests.claim_name_for(name), claim=whole.claim, pod=whole.pod
+        )
+        assert (kept.gpuunit or {}).get("status") == whole.gpuunit.get("status")
+    assert compared == len(CONTRACTS) * 7 * 2
+
+
+def test_the_observer_keys_and_filters_trimmed_objects_alike(cluster) -> None:
+    """Events go to the same unit, and a GPUUnit's status write is told from a spec change
+    (uid, generation, deletionTimestamp) as before; recreating a pod finds the request hash."""
+    for kind in (kube.GPUUNIT, *INVENTORY_KINDS.values()):
+        for obj in cluster.objects[kind.plural]:
+            kept = trim.TRANSFORMS[kind.plural](obj)
+            assert key_of(kept) == key_of(obj)
+            assert Observer._unit_key(kind, kept) == Observer._unit_key(kind, obj)
+            for field in ("uid", "generation", "deletionTimestamp", "resourceVersion"):
+                assert kept["metadata"].get(field) == obj["metadata"].get(field)
+    for gpuunit in cluster.objects["gpuunits"]:
+        kept = trim.TRANSFORMS["gpuunits"](gpuunit)
+        assert kept["metadata"]["annotations"] == {
+            manifests.ANNOTATION_REQUEST_HASH: gpuunit["metadata"]["annotations"][
+                manifests.ANNOTATION_REQUEST_HASH
+            ]
+        }
+
+
+def test_trimming_drops_what_no_consumer_reads(cluster) -> None:
+    for plural, transform in trim.TRANSFORMS.items():
+        for obj in cluster.objects[plural]:
+            kept = transform(obj)
+            assert "managedFields" in obj["metadata"]
+            assert "managedFields" not in kept["metadata"]
+            assert "ownerReferences" not in kept["metadata"]
+            assert "last-applied" not in str(kept.get("metadata"))
+            assert set(kept) <= {"metadata", "spec", "status"}
+    pod = next(p for p in cluster.objects["pods"] if p["metadata"]["name"] == "unit-running")
+    kept = trim.trim_pod(pod)
+    assert kept["spec"]["containers"] == [
+        {"resources": {"requests": pod["spec"]["containers"][0]["resources"]["requests"]}}
+    ]
+    assert set(kept["spec"]) == {"nodeName", "containers"}
+    assert "spec" not in trim.trim_gpuunit(cluster.objects["gpuunits"][0])
+    assert "spec" not in trim.trim_resource_claim(cluster.objects["resourceclaims"][0])
+    node = trim.trim_node(cluster.objects["nodes"][0])
+    assert set(node["status"]) == {"allocatable", "conditions"}
+
+
+def test_trimming_leaves_its_input_alone_and_is_idempotent(cluster) -> None:
+    for plural, transform in trim.TRANSFORMS.items():
+        for obj in cluster.objects[plural]:
+            before = copy.deepcopy(obj)
+            kept = transform(obj)
+            assert obj == before
+            assert transform(kept) == kept
+
+
+def test_every_watched_kind_has_a_transform() -> None:
+    assert set(trim.TRANSFORMS) == {k.plural for k in (kube.GPUUNIT, *INVENTORY_KINDS.values())}
+
+
+def test_an_informer_keeps_and_hands_on_what_its_transform_returns(sim) -> None:
+    """Even with a transform that drops the resourceVersion, the informer follows the
+    versions the server sent (what its watch resumes from)."""
+
+    def reason_only(obj: dict) -> dict:
+        metadata = obj["metadata"]
+        kept = {"name": metadata["name"], "namespace": metadata["namespace"]}
+        return {"metadata": kept, "reason": obj.get("reason")}
+
+    seen: list[dict] = []
+
+    class Keeping(Recorder):
+        def replaced(self, kind, objects) -> None:
+            seen.extend(objects.values())
+            super().replaced(kind, objects)
+
+        def changed(self, kind, change) -> None:
+            seen.append(change.object)
+            super().changed(kind, change)
+
+    kube.create(EVENT, NAMESPACE, event("before"))
+    handler = Keeping()
+    informer = watching(handler, transform=reason_only)
+    try:
+        listed_at = int(informer.resource_version)
+        kube.merge_patch(EVENT, NAMESPACE, "before", {"reason": "Changed"})
+        kube.create(EVENT, NAMESPACE, event("after"))
+        handler.wait_for(lambda: len(handler.events) == 2)
+        assert informer.snapshot() == {
+            (NAMESPACE, "before"): {
+                "metadata": {"name": "before", "namespace": NAMESPACE},
+                "reason": "Changed",
+            },
+            (NAMESPACE, "after"): {
+                "metadata": {"name": "after", "namespace": NAMESPACE},
+                "reason": "Probe",
+            },
+        }
+        assert all(set(obj) == {"metadata", "reason"} for obj in seen)
+        assert int(informer.resource_version) > listed_at
+    finally:
+        informer.stop()
