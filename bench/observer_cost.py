@@ -1,7 +1,9 @@
 """What observing costs as the fleet grows: at 10 and 10,000 units (each with its GPUUnit, claim
 and pod, allocated and running, on a simulated cluster with 10,000 H100s), the SQL statements
-and cluster calls of one observed change, the duration of beat's full backstop reconcile, and
-the resident memory of the web, worker and observer processes. Prints one JSON line.
+and cluster calls of one observed change, the duration of the full reconcile pass, of the
+slowest tick of beat's paged backstop over one cycle (RECONCILE_PAGE_SIZE units a tick) and how
+many ticks the cycle takes, and the resident memory of the web, worker and observer processes.
+Prints one JSON line.
 
 One observed change: the unit's row and its GPUUnit's status are put behind its objects (Pending
 while its pod runs), as just before the event that its pod runs, and the observer's batch brings
@@ -116,6 +118,26 @@ def _one_event(observer, unit) -> tuple[int, float]:
     return sum(1 for sql in statements if not sql.upper().startswith(prefixes)), calls
 
 
+def _backstop_cycle() -> tuple[float, int]:
+    """One cycle of beat's paged backstop, from the start, on a fleet in step: the slowest
+    tick's duration and how many ticks it takes to visit every unit."""
+    from django.core.cache import cache
+
+    from runtime import reconcile
+
+    cache.delete(reconcile.PAGE_CURSOR_KEY)
+    slowest, ticks = 0.0, 0
+    while True:
+        started = time.perf_counter()
+        tick = reconcile.reconcile_page()
+        slowest = max(slowest, time.perf_counter() - started)
+        ticks += 1
+        if tick.changed or tick.skipped:
+            raise RuntimeError(f"a tick of a fleet in step changed or skipped: {tick}")
+        if not cache.get(reconcile.PAGE_CURSOR_KEY):
+            return slowest, ticks
+
+
 def _rss_mb(process: psutil.Process) -> float:
     return round(process.memory_info().rss / 2**20, 1)
 
@@ -138,6 +160,7 @@ def measure(units: int) -> dict:
         backstop_s = time.perf_counter() - started
         if steady.changed:
             raise RuntimeError(f"the second reconcile still changed units: {steady}")
+        tick_s, cycle_ticks = _backstop_cycle()
         unit = GPUUnit.objects.order_by("id").first()
         with _observer_informers() as observer:
             one = [_one_event(observer, unit) for _ in range(3)]
@@ -162,6 +185,8 @@ def measure(units: int) -> dict:
         f"u{units}_event_statements": statements,
         f"u{units}_event_cluster_calls": calls,
         f"u{units}_backstop_reconcile_s": round(backstop_s, 4),
+        f"u{units}_backstop_tick_s": round(tick_s, 4),
+        f"u{units}_backstop_cycle_ticks": cycle_ticks,
         f"u{units}_web_rss_mb": web_mb,
         f"u{units}_worker_rss_mb": worker_mb,
         f"u{units}_observer_rss_mb": observer_mb,
@@ -171,7 +196,13 @@ def measure(units: int) -> dict:
 def main() -> None:
     harness.setup("observer_cost", KUBE_REQUEST_TIMEOUT="30")
     harness.make_package()
-    figures: dict = {"bench": "observer_cost", "devices": NODES * GPUS_PER_NODE}
+    from django.conf import settings
+
+    figures: dict = {
+        "bench": "observer_cost",
+        "devices": NODES * GPUS_PER_NODE,
+        "reconcile_page_size": settings.RECONCILE_PAGE_SIZE,
+    }
     for units in SIZES:
         harness.log(f"observer_cost: {units} units")
         figures.update(measure(units))

@@ -1,9 +1,10 @@
 """Writing the usage ledger. The runtime calls `open_meter` when a unit reaches Running on
 allocated devices and `close_meter` when it leaves Running (in the same transaction as the
 phase change, whoever made it: observer, reconcile, an action); beat's `seal_meters` writes
-the whole hours running meters have passed; after each full reconcile the runtime marks the
-meters of units it saw Running (`mark_seen`), opens what an event missed (`open_missed`) and
-closes, at the last time seen Running, what one left open (`close_dangling`).
+the whole hours running meters have passed; after each reconcile (the full pass, or a page of
+the backstop for the meters of its units) the runtime marks the meters of units it saw Running
+(`mark_seen`), opens what an event missed (`open_missed`) and closes, at the last time seen
+Running, what one left open (`close_dangling`).
 
 Each call costs a constant number of statements, whatever the size of the fleet.
 """
@@ -119,7 +120,7 @@ def close_meter(unit_uid: uuid.UUID, *, at: datetime) -> list[UsageRecord]:
 def seal_meters(*, now: datetime) -> int:
     """Write the whole UTC hours open meters have run through, so usage reaches the ledger
     (and exports) within the hour even for units that run for weeks; returns the records
-    written. Only hours a full reconcile has seen the unit Running through are sealed (up to
+    written. Only hours a reconcile has seen the unit Running through are sealed (up to
     the hour of its `seen_at`), so a meter whose end an event missed never seals time the
     unit did not run. Meters being closed meanwhile are skipped (their close writes the same
     rows). A constant number of statements, whatever the number of meters."""
@@ -147,12 +148,15 @@ def seal_meters(*, now: datetime) -> int:
     return len(records)
 
 
-def open_meter_uids() -> set[uuid.UUID]:
-    return set(Meter.objects.values_list("unit_uid", flat=True))
+def open_meter_uids(among: Iterable[uuid.UUID] | None = None) -> set[uuid.UUID]:
+    """The units with an open meter; with `among`, only those of these units (a queryset of
+    uids stays one statement: a subquery)."""
+    meters = Meter.objects.all() if among is None else Meter.objects.filter(unit_uid__in=among)
+    return set(meters.values_list("unit_uid", flat=True))
 
 
 def mark_seen(unit_uids: Iterable[uuid.UUID], *, at: datetime) -> None:
-    """A full reconcile saw these units Running at `at` (one statement)."""
+    """A reconcile saw these units Running at `at` (one statement)."""
     uids = list(unit_uids)
     if uids:
         Meter.objects.filter(unit_uid__in=uids).update(seen_at=at)
@@ -175,7 +179,7 @@ def open_missed(holdings: Iterable[Holding], *, at: datetime) -> int:
 
 def close_dangling(unit_uids: Iterable[uuid.UUID]) -> int:
     """Close the meters of units found not Running (an event missed their end) at the last
-    time a full reconcile saw them Running; returns how many."""
+    time a reconcile saw them Running; returns how many."""
     closed = 0
     for meter in Meter.objects.filter(unit_uid__in=list(unit_uids)):
         logger.warning(

@@ -179,14 +179,20 @@ def record_pod_recreated(unit: GPUUnit, *, pod_k8s_uid: str) -> None:
     )
 
 
-def reconcile_meters(units: Iterable[GPUUnit], *, seen_at: Any) -> tuple[int, int]:
-    """After a full reconcile that read `units` at `seen_at`: the meters of those it saw
-    Running are marked seen; a unit Running without a meter gets one, and a meter whose unit
-    is not Running is closed at the last time it was seen Running. Both decided under the
-    units' row locks, as a phase change holds them, so neither races an event's transition.
-    Returns (opened, closed); both are 0 unless an event was missed."""
+def reconcile_meters(
+    units: Iterable[GPUUnit], *, seen_at: Any, span: tuple[int, int | None] | None = None
+) -> tuple[int, int]:
+    """After a reconcile that read `units` at `seen_at`: the meters of those it saw Running
+    are marked seen; a unit Running without a meter gets one, and a meter whose unit is not
+    Running is closed at the last time it was seen Running. Both decided under the units' row
+    locks, as a phase change holds them, so neither races an event's transition. A full pass
+    answers for every meter; a page of the backstop, `span` (after, upto), only for those of
+    the units whose pk is in (after, upto] (`upto` None: no upper bound), every phase
+    included, so the other meters wait for their own page. Returns (opened, closed); both are
+    0 unless an event was missed."""
     running = {unit.uid: unit for unit in units if unit.phase == UnitPhase.RUNNING}
-    metered = ledger.open_meter_uids()
+    among = None if span is None else selectors.list_unit_uids(after=span[0], upto=span[1])
+    metered = ledger.open_meter_uids(among)
     ledger.mark_seen(set(running) & metered, at=seen_at)
     suspects = (set(running) - metered) | (metered - set(running))
     if not suspects:

@@ -13,11 +13,13 @@ unit with its reason; a temporary one leaves it for the next look (`ReconcileRes
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
+from django.conf import settings
+from django.core.cache import cache
 from django.db import transaction
 from django.utils import timezone
 
@@ -396,10 +398,27 @@ def _index(objects: list[dict]) -> dict[Key, dict]:
     return {(o["metadata"].get("namespace", ""), o["metadata"]["name"]): o for o in objects}
 
 
+def _objects_from_lists(label_selector: str) -> Callable[[GPUUnit], UnitObjects]:
+    """One list call per kind of the objects `label_selector` selects, as each unit's
+    objects. Raises the KubeError of a list the cluster refuses."""
+    listed = {
+        kind: _index(kube.list_objects(kind, label_selector=label_selector)) for kind in UNIT_KINDS
+    }
+
+    def objects_of(unit: GPUUnit) -> UnitObjects:
+        return UnitObjects(
+            gpuunit=listed[kube.GPUUNIT].get((unit.namespace, unit.name)),
+            claim=listed[kube.RESOURCECLAIM].get((unit.namespace, unit.claim_name)),
+            pod=listed[kube.POD].get((unit.namespace, manifests.pod_name_for(unit.name))),
+        )
+
+    return objects_of
+
+
 def reconcile_units() -> ReconcileResult:
-    """The full pass (beat's backstop behind the observer): one list call per kind, then
-    every unit as the observer handles the units of an event, and the usage meters checked
-    against what it saw."""
+    """The full pass over every unit (tests and tools drive units with it; beat runs
+    `reconcile_page`): one list call per kind, then every unit as the observer handles the
+    units of an event, and the usage meters checked against what it saw."""
     with metrics.RECONCILE_SECONDS.time():
         read_at = timezone.now()
         units = selectors.list_units_to_reconcile()
@@ -407,22 +426,76 @@ def reconcile_units() -> ReconcileResult:
             lifecycle.reconcile_meters([], seen_at=read_at)
             return ReconcileResult()
         try:
-            listed = {
-                kind: _index(kube.list_objects(kind, label_selector=manifests.OURS_SELECTOR))
-                for kind in UNIT_KINDS
-            }
+            objects_of = _objects_from_lists(manifests.OURS_SELECTOR)
         except KubeError:
             # Unreachable or failing cluster: keep the last known status rather than guess.
             logger.warning("reconcile skipped: cannot list cluster objects", exc_info=True)
             return ReconcileResult(skipped=True)
-
-        def objects_of(unit: GPUUnit) -> UnitObjects:
-            return UnitObjects(
-                gpuunit=listed[kube.GPUUNIT].get((unit.namespace, unit.name)),
-                claim=listed[kube.RESOURCECLAIM].get((unit.namespace, unit.claim_name)),
-                pod=listed[kube.POD].get((unit.namespace, manifests.pod_name_for(unit.name))),
-            )
-
         result = reconcile_batch(units, objects_of)
         lifecycle.reconcile_meters(units, seen_at=read_at)
+        return result
+
+
+# ---------------------------------------------------------------------------- the backstop's pages
+
+# Where the next page starts: the pk of the last unit visited (0: the start). In the shared
+# cache, so whichever worker gets beat's tick reads it and a restart keeps it; losing it only
+# starts the cycle over.
+PAGE_CURSOR_KEY = "runtime:reconcile:cursor"
+
+
+@dataclass(frozen=True)
+class Page:
+    """A tick's share of the units: those whose pk is in (after, upto]. The last page of a
+    cycle has no upper bound (`upto` None) and sends the next tick back to the start."""
+
+    after: int
+    upto: int | None
+
+    @property
+    def next_after(self) -> int:
+        return self.upto or 0
+
+
+def page_of(after: int, pks: Sequence[int], size: int) -> Page:
+    """The page of `size` units after `after`, given the ascending pks of the first `size + 1`
+    units to reconcile beyond it (one more than the page says whether another page follows)."""
+    if len(pks) > size:
+        return Page(after=after, upto=pks[size - 1])
+    return Page(after=after, upto=None)
+
+
+def page_selector(names: Iterable[str]) -> str:
+    """The label selector of our objects of the units of these names (of any tenant: objects
+    are told apart by namespace afterwards)."""
+    return f"{manifests.OURS_SELECTOR},{manifests.LABEL_UNIT} in ({','.join(sorted(set(names)))})"
+
+
+def reconcile_page() -> ReconcileResult:
+    """Beat's backstop tick: the next RECONCILE_PAGE_SIZE units by pk from the shared cursor,
+    their objects from one list call per kind that selects only theirs, then the usage meters
+    of the page's span of pks. Its cost follows the page size, not the fleet; a cycle of
+    ceil(units / page size) ticks visits every unit once. A tick whose lists fail leaves the
+    cursor, so the next tick tries the same page."""
+    with metrics.RECONCILE_SECONDS.time():
+        read_at = timezone.now()
+        size = settings.RECONCILE_PAGE_SIZE
+        after = int(cache.get(PAGE_CURSOR_KEY) or 0)
+        units = selectors.list_units_to_reconcile_after(after=after, limit=size + 1)
+        page = page_of(after, [unit.pk for unit in units], size)
+        units = units[:size]
+        span = (page.after, page.upto)
+        if not units:
+            cache.set(PAGE_CURSOR_KEY, page.next_after, timeout=None)
+            lifecycle.reconcile_meters([], seen_at=read_at, span=span)
+            return ReconcileResult()
+        try:
+            objects_of = _objects_from_lists(page_selector(unit.name for unit in units))
+        except KubeError:
+            logger.warning("reconcile skipped: cannot list cluster objects", exc_info=True)
+            return ReconcileResult(skipped=True)
+        # Moved on before the batch: a page whose reconcile raises must not hold the rest back.
+        cache.set(PAGE_CURSOR_KEY, page.next_after, timeout=None)
+        result = reconcile_batch(units, objects_of)
+        lifecycle.reconcile_meters(units, seen_at=read_at, span=span)
         return result

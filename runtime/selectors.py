@@ -3,6 +3,7 @@ simply does not exist for them."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable
 from datetime import datetime
 
@@ -110,6 +111,26 @@ def list_units_to_reconcile() -> list[GPUUnit]:
         for unit in GPUUnit.objects.filter(phase__in=_RECONCILED).select_related("tenant")
         if unit.unit_k8s_uid or unit.phase == UnitPhase.TERMINATING
     ]
+
+
+def list_units_to_reconcile_after(*, after: int, limit: int) -> list[GPUUnit]:
+    """The first `limit` units to reconcile (as `list_units_to_reconcile` chooses them) whose
+    pk is above `after`, by pk, with their tenants: a page of the backstop."""
+    return list(
+        GPUUnit.objects.filter(phase__in=_RECONCILED, pk__gt=after)
+        .filter(~Q(unit_k8s_uid="") | Q(phase=UnitPhase.TERMINATING))
+        .select_related("tenant")
+        .order_by("pk")[:limit]
+    )
+
+
+def list_unit_uids(*, after: int, upto: int | None) -> QuerySet[GPUUnit, uuid.UUID]:
+    """The uids of the units of any phase whose pk is in (after, upto] (`upto` None: no upper
+    bound), as a subquery: the units a page of the backstop answers for."""
+    units = GPUUnit.objects.filter(pk__gt=after)
+    if upto is not None:
+        units = units.filter(pk__lte=upto)
+    return units.values_list("uid", flat=True)
 
 
 def list_live_units_by_key(keys: Iterable[tuple[str, str]]) -> list[GPUUnit]:

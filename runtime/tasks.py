@@ -84,7 +84,8 @@ def _run_storage(task: Task, run: Callable[[int], None], storage_pk: int) -> Non
 
 @shared_task(name="runtime.reconcile_units", expires=30)
 def reconcile_units() -> None:
-    result = reconcile.reconcile_units()
+    """Beat's backstop tick: one page of units (every unit visited once per cycle)."""
+    result = reconcile.reconcile_page()
     if result.changed or result.recreated or result.terminated:
         logger.info("reconcile: %s", result)
     try:
