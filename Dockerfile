@@ -21,7 +21,8 @@ COPY . .
 # /kube and /var/lib/simcluster are docker-compose's volume mount points (kubeconfig and the
 # simulated cluster's state); owning them here makes new named volumes writable by the app user.
 RUN DJANGO_DEBUG=0 DJANGO_SECRET_KEY=collectstatic-only ALLOWED_HOSTS=localhost \
-    DATABASE_URL=postgres://unused/unused python manage.py collectstatic --noinput \
+    METRICS_TOKEN=collectstatic-only DATABASE_URL=postgres://unused/unused \
+    python manage.py collectstatic --noinput \
  && python -m compileall -q /app \
  && groupadd --gid 10001 app \
  && useradd --uid 10001 --gid 10001 --no-create-home --home-dir /tmp --shell /usr/sbin/nologin app \

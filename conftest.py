@@ -57,7 +57,7 @@ def cluster(tmp_path_factory, pytestconfig):
     from django.conf import settings
 
     from controlplane import kube
-    from runtime.provisioning import install_crd
+    from runtime.control.provisioning import install_crd
     from simcluster.cluster import SimCluster
 
     # Device health is tested with DeviceTaintRules, off by default in 1.36 as in a real
@@ -178,7 +178,7 @@ def start_observer(name: str) -> subprocess.Popen:
     leads and has listed the cluster (its status in Redis says so)."""
     from django.conf import settings
 
-    from runtime.observer import read_status
+    from runtime.control.observer import read_status
 
     env = dict(os.environ)
     test_db = settings.DATABASES["default"]["NAME"]

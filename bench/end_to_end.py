@@ -41,8 +41,8 @@ def _stats(sent: dict[str, float], running: dict[str, float]) -> dict:
 
 
 def control_plane(tenant, key: str, package) -> dict:
+    from runtime.control.provisioning import install_crd
     from runtime.models import GPUUnit
-    from runtime.provisioning import install_crd
 
     body = {"packageID": package.id, "image": "ghcr.io/example/worker:1.0"}
 

@@ -96,6 +96,7 @@ def setup(name: str, **extra: str) -> dict[str, str]:
         "DJANGO_SETTINGS_MODULE": "bench.settings",
         "DJANGO_DEBUG": "0",
         "DJANGO_SECRET_KEY": "bench-" + secrets.token_urlsafe(32),
+        "METRICS_TOKEN": "bench-" + secrets.token_urlsafe(16),
         "ALLOWED_HOSTS": "127.0.0.1,localhost",
         "SECURE_SSL_REDIRECT": "0",
         "API_THROTTLE_RATE": "100000000/min",
@@ -206,7 +207,7 @@ def celery(*args: str) -> Iterator[subprocess.Popen]:
 def observer() -> Iterator[subprocess.Popen]:
     """`manage.py observe` with the bench environment, once it leads and has listed the
     cluster."""
-    from runtime.observer import read_status
+    from runtime.control.observer import read_status
 
     process = subprocess.Popen(
         [sys.executable, "manage.py", "observe"], cwd=ROOT, env=dict(os.environ)

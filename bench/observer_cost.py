@@ -72,7 +72,7 @@ def _kube_calls() -> float:
 @contextlib.contextmanager
 def _observer_informers() -> Iterator:
     """An observer's informers without its loop: its batches run on this thread alone."""
-    from runtime.observer import Observer
+    from runtime.control.observer import Observer
 
     observer = Observer()
     observer.start_informers()
@@ -123,7 +123,7 @@ def _backstop_cycle() -> tuple[float, int]:
     tick's duration and how many ticks it takes to visit every unit."""
     from django.core.cache import cache
 
-    from runtime import reconcile
+    from runtime.control import reconcile
 
     cache.delete(reconcile.PAGE_CURSOR_KEY)
     slowest, ticks = 0.0, 0
@@ -144,7 +144,7 @@ def _rss_mb(process: psutil.Process) -> float:
 
 def measure(units: int) -> dict:
     from controlplane import kube
-    from runtime import reconcile
+    from runtime.control import reconcile
     from runtime.models import GPUUnit
 
     GPUUnit.objects.all().delete()

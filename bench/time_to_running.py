@@ -28,8 +28,8 @@ def _percentiles(times: list[float]) -> dict[str, float]:
 
 
 def control_plane(key: str, package) -> list[float]:
+    from runtime.control.provisioning import install_crd
     from runtime.models import GPUUnit
-    from runtime.provisioning import install_crd
 
     schedule = Path(tempfile.mkdtemp(prefix="bench-beat-")) / "schedule"
     times: list[float] = []

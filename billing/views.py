@@ -34,22 +34,33 @@ EXPORT_CHUNK = 2000
 class Moment(serializers.Field):
     """An RFC 3339 time with its offset (`2026-12-01T17:00:00Z`) or a date (UTC midnight)."""
 
+    # What periods can be cut from and rendered (a month either side stays representable).
+    EARLIEST = datetime(1, 2, 1, tzinfo=UTC)
+    LATEST = datetime(9999, 12, 1, tzinfo=UTC)
     default_error_messages = {
         "invalid": "Give an RFC 3339 time with an offset (2026-12-01T17:00:00Z) or a date "
-        "(2026-12-01)."
+        "(2026-12-01).",
+        "range": "Give a time from 0001-02-01T00:00:00Z to 9999-12-01T00:00:00Z.",
     }
 
     def to_internal_value(self, data: object) -> datetime:
         text = str(data).strip()
         try:
             if len(text) == 10:
-                return datetime.combine(date.fromisoformat(text), time(), tzinfo=UTC)
-            moment = datetime.fromisoformat(text)
+                moment = datetime.combine(date.fromisoformat(text), time(), tzinfo=UTC)
+            else:
+                moment = datetime.fromisoformat(text)
         except ValueError:
             self.fail("invalid")
         if moment.tzinfo is None:
             self.fail("invalid")
-        return moment.astimezone(UTC)
+        try:
+            moment = moment.astimezone(UTC)
+        except OverflowError:  # year 1 east of UTC, year 9999 west of it
+            self.fail("range")
+        if not self.EARLIEST <= moment <= self.LATEST:
+            self.fail("range")
+        return moment
 
     def to_representation(self, value: datetime) -> str:
         return value.isoformat()

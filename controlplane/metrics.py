@@ -64,7 +64,7 @@ INVENTORY_SYNC_SECONDS = Histogram(
 )
 RECONCILE_SECONDS = Histogram(
     "controlplane_reconcile_duration_seconds",
-    "Beat's full reconcile pass over every unit.",
+    "A backstop reconcile: one page tick of beat's, or a full pass over every unit.",
     buckets=_SECONDS,
 )
 OBSERVER_EVENTS = Counter(

@@ -1,9 +1,11 @@
 """Settings, read only from the environment (12-factor); production mode fails fast.
 
 `DJANGO_DEBUG=1` is development mode, which supplies a throwaway secret key and local hosts.
-With it off, `DJANGO_SECRET_KEY` and `ALLOWED_HOSTS` must be set or the process refuses to start.
+With it off, `DJANGO_SECRET_KEY`, `ALLOWED_HOSTS` and `METRICS_TOKEN` must be set or the process
+refuses to start.
 """
 
+import ipaddress
 from datetime import timedelta
 from pathlib import Path
 
@@ -24,7 +26,11 @@ if DEBUG:
         "ALLOWED_HOSTS", default=["localhost", "127.0.0.1", "[::1]", "testserver"]
     )
 else:
-    missing = [name for name in ("DJANGO_SECRET_KEY", "ALLOWED_HOSTS") if not env.str(name, "")]
+    missing = [
+        name
+        for name in ("DJANGO_SECRET_KEY", "ALLOWED_HOSTS", "METRICS_TOKEN")
+        if not env.str(name, "")
+    ]
     if missing:
         raise ImproperlyConfigured(
             f"Production mode (DJANGO_DEBUG off) needs {', '.join(missing)} in the environment."
@@ -118,17 +124,21 @@ LOGIN_REDIRECT_URL = "dashboard:overview"
 LOGOUT_REDIRECT_URL = "dashboard:login"
 
 # Logins to the dashboard and the admin are throttled by django-axes: after LOGIN_FAILURE_LIMIT
-# wrong passwords for one account, or from one client address, both are refused (a 429 page that
-# says why and for how long) until LOGIN_LOCKOUT_MINUTES pass without another failure. Attempts
-# are rows in the database, where ops see them (admin: Axes) and lift a lock by deleting them
-# or with `manage.py axes_reset_username`/`axes_reset_ip`.
+# wrong passwords for one account from one client address, or from one address for any accounts,
+# that pair (or address) is refused (a 429 page that says why and for how long) for
+# LOGIN_LOCKOUT_MINUTES. Never the account alone: whoever guesses from one address would lock its
+# owner out everywhere. Refused attempts are not counted, so they cannot prolong a lock; an
+# account is locked for every address only by an operator (`manage.py lock_account`, which clears
+# the user's is_active). Attempts are rows in the database, where ops see them (admin: Axes) and
+# lift a lock by deleting them or with `manage.py axes_reset_username`/`axes_reset_ip`.
 AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
     "django.contrib.auth.backends.ModelBackend",
 ]
 AXES_FAILURE_LIMIT = env.int("LOGIN_FAILURE_LIMIT", default=5)
 AXES_COOLOFF_TIME = timedelta(minutes=env.float("LOGIN_LOCKOUT_MINUTES", default=15.0))
-AXES_LOCKOUT_PARAMETERS = ["username", "ip_address"]
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"], "ip_address"]
+AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
 AXES_HTTP_RESPONSE_CODE = 429
 AXES_LOCKOUT_CALLABLE = "tenancy.login.lockout_response"
 AXES_CLIENT_IP_CALLABLE = "tenancy.login.client_address"
@@ -192,6 +202,10 @@ REST_FRAMEWORK = {
 API_THROTTLE_RATE = env.str("API_THROTTLE_RATE", default="1200/min")
 # Bodies of API requests are small JSON documents; anything bigger is refused with 413.
 API_MAX_BODY_BYTES = env.int("API_MAX_BODY_BYTES", default=64 * 1024)
+# SSH keys one tenant may register (each is written into every SSH unit's ConfigMap).
+SSH_KEYS_PER_TENANT = env.int("SSH_KEYS_PER_TENANT", default=32)
+# StorageClasses tenants may name for a storage (empty: none, the cluster's default is used).
+STORAGE_CLASSES = [c.strip() for c in env.list("STORAGE_CLASSES", default=[]) if c.strip()]
 DATA_UPLOAD_MAX_MEMORY_SIZE = max(API_MAX_BODY_BYTES, 2_621_440)
 
 CACHES = {
@@ -254,8 +268,9 @@ LOGGING = {
     "loggers": {"django.db.backends": {"level": "INFO"}},
 }
 
-# Prometheus metrics: /metrics on web (a bearer token when METRICS_TOKEN is set), and on these
-# ports for the Celery worker and the observer (0: not served).
+# Prometheus metrics: /metrics on web (a bearer token when METRICS_TOKEN is set, which
+# production mode requires above), and on these ports for the Celery worker and the observer
+# (0: not served; in k8s/ a NetworkPolicy admits only the monitoring namespace to them).
 METRICS_TOKEN = env.str("METRICS_TOKEN", default="")
 WORKER_METRICS_PORT = env.int("WORKER_METRICS_PORT", default=0)
 OBSERVER_METRICS_PORT = env.int("OBSERVER_METRICS_PORT", default=0)
@@ -313,7 +328,37 @@ NETWORK_POLICIES = env.bool("NETWORK_POLICIES", default=True)
 NETWORK_GATEWAY_NAMESPACE = env.str(
     "NETWORK_GATEWAY_NAMESPACE", default=ACCESS_GATEWAY.partition("/")[0]
 )
-NETWORK_EGRESS_ALLOW = env.list("NETWORK_EGRESS_ALLOW", default=[])
+
+
+def _networks(name: str, *, may_be_everything: bool = True) -> list[str]:
+    """A comma-separated list of IPv4 and IPv6 networks, each in canonical form; an entry that
+    is not one stops the process, naming the variable and the entry."""
+    networks = []
+    for entry in filter(None, (entry.strip() for entry in env.list(name, default=[]))):
+        try:
+            network = ipaddress.ip_network(entry)
+        except ValueError as error:
+            raise ImproperlyConfigured(
+                f"{name}: {entry!r} is not a network ({error}); write CIDRs separated by "
+                "commas, e.g. 10.244.0.0/16,fd00:10:244::/56"
+            ) from None
+        if network.prefixlen == 0 and not may_be_everything:
+            raise ImproperlyConfigured(
+                f"{name}: {entry!r} is every address; name the cluster's own ranges"
+            )
+        networks.append(str(network))
+    return networks
+
+
+NETWORK_EGRESS_ALLOW = _networks("NETWORK_EGRESS_ALLOW")
+# The cluster's own ranges, IPv4 and IPv6 (kube-controller-manager's --cluster-cidr and
+# --service-cluster-ip-range, the nodes' subnets): no rule meaning "the internet" reaches them,
+# whether they are private or not. Private, shared, link-local and other never-public ranges are
+# always left out (runtime/manifests.py); on a cluster whose ranges are all among those these
+# may stay empty.
+CLUSTER_POD_CIDRS = _networks("CLUSTER_POD_CIDRS", may_be_everything=False)
+CLUSTER_SERVICE_CIDRS = _networks("CLUSTER_SERVICE_CIDRS", may_be_everything=False)
+CLUSTER_NODE_CIDRS = _networks("CLUSTER_NODE_CIDRS", may_be_everything=False)
 # SSH into units: the sidecar's image runs sshd as a non-root user on port 2222, trusting the
 # keys in /etc/ssh-keys/authorized_keys (docs/ssh-server/Dockerfile builds one); the session
 # user is SSH_USERNAME; clients connect to the unit's ssh Service on ACCESS_TCP_HOST.

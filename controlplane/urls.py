@@ -8,7 +8,7 @@ from controlplane.views import HealthView
 
 api_v1: list[URLPattern | URLResolver] = [
     path("health", HealthView.as_view(), name="health"),
-    path("", include("runtime.urls")),
+    path("", include("runtime.api.urls")),
     path("", include("tenancy.urls")),
     path("", include("inventory.urls")),
     path("", include("billing.urls")),

@@ -1,4 +1,5 @@
-"""Who sees what: staff see every tenant; any other user acts for exactly one of its tenants."""
+"""Who sees what: staff with the permission to see every tenant, and act for every tenant with
+the permission to act (tenancy.staff); any other user acts for exactly one of its tenants."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from django.http import HttpRequest
 
 from runtime.models import GPUUnit
 from tenancy.models import Tenant
+from tenancy.staff import ACT_FOR_EVERY_TENANT, VIEW_EVERY_TENANT
 
 # The session remembers which tenant a user linked to several tenants acts for.
 SESSION_TENANT = "dashboard_tenant_id"
@@ -17,11 +19,13 @@ SESSION_TENANT = "dashboard_tenant_id"
 
 @dataclass(frozen=True)
 class Scope:
-    """The slice of the product one request may see and change."""
+    """The slice of the product one request may see and change. `is_staff`: sees every tenant
+    (acting for none); `may_act`: may change what it sees, not only read it."""
 
     is_staff: bool
     tenant: Tenant | None
     tenants: tuple[Tenant, ...]
+    may_act: bool = True
 
     @property
     def sees_cluster(self) -> bool:
@@ -42,7 +46,7 @@ class Scope:
 
 
 class NoTenant(Exception):
-    """The user is neither staff nor linked to a tenant."""
+    """The user may not see every tenant and is linked to none."""
 
 
 class TenantNotChosen(Exception):
@@ -55,12 +59,23 @@ def linked_tenants(user: User | AnonymousUser) -> tuple[Tenant, ...]:
     return tuple(Tenant.objects.filter(users=user).order_by("slug"))
 
 
+def sees_every_tenant(user: User | AnonymousUser) -> bool:
+    """Staff with the permission (superusers have every permission). Without it a staff account
+    is like any other: it sees the tenants it is linked to, if any."""
+    return user.is_staff and user.has_perm(VIEW_EVERY_TENANT)
+
+
 def resolve_scope(request: HttpRequest) -> Scope:
     """The scope of an authenticated request; raises NoTenant or TenantNotChosen."""
     user = request.user
     tenants = linked_tenants(user)
-    if user.is_staff:
-        return Scope(is_staff=True, tenant=None, tenants=tenants)
+    if sees_every_tenant(user):
+        return Scope(
+            is_staff=True,
+            tenant=None,
+            tenants=tenants,
+            may_act=user.has_perm(ACT_FOR_EVERY_TENANT),
+        )
     if not tenants:
         raise NoTenant
     if len(tenants) == 1:

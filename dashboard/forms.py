@@ -6,15 +6,18 @@ from __future__ import annotations
 import re
 import shlex
 import uuid
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from django import forms
 from django.db.models import QuerySet
+from django.utils.datastructures import MultiValueDict
 
 from controlplane.validation import format_duration
 from dashboard.queries import ALL_PHASES, PackageRow
 from runtime import actions, stopafter
+from runtime.api.serializers import CreateUnitSerializer
 from runtime.models import GPUUnit, StorageAccessMode, UnitPhase
-from runtime.serializers import CreateUnitSerializer
 from runtime.validation import (
     MAX_ITEMS,
     MAX_MOUNTS,
@@ -51,6 +54,8 @@ PORT_ENTRY = re.compile(r"^([^\s:/]+)\s*:\s*(\d{1,9})\s*(?:/\s*([A-Za-z]+))?$")
 # One entry of the storage mounts field: `name:/path` or `name:/path:ro` (a mount path has no
 # ':', the API refuses one).
 MOUNT_ENTRY = re.compile(r"^([^\s:]+)\s*:\s*([^:]+?)\s*(?::\s*(ro|rw))?$", re.IGNORECASE)
+
+Declared = TypeVar("Declared", bound=forms.Field)
 
 
 def new_operation_id() -> str:
@@ -155,12 +160,23 @@ def form_field(path: str, fields: dict[str, str]) -> tuple[str | None, int | Non
     return None, index
 
 
-def about_item(message: str, index: int | None, typed: list, text) -> str:
+def about_item(
+    message: str, index: int | None, typed: list[Any], text: Callable[[Any], str]
+) -> str:
     """A problem's message, saying which of the items typed (`text` of one) it is about."""
     if index is not None and index < len(typed):
         shown = text(typed[index])
         return message if shown in message else f"{shown}: {message}"
     return message
+
+
+def declared(form: forms.BaseForm, name: str, kind: type[Declared]) -> Declared:
+    """The form's field `name`, as the kind of field the form declares it (its choices or
+    queryset are set per form)."""
+    field = form.fields[name]
+    if not isinstance(field, kind):
+        raise TypeError(f"{name} is a {type(field).__name__}, not a {kind.__name__}.")
+    return field
 
 
 class KeyNamesField(forms.MultipleChoiceField):
@@ -183,24 +199,41 @@ class SummarisedForm(forms.Form):
             if bound.errors
         ]
 
+    def set_value(self, name: str, value: str) -> None:
+        """Show `value` in the field `name` when the form is shown again (the data it was
+        bound to, request.POST, cannot be changed in place)."""
+        data = self.data.copy() if isinstance(self.data, MultiValueDict) else dict(self.data)
+        data[name] = value
+        self.data = data
+
 
 class UnitFilterForm(forms.Form):
     phase = forms.ChoiceField(required=False)
     package = forms.ChoiceField(required=False)
     tenant = forms.ChoiceField(required=False)
 
-    def __init__(self, *args, package_ids: list[str], tenant_slugs: list[str] | None, **kwargs):
+    def __init__(
+        self,
+        *args: Any,
+        package_ids: list[str],
+        tenant_slugs: list[str] | None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["phase"].choices = [
+        declared(self, "phase", forms.ChoiceField).choices = [
             ("", "Every phase but Terminated"),
             (ALL_PHASES, "Every phase, Terminated too"),
             *UnitPhase.choices,
         ]
-        self.fields["package"].choices = [("", "All packages")] + [(p, p) for p in package_ids]
+        declared(self, "package", forms.ChoiceField).choices = [("", "All packages")] + [
+            (p, p) for p in package_ids
+        ]
         if tenant_slugs is None:
             del self.fields["tenant"]
         else:
-            self.fields["tenant"].choices = [("", "All tenants")] + [(s, s) for s in tenant_slugs]
+            declared(self, "tenant", forms.ChoiceField).choices = [("", "All tenants")] + [
+                (s, s) for s in tenant_slugs
+            ]
 
 
 class PackageOption:
@@ -304,15 +337,18 @@ class UnitCreateForm(SummarisedForm):
 
     def __init__(
         self,
-        *args,
+        *args: Any,
         packages: list[PackageRow],
         tenants: QuerySet[Tenant] | None = None,
         storage_names: list[str] | None = None,
         ssh_key_names: list[str] | None = None,
-        **kwargs,
-    ):
+        **kwargs: Any,
+    ) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["package"].choices = [(row.package.id, PackageOption(row)) for row in packages]
+        declared(self, "package", forms.ChoiceField).choices = [
+            (row.package.id, PackageOption(row)) for row in packages
+        ]
+        self.offered = [row.package.id for row in packages]  # in the order the choices show
         field = self.fields["storage_mounts"]
         if storage_names:
             field.help_text += f" Your storages: {', '.join(storage_names)}."
@@ -322,13 +358,15 @@ class UnitCreateForm(SummarisedForm):
         # the unit all the tenant's keys, and refuses when it has none.
         self.ssh_key_names = ssh_key_names
         if ssh_key_names:
-            self.fields["ssh_keys"].choices = [(name, name) for name in ssh_key_names]
+            declared(self, "ssh_keys", KeyNamesField).choices = [
+                (name, name) for name in ssh_key_names
+            ]
         else:
             del self.fields["ssh_keys"]
         if tenants is None:
             del self.fields["tenant"]
         else:
-            self.fields["tenant"].queryset = tenants
+            declared(self, "tenant", forms.ModelChoiceField).queryset = tenants
 
     @property
     def failed_package(self) -> str:
@@ -338,7 +376,7 @@ class UnitCreateForm(SummarisedForm):
         if not self.is_bound or "package" not in self.errors:
             return ""
         chosen = self.data.get("package", "")
-        return chosen if chosen in self._offered() else ""
+        return chosen if chosen in self.offered else ""
 
     def error_links(self) -> list[tuple[str, str]]:
         """(element id, what to fix) for each field with an error, for the summary above the
@@ -348,7 +386,7 @@ class UnitCreateForm(SummarisedForm):
             if not bound.errors:
                 continue
             if bound.name == "package" and self.failed_package:
-                index = self._offered().index(self.failed_package)
+                index = self.offered.index(self.failed_package)
                 links.append((f"{bound.auto_id}_{index}", f"Package {self.failed_package}"))
             elif bound.name == "package":
                 links.append((f"{bound.auto_id}_0", str(bound.label)))
@@ -357,9 +395,6 @@ class UnitCreateForm(SummarisedForm):
             else:
                 links.append((bound.id_for_label, str(bound.label)))
         return links
-
-    def _offered(self) -> list[str]:
-        return [str(value) for value, _ in self.fields["package"].choices]
 
     def clean_operation_id(self) -> str:
         value = self.cleaned_data.get("operation_id") or ""
@@ -379,8 +414,9 @@ class UnitCreateForm(SummarisedForm):
             )
         return keys
 
-    def clean(self) -> dict:
-        cleaned = super().clean()
+    def clean(self) -> dict[str, Any]:
+        super().clean()
+        cleaned = self.cleaned_data
         if self.errors:
             return cleaned
         # The API's own input rules, so the browser and the API accept exactly the same orders.
@@ -512,7 +548,7 @@ class UnitEditForm(SummarisedForm):
     etag = forms.CharField(widget=forms.HiddenInput, max_length=64)
     operation_id = forms.CharField(widget=forms.HiddenInput, required=False)
 
-    def __init__(self, *args, unit: GPUUnit, **kwargs):
+    def __init__(self, *args: Any, unit: GPUUnit, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.unit = unit
         args_kept = (unit.template or {}).get("args") or []
@@ -632,8 +668,7 @@ class SSHKeyForm(SummarisedForm):
         value = self.cleaned_data["public_key"]
         if "PRIVATE KEY" in value:
             # Not echoed back into the page: a secret pasted by mistake goes no further.
-            self.data = self.data.copy()
-            self.data["public_key"] = ""
+            self.set_value("public_key", "")
             raise forms.ValidationError(
                 "This is a private key: it stays on your machine. Paste the public key, the "
                 "line in the file ending .pub."
@@ -709,6 +744,6 @@ class TenantPickForm(forms.Form):
         queryset=Tenant.objects.none(), to_field_name="slug", empty_label="Choose a tenant"
     )
 
-    def __init__(self, *args, tenants: QuerySet[Tenant], **kwargs):
+    def __init__(self, *args: Any, tenants: QuerySet[Tenant], **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
-        self.fields["tenant"].queryset = tenants
+        declared(self, "tenant", forms.ModelChoiceField).queryset = tenants

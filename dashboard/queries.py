@@ -338,7 +338,7 @@ def tenant_usage(tenant: Tenant) -> TenantUsage:
     )
 
 
-def get_unit(scope: Scope, uid: str) -> GPUUnit | None:
+def get_unit(scope: Scope, uid: uuid.UUID) -> GPUUnit | None:
     """A unit by its UID, only if the scope may see it."""
     return scope.units().select_related("tenant").filter(uid=uid).first()
 

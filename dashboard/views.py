@@ -8,14 +8,16 @@ import hashlib
 import re
 from collections import Counter
 from datetime import datetime
+from typing import Any, TypeVar
 from urllib.parse import urlencode
+from uuid import UUID
 
 from django.conf import settings
 from django.contrib import messages
 from django.contrib.auth.mixins import LoginRequiredMixin
 from django.contrib.auth.views import redirect_to_login
 from django.core.paginator import Paginator
-from django.http import HttpRequest, HttpResponse, HttpResponseRedirect
+from django.http import HttpRequest, HttpResponse, HttpResponseBase, HttpResponseRedirect, QueryDict
 from django.shortcuts import redirect, render
 from django.template.loader import render_to_string
 from django.urls import reverse
@@ -23,6 +25,7 @@ from django.utils import timezone
 from django.utils.http import url_has_allowed_host_and_scheme
 from django.views import View
 from django_htmx.http import HttpResponseClientRedirect, HttpResponseStopPolling
+from django_htmx.middleware import HtmxDetails
 
 from controlplane.errors import DomainError, NotFound
 from dashboard import logtail, queries
@@ -33,6 +36,7 @@ from dashboard.access import (
     TenantNotChosen,
     linked_tenants,
     resolve_scope,
+    sees_every_tenant,
 )
 from dashboard.addresses import unit_access, unit_ssh
 from dashboard.charts import NARROW, usage_chart, utilisation_chart
@@ -46,6 +50,7 @@ from dashboard.forms import (
     UnitFilterForm,
     new_operation_id,
 )
+from dashboard.quota import quota_refusal
 from dashboard.reasons import status_explanation
 from inventory import selectors as inventory_selectors
 from runtime import actions, lifecycle, manifests, orders
@@ -67,11 +72,10 @@ from tenancy.models import Tenant
 # How often open pages ask for fresh phases; tests shorten it.
 POLL_SECONDS = 3
 PAGE_SIZE = 50
-QUOTA_NAMES = {
-    "requests.cpu": "CPU",
-    "requests.memory": "memory",
-    "count/resourceclaims.resource.k8s.io": "units",
-}
+# What a scope that may only read may send.
+READING_METHODS = ("GET", "HEAD", "OPTIONS")
+
+Found = TypeVar("Found")
 
 
 def age(moment: datetime | None, now: datetime) -> str:
@@ -109,7 +113,12 @@ def digest(html: str) -> str:
     return hashlib.sha256(html.encode()).hexdigest()[:16]
 
 
-def freshness_context(now: datetime) -> dict:
+def updated_at(what: str) -> str:
+    """The start of a live region's announcement: '<what> updated at 12:00:03 UTC'."""
+    return f"{what} updated at {timezone.now():%H:%M:%S} UTC"
+
+
+def freshness_context(now: datetime) -> dict[str, Any]:
     """What _freshness.html needs: how old the inventory mirror is, and when that is stale."""
     freshness = inventory_selectors.get_freshness()
     return {
@@ -120,24 +129,49 @@ def freshness_context(now: datetime) -> dict:
     }
 
 
+class HtmxHttpRequest(HttpRequest):
+    """A request as django_htmx's middleware leaves it (the subclass django-htmx's docs give
+    for type checking: the middleware sets the attribute on every request)."""
+
+    htmx: HtmxDetails
+
+
+class NotVisible(Exception):
+    """What the address names does not exist, or is not the caller's to see: the view ends
+    with the not-found page about `what`."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(what)
+        self.what = what
+
+
 class DashboardView(LoginRequiredMixin, View):
-    """Signed-in pages: resolves `self.scope`, or explains why the user sees nothing."""
+    """Signed-in pages: resolves `self.scope`, or explains why the user sees nothing. A scope
+    that may only read gets 403 for whatever acts: any POST, and every request to a view that
+    `acts` (its order, confirmation or edit form)."""
 
+    request: HtmxHttpRequest
     scope: Scope
+    acts = False
 
-    def dispatch(self, request: HttpRequest, *args, **kwargs) -> HttpResponse:
+    def dispatch(self, request: HttpRequest, *args: Any, **kwargs: Any) -> HttpResponseBase:
         if not request.user.is_authenticated:
-            return self.handle_no_permission()
+            return self.signed_out()
         try:
             self.scope = resolve_scope(request)
         except NoTenant:
             return render(request, "dashboard/no_tenant.html", status=403)
         except TenantNotChosen:
             target = f"{reverse('dashboard:choose-tenant')}?{urlencode({'next': self._page()})}"
-            if request.htmx:
+            if self.request.htmx:
                 return HttpResponseClientRedirect(target)
             return redirect(target)
-        return super().dispatch(request, *args, **kwargs)
+        if not self.scope.may_act and (self.acts or request.method not in READING_METHODS):
+            return self.page("dashboard/forbidden.html", {}, status=403)
+        try:
+            return super().dispatch(request, *args, **kwargs)
+        except NotVisible as missing:
+            return self.not_found(missing.what)
 
     def _page(self) -> str:
         """The page the user looks at: for a poll, the page that sent it."""
@@ -145,63 +179,103 @@ class DashboardView(LoginRequiredMixin, View):
             return self.request.htmx.current_url_abs_path
         return self.request.get_full_path()
 
-    def handle_no_permission(self) -> HttpResponse:
+    def signed_out(self) -> HttpResponseBase:
+        """The answer to a request without a session: the login form."""
         if self.request.htmx:
             # A poll from a page whose session ended: move the whole page to the login form,
             # instead of swapping the login form into a table.
             return HttpResponseClientRedirect(redirect_to_login(self._page()).url)
-        return super().handle_no_permission()
+        return self.handle_no_permission()
 
-    def page(self, template: str, context: dict, *, status: int = 200) -> HttpResponse:
-        return render(
-            self.request,
-            template,
-            {"scope": self.scope, "poll_seconds": POLL_SECONDS, **context},
-            status=status,
-        )
+    def context(self, context: dict[str, Any]) -> dict[str, Any]:
+        """What every dashboard template is given, and `context`."""
+        return {"scope": self.scope, "poll_seconds": POLL_SECONDS, **context}
+
+    def page(self, template: str, context: dict[str, Any], *, status: int = 200) -> HttpResponse:
+        return render(self.request, template, self.context(context), status=status)
 
     def not_found(self, what: str) -> HttpResponse:
         return self.page("dashboard/not_found.html", {"what": what}, status=404)
 
+    def found(self, thing: Found | None, what: str) -> Found:
+        """`thing`, read within the caller's scope; when the read found nothing, the request
+        ends here with the not-found page about `what`."""
+        if thing is None:
+            raise NotVisible(what)
+        return thing
+
+
+class UnitPage(DashboardView):
+    """Pages about one unit, named by its uid in the address."""
+
+    def get_unit(self, uid: UUID) -> GPUUnit:
+        return self.found(queries.get_unit(self.scope, uid), "unit")
+
 
 class LivePage(DashboardView):
-    """A page whose body refreshes itself: `live=True` serves only the body for polling, or
-    204 when the body the poller holds (named by its digest in `since`) is still current."""
+    """A page with a region that refreshes itself. `live=True` serves the region's poll: 204
+    while the body the poller holds (named by its digest in `since`) is still current, else
+    the body with its new digest and an announcement for screen readers, as a 286 (swap this,
+    then stop polling) once the region is done changing."""
 
     live = False
-    template = ""
     body_template = ""
-    name = ""  # the ids of the live region, its digest input and its announcement
-    announcement = ""
+    name = ""  # the ids of the region's digest input and its announcement
+    announces = True
 
-    def body_context(self) -> dict:
-        raise NotImplementedError
-
-    def get(self, request: HttpRequest) -> HttpResponse:
-        body = render_to_string(
-            self.body_template, {"scope": self.scope, **self.body_context()}, request
-        )
-        live = {
+    def region(
+        self, context: dict[str, Any], *, url: str = "", done: bool = False
+    ) -> dict[str, Any]:
+        """The live region: its body rendered from `context`, the digest naming it, the ids
+        the page and the poll's answer share, the URL it is polled at, and whether it is done
+        changing (then the page does not poll it)."""
+        body = render_to_string(self.body_template, self.context(context), self.request)
+        return {
             "body": body,
             "digest": digest(body),
             "since_id": f"{self.name}-since",
-            "announce_id": f"{self.name}-announce",
+            "announce_id": f"{self.name}-announce" if self.announces else "",
+            "url": url,
+            "done": done,
         }
+
+    def poll(self, live: dict[str, Any], announcement: str = "") -> HttpResponse:
+        """The answer to a poll of the region `live`."""
+        if self.request.GET.get("since") == live["digest"]:
+            return HttpResponse(status=204)
+        live["announcement"] = announcement
+        response = render(self.request, "dashboard/_live_body.html", {"live": live})
+        if live["done"]:
+            # Nothing changes any more: this answer is the last poll.
+            response.status_code = HttpResponseStopPolling.status_code
+        return response
+
+
+class LiveBodyPage(LivePage):
+    """A page whose whole body is its live region."""
+
+    template = ""
+    live_route = ""
+    updated = ""  # what the announcement says was updated
+
+    def body_context(self) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def get(self, request: HtmxHttpRequest) -> HttpResponse:
+        live = self.region(self.body_context(), url=reverse(self.live_route))
         if self.live:
-            if request.GET.get("since") == live["digest"]:
-                return HttpResponse(status=204)
-            live["announcement"] = f"{self.announcement} {timezone.now():%H:%M:%S} UTC."
-            return render(request, "dashboard/_live_body.html", {"live": live})
+            return self.poll(live, f"{updated_at(self.updated)}.")
         return self.page(self.template, {"live": live})
 
 
-class OverviewView(LivePage):
+class OverviewView(LiveBodyPage):
     template = "dashboard/overview.html"
     body_template = "dashboard/_overview_body.html"
     name = "overview"
-    announcement = "Figures updated at"
+    live_route = "dashboard:overview-live"
+    updated = "Figures"
 
-    def body_context(self) -> dict:
+    def body_context(self) -> dict[str, Any]:
         now = timezone.now()
         # A customer's own cost; staff act for no tenant and see every tenant's together.
         costs = queries.cost_summary(self.scope.tenant, now=queries.billing_now(now))
@@ -240,13 +314,13 @@ class OverviewView(LivePage):
         return context
 
 
-class UnitListView(DashboardView):
-    """The units table; `live=True` serves only the table for polling, or 204 when the
-    rows the poller holds (named by their digest in `since`) are still current."""
+class UnitListView(LivePage):
+    """The units table, its rows live."""
 
-    live = False
+    body_template = "dashboard/_unit_table.html"
+    name = "units"
 
-    def get(self, request: HttpRequest) -> HttpResponse:
+    def get(self, request: HtmxHttpRequest) -> HttpResponse:
         phase = request.GET.get("phase", "")
         filters = {
             "phase": phase if phase in (*UnitPhase.values, queries.ALL_PHASES) else "",
@@ -263,7 +337,7 @@ class UnitListView(DashboardView):
         shown = list(page.object_list)
         # One ledger read for the whole page, whatever its length.
         costs = queries.unit_costs(shown, now=queries.billing_now(timezone.now()))
-        query = {key: value for key, value in filters.items() if value}
+        query: dict[str, str | int] = {key: value for key, value in filters.items() if value}
         if page.number > 1:
             query["page"] = page.number
         hidden = (
@@ -273,10 +347,8 @@ class UnitListView(DashboardView):
                 self.scope, package_id=filters["package"], tenant_slug=filters["tenant"]
             )
         )
-        table = render_to_string(
-            "dashboard/_unit_table.html",
+        live = self.region(
             {
-                "scope": self.scope,
                 "page_obj": page,
                 "rows": [(unit, costs[unit.uid]) for unit in shown],
                 "query": query,
@@ -286,23 +358,16 @@ class UnitListView(DashboardView):
                     | {"phase": queries.ALL_PHASES}
                 ),
             },
-            request,
+            url=f"{reverse('dashboard:unit-rows')}?{urlencode(query)}",
         )
-        live = {
-            "table": table,
-            "digest": digest(table),
-            "url": f"{reverse('dashboard:unit-rows')}?{urlencode(query)}",
-        }
         if self.live:
-            if request.GET.get("since") == live["digest"]:
-                return HttpResponse(status=204)
             counts = Counter(unit.phase for unit in shown)
-            live["announcement"] = (
-                f"Units updated at {timezone.now():%H:%M:%S} UTC: "
+            return self.poll(
+                live,
+                f"{updated_at('Units')}: "
                 + (", ".join(f"{n} {phase}" for phase, n in counts.items()) or "no units")
-                + "."
+                + ".",
             )
-            return render(request, "dashboard/_unit_live.html", {"live": live})
         form = UnitFilterForm(
             initial=filters,
             package_ids=queries.package_ids_in_use(self.scope),
@@ -316,18 +381,16 @@ class UnitListView(DashboardView):
         )
 
 
-class UnitDetailView(DashboardView):
-    """One unit; `live=True` serves only its changing part (phase, devices, timeline)."""
+class UnitDetailView(UnitPage, LivePage):
+    """One unit; its changing part (phase, devices, timeline) live."""
 
-    live = False
+    body_template = "dashboard/_unit_status.html"
+    name = "unit"
 
-    def get(self, request: HttpRequest, uid: str) -> HttpResponse:
-        unit = queries.get_unit(self.scope, uid)
-        if unit is None:
-            return self.not_found("unit")
+    def get(self, request: HtmxHttpRequest, uid: UUID) -> HttpResponse:
+        unit = self.get_unit(uid)
         ended = unit.phase in (UnitPhase.TERMINATING, UnitPhase.TERMINATED)
-        status = render_to_string(
-            "dashboard/_unit_status.html",
+        live = self.region(
             {
                 "unit": unit,
                 "explanation": status_explanation(unit),
@@ -335,7 +398,6 @@ class UnitDetailView(DashboardView):
                 "allocated": bool((unit.dra or {}).get("allocated")),
                 "access": unit_access(unit),
                 "ssh": unit_ssh(unit),
-                "scope": self.scope,
                 "events": queries.list_events(unit),
                 # Lifecycle buttons, live with the phase; an ending unit offers none.
                 "actions": None if ended else queries.unit_actions(unit),
@@ -346,23 +408,12 @@ class UnitDetailView(DashboardView):
                 and unit.generation > 1
                 and unit.observed_generation < unit.generation,
             },
-            request,
+            url=reverse("dashboard:unit-live", args=[unit.uid]),
+            # Nothing changes after Terminated.
+            done=unit.phase == UnitPhase.TERMINATED,
         )
-        live = {
-            "status": status,
-            "digest": digest(status),
-            "url": reverse("dashboard:unit-live", args=[unit.uid]),
-            "done": unit.phase == UnitPhase.TERMINATED,
-        }
         if self.live:
-            if request.GET.get("since") == live["digest"]:
-                return HttpResponse(status=204)
-            live["announcement"] = f"{unit.name} is {unit.phase}."
-            response = render(request, "dashboard/_unit_status_live.html", {"live": live})
-            if live["done"]:
-                # Nothing changes after Terminated: this response is the last poll.
-                response.status_code = HttpResponseStopPolling.status_code
-            return response
+            return self.poll(live, f"{unit.name} is {unit.phase}.")
         costs_to = queries.billing_now(timezone.now())
         return self.page(
             "dashboard/unit_detail.html",
@@ -382,69 +433,64 @@ class UnitDetailView(DashboardView):
         )
 
 
-class UnitLogView(DashboardView):
+class UnitLogView(UnitPage, LivePage):
     """The last lines of a unit's log: a page of its own (what the unit page links to for
-    browsers without JavaScript); `live=True` serves the fragment the unit page and that page
-    poll, or 204 while the log the poller holds (named by its digest in `since`) is current."""
+    browsers without JavaScript), and the live region the unit page and that page poll."""
 
-    live = False
+    body_template = "dashboard/_unit_log.html"
+    name = "unit-log"
+    announces = False  # the log speaks for itself
 
-    def get(self, request: HttpRequest, uid: str) -> HttpResponse:
-        unit = queries.get_unit(self.scope, uid)
-        if unit is None:
-            return self.not_found("unit")
-        log = render_to_string(
-            "dashboard/_unit_log.html",
-            {"unit": unit, "tail": logtail.read_tail(unit), "poll_seconds": POLL_SECONDS},
-            request,
+    def get(self, request: HtmxHttpRequest, uid: UUID) -> HttpResponse:
+        unit = self.get_unit(uid)
+        live = self.region(
+            {"unit": unit, "tail": logtail.read_tail(unit)},
+            url=reverse("dashboard:unit-log-live", args=[unit.uid]),
+            done=unit.phase == UnitPhase.TERMINATED,
         )
-        live = {
-            "log": log,
-            "digest": digest(log),
-            "url": reverse("dashboard:unit-log-live", args=[unit.uid]),
-            "done": unit.phase == UnitPhase.TERMINATED,
-        }
         if self.live:
-            if request.GET.get("since") == live["digest"]:
-                return HttpResponse(status=204)
-            response = render(request, "dashboard/_unit_log_live.html", {"live": live})
-            if live["done"]:
-                response.status_code = HttpResponseStopPolling.status_code
-            return response
+            return self.poll(live)
         return self.page("dashboard/unit_log.html", {"unit": unit, "live": live})
 
 
 class UnitCreateView(DashboardView):
     """The order form: tenant users order for their tenant; staff pick the tenant."""
 
-    def form(self, data=None, initial=None) -> UnitCreateForm:
+    acts = True
+
+    def form(
+        self, data: QueryDict | None = None, initial: dict[str, Any] | None = None
+    ) -> UnitCreateForm:
+        # Staff act for no tenant: they pick it in the form, so there are no storages or keys
+        # to name yet.
+        tenant = self.scope.tenant
         return UnitCreateForm(
             data,
             initial=initial,
             packages=queries.package_rows(self.scope),
             tenants=self.scope.visible_tenants() if self.scope.is_staff else None,
-            # Staff pick the tenant in the form, so there are no storages to name yet.
             storage_names=None
-            if self.scope.is_staff
+            if tenant is None
             else [
                 row.storage.name
-                for row in queries.list_storages(self.scope.tenant)
+                for row in queries.list_storages(tenant)
                 if row.storage.phase not in (StoragePhase.TERMINATING, StoragePhase.FAILED)
             ],
             ssh_key_names=None
-            if self.scope.is_staff
-            else list(queries.list_ssh_keys(self.scope.tenant).values_list("name", flat=True)),
+            if tenant is None
+            else list(queries.list_ssh_keys(tenant).values_list("name", flat=True)),
         )
 
-    def get(self, request: HttpRequest) -> HttpResponse:
+    def get(self, request: HtmxHttpRequest) -> HttpResponse:
         initial = {"operation_id": new_operation_id(), "package": request.GET.get("package", "")}
         return self.page("dashboard/unit_form.html", {"form": self.form(initial=initial)})
 
-    def post(self, request: HttpRequest) -> HttpResponse:
+    def post(self, request: HtmxHttpRequest) -> HttpResponse:
         form = self.form(data=request.POST)
         if form.is_valid():
             data = form.cleaned_data
-            tenant = data["tenant"] if self.scope.is_staff else self.scope.tenant
+            # Staff order for the tenant they picked in the form.
+            tenant = self.scope.tenant or data["tenant"]
             try:
                 result = orders.create_unit(
                     tenant=tenant,
@@ -484,26 +530,11 @@ class UnitCreateView(DashboardView):
                 "name, or delete that unit first.",
             )
         elif isinstance(error, QuotaExceeded):
-            details = error.details
-            what = QUOTA_NAMES.get(details.get("limit", ""), details.get("limit", ""))
-            if details.get("largerThanQuota"):
-                message = (
-                    f"This package is larger than your whole quota: it needs "
-                    f"{details.get('requested')} {what} of the {details.get('hard')} you have. "
-                    "Pick a smaller package, or ask us to raise your quota."
-                )
-            else:
-                message = (
-                    f"Not enough quota left for this package: it needs "
-                    f"{details.get('requested')} {what}, and {details.get('used')} of "
-                    f"{details.get('hard')} are in use. Delete a unit or pick a smaller package."
-                )
-            form.add_error("package", message)
+            form.add_error("package", quota_refusal(error.details, asked="package"))
         elif isinstance(error, OperationConflict):
             # The hidden operationID already ordered something else (the form was reused after
             # editing): a fresh one lets the next submit go through.
-            form.data = form.data.copy()
-            form.data["operation_id"] = new_operation_id()
+            form.set_value("operation_id", new_operation_id())
             form.add_error(None, "This form was already used for another order; submit again.")
         elif isinstance(error, InvalidRequest) and error.details.get("fields"):
             form.report(
@@ -516,25 +547,23 @@ class UnitCreateView(DashboardView):
             form.add_error(None, error.message)
 
 
-class UnitDeleteView(DashboardView):
+class UnitDeleteView(UnitPage):
     """Delete in two steps: a confirmation page, then a POST."""
 
-    def get(self, request: HttpRequest, uid: str) -> HttpResponse:
-        unit = queries.get_unit(self.scope, uid)
-        if unit is None:
-            return self.not_found("unit")
+    acts = True
+
+    def get(self, request: HtmxHttpRequest, uid: UUID) -> HttpResponse:
+        unit = self.get_unit(uid)
         if unit.phase not in UnitPhase.LIVE or unit.phase == UnitPhase.TERMINATING:
             messages.info(request, f"Unit {unit.name} is already {unit.phase}.")
             return HttpResponseRedirect(reverse("dashboard:unit-detail", args=[unit.uid]))
         return self.page("dashboard/unit_delete.html", {"unit": unit})
 
-    def post(self, request: HttpRequest, uid: str) -> HttpResponse:
-        unit = queries.get_unit(self.scope, uid)
-        if unit is None:
-            return self.not_found("unit")
+    def post(self, request: HtmxHttpRequest, uid: UUID) -> HttpResponse:
+        unit = self.get_unit(uid)
         if unit.phase in UnitPhase.LIVE:
             # By uid too: if this unit ends meanwhile, a newer one of its name is not touched.
-            lifecycle.request_unit_deletion(tenant=unit.tenant, name=unit.name, uid=unit.uid)
+            lifecycle.request_unit_deletion(tenant=unit.tenant, name=unit.name, uid=str(unit.uid))
             messages.success(request, f"Deletion of {unit.name} requested.")
         return HttpResponseRedirect(reverse("dashboard:unit-detail", args=[unit.uid]))
 
@@ -577,17 +606,16 @@ ACTION_WORDS: dict[str, dict[str, str]] = {
 }
 
 
-class UnitActionView(DashboardView):
+class UnitActionView(UnitPage):
     """Stop, start or restart a unit: a POST from its page (stop and restart after a
     confirmation page, as deletion), carried out by actions.request_action under the
     operationID the page was rendered with, so a double submit is one action."""
 
+    acts = True
     kind = ""
 
-    def get(self, request: HttpRequest, uid: str) -> HttpResponse:
-        unit = queries.get_unit(self.scope, uid)
-        if unit is None:
-            return self.not_found("unit")
+    def get(self, request: HtmxHttpRequest, uid: UUID) -> HttpResponse:
+        unit = self.get_unit(uid)
         words = ACTION_WORDS[self.kind]
         if "confirm" not in words:
             return unit_page(unit)
@@ -607,10 +635,8 @@ class UnitActionView(DashboardView):
             },
         )
 
-    def post(self, request: HttpRequest, uid: str) -> HttpResponse:
-        unit = queries.get_unit(self.scope, uid)
-        if unit is None:
-            return self.not_found("unit")
+    def post(self, request: HtmxHttpRequest, uid: UUID) -> HttpResponse:
+        unit = self.get_unit(uid)
         words = ACTION_WORDS[self.kind]
         if unit.phase == UnitPhase.TERMINATED:
             # The runtime acts on a name: a newer unit of this name is not this page's.
@@ -628,7 +654,7 @@ class UnitActionView(DashboardView):
                 uid=str(unit.uid),  # this page's unit, never a newer one of its name
             )
         except QuotaExceeded as error:
-            messages.error(request, self.quota_message(unit, error))
+            messages.error(request, quota_refusal(error.details, asked="start", unit=unit.name))
         except DomainError as error:
             messages.error(request, f"{words['label']} refused: {error.message}")
         else:
@@ -646,34 +672,22 @@ class UnitActionView(DashboardView):
                 )
         return unit_page(unit)
 
-    @staticmethod
-    def quota_message(unit: GPUUnit, error: QuotaExceeded) -> str:
-        details = error.details
-        what = QUOTA_NAMES.get(details.get("limit", ""), details.get("limit", ""))
-        return (
-            f"{unit.name} was not started: it needs {details.get('requested')} {what}, and "
-            f"{details.get('used')} of the {details.get('hard')} of your quota are in use. "
-            "Stop or delete another unit, or ask us to raise your quota."
-        )
 
-
-class UnitEditView(DashboardView):
+class UnitEditView(UnitPage):
     """Change a unit's image, command, environment, ports and auto-stop through
     actions.update_unit, as PATCH does: If-Match is the etag the form was shown with."""
 
-    def get(self, request: HttpRequest, uid: str) -> HttpResponse:
-        unit = queries.get_unit(self.scope, uid)
-        if unit is None:
-            return self.not_found("unit")
+    acts = True
+
+    def get(self, request: HtmxHttpRequest, uid: UUID) -> HttpResponse:
+        unit = self.get_unit(uid)
         if unit.phase in (UnitPhase.TERMINATING, UnitPhase.TERMINATED):
             messages.info(request, f"Unit {unit.name} is {unit.phase}: it cannot be changed.")
             return unit_page(unit)
         return self.show(unit, UnitEditForm(unit=unit, initial=UnitEditForm.initial_for(unit)))
 
-    def post(self, request: HttpRequest, uid: str) -> HttpResponse:
-        unit = queries.get_unit(self.scope, uid)
-        if unit is None:
-            return self.not_found("unit")
+    def post(self, request: HtmxHttpRequest, uid: UUID) -> HttpResponse:
+        unit = self.get_unit(uid)
         if unit.phase in (UnitPhase.TERMINATING, UnitPhase.TERMINATED):
             messages.error(request, f"Unit {unit.name} is {unit.phase}: it was not changed.")
             return unit_page(unit)
@@ -730,7 +744,9 @@ class UnitEditView(DashboardView):
             )
         return unit_page(unit)
 
-    def show(self, unit: GPUUnit, form: UnitEditForm, *, changed_meanwhile: bool = False):
+    def show(
+        self, unit: GPUUnit, form: UnitEditForm, *, changed_meanwhile: bool = False
+    ) -> HttpResponse:
         return self.page(
             "dashboard/unit_edit.html",
             {
@@ -742,13 +758,14 @@ class UnitEditView(DashboardView):
         )
 
 
-class PackageListView(LivePage):
+class PackageListView(LiveBodyPage):
     template = "dashboard/packages.html"
     body_template = "dashboard/_packages_body.html"
     name = "packages"
-    announcement = "Availability updated at"
+    live_route = "dashboard:package-live"
+    updated = "Availability"
 
-    def body_context(self) -> dict:
+    def body_context(self) -> dict[str, Any]:
         return {
             "packages": queries.package_rows(self.scope, include_inactive=self.scope.is_staff),
             **freshness_context(timezone.now()),
@@ -759,7 +776,7 @@ class UsageView(DashboardView):
     """Every tenant's cost this month and to date, for ops (as GET /operator/usage is for
     operator keys); anyone else gets the 404 of a page that is not theirs."""
 
-    def get(self, request: HttpRequest) -> HttpResponse:
+    def get(self, request: HtmxHttpRequest) -> HttpResponse:
         if not self.scope.sees_cluster:
             return self.not_found("page")
         now = queries.billing_now(timezone.now())
@@ -771,6 +788,7 @@ class TenantPage(DashboardView):
     the tenant they chose (`?tenant=<slug>`), and none until they have."""
 
     list_route = ""
+    what = ""  # what the page is about, as its not-found page names it
 
     def tenant_choice(self) -> tuple[Tenant | None, TenantPickForm | None]:
         if not self.scope.is_staff:
@@ -780,22 +798,32 @@ class TenantPage(DashboardView):
         picker = TenantPickForm({"tenant": slug} if slug else None, tenants=tenants)
         return (picker.cleaned_data["tenant"] if picker.is_valid() else None), picker
 
-    def list_url(self, tenant: Tenant) -> str:
-        url = reverse(self.list_route)
+    def chosen_tenant(self) -> Tenant:
+        """The tenant, for a page about one of its things: none chosen, there is no such
+        thing to see."""
+        return self.found(self.tenant_choice()[0], self.what)
+
+    def tenant_url(self, route: str, tenant: Tenant) -> str:
+        """The route's address for `tenant`: for staff, it carries the tenant they chose."""
+        url = reverse(route)
         return f"{url}?{urlencode({'tenant': tenant.slug})}" if self.scope.is_staff else url
+
+    def list_url(self, tenant: Tenant) -> str:
+        return self.tenant_url(self.list_route, tenant)
 
 
 class SSHKeyPage(TenantPage):
     list_route = "dashboard:ssh-key-list"
+    what = "SSH key"
 
 
 class SSHKeyListView(SSHKeyPage):
     """The tenant's keys and the form to add one."""
 
-    def get(self, request: HttpRequest) -> HttpResponse:
+    def get(self, request: HtmxHttpRequest) -> HttpResponse:
         return self.show(SSHKeyForm())
 
-    def post(self, request: HttpRequest) -> HttpResponse:
+    def post(self, request: HtmxHttpRequest) -> HttpResponse:
         tenant, _ = self.tenant_choice()
         if tenant is None:
             return self.show(SSHKeyForm(), status=400)
@@ -844,20 +872,18 @@ class SSHKeyListView(SSHKeyPage):
 class SSHKeyDeleteView(SSHKeyPage):
     """Delete a key in two steps: a confirmation page, then a POST."""
 
-    def get(self, request: HttpRequest, name: str) -> HttpResponse:
-        tenant, _ = self.tenant_choice()
-        key = queries.list_ssh_keys(tenant).filter(name=name).first() if tenant else None
-        if key is None:
-            return self.not_found("SSH key")
+    acts = True
+
+    def get(self, request: HtmxHttpRequest, name: str) -> HttpResponse:
+        tenant = self.chosen_tenant()
+        key = self.found(queries.list_ssh_keys(tenant).filter(name=name).first(), self.what)
         return self.page(
             "dashboard/ssh_key_delete.html",
             {"key": key, "tenant": tenant, "back": self.list_url(tenant)},
         )
 
-    def post(self, request: HttpRequest, name: str) -> HttpResponse:
-        tenant, _ = self.tenant_choice()
-        if tenant is None:
-            return self.not_found("SSH key")
+    def post(self, request: HtmxHttpRequest, name: str) -> HttpResponse:
+        tenant = self.chosen_tenant()
         try:
             tenancy_services.remove_ssh_key(tenant=tenant, name=name)
         except NotFound:
@@ -869,28 +895,26 @@ class SSHKeyDeleteView(SSHKeyPage):
 
 class StoragePage(TenantPage):
     list_route = "dashboard:storage-list"
+    what = "storage"
 
 
-class StorageListView(StoragePage):
+class StorageListView(StoragePage, LivePage):
     """The tenant's storages, their phases live (a new one is Pending until the cluster binds
-    a volume), and the form to create one; `live=True` serves only the table for polling, or
-    204 when the table the poller holds (named by its digest in `since`) is current."""
+    a volume), and the form to create one."""
 
-    live = False
+    body_template = "dashboard/_storage_table.html"
+    name = "storage"
 
-    def get(self, request: HttpRequest) -> HttpResponse:
+    def get(self, request: HtmxHttpRequest) -> HttpResponse:
         if not self.live:
             return self.show(StorageForm())
         tenant, _ = self.tenant_choice()
         if tenant is None:
+            # A page of staff who chose no tenant has no table to poll.
             return HttpResponseStopPolling()
-        live = self.table(tenant)
-        if request.GET.get("since") == live["digest"]:
-            return HttpResponse(status=204)
-        live["announcement"] = f"Storages updated at {timezone.now():%H:%M:%S} UTC."
-        return render(request, "dashboard/_live_body.html", {"live": live})
+        return self.poll(self.table(tenant), f"{updated_at('Storages')}.")
 
-    def post(self, request: HttpRequest) -> HttpResponse:
+    def post(self, request: HtmxHttpRequest) -> HttpResponse:
         tenant, _ = self.tenant_choice()
         if tenant is None:
             return self.show(StorageForm(), status=400)
@@ -914,7 +938,11 @@ class StorageListView(StoragePage):
                     "or delete that storage first.",
                 )
             except QuotaExceeded as error:
-                self.report_quota(form, error)
+                # The size's quota is about the size; the count's, about the form as a whole.
+                form.add_error(
+                    "size" if error.details.get("limit") == "requests.storage" else None,
+                    quota_refusal(error.details, asked="storage"),
+                )
             else:
                 messages.success(
                     request,
@@ -924,44 +952,11 @@ class StorageListView(StoragePage):
                 return HttpResponseRedirect(self.list_url(tenant))
         return self.show(form)
 
-    @staticmethod
-    def report_quota(form: StorageForm, error: QuotaExceeded) -> None:
-        details = error.details
-        if details.get("limit") == "requests.storage" and details.get("largerThanQuota"):
-            form.add_error(
-                "size",
-                f"This is larger than your whole storage quota: it needs "
-                f"{details.get('requested')} of the {details.get('hard')} you have. Pick a "
-                "smaller size, or ask us to raise your quota.",
-            )
-        elif details.get("limit") == "requests.storage":
-            form.add_error(
-                "size",
-                f"Not enough storage quota left: this needs {details.get('requested')}, and "
-                f"{details.get('used')} of {details.get('hard')} are in use. Pick a smaller "
-                "size, delete a storage you no longer need, or ask us to raise your quota.",
-            )
-        else:
-            form.add_error(
-                None,
-                f"The tenant has {details.get('used')} of the {details.get('hard')} storages "
-                "its quota allows. Delete one you no longer need, or ask us to raise the quota.",
-            )
-
-    def table(self, tenant: Tenant) -> dict:
-        table = render_to_string(
-            "dashboard/_storage_table.html",
-            {"scope": self.scope, "tenant": tenant, "storages": queries.list_storages(tenant)},
-            self.request,
+    def table(self, tenant: Tenant) -> dict[str, Any]:
+        return self.region(
+            {"tenant": tenant, "storages": queries.list_storages(tenant)},
+            url=self.tenant_url("dashboard:storage-live", tenant),
         )
-        url = reverse("dashboard:storage-live")
-        return {
-            "body": table,
-            "digest": digest(table),
-            "since_id": "storage-since",
-            "announce_id": "storage-announce",
-            "url": f"{url}?{urlencode({'tenant': tenant.slug})}" if self.scope.is_staff else url,
-        }
 
     def show(self, form: StorageForm, *, status: int = 200) -> HttpResponse:
         tenant, picker = self.tenant_choice()
@@ -982,11 +977,11 @@ class StorageDeleteView(StoragePage):
     """Delete a storage in two steps: a confirmation page, then a POST; refused while a live
     unit mounts it."""
 
-    def get(self, request: HttpRequest, name: str) -> HttpResponse:
-        tenant, _ = self.tenant_choice()
-        row = queries.get_storage_row(tenant, name) if tenant else None
-        if row is None:
-            return self.not_found("storage")
+    acts = True
+
+    def get(self, request: HtmxHttpRequest, name: str) -> HttpResponse:
+        tenant = self.chosen_tenant()
+        row = self.found(queries.get_storage_row(tenant, name), self.what)
         if row.storage.phase == StoragePhase.TERMINATING:
             messages.info(request, f"Storage {name} is already being deleted.")
             return HttpResponseRedirect(self.list_url(tenant))
@@ -995,10 +990,8 @@ class StorageDeleteView(StoragePage):
             {"row": row, "tenant": tenant, "back": self.list_url(tenant)},
         )
 
-    def post(self, request: HttpRequest, name: str) -> HttpResponse:
-        tenant, _ = self.tenant_choice()
-        if tenant is None:
-            return self.not_found("storage")
+    def post(self, request: HtmxHttpRequest, name: str) -> HttpResponse:
+        tenant = self.chosen_tenant()
         try:
             storage_service.delete_storage(tenant=tenant, name=name)
         except NotFound:
@@ -1034,12 +1027,14 @@ class ChooseTenantView(LoginRequiredMixin, View):
 
     def get(self, request: HttpRequest) -> HttpResponse:
         tenants = linked_tenants(request.user)
-        if not tenants and not request.user.is_staff:
+        sees_all = sees_every_tenant(request.user)
+        if not tenants and not sees_all:
             return render(request, "dashboard/no_tenant.html", status=403)
         return render(
             request,
             "dashboard/choose_tenant.html",
             {
+                "sees_every_tenant": sees_all,
                 "tenants": tenants,
                 "current": request.session.get(SESSION_TENANT),
                 "next": self.next_url(),

@@ -88,7 +88,7 @@ def package_specs() -> list[observe.PackageSpec]:
 
 
 # What the mirror is observed from, by the name observe() takes each under: the sync lists
-# them, the observer (runtime/observer.py) watches them.
+# them, the observer (runtime/control/observer.py) watches them.
 INVENTORY_KINDS: dict[str, kube.Kind] = {
     "nodes": kube.NODE,
     "device_classes": kube.DEVICECLASS,

@@ -21,7 +21,14 @@ from controlplane.validation import dns_label, dns_subdomain
 from runtime import manifests
 
 _LABEL_MAX = 63
-_HASH_CHARS = 6
+# The hash is what keeps a tenant from crafting a name whose label another tenant's unit has
+# (a second preimage): for a long name the readable part is a prefix anyone can copy (the cut
+# drops what differs), so each name tried matches a given label with chance 2^-(5 x chars).
+# 13 base32 characters, 65 bits: more than 2^60 tries even against 32 labels of one prefix
+# at once. (A birthday collision between two names of one's own takes no one else's URL, and
+# an order never takes a label a live unit holds: orders.create_unit.) Rows ordered before
+# had 6 characters, and keep them: GPUUnit.host_label.
+_HASH_CHARS = 13
 
 
 @dataclass(frozen=True)
@@ -66,21 +73,26 @@ def _short_hash(text: str) -> str:
     return base64.b32encode(digest).decode().lower()[:_HASH_CHARS]
 
 
-def host_label(namespace: str, unit: str) -> str:
+def host_label(namespace: str, unit: str, candidate: int = 0) -> str:
     """One DNS label naming the unit across tenants: `<unit>-<namespace>-<hash>` (the tenant's
     namespace, on every unit row: no lookup of the tenant to render a unit), each part cut
     so the label fits 63 characters, runs of '-' folded (a label with '--' at its third
     character is reserved for IDNA), the hash of tenant and unit keeping it unique where the
-    cut or the folding would make two units look alike."""
+    cut or the folding would make two units look alike. `candidate` n > 0 hashes
+    "<namespace>/<unit>#n" instead: the next label an order tries when a live unit holds
+    this one (orders.create_unit), which the unit then keeps (GPUUnit.host_label)."""
     room = _LABEL_MAX - _HASH_CHARS - 2  # two '-' join the three parts
     namespace_part = namespace[: max(room - len(unit), min(len(namespace), 12))]
     unit_part = unit[: room - len(namespace_part)]
     parts = [re.sub("-+", "-", part).strip("-") for part in (unit_part, namespace_part)]
-    return "-".join([*(part for part in parts if part), _short_hash(f"{namespace}/{unit}")])
+    hashed = f"{namespace}/{unit}#{candidate}" if candidate else f"{namespace}/{unit}"
+    return "-".join([*(part for part in parts if part), _short_hash(hashed)])
 
 
-def hostname(namespace: str, unit: str, domain: str) -> str:
-    return f"{host_label(namespace, unit)}.{domain}"
+def hostname(namespace: str, unit: str, domain: str, label: str = "") -> str:
+    """The unit's public hostname: its stored label (GPUUnit.host_label), or for a row that
+    has none the label computed from its names."""
+    return f"{label or host_label(namespace, unit)}.{domain}"
 
 
 def in_cluster_url(scheme: str, unit: str, namespace: str, port: int) -> str:
@@ -108,6 +120,7 @@ def for_unit(unit: object, config: AccessConfig | None = None) -> dict:
         config=config or from_settings(),
         node_ports=exposed.get("nodePorts"),
         load_balancer=exposed.get("loadBalancer", ""),
+        label=getattr(unit, "host_label", ""),
     )
     return {**settings_, **shown}
 
@@ -148,9 +161,11 @@ def describe(
     config: AccessConfig,
     node_ports: dict[str, int] | None = None,
     load_balancer: str = "",
+    label: str = "",
 ) -> dict:
-    """`{url, endpoints[{name, port, protocol, url}]}` for the unit JSON and GPUUnit status.
-    A TCP endpoint's URL is null until its Service has its node port (or address)."""
+    """`{url, endpoints[{name, port, protocol, url}]}` for the unit JSON and GPUUnit status,
+    the public URL under the unit's stored host `label` (computed when it has none). A TCP
+    endpoint's URL is null until its Service has its node port (or address)."""
     if not ports:
         return {"url": None, "endpoints": []}
     primary = primary_port(ports, access)
@@ -160,7 +175,7 @@ def describe(
         scheme = access.get("scheme", "http") if port is primary else protocol.lower()
         url: str | None = in_cluster_url(scheme, unit, namespace, port["port"])
         if port is primary and scheme in ("http", "https") and config.http_exposed:
-            url = f"{config.public_scheme}://{hostname(namespace, unit, config.domain)}"
+            url = f"{config.public_scheme}://{hostname(namespace, unit, config.domain, label)}"
         elif port is primary and tcp_exposed(access, config):
             url = None
             if config.tcp_service_type == "LoadBalancer" and load_balancer:
@@ -176,7 +191,7 @@ def describe(
 
 def check_settings(app_configs: object = None, **kwargs: object) -> list[checks.CheckMessage]:
     """System check: the ACCESS_* settings can make valid objects and hostnames."""
-    errors = []
+    errors: list[checks.CheckMessage] = []
     config = from_settings()
 
     def error(message: str, number: int) -> None:

@@ -53,7 +53,7 @@ ALLOWED_FROM: dict[str, frozenset[str]] = {
         }
     ),
 }
-_VERB = {
+_VERB: dict[str, str] = {
     OperationKind.STOP: "stop",
     OperationKind.START: "start",
     OperationKind.RESTART: "restart",
@@ -78,19 +78,6 @@ class ActionResult:
 
 # `open_op` not looked up yet (None: looked up, and there is none).
 _UNKNOWN: Any = object()
-
-
-def _lock_unit(tenant: Tenant, name: str, uid: str | None = None) -> GPUUnit:
-    """The unit of that name (the newest), or with `uid` only that one: a page that shows one
-    unit never acts on a newer unit of its name."""
-    units = GPUUnit.objects.select_for_update().filter(tenant=tenant, name=name)
-    if uid is not None:
-        units = units.filter(uid=uid)
-    unit = units.order_by("-id").first()
-    if unit is None:
-        raise NotFound(f"gpu unit {name} not found.")
-    unit.tenant = tenant
-    return unit
 
 
 def _check_actionable(unit: GPUUnit, kind: str, open_op: Operation | None = _UNKNOWN) -> None:
@@ -132,7 +119,9 @@ def refusal(unit: GPUUnit, kind: str, *, open_op: Operation | None = _UNKNOWN) -
     return None
 
 
-def _record(unit: GPUUnit, *, tenant: Tenant, kind: str, operation_id: str, request_hash: str):
+def _record(
+    unit: GPUUnit, *, tenant: Tenant, kind: str, operation_id: str, request_hash: str
+) -> Operation:
     operation = Operation.objects.create(
         tenant=tenant,
         operation_id=operation_id,
@@ -144,7 +133,9 @@ def _record(unit: GPUUnit, *, tenant: Tenant, kind: str, operation_id: str, requ
     return operation
 
 
-def _replay(tenant: Tenant, operation_id: str, *, kind: str, request_hash: str):
+def _replay(
+    tenant: Tenant, operation_id: str, *, kind: str, request_hash: str
+) -> ActionResult | None:
     earlier = selectors.get_operation(tenant=tenant, operation_id=operation_id)
     if earlier is None:
         return None
@@ -177,7 +168,7 @@ def request_action(
         with transaction.atomic():
             if kind == OperationKind.START:  # the tenant lock first, as orders take it
                 usage = tenancy_services.lock_tenant(tenant.pk)
-            unit = _lock_unit(tenant, name, uid)
+            unit = selectors.lock_unit(tenant=tenant, name=name, uid=uid)
             _check_actionable(unit, kind)
             operation = _record(
                 unit, tenant=tenant, kind=kind, operation_id=operation_id, request_hash=request_hash
@@ -377,7 +368,7 @@ def update_unit(
         with transaction.atomic():
             # Tenant lock first: storage mounts are checked against the other units under it.
             tenancy_services.lock_tenant(tenant.pk)
-            locked = _lock_unit(tenant, unit.name, str(unit.uid))
+            locked = selectors.lock_unit(tenant=tenant, name=unit.name, uid=str(unit.uid))
             # The version the patch was merged on: a change committed since refuses it.
             _check_etag(locked, unit.etag)
             _check_actionable(locked, OperationKind.UPDATE)

@@ -8,7 +8,8 @@ class RuntimeConfig(AppConfig):
 
     def ready(self) -> None:
         from controlplane import health, metrics
-        from runtime import access, gauges, lifecycle, observer, orders
+        from runtime import access, gauges, lifecycle, orders
+        from runtime.control import observer
         from tenancy import services as tenancy_services
 
         # Lower layers cannot import runtime; it hands them what they need from here.

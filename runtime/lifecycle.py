@@ -19,7 +19,6 @@ from django.utils import timezone
 from billing import ledger
 from controlplane import metrics
 from runtime import manifests, outbox, selectors
-from runtime.errors import NotFound
 from runtime.models import (
     EventType,
     GPUUnit,
@@ -224,12 +223,7 @@ def request_unit_deletion(*, tenant: Tenant, name: str, uid: str | None = None) 
     """Mark the unit Terminating and queue its teardown. Repeating it changes nothing. With
     `uid`, only that unit: a page that shows one unit never deletes a newer one of its name."""
     with transaction.atomic():
-        units = GPUUnit.objects.select_for_update().filter(tenant=tenant, name=name)
-        if uid is not None:
-            units = units.filter(uid=uid)
-        unit = units.order_by("-id").first()
-        if unit is None:
-            raise NotFound(f"gpu unit {name} not found.")
+        unit = selectors.lock_unit(tenant=tenant, name=name, uid=uid)
         if unit.phase in UnitPhase.ENDING:
             return unit
         # An order (or a stop, start, restart, update) not yet carried out ends here, whatever

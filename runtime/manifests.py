@@ -4,8 +4,9 @@ that tell an object of ours from a foreign one of the same name: dict in, dict o
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -71,6 +72,7 @@ class UnitContract:
     run_policy: str = "Running"
     stop_after: str = ""
     restarted_at: str = ""  # RFC 3339, the last restart's time
+    host_label: str = ""  # the unit's stored public host label (runtime/access.py), if any
 
 
 class Part(StrEnum):
@@ -744,30 +746,72 @@ def build_ingress(
     }
 
 
-# Addresses a unit may never reach, nor be reached from on a public port: private (RFC 1918,
-# RFC 4193), shared (RFC 6598), loopback,
-# link-local (cloud metadata at 169.254.169.254 and fd00:ec2::254 among them) and this-network.
-BLOCKED_EGRESS_V4 = [
-    "0.0.0.0/8",
-    "10.0.0.0/8",
-    "100.64.0.0/10",
-    "127.0.0.0/8",
-    "169.254.0.0/16",
-    "172.16.0.0/12",
-    "192.168.0.0/16",
-]
-BLOCKED_EGRESS_V6 = ["::1/128", "fc00::/7", "fe80::/10"]
+# Addresses a unit may never reach, nor be reached from on a public port, whatever the cluster
+# (the cluster's own pod, service and node ranges are added to these from settings). Each list
+# is of one family, for the ipBlock of that family: an ipBlock's `except` entries must lie
+# strictly inside its `cidr`.
+BLOCKED_V4 = (
+    "0.0.0.0/8",  # "this network" (RFC 1122, RFC 6890)
+    "10.0.0.0/8",  # private (RFC 1918)
+    "100.64.0.0/10",  # shared address space, carrier-grade NAT (RFC 6598)
+    "127.0.0.0/8",  # loopback (RFC 1122)
+    "169.254.0.0/16",  # link-local (RFC 3927)
+    # Cloud metadata: AWS EC2 IMDS, Google Compute Engine, Azure IMDS and Oracle Cloud all
+    # serve it here (their instance-metadata docs). Inside link-local; named so that it stays.
+    "169.254.169.254/32",
+    "172.16.0.0/12",  # private (RFC 1918)
+    "192.168.0.0/16",  # private (RFC 1918)
+    "224.0.0.0/4",  # multicast (RFC 5771)
+    # Reserved (RFC 1112 §4, RFC 6890; limited broadcast 255.255.255.255, RFC 919, is in it),
+    # never public, and some clusters number pods or nodes from it.
+    "240.0.0.0/4",
+)
+BLOCKED_V6 = (
+    "::1/128",  # loopback (RFC 4291)
+    # NAT64, the well-known prefix (RFC 6052) and the local-use one (RFC 8215): a gateway turns
+    # these into IPv4 addresses, private and metadata ones included, that the IPv4 block never
+    # sees. Listing one in NETWORK_EGRESS_ALLOW gives IPv6-only units IPv4 again, those too.
+    "64:ff9b::/96",
+    "64:ff9b:1::/48",
+    "fc00::/7",  # unique local (RFC 4193)
+    # AWS EC2 IMDS over IPv6 (AWS docs, "Instance metadata service"). Inside fc00::/7; named
+    # so that it stays.
+    "fd00:ec2::254/128",
+    "fe80::/10",  # link-local (RFC 4291 §2.5.6)
+    "ff00::/8",  # multicast (RFC 4291 §2.7)
+)
 TENANT_POLICY = "gpu-units-isolation"
 
 
+def _internet(cluster_cidrs: Iterable[str]) -> list[dict]:
+    """Peers meaning "any public address": one ipBlock per family, each excepting the blocked
+    ranges and the cluster's own ranges of its family (an ipBlock's `except` entries must be of
+    its family), each range named once and in a stable order."""
+    cluster = [ipaddress.ip_network(cidr) for cidr in cluster_cidrs]
+    peers = []
+    for everything, blocked in (("0.0.0.0/0", BLOCKED_V4), ("::/0", BLOCKED_V6)):
+        version = ipaddress.ip_network(everything).version
+        excepted = list(blocked)
+        for network in cluster:
+            if network.version == version and str(network) not in excepted:
+                excepted.append(str(network))
+        peers.append({"ipBlock": {"cidr": everything, "except": excepted}})
+    return peers
+
+
 def build_tenant_network_policy(
-    namespace: str, *, tenant: str, gateway_namespace: str, egress_allow: list[str]
+    namespace: str,
+    *,
+    tenant: str,
+    gateway_namespace: str,
+    egress_allow: list[str],
+    cluster_cidrs: Iterable[str] = (),
 ) -> dict:
-    """The tenant namespace's isolation (§11), one policy over every pod in it: ingress only
-    from the gateway's namespace (units admit their own pods and exposed ports by their own
-    policy); egress to the cluster DNS, the public internet (private, link-local and
-    metadata ranges excepted) and the allow-listed CIDRs. Another tenant's pods, in another
-    namespace, are neither."""
+    """The tenant namespace's isolation (§11, §18), one policy over every pod in it: ingress
+    only from the gateway's namespace (units admit their own pods and exposed ports by their
+    own policy); egress to the cluster DNS, the public internet (the blocked ranges and the
+    cluster's own pod, service and node ranges, `cluster_cidrs`, excepted) and the
+    allow-listed CIDRs. Another tenant's pods, in another namespace, are neither."""
     ingress = []
     if gateway_namespace:
         ingress.append(
@@ -793,12 +837,7 @@ def build_tenant_network_policy(
             ],
             "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
         },
-        {
-            "to": [
-                {"ipBlock": {"cidr": "0.0.0.0/0", "except": list(BLOCKED_EGRESS_V4)}},
-                {"ipBlock": {"cidr": "::/0", "except": list(BLOCKED_EGRESS_V6)}},
-            ]
-        },
+        {"to": _internet(cluster_cidrs)},
     ]
     if egress_allow:
         egress.append({"to": [{"ipBlock": {"cidr": cidr}} for cidr in egress_allow]})
@@ -820,20 +859,22 @@ def build_tenant_network_policy(
 
 
 def build_unit_network_policy(
-    contract: UnitContract, *, owner_uid: str, public_ports: list[dict]
+    contract: UnitContract,
+    *,
+    owner_uid: str,
+    public_ports: list[dict],
+    cluster_cidrs: Iterable[str] = (),
 ) -> dict:
     """The unit's own ingress: from its own pods, and from public addresses on the ports it
     exposes outside the cluster (a NodePort or LoadBalancer Service with
     externalTrafficPolicy Local keeps the client's address). Pods, another tenant's or a
-    sibling unit's, are private addresses and stay out."""
+    sibling unit's, and nodes have the cluster's addresses (`cluster_cidrs`, or blocked
+    ranges) and stay out."""
     ingress: list[dict] = [{"from": [{"podSelector": {"matchLabels": _unit_selector(contract)}}]}]
     if public_ports:
         ingress.append(
             {
-                "from": [
-                    {"ipBlock": {"cidr": "0.0.0.0/0", "except": list(BLOCKED_EGRESS_V4)}},
-                    {"ipBlock": {"cidr": "::/0", "except": list(BLOCKED_EGRESS_V6)}},
-                ],
+                "from": _internet(cluster_cidrs),
                 "ports": [
                     {"protocol": p.get("protocol", "TCP"), "port": p["port"]} for p in public_ports
                 ],

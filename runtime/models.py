@@ -100,6 +100,10 @@ class GPUUnit(models.Model):
     # {"enabled": true, "keys": [names of the tenant's SSH keys]} or {}: the public keys
     # themselves go to the unit's ConfigMap, never its spec.
     ssh = models.JSONField(default=dict, blank=True)
+    # The DNS label of its public hostname (access.host_label), fixed when it is ordered so
+    # no live unit can be given another's URL (unit_host_label_unique_while_live). Blank only
+    # on rows not written by an order: access computes theirs.
+    host_label = models.CharField(max_length=63, blank=True)
     # What the customer wants of it now. `generation` counts changes to the spec (update, stop,
     # start), as a Kubernetes object's metadata.generation does; `observed_generation` is the
     # one the cluster's objects were last brought to.
@@ -131,7 +135,7 @@ class GPUUnit(models.Model):
     last_sync_at = models.DateTimeField(null=True, blank=True)
     terminated_at = models.DateTimeField(null=True, blank=True)
     # What the unit has cost so far: not stored, set by the views that render it
-    # (runtime.views.with_costs, from the usage ledger).
+    # (runtime.api.views.with_costs, from the usage ledger).
     cost_to_date: Decimal
 
     objects = UnitQuerySet.as_manager()
@@ -145,6 +149,12 @@ class GPUUnit(models.Model):
                 condition=~Q(phase="Terminated"),
                 name="unit_name_unique_while_live",
                 violation_error_message="A live unit with this name already exists.",
+            ),
+            models.UniqueConstraint(
+                fields=["host_label"],
+                condition=~Q(phase="Terminated") & ~Q(host_label=""),
+                name="unit_host_label_unique_while_live",
+                violation_error_message="A live unit already has this host label.",
             ),
         ]
         indexes = [
@@ -232,6 +242,7 @@ class GPUUnit(models.Model):
                 self.restarted_at.strftime("%Y-%m-%dT%H:%M:%SZ") if self.restarted_at else ""
             ),
             ssh_image=settings.SSH_SERVER_IMAGE,
+            host_label=self.host_label,
         )
 
 

@@ -27,6 +27,7 @@ from catalog.models import Package
 from controlplane import statements
 from controlplane.validation import dns_label
 from runtime import manifests, outbox, selectors, stopafter
+from runtime.access import host_label
 from runtime.errors import InvalidRequest, NameConflict, QuotaExceeded, StorageInUse
 from runtime.models import (
     EventType,
@@ -46,6 +47,12 @@ M = TypeVar("M", bound=models.Model)
 # Models whose new rows the order statement writes: what Model.save() would do for them beyond
 # INSERTing their fields' values (database defaults, generated columns, signals) never happens.
 WRITTEN_MODELS: tuple[type[models.Model], ...] = (GPUUnit, Operation, UnitEvent)
+
+# The unique index that refuses an order a label a live unit holds: the order then tries the
+# next candidate label, up to HOST_LABEL_CANDIDATES of them (each one taken would take a
+# second preimage of a 65-bit hash: access._HASH_CHARS).
+HOST_LABEL_CONSTRAINT = "unit_host_label_unique_while_live"
+HOST_LABEL_CANDIDATES = 8
 
 
 @dataclass(frozen=True)
@@ -112,6 +119,7 @@ def create_unit(
         access=access,
         storage_mounts=storage_mounts,
         ssh=ssh,
+        host_label=host_label(tenant.namespace, name),
         stop_after=stopafter.effective_stop_after(
             tenant, package.id, stop_after, package_max=package.max_stop_after
         ),
@@ -147,42 +155,63 @@ def create_unit(
         "memory": unit.memory_bytes,
         "tenant": tenant.pk,
     }
-    try:
-        with transaction.atomic(), statements.cursor() as sql:
-            # Serialise orders per tenant: each sees the usage the one before it charged.
-            sql.execute(
-                "SELECT used_cpu_millicores, used_memory_bytes, used_claims "
-                f"FROM {statements.table(Tenant)} WHERE id = %s FOR UPDATE",
-                [tenant.pk],
-            )
-            usage = TenantUsage(*sql.fetchone())
-            if problem := tenancy_services.quota_problem(
-                tenant, usage, cpu_millicores=unit.cpu_millicores, memory_bytes=unit.memory_bytes
-            ):
-                raise problem
-            if problem := device_quota_problem(tenant, unit.device_class_name, unit.count):
-                raise problem
-            if storage_mounts:  # under the tenant lock: two orders cannot take one storage
-                check_storage_mounts(tenant, storage_mounts)
-            sql.execute(_order_sql(), params)
-            unit_pk, operation_pk = sql.fetchone()
-            statements.saved(unit, unit_pk)
-            operation.unit = unit
-            statements.saved(operation, operation_pk)
-            transaction.on_commit(lambda: outbox.enqueue(operation))
-    except (IntegrityError, QuotaExceeded) as exc:
-        # An identical request that committed first (its operationID, or its unit's name, is
-        # taken now) is a replay; the name being taken comes before a full quota.
-        replay = selectors.get_operation(tenant=tenant, operation_id=operation_id)
-        if replay is not None:
-            return _replayed(replay, request_hash)
-        if isinstance(exc, IntegrityError) or selectors.name_in_use(tenant=tenant, name=name):
-            raise NameConflict(
-                f"gpu unit name {tenant.namespace}/{name} is already in use.",
-                details={"name": name},
-            ) from None
-        raise
-    return CreateResult(unit=unit, created=True)
+    candidate = 0
+    while True:
+        try:
+            with transaction.atomic(), statements.cursor() as sql:
+                # Serialise orders per tenant: each sees the usage the one before it charged.
+                sql.execute(
+                    "SELECT used_cpu_millicores, used_memory_bytes, used_claims "
+                    f"FROM {statements.table(Tenant)} WHERE id = %s FOR UPDATE",
+                    [tenant.pk],
+                )
+                usage = TenantUsage(*sql.fetchone())
+                if problem := tenancy_services.quota_problem(
+                    tenant,
+                    usage,
+                    cpu_millicores=unit.cpu_millicores,
+                    memory_bytes=unit.memory_bytes,
+                ):
+                    raise problem
+                if problem := device_quota_problem(tenant, unit.device_class_name, unit.count):
+                    raise problem
+                if storage_mounts:  # under the tenant lock: two orders cannot take one storage
+                    check_storage_mounts(tenant, storage_mounts)
+                sql.execute(_order_sql(), params)
+                unit_pk, operation_pk = sql.fetchone()
+                statements.saved(unit, unit_pk)
+                operation.unit = unit
+                statements.saved(operation, operation_pk)
+                transaction.on_commit(lambda: outbox.enqueue(operation))
+        except (IntegrityError, QuotaExceeded) as exc:
+            if _host_label_taken(exc):
+                if candidate == HOST_LABEL_CANDIDATES:
+                    raise  # every candidate is a live unit's: no name or quota problem
+                # Another live unit's URL (practically never): the next label, decided by the
+                # unique index again. A name or operationID taken as well fails the next try.
+                candidate += 1
+                unit.host_label = host_label(tenant.namespace, name, candidate)
+                params["unit"] = statements.row_json(unit)
+                continue
+            # An identical request that committed first (its operationID, or its unit's name, is
+            # taken now) is a replay; the name being taken comes before a full quota.
+            replay = selectors.get_operation(tenant=tenant, operation_id=operation_id)
+            if replay is not None:
+                return _replayed(replay, request_hash)
+            if isinstance(exc, IntegrityError) or selectors.name_in_use(tenant=tenant, name=name):
+                raise NameConflict(
+                    f"gpu unit name {tenant.namespace}/{name} is already in use.",
+                    details={"name": name},
+                ) from None
+            raise
+        return CreateResult(unit=unit, created=True)
+
+
+def _host_label_taken(exc: Exception) -> bool:
+    """Whether an order's unique violation is its host label's, not its name's or
+    operationID's (the database names the index it was refused by)."""
+    diag = getattr(exc.__cause__, "diag", None)
+    return getattr(diag, "constraint_name", None) == HOST_LABEL_CONSTRAINT
 
 
 def _replayed(operation: Operation, request_hash: str) -> CreateResult:
@@ -202,21 +231,13 @@ def device_quota_problem(tenant: Tenant, device_class: str, count: int) -> Quota
     used = selectors.devices_requested(tenant=tenant, device_class=device_class)
     if used + count <= hard:
         return None
-    limit = f"{device_class}{manifests.DEVICE_QUOTA_SUFFIX}"
-    never = count > hard
-    return QuotaExceeded(
-        f"the package is larger than tenant {tenant.slug}'s quota for {limit}: "
-        f"requested={count} hard={hard}"
-        if never
-        else f"tenant {tenant.slug} quota would be exceeded for {limit}: "
-        f"used={used} requested={count} hard={hard}",
-        details={
-            "limit": limit,
-            "used": str(used),
-            "requested": str(count),
-            "hard": str(hard),
-            "largerThanQuota": never,
-        },
+    return tenancy_services.quota_exceeded(
+        tenant,
+        f"{device_class}{manifests.DEVICE_QUOTA_SUFFIX}",
+        used=str(used),
+        requested=str(count),
+        hard=str(hard),
+        larger=count > hard,
     )
 
 
@@ -247,8 +268,8 @@ def _order_sql() -> str:
     """The order itself, one statement run under the tenant row lock once the quota check
     passed: the unit, its operation and first timeline entry, and the tenant charged for it.
     Each row travels as one JSON parameter, so the text never changes and the server reuses
-    its plan. A name or operationID taken meanwhile ends in a unique violation, and nothing is
-    written."""
+    its plan. A name, host label or operationID taken meanwhile ends in a unique violation, and
+    nothing is written."""
     unit = statements.insert_columns(GPUUnit)
     operation = statements.insert_columns(Operation, skip=("unit",))
     event = statements.insert_columns(UnitEvent, skip=("unit",))

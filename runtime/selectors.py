@@ -11,6 +11,7 @@ from django.db.models import Count, Q, QuerySet, Sum
 from django.db.models.functions import Coalesce
 
 from controlplane.validation import fold_case
+from runtime.errors import NotFound
 from runtime.models import GPUUnit, Operation, OperationStatus, UnitEvent, UnitPhase
 from tenancy.models import SSHKey, Tenant
 from tenancy.selectors import TenantUsage
@@ -33,6 +34,20 @@ def list_units(
     if package_id:
         units = units.filter(package_id=fold_case(package_id.strip()))
     return units
+
+
+def lock_unit(*, tenant: Tenant, name: str, uid: str | None = None) -> GPUUnit:
+    """The tenant's unit of that name (the newest), locked for the rest of the transaction, or
+    with `uid` only that one: a page that shows one unit never acts on a newer unit of its
+    name. NotFound when there is none."""
+    units = GPUUnit.objects.select_for_update().filter(tenant=tenant, name=name)
+    if uid is not None:
+        units = units.filter(uid=uid)
+    unit = units.order_by("-id").first()
+    if unit is None:
+        raise NotFound(f"gpu unit {name} not found.")
+    unit.tenant = tenant
+    return unit
 
 
 def get_unit(*, tenant: Tenant, name: str) -> GPUUnit | None:

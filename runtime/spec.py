@@ -1,10 +1,12 @@
 """What a unit runs, declared once: the template (command, args, env, ports), access, storage
 mounts, SSH and stopAfter, as DRF serializers and fields that check a JSON value of any shape
 and name each problem by its API field path (`template.env[0].name`). The order's input
-serializer (runtime/serializers.py) and the update service (runtime/actions.py) both check
+serializer (runtime/api/serializers.py) and the update service (runtime/actions.py) both check
 through them, so an order and an update accept exactly the same units."""
 
 from __future__ import annotations
+
+from typing import Any
 
 from django.conf import settings
 from drf_spectacular.utils import extend_schema_field
@@ -138,10 +140,10 @@ class SSHField(serializers.JSONField):
 class DurationField(StringField):
     """A duration such as "8h" or "1h30m" (whole days, hours, minutes, seconds; 1s to 366d)."""
 
-    def __init__(self, **kwargs) -> None:
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(max_length=16, **kwargs)
 
-    def to_internal_value(self, data) -> str:
+    def to_internal_value(self, data: Any) -> str:
         value = super().to_internal_value(data)
         return _duration(value) if value else ""
 

@@ -1,23 +1,23 @@
 """Tenant storages (docs/architecture.md §11): a PersistentVolumeClaim per storage in the
 tenant's namespace, deleted with the storage (never while a live unit mounts it), outliving the
-units that mount it. The API records storages and their deletion; a worker creates and deletes
-the claims (web makes no cluster writes), and beat's reconcile mirrors their phase, makes a
-lost claim again and finishes deletions. The tenant's storage quota (total size and count) is
-checked here under the tenant's row lock, and kept in its ResourceQuota too."""
+units that mount it. This module records storages and their deletion; a worker creates and
+deletes the claims (runtime/control/volumes.py: web makes no cluster writes), and beat's pass
+mirrors their phase, makes a lost claim again and finishes deletions. The tenant's storage
+quota (total size and count) is checked here under the tenant's row lock, and kept in its
+ResourceQuota too."""
 
 from __future__ import annotations
 
 import logging
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import Count, Sum
 
-from controlplane import kube
 from controlplane.errors import DomainError, InvalidRequest, NotFound
-from controlplane.kube.errors import KubeError, TemporaryError
 from controlplane.validation import dns_subdomain, fold_case, positive_quantity
 from dracel import quantity
-from runtime import manifests, outbox, provisioning, validation
+from runtime import outbox, validation
 from runtime.errors import QuotaExceeded, StorageInUse
 from runtime.models import GPUStorage, GPUUnit, StorageAccessMode, StoragePhase
 from tenancy import services as tenancy_services
@@ -30,11 +30,26 @@ class StorageConflict(DomainError):
     code = "storage_conflict"
 
 
+def _storage_class_problem(storage_class: str) -> str | None:
+    """A class a tenant may name: one of ops' STORAGE_CLASSES (a class decides the disks, their
+    cost and who else shares them, so tenants pick only among those offered)."""
+    if problem := dns_subdomain(storage_class):
+        return problem
+    if storage_class not in settings.STORAGE_CLASSES:
+        offered = ", ".join(settings.STORAGE_CLASSES)
+        return (
+            f"storageClass must be one of: {offered}."
+            if offered
+            else "storageClass cannot be chosen here: leave it out for the cluster's default."
+        )
+    return None
+
+
 def _problems(name: str, size: str, storage_class: str, access_mode: str) -> dict[str, list[str]]:
     found = {
         "name": validation.storage_name(name),
         "size": positive_quantity(size, resource="storage"),
-        "storageClass": dns_subdomain(storage_class) if storage_class else None,
+        "storageClass": _storage_class_problem(storage_class) if storage_class else None,
         "accessMode": None
         if access_mode in StorageAccessMode.values
         else f"accessMode must be one of {', '.join(StorageAccessMode.values)}.",
@@ -74,43 +89,6 @@ def create_storage(
 # Sent by outbox.send; if the broker is down, beat's reconcile (sync_storages) sends them.
 PROVISION_STORAGE_TASK = "runtime.provision_storage"
 DELETE_STORAGE_TASK = "runtime.delete_storage"
-
-
-def provision_storage(storage_pk: int) -> None:
-    """The worker's half of a create: the claim (created or adopted), its phase recorded. A
-    refusal fails the storage with the cluster's message; a TemporaryError is retried."""
-    storage = GPUStorage.objects.select_related("tenant").filter(pk=storage_pk).first()
-    if storage is None or storage.phase == StoragePhase.TERMINATING:
-        return
-    tenant = storage.tenant
-    try:
-        provisioning.ensure_tenant_namespace_once(tenant)
-        claim = kube.create_or_adopt(
-            kube.PERSISTENTVOLUMECLAIM,
-            _claim(storage),
-            ours=lambda found: manifests.labelled_storage(
-                found, tenant=tenant.slug, name=storage.name
-            ),
-        )
-    except TemporaryError:
-        raise
-    except KubeError as exc:
-        _transition(
-            storage, StoragePhase.FAILED, message=f"the cluster refused the claim: {exc.message}"
-        )
-        return
-    _observe(storage, claim)
-
-
-def _claim(storage: GPUStorage) -> dict:
-    return manifests.build_storage_claim(
-        namespace=storage.tenant.namespace,
-        tenant=storage.tenant.slug,
-        name=storage.name,
-        size=storage.size,
-        storage_class=storage.storage_class,
-        access_mode=storage.access_mode,
-    )
 
 
 def _check_quota(tenant: Tenant, size_bytes: int) -> None:
@@ -176,63 +154,3 @@ def delete_storage(*, tenant: Tenant, name: str) -> GPUStorage:
         storage.phase = StoragePhase.TERMINATING
         transaction.on_commit(lambda: outbox.send(DELETE_STORAGE_TASK, storage.pk))
     return storage
-
-
-def finish_storage_deletion(storage_pk: int) -> None:
-    """The worker's half of a delete: the claim deleted, then the row once it is gone."""
-    storage = GPUStorage.objects.select_related("tenant").filter(pk=storage_pk).first()
-    if storage is None or storage.phase != StoragePhase.TERMINATING:
-        return
-    namespace = storage.tenant.namespace
-    kube.delete(kube.PERSISTENTVOLUMECLAIM, namespace, storage.claim_name)
-    if kube.get(kube.PERSISTENTVOLUMECLAIM, namespace, storage.claim_name) is not None:
-        raise TemporaryError(f"waiting for claim {storage.claim_name} to be deleted", delay=1)
-    storage.delete()
-
-
-def _transition(storage: GPUStorage, to: str, **fields: str) -> bool:
-    """Compare-and-set, as units' phases move: only from the phase `storage` was read in, so
-    a deletion committed since (Terminating) is never written over by what a cluster call
-    started before it saw. False when someone else moved it first."""
-    moved = GPUStorage.objects.filter(pk=storage.pk, phase=storage.phase).update(phase=to, **fields)
-    if moved:
-        storage.phase = to
-        for name, value in fields.items():
-            setattr(storage, name, value)
-    return bool(moved)
-
-
-def _observe(storage: GPUStorage, claim: dict | None) -> None:
-    if storage.phase in (StoragePhase.TERMINATING, StoragePhase.FAILED):
-        return
-    phase = ((claim or {}).get("status") or {}).get("phase") or StoragePhase.PENDING
-    if claim is None:
-        phase = StoragePhase.LOST
-    uid = ((claim or {}).get("metadata") or {}).get("uid", "")
-    if (storage.phase, storage.claim_k8s_uid) != (phase, uid):
-        _transition(storage, phase, claim_k8s_uid=uid, message="")
-
-
-def sync_storages() -> int:
-    """Beat's pass over every storage, from one list of the control plane's claims: phases
-    mirrored, a lost or never-made claim made (again), deletions finished. How many changed."""
-    if not GPUStorage.objects.exists():
-        return 0
-    claims = {
-        (c["metadata"]["namespace"], c["metadata"]["name"]): c
-        for c in kube.list_objects(
-            kube.PERSISTENTVOLUMECLAIM, label_selector=manifests.STORAGE_SELECTOR
-        )
-    }
-    changed = 0
-    for storage in GPUStorage.objects.select_related("tenant"):
-        claim = claims.get((storage.tenant.namespace, storage.claim_name))
-        if storage.phase == StoragePhase.TERMINATING:
-            outbox.send(DELETE_STORAGE_TASK, storage.pk)
-            continue
-        if claim is None and storage.phase != StoragePhase.FAILED:
-            outbox.send(PROVISION_STORAGE_TASK, storage.pk)
-        before = storage.phase
-        _observe(storage, claim)
-        changed += storage.phase != before
-    return changed

@@ -12,7 +12,8 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection
 
 from controlplane.kube.errors import KubeError, TemporaryError
-from runtime import actions, lifecycle, outbox, provisioning, reconcile, storage
+from runtime import actions, lifecycle, outbox, storage
+from runtime.control import provisioning, reconcile, volumes
 
 logger = logging.getLogger(__name__)
 
@@ -64,12 +65,12 @@ def stop_expired_units() -> int:
 
 @shared_task(name=storage.PROVISION_STORAGE_TASK, bind=True, max_retries=None)
 def provision_storage(self: Task, storage_pk: int) -> None:
-    _run_storage(self, storage.provision_storage, storage_pk)
+    _run_storage(self, volumes.provision_storage, storage_pk)
 
 
 @shared_task(name=storage.DELETE_STORAGE_TASK, bind=True, max_retries=None)
 def delete_storage(self: Task, storage_pk: int) -> None:
-    _run_storage(self, storage.finish_storage_deletion, storage_pk)
+    _run_storage(self, volumes.finish_storage_deletion, storage_pk)
 
 
 def _run_storage(task: Task, run: Callable[[int], None], storage_pk: int) -> None:
@@ -89,7 +90,7 @@ def reconcile_units() -> None:
     if result.changed or result.recreated or result.terminated:
         logger.info("reconcile: %s", result)
     try:
-        if changed := storage.sync_storages():
+        if changed := volumes.sync_storages():
             logger.info("reconcile: %s storages changed", changed)
     except KubeError:
         logger.warning("storage sync skipped: cannot list claims", exc_info=True)

@@ -29,6 +29,43 @@ IMAGE_REFERENCE = re.compile(
 )
 ENV_NAME = re.compile(r"^[-._a-zA-Z][-._a-zA-Z0-9]*$")
 RESERVED_ENV = {"SPEC_NAME", "UNIT_NAME", "GPU_COUNT"}
+# Variables that choose which devices a container sees, or how a shared device is split: a
+# unit's devices come from its claim, so a tenant may set none of them. On nodes whose NVIDIA
+# container runtime honours them for unprivileged containers, NVIDIA_VISIBLE_DEVICES=all would
+# show every GPU of the node. Sources: the NVIDIA Container Toolkit's "Environment variables
+# (OCI spec)" (NVIDIA_VISIBLE_DEVICES, NVIDIA_DRIVER_CAPABILITIES, NVIDIA_REQUIRE_*,
+# NVIDIA_DISABLE_REQUIRE, NVIDIA_MIG_*), its IMEX, GDS, GDRCopy, MOFED and NVSwitch feature
+# flags; CUDA MPS's client variables (CUDA_MPS_*, set by the NVIDIA DRA driver for MPS
+# sharing); HAMi-core's limits (CUDA_DEVICE_MEMORY_LIMIT*, CUDA_DEVICE_SM_LIMIT,
+# CUDA_DEVICE_MEMORY_SHARED_CACHE, CUDA_OVERSUBSCRIBE).
+DEVICE_ENV = {
+    "NVIDIA_VISIBLE_DEVICES",
+    "NVIDIA_DRIVER_CAPABILITIES",
+    "NVIDIA_DISABLE_REQUIRE",
+    "NVIDIA_IMEX_CHANNELS",
+    "NVIDIA_GDS",
+    "NVIDIA_GDRCOPY",
+    "NVIDIA_MOFED",
+    "NVIDIA_NVSWITCH",
+    "CUDA_DEVICE_SM_LIMIT",
+    "CUDA_DEVICE_MEMORY_SHARED_CACHE",
+    "CUDA_OVERSUBSCRIBE",
+}
+DEVICE_ENV_PREFIXES = ("NVIDIA_REQUIRE_", "NVIDIA_MIG_", "CUDA_MPS_", "CUDA_DEVICE_MEMORY_LIMIT")
+
+
+def reserved_env(name: str) -> str | None:
+    """Why a tenant may not set `name` (None when it may)."""
+    if name in RESERVED_ENV:
+        return f"{name} is set by the control plane."
+    if name in DEVICE_ENV or name.startswith(DEVICE_ENV_PREFIXES):
+        return (
+            f"{name} selects or splits devices; a unit's devices come from its package's "
+            "claim, so it is reserved."
+        )
+    return None
+
+
 MAX_IMAGE = 512
 MAX_ITEMS = 64
 MAX_STRING = 4096
@@ -79,6 +116,38 @@ def image_reference(value: str, *, allowlist: list[str]) -> str | None:
     return None
 
 
+# What the pod itself mounts or the kernel provides, which a storage must not hide: the system
+# trees (/proc, /sys, /dev and below, /dev/shm the unit's shared memory), the SSH sidecar's
+# authorized keys (manifests.SSH_KEYS_PATH, shared with the storages it sees), the service
+# account tokens' directories, the files kubelet writes into every container, and the roots
+# above them.
+RESERVED_MOUNT_TREES = (
+    "/proc",
+    "/sys",
+    "/dev",
+    "/etc/ssh-keys",
+    "/var/run/secrets",
+    "/run/secrets",
+)
+RESERVED_MOUNT_PATHS = {
+    "/",
+    "/etc",
+    "/etc/hosts",
+    "/etc/hostname",
+    "/etc/resolv.conf",
+    "/run",
+    "/var/run",
+}
+
+
+def reserved_mount_path(path: str) -> str | None:
+    """Why a storage may not be mounted at `path` (a normalised absolute path), or None."""
+    tree = next((t for t in RESERVED_MOUNT_TREES if path == t or path.startswith(f"{t}/")), None)
+    if tree is not None or path in RESERVED_MOUNT_PATHS:
+        return f"mountPath {path} is reserved: {tree or path} is the system's or the unit's own."
+    return None
+
+
 def _storable(text: str) -> bool:
     """Postgres text holds neither NUL nor lone surrogates (which JSON can still carry)."""
     if "\x00" in text:
@@ -125,6 +194,9 @@ def ports(value: object) -> dict[str, str]:
             continue
         name, number = entry.get("name"), entry.get("port")
         protocol = entry.get("protocol", "TCP")
+        if not isinstance(protocol, str) or protocol not in PROTOCOLS:
+            problems[f"{where}.protocol"] = "protocol must be TCP or UDP."
+            protocol = "TCP"  # judged as TCP for the checks below, which name their own fields
         if problem := port_name(name):
             problems[f"{where}.name"] = problem
         elif name in names:
@@ -133,8 +205,6 @@ def ports(value: object) -> dict[str, str]:
             problems[f"{where}.port"] = "port must be an integer from 1 to 65535."
         elif (number, protocol) in numbers:
             problems[f"{where}.port"] = f"port {number}/{protocol} is listed twice."
-        if protocol not in PROTOCOLS:
-            problems[f"{where}.protocol"] = "protocol must be TCP or UDP."
         if isinstance(name, str):
             names.add(name)
         if isinstance(number, int):
@@ -200,8 +270,8 @@ def template(value: object) -> dict[str, str]:
         name, val = entry.get("name"), entry.get("value", "")
         if not isinstance(name, str) or not ENV_NAME.fullmatch(name) or len(name) > 256:
             problems[f"{where}.name"] = "not a valid environment variable name."
-        elif name in RESERVED_ENV:
-            problems[f"{where}.name"] = f"{name} is set by the control plane."
+        elif reason := reserved_env(name):
+            problems[f"{where}.name"] = reason
         elif name in seen:
             problems[f"{where}.name"] = f"{name} is listed twice."
         if not isinstance(val, str) or len(val) > MAX_STRING or not _storable(val):
@@ -255,8 +325,10 @@ def storage_mounts(value: object) -> tuple[list[dict], dict[str, str]]:
         cleaned = posixpath.normpath(path) if isinstance(path, str) and path else ""
         if not cleaned.startswith("/") or cleaned.startswith("//"):
             problems[f"{where}.mountPath"] = "mountPath must be an absolute path."
-        elif cleaned == "/" or cleaned == "/dev/shm" or len(cleaned) > 1024:
-            problems[f"{where}.mountPath"] = f"mountPath {cleaned} cannot be mounted over."
+        elif len(cleaned) > 1024:
+            problems[f"{where}.mountPath"] = "mountPath must be at most 1024 characters."
+        elif reason := reserved_mount_path(cleaned):
+            problems[f"{where}.mountPath"] = reason
         elif not _storable(cleaned) or ":" in cleaned:
             problems[f"{where}.mountPath"] = "mountPath may not contain NUL or ':'."
         elif cleaned in paths:

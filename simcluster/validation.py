@@ -617,6 +617,14 @@ def _device_request_rules(request: dict[str, Any], where: str, *, sub: bool) -> 
                     "Too many: must have at most 32 items",
                 )
             )
+        for index, selector in enumerate(exact.get("selectors") or []):
+            # validateSelector: a DeviceSelector's one member, cel, is required.
+            if not isinstance(selector, dict) or selector.get("cel") is None:
+                causes.append(
+                    cause(
+                        "FieldValueRequired", f"{prefix}.selectors[{index}].cel", "Required value"
+                    )
+                )
         tolerations = exact.get("tolerations") or []
         if len(tolerations) > MAX_TOLERATIONS:
             causes.append(_too_many(f"{prefix}.tolerations", len(tolerations), MAX_TOLERATIONS))

@@ -14,3 +14,10 @@ class QuotaExceeded(DomainError):
     being full is not this."""
 
     code = "quota_exceeded"
+
+
+class LimitExceeded(DomainError):
+    """A count the platform caps per tenant (SSH keys, secrets, ...) is reached: the message
+    names the limit; deleting one makes room."""
+
+    code = "limit_exceeded"

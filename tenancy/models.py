@@ -88,6 +88,19 @@ class Tenant(models.Model):
 
     class Meta:
         ordering = ["slug"]
+        # What a staff account may do in the dashboard beyond its own tenants; granted through
+        # the groups tenancy.staff makes (README "Staff permissions").
+        permissions = [
+            (
+                "view_every_tenant",
+                "Can see every tenant's units, storage, SSH keys and costs in the dashboard",
+            ),
+            (
+                "act_for_every_tenant",
+                "Can order, change, stop, start, restart and delete units, and add and delete "
+                "storage and SSH keys, for every tenant in the dashboard",
+            ),
+        ]
 
     def __str__(self) -> str:
         return self.slug

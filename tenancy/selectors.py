@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from controlplane.validation import fold_case
-from tenancy.models import Tenant
+from tenancy.models import SSHKey, Tenant
 
 
 @dataclass(frozen=True)
@@ -28,3 +28,7 @@ def usage_of(tenant: Tenant) -> TenantUsage:
 
 def get_tenant(*, slug: str) -> Tenant | None:
     return Tenant.objects.filter(slug=fold_case(slug.strip())).first()
+
+
+def count_ssh_keys(tenant: Tenant) -> int:
+    return SSHKey.objects.filter(tenant=tenant).count()

@@ -9,6 +9,7 @@ import hashlib
 import secrets
 from collections.abc import Callable
 
+from django.conf import settings
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import AbstractBaseUser
 from django.db import IntegrityError, transaction
@@ -19,7 +20,7 @@ from controlplane.errors import InvalidRequest, NotFound
 from controlplane.validation import dns_label, fold_case
 from dracel import quantity
 from tenancy import sshkeys
-from tenancy.errors import QuotaExceeded, SSHKeyConflict
+from tenancy.errors import LimitExceeded, QuotaExceeded, SSHKeyConflict
 from tenancy.models import ApiKey, SSHKey, Tenant
 from tenancy.selectors import TenantUsage
 
@@ -118,23 +119,37 @@ def quota_problem(
     ]
     for limit, used, requested, hard, show in limits:
         if requested and used + requested > hard:
-            # Larger than the whole quota: deleting units never helps, a smaller package does.
-            never = requested > hard
-            return QuotaExceeded(
-                f"the package is larger than tenant {tenant.slug}'s quota for {limit}: "
-                f"requested={show(requested)} hard={show(hard)}"
-                if never
-                else f"tenant {tenant.slug} quota would be exceeded for {limit}: "
-                f"used={show(used)} requested={show(requested)} hard={show(hard)}",
-                details={
-                    "limit": limit,
-                    "used": show(used),
-                    "requested": show(requested),
-                    "hard": show(hard),
-                    "largerThanQuota": never,
-                },
+            return quota_exceeded(
+                tenant,
+                limit,
+                used=show(used),
+                requested=show(requested),
+                hard=show(hard),
+                larger=requested > hard,
             )
     return None
+
+
+def quota_exceeded(
+    tenant: Tenant, limit: str, *, used: str, requested: str, hard: str, larger: bool
+) -> QuotaExceeded:
+    """The refusal of a request over the tenant's quota for `limit`, in the one wording
+    customers see (API and dashboard). `larger`: the request alone is over the whole quota,
+    so deleting units never helps; a smaller package does."""
+    return QuotaExceeded(
+        f"the package is larger than tenant {tenant.slug}'s quota for {limit}: "
+        f"requested={requested} hard={hard}"
+        if larger
+        else f"tenant {tenant.slug} quota would be exceeded for {limit}: "
+        f"used={used} requested={requested} hard={hard}",
+        details={
+            "limit": limit,
+            "used": used,
+            "requested": requested,
+            "hard": hard,
+            "largerThanQuota": larger,
+        },
+    )
 
 
 def set_usage(*, tenant_pk: int, usage: TenantUsage) -> None:
@@ -212,6 +227,12 @@ def add_ssh_key(*, tenant: Tenant, name: str, public_key: str) -> SSHKey:
     if problems:
         raise InvalidRequest("The SSH key is invalid.", details={"fields": problems})
     taken = SSHKey.objects.filter(tenant=tenant)
+    if (held := taken.count()) >= settings.SSH_KEYS_PER_TENANT:
+        raise LimitExceeded(
+            f"tenant {tenant.slug} has {held} SSH keys, the most it may register "
+            f"({settings.SSH_KEYS_PER_TENANT}); delete one first.",
+            details={"limit": "sshKeys", "used": held, "hard": settings.SSH_KEYS_PER_TENANT},
+        )
     if taken.filter(name=name).exists():
         raise SSHKeyConflict(f"an SSH key named {name} exists.", details={"name": name})
     same = taken.filter(fingerprint=parsed.fingerprint).first()

@@ -2,7 +2,7 @@
 expression), checked against the key policy, fingerprinted as `ssh-keygen -l` prints them.
 
 Pure: no Django, no database. Policy (docs/architecture.md §11): Ed25519, ECDSA, or RSA of at
-least 3072 bits; DSA and short RSA are refused."""
+least 3072 and at most 16384 bits; DSA and short or oversized RSA are refused."""
 
 from __future__ import annotations
 
@@ -15,6 +15,9 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 
 MIN_RSA_BITS = 3072
+# OpenSSH's own ceiling (SSHBUF_MAX_BIGNUM, ssh-keygen refuses more): a larger modulus only
+# makes every handshake of the unit's sshd slower, and parses (a 60,000-bit key did).
+MAX_RSA_BITS = 16384
 MAX_TEXT = 16 * 1024  # an RSA 16384 key is under 3 KiB of text
 MAX_COMMENT = 256
 
@@ -86,6 +89,10 @@ def _check_policy(key: object) -> tuple[str, int]:
             raise KeyRefused(
                 f"RSA keys need at least {MIN_RSA_BITS} bits; this one has {key.key_size}. "
                 "Use ed25519 (ssh-keygen -t ed25519)."
+            )
+        if key.key_size > MAX_RSA_BITS:
+            raise KeyRefused(
+                f"RSA keys may have at most {MAX_RSA_BITS} bits; this one has {key.key_size}."
             )
         return "ssh-rsa", key.key_size
     raise KeyRefused("only ed25519, ECDSA and RSA keys are accepted.")

@@ -6,6 +6,8 @@ from drf_spectacular.utils import extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from controlplane.api.pagination import PageQuerySerializer, cursor_scope, paginate
+from controlplane.api.renderers import EnvelopedResponse
 from controlplane.api.schema import envelope, error_responses
 from controlplane.api.views import ApiView
 from controlplane.errors import NotFound
@@ -29,17 +31,34 @@ class TenantView(ApiView):
 
 
 class SSHKeyListView(TenantView):
+    query_serializer = PageQuerySerializer
+
+    def allowed_query_params(self, request: Request) -> frozenset[str]:
+        return super().allowed_query_params(request) if request.method == "GET" else frozenset()
+
     @extend_schema(
-        summary="The tenant's SSH public keys",
+        summary="The tenant's SSH public keys, by name, a page at a time (meta.nextCursor)",
         operation_id="ssh_keys_list",
+        parameters=[PageQuerySerializer],
         responses={
             200: envelope(SSHKeySerializer, name="SSHKeyList", many=True),
-            **error_responses(401),
+            **error_responses(400, 401),
         },
     )
     def get(self, request: Request) -> Response:
-        keys = SSHKey.objects.filter(tenant=self.tenant).order_by("name")
-        return Response(SSHKeySerializer(keys, many=True).data)
+        params = self.validated_query(request)
+        page, next_cursor = paginate(
+            SSHKey.objects.filter(tenant=self.tenant),
+            cursor=params.get("cursor"),
+            limit=params["limit"],
+            scope=cursor_scope(self.tenant.pk, "ssh-keys"),
+            key="name",
+            position="name",
+            newest_first=False,
+        )
+        return EnvelopedResponse(
+            {"data": SSHKeySerializer(page, many=True).data, "meta": {"nextCursor": next_cursor}}
+        )
 
     @extend_schema(
         summary="Register an SSH public key",

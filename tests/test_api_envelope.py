@@ -135,6 +135,25 @@ def test_a_compressed_body_is_415_not_a_parse_error(auth_client):
     assert "gzip" in assert_error(response, 415, "unsupported_media_type")["message"]
 
 
+@pytest.mark.parametrize("charset", ["zlib_codec", "base64", "rot13", "hex", "no-such-charset"])
+def test_a_charset_that_is_not_a_text_encoding_is_415(auth_client, charset):
+    response = auth_client.post(
+        "/api/v1/gpu-units",
+        data=b'{"operationID": "o"}',
+        content_type=f"application/json; charset={charset}",
+    )
+    assert charset in assert_error(response, 415, "unsupported_media_type")["message"]
+
+
+def test_a_text_charset_other_than_utf8_is_read(auth_client):
+    response = auth_client.post(
+        "/api/v1/gpu-units",
+        data='{"operationID": "é"}'.encode("latin-1"),
+        content_type="application/json; charset=latin-1",
+    )
+    assert "operationID" in assert_error(response, 400, "invalid_request")["details"]["fields"]
+
+
 def _subclasses(cls):
     for sub in cls.__subclasses__():
         yield sub

@@ -15,7 +15,8 @@ from django.conf import settings
 
 from catalog.tests.factories import PackageFactory
 from controlplane import kube
-from runtime import orders, provisioning
+from runtime import orders
+from runtime.control import provisioning
 from runtime.models import Operation
 from runtime.tests.helpers import wait_for_phase
 from simcluster.cluster import SimCluster

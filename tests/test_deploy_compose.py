@@ -132,6 +132,24 @@ def test_no_secret_values_are_committed():
     assert {".env", ".git", ".venv", ".devdata"} <= set(ignored)
 
 
+# What production mode (DJANGO_DEBUG off) refuses to start without (controlplane/settings.py).
+REQUIRED_IN_PRODUCTION = ("DJANGO_SECRET_KEY", "ALLOWED_HOSTS", "METRICS_TOKEN")
+
+
+def test_production_mode_gets_every_variable_it_requires():
+    for name in APPS:
+        environment = SERVICES[name]["environment"]
+        assert environment["DJANGO_DEBUG"] == "0"
+        assert set(REQUIRED_IN_PRODUCTION) <= set(environment), name
+    assert SERVICES["web"]["environment"]["METRICS_TOKEN"].startswith("${METRICS_TOKEN:?")
+    collectstatic = re.search(
+        r"^RUN (DJANGO_DEBUG=0 .*?manage.py collectstatic)", DOCKERFILE, re.M | re.S
+    )
+    assert collectstatic, "the image's collectstatic runs in production mode"
+    for name in REQUIRED_IN_PRODUCTION:
+        assert f"{name}=" in collectstatic.group(1), name
+
+
 def test_image_runs_as_the_numeric_non_root_user_of_the_kubernetes_pods():
     users = re.findall(r"^USER\s+(\S+)", DOCKERFILE, re.MULTILINE)
     assert users, "the Dockerfile never drops root"

@@ -27,9 +27,9 @@ from billing.models import Meter, UsageRecord
 from catalog.tests.factories import PackageFactory
 from controlplane import kube
 from inventory import sync
-from runtime import storage as storage_service
+from runtime.control import volumes as storage_claims
+from runtime.control.observer import Observer
 from runtime.models import GPUStorage, GPUUnit, Operation, OperationStatus, UnitPhase
-from runtime.observer import Observer
 from runtime.tests.helpers import remove_namespace_objects, wait_for_phase
 from tenancy import services as tenancy_services
 from tests.test_manifests import kustomize, kustomize_with_tenant_provisioning, needs_kubectl
@@ -271,7 +271,7 @@ def recorded(cluster, celery_worker, django_db_blocker) -> dict[str, list]:
             assert client.delete("/api/v1/gpu-units/rbac-unit").status_code == 202
             wait_for_phase(unit, "Terminated")
             _wait_for_operations(tenant)
-            assert storage_service.sync_storages() >= 0  # beat's pass: one list of claims
+            assert storage_claims.sync_storages() >= 0  # beat's pass: one list of claims
             assert client.delete("/api/v1/gpu-storages/rbac-data").status_code == 202
             _wait(
                 lambda: not GPUStorage.objects.filter(tenant=tenant).exists(),

@@ -14,7 +14,7 @@ from tests.test_manifests import K8S
 CONTROL_PLANE = K8S / "control-plane"
 NAMESPACE = "gpu-control-plane"
 SECRET = "gpu-control-plane-secrets"
-SECRET_KEYS = {"DJANGO_SECRET_KEY", "DATABASE_URL", "REDIS_URL"}
+SECRET_KEYS = {"DJANGO_SECRET_KEY", "DATABASE_URL", "REDIS_URL", "METRICS_TOKEN"}
 CONFIGMAP = "gpu-control-plane-config"
 SETTINGS = (K8S.parent / "controlplane" / "settings.py").read_text()
 

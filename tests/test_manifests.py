@@ -128,6 +128,7 @@ def test_kustomization_builds_valid_objects_for_everything_the_product_needs():
         "Deployment": 4,
         "Service": 2,
         "PodDisruptionBudget": 1,
+        "NetworkPolicy": 3,
     }
     names = {identity(obj) for obj in objects}
     assert {

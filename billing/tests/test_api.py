@@ -91,6 +91,11 @@ class TestUsage(EndpointTest):
             ({"from": "2026-11-29", "to": "2026-11-28"}, "to"),
             ({"from": "2026-11-28T10:00:00"}, "from"),  # no offset: which 10:00?
             ({"from": "yesterday"}, "from"),
+            # Outside what a datetime holds once moved to UTC (a 500 before).
+            ({"from": "0001-01-01T00:00:00+14:00"}, "from"),
+            ({"to": "9999-12-31T23:00:00-05:00"}, "to"),
+            ({"from": "0001-01-01"}, "from"),
+            ({"to": "9999-12-31"}, "to"),
             ({"from": "2025-01-01", "to": "2026-11-28"}, "to"),  # over 400 days
             ({"unit": "trainer"}, "unit"),
         ],

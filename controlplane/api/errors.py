@@ -24,6 +24,7 @@ HTTP_STATUS: dict[str, int] = {
     "invalid_state": 409,
     "operation_in_progress": 409,
     "logs_unavailable": 409,
+    "limit_exceeded": 409,
     "precondition_failed": 412,
     "precondition_required": 428,
     "service_unavailable": 503,

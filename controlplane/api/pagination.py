@@ -12,6 +12,7 @@ from typing import Any
 
 from django.core import signing
 from django.db.models import QuerySet, Subquery
+from rest_framework import serializers
 from rest_framework.exceptions import ValidationError
 
 DEFAULT_LIMIT = 20
@@ -52,11 +53,25 @@ def paginate(
     scope: str,
     key: str = "id",
     position: str = "uid",
+    newest_first: bool = True,
 ) -> tuple[list[Any], str | None]:
-    """(page, next_cursor) for `queryset` ordered by `-key`; cursors name rows by `position`."""
+    """(page, next_cursor) for `queryset` ordered by `key` (descending unless `newest_first`
+    is off: a timeline reads oldest first); cursors name rows by `position`."""
     if cursor:
         after = queryset.model.objects.filter(**{position: decode_cursor(cursor, scope)})
-        queryset = queryset.filter(**{f"{key}__lt": Subquery(after.values(key)[:1])})
-    rows = list(queryset.order_by(f"-{key}")[: limit + 1])
+        beyond = "lt" if newest_first else "gt"
+        queryset = queryset.filter(**{f"{key}__{beyond}": Subquery(after.values(key)[:1])})
+    rows = list(queryset.order_by(f"-{key}" if newest_first else key)[: limit + 1])
     page, more = rows[:limit], len(rows) > limit
     return page, (encode_cursor(str(getattr(page[-1], position)), scope) if more else None)
+
+
+class PageQuerySerializer(serializers.Serializer):
+    """Query parameters of a paged list: `limit` and the `cursor` of the page before."""
+
+    cursor = serializers.CharField(
+        max_length=512, required=False, help_text="meta.nextCursor of the previous page (opaque)"
+    )
+    limit = serializers.IntegerField(
+        min_value=1, max_value=MAX_LIMIT, default=DEFAULT_LIMIT, help_text="page size"
+    )

@@ -14,6 +14,7 @@ import json
 import math
 from typing import Any
 
+from django.utils.http import parse_header_parameters
 from rest_framework.exceptions import ParseError, UnsupportedMediaType
 from rest_framework.parsers import BaseParser
 
@@ -78,6 +79,17 @@ def loads(text: str) -> Any:
     return document
 
 
+def _text_codec(charset: str) -> bool:
+    """Whether Python knows `charset` as a text encoding: bytes-to-bytes and str-to-str codecs
+    (zlib_codec, base64_codec, rot13) are marked as not text, and decoding with them is no way
+    to read a JSON body."""
+    try:
+        info = codecs.lookup(charset)
+    except LookupError:
+        return False
+    return getattr(info, "_is_text_encoding", True)
+
+
 class StrictJSONParser(BaseParser):
     media_type = "application/json"
 
@@ -90,6 +102,15 @@ class StrictJSONParser(BaseParser):
                 detail=f"Content-Encoding {encoding!r} is not accepted; send plain JSON.",
             )
         charset = (parser_context or {}).get("encoding") or "utf-8"
+        if request is not None:
+            # As sent: Django drops a charset it does not know and reads the body as UTF-8.
+            _type, params = parse_header_parameters(request.META.get("CONTENT_TYPE", ""))
+            charset = params.get("charset", charset)
+        if not _text_codec(charset):
+            raise UnsupportedMediaType(
+                media_type,
+                detail=f"charset {charset!r} is not a text encoding; send UTF-8 JSON.",
+            )
         try:
             text = codecs.getreader(charset)(stream).read()
         except UnicodeDecodeError:

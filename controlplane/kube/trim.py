@@ -6,8 +6,9 @@ the fields dropped here (managedFields, pod specs, most of pod statuses) were ha
 strings kept are interned: thousands of objects repeat the same few namespaces, label values,
 node, driver and device names and attribute values.
 
-What each kind's consumers read (runtime/observer.py, runtime/reconcile.py with
-provisioning.recreate_pod, runtime/status.py, inventory/observe.py through sync.apply_observed):
+What each kind's consumers read (runtime/control/observer.py, runtime/control/reconcile.py
+with provisioning.recreate_pod, runtime/control/status.py, inventory/observe.py through
+sync.apply_observed):
 
 - every kind: metadata name and namespace (the informer's key), resourceVersion, uid,
   generation, deletionTimestamp and labels (the observer keys pods and claims to units by label).

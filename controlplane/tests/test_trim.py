@@ -20,9 +20,10 @@ from controlplane.kube import trim
 from controlplane.kube.watch import key_of
 from controlplane.tests.test_watch import EVENT, NAMESPACE, Recorder, event, sim, watching
 from inventory import observe
-from runtime import manifests, reconcile, status
+from runtime import manifests
+from runtime.control import reconcile, status
+from runtime.control.observer import INVENTORY_KINDS, Observer
 from runtime.models import GPUUnit, UnitPhase
-from runtime.observer import INVENTORY_KINDS, Observer
 from simcluster.features import FeatureGates
 from simcluster.kubelet import Kubelet
 from simcluster.quota import QuotaController

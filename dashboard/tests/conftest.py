@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 
 import pytest
-from django.contrib.auth.models import User
+from django.contrib.auth.models import Group, User
 from django.test import Client
 
 from catalog.tests.factories import PackageFactory
@@ -13,16 +13,23 @@ from runtime import lifecycle
 from runtime.models import GPUUnit, UnitEvent
 from runtime.tests.factories import UnitFactory
 from tenancy.models import Tenant
+from tenancy.staff import STAFF_EDITOR
 from tenancy.tests.factories import TenantFactory
 
 _users = itertools.count(1)
 PASSWORD = "a-long-test-password"
 
 
-def make_user(*tenants: Tenant, staff: bool = False) -> User:
+def make_user(
+    *tenants: Tenant, staff: bool = False, groups: tuple[str, ...] = (STAFF_EDITOR,)
+) -> User:
+    """A user linked to `tenants`; with `staff`, a staff account in `groups` (by default the one
+    that sees and acts for every tenant)."""
     user = User.objects.create_user(f"user{next(_users)}", password=PASSWORD, is_staff=staff)
     for tenant in tenants:
         tenant.users.add(user)
+    if staff:
+        user.groups.set([Group.objects.get(name=name) for name in groups])
     return user
 
 

@@ -57,8 +57,9 @@ class TestList:
         assert client.get(delete("x"))["Location"].startswith("/accounts/login/")
 
     def test_lists_the_tenants_storages_with_phase_size_mode_and_units(
-        self, member_client, tenant, other_tenant
+        self, member_client, tenant, other_tenant, settings
     ):
+        settings.STORAGE_CLASSES = ["fast-ssd"]
         make_storage(tenant, "model-cache", size="100Gi", storage_class="fast-ssd")
         make_storage(tenant, "datasets", access_mode="ReadOnlyMany")
         make_storage(other_tenant, "theirs")
@@ -129,7 +130,8 @@ class TestList:
 
 
 class TestCreate:
-    def test_creates_the_storage_and_says_it_is_pending(self, member_client, tenant):
+    def test_creates_the_storage_and_says_it_is_pending(self, member_client, tenant, settings):
+        settings.STORAGE_CLASSES = ["fast-ssd"]
         response = member_client.post(
             STORAGE,
             {
@@ -362,7 +364,7 @@ class TestOrderWithMounts:
             ("model-cache", "“model-cache” is not a mount: write each as storage:/path"),
             ("model-cache:/data:rx", "“model-cache:/data:rx” is not a mount"),
             ("model-cache:data", "model-cache:data: mountPath must be an absolute path."),
-            ("model-cache:/", "model-cache:/: mountPath / cannot be mounted over."),
+            ("model-cache:/", "model-cache:/: mountPath / is reserved"),
             ("model-cache:/a, model-cache:/b", "model-cache:/b: storage model-cache is mounted"),
             ("Not_A_Name:/data", "Not_A_Name:/data: name must be a DNS-1123 label"),
             ("missing:/data", "the tenant has no storage missing."),

@@ -13,9 +13,10 @@ from django.conf import settings
 from conftest import start_worker, stop_worker
 from controlplane import kube
 from controlplane.celery import app
-from runtime import manifests, reconcile
+from runtime import manifests
+from runtime.control import reconcile
+from runtime.control.provisioning import install_crd
 from runtime.models import GPUUnit, UnitPhase
-from runtime.provisioning import install_crd
 from simcluster.cluster import SimCluster
 
 

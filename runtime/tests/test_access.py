@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 import re
+import types
 
 import kubernetes_validate
 import pytest
@@ -30,12 +31,52 @@ _LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 dns_labels = st.from_regex(r"\A[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\Z")
 
 
-@given(namespace=dns_labels, unit=dns_labels.filter(lambda name: len(name) <= 54))
-def test_host_labels_are_dns_labels_for_every_name(namespace, unit):
-    label = access.host_label(namespace, unit)
+@given(
+    namespace=dns_labels,
+    unit=dns_labels.filter(lambda name: len(name) <= 54),
+    candidate=st.integers(min_value=0, max_value=10**6),
+)
+def test_host_labels_are_dns_labels_for_every_name(namespace, unit, candidate):
+    label = access.host_label(namespace, unit, candidate)
     assert len(label) <= 63
     assert _LABEL.fullmatch(label)
     assert label[2:4] != "--"  # reserved for IDNA (xn--)
+    # 13 base32 characters, 65 bits: crafting a name with another unit's label (a second
+    # preimage) takes more than 2^60 tries.
+    assert re.fullmatch(r"[a-z2-7]{13}", label.rsplit("-", 1)[1])
+
+
+def test_host_labels_fit_a_dns_label_at_every_length_of_unit_and_namespace():
+    for unit_length in range(1, 55):
+        for namespace_length in range(1, 64):
+            unit, namespace = "u" * unit_length, "t" * namespace_length
+            for candidate in (0, 1):
+                label = access.host_label(namespace, unit, candidate)
+                assert len(label) <= 63, (unit_length, namespace_length)
+                assert _LABEL.fullmatch(label), label
+                assert len(label.rsplit("-", 1)[1]) == 13, label
+
+
+@given(namespace=dns_labels, unit=dns_labels.filter(lambda name: len(name) <= 54))
+def test_the_next_candidate_label_differs_only_in_its_hash(namespace, unit):
+    first, second = access.host_label(namespace, unit), access.host_label(namespace, unit, 1)
+    assert first != second
+    assert first.rsplit("-", 1)[0] == second.rsplit("-", 1)[0]
+    assert access.host_label(namespace, unit, 2) not in (first, second)
+
+
+def test_the_public_url_is_the_stored_label_s_and_the_computed_one_without():
+    unit = types.SimpleNamespace(
+        name=WITH_PORTS.name,
+        namespace=WITH_PORTS.namespace,
+        template={"ports": WITH_PORTS.ports},
+        access=WITH_PORTS.access,
+        host_label="stored-label",
+    )
+    assert access.for_unit(unit, GATEWAY)["url"] == "https://stored-label.units.gpu.example.com"
+    unit.host_label = ""  # a row not written by an order
+    computed = access.hostname(WITH_PORTS.namespace, WITH_PORTS.name, GATEWAY.domain)
+    assert access.for_unit(unit, GATEWAY)["url"] == f"https://{computed}"
 
 
 @pytest.mark.parametrize("length", [1, 20, 54])

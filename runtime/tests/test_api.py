@@ -400,6 +400,31 @@ class TestUnitEvents(EndpointTest):
         auth_client.get(URL)  # warm the key's last-used stamp
         self.assert_statement_count(auth_client, name="unit-0")
 
+    def test_the_timeline_pages_oldest_first_with_a_cursor(self, auth_client, tenant):
+        make_units(tenant, 1)
+        unit = GPUUnit.objects.get(name="unit-0")
+        for number in range(4):
+            lifecycle.append_event(unit, reason=f"Step{number}")
+        first = self.get_success_response(auth_client, name="unit-0", query={"limit": 3}).json()
+        assert [e["reason"] for e in first["data"]] == ["Accepted", "Step0", "Step1"]
+        cursor = first["meta"]["nextCursor"]
+        second = self.get_success_response(
+            auth_client, name="unit-0", query={"limit": 3, "cursor": cursor}
+        ).json()
+        assert [e["reason"] for e in second["data"]] == ["Step2", "Step3"]
+        assert second["meta"]["nextCursor"] is None
+        # Bound to its unit: another unit's timeline refuses it.
+        orders.create_unit(
+            tenant=tenant,
+            operation_id="op-1",
+            name="unit-1",
+            package_id=ARTICLE_PACKAGE_ID,
+            image="busybox",
+        )
+        self.get_error_response(
+            auth_client, name="unit-1", query={"cursor": cursor}, status=400, code="invalid_request"
+        )
+
 
 class TestOperationDetail(EndpointTest):
     path = "/api/v1/operations/{operation_id}"

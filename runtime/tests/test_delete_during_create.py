@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 
 from catalog.tests.factories import ARTICLE_PACKAGE_ID, PackageFactory
-from runtime import lifecycle, orders, provisioning
+from runtime import lifecycle, orders
+from runtime.control import provisioning
 from runtime.models import Operation, OperationKind, OperationStatus, UnitEvent
 from runtime.tests.helpers import remove_namespace_objects, unit_objects
 

@@ -15,9 +15,9 @@ from django.db import connection
 from catalog.tests.factories import PackageFactory
 from controlplane import kube
 from inventory.sync import sync_inventory
-from runtime import reconcile
+from runtime.control import reconcile
+from runtime.control.observer import Observer
 from runtime.models import GPUUnit, UnitPhase
-from runtime.observer import Observer
 from runtime.tests.helpers import remove_namespace_objects, unit_objects, wait_for_phase
 from tenancy.tests.factories import TenantFactory
 from tests.endpoints import client_for

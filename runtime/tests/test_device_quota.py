@@ -10,8 +10,8 @@ from django.core.exceptions import ValidationError
 from catalog.tests.factories import PackageFactory
 from controlplane import kube
 from runtime import manifests
+from runtime.control.provisioning import ensure_tenant_namespace
 from runtime.models import GPUUnit, UnitPhase
-from runtime.provisioning import ensure_tenant_namespace
 from tenancy.tests.factories import TenantFactory
 from tests.endpoints import client_for
 

@@ -11,9 +11,10 @@ from django.utils import timezone
 
 from catalog.tests.factories import PackageFactory
 from controlplane import kube
-from runtime import lifecycle, manifests, orders, reconcile
+from runtime import lifecycle, manifests, orders
+from runtime.control import reconcile
+from runtime.control.provisioning import ensure_tenant_namespace, provision_unit
 from runtime.models import GPUUnit, Operation, OperationStatus
-from runtime.provisioning import ensure_tenant_namespace, provision_unit
 from runtime.tasks import sweep_operations
 from runtime.tests.factories import UnitFactory
 from runtime.tests.helpers import remove_namespace_objects, unit_objects, wait_for_phase

@@ -15,8 +15,8 @@ from billing.models import Meter
 from catalog.tests.factories import ARTICLE_PACKAGE_ID, PackageFactory
 from inventory.models import Claim, InventorySnapshot
 from runtime import lifecycle
+from runtime.control.observer import Observer
 from runtime.models import GPUUnit, UnitPhase
-from runtime.observer import Observer
 from runtime.tests.factories import UnitFactory
 from runtime.tests.helpers import remove_namespace_objects
 from tests.endpoints import client_for, recording

@@ -8,8 +8,8 @@ import pytest
 from catalog.tests.factories import PackageFactory
 from controlplane import kube
 from runtime import lifecycle
+from runtime.control.provisioning import ensure_tenant_namespace, provision_unit
 from runtime.models import GPUUnit, Operation, UnitPhase
-from runtime.provisioning import ensure_tenant_namespace, provision_unit
 from runtime.tests.factories import UnitFactory
 from runtime.tests.helpers import remove_namespace_objects
 from tests.endpoints import recording

@@ -109,7 +109,7 @@ def test_cluster_quota_rejection_fails_the_unit_and_leaves_nothing_behind(auth_c
     """Someone ran a pod in the tenant's namespace outside the control plane: the API's own
     pre-check passes, the namespace's ResourceQuota (160 CPU) refuses the unit's pod."""
     from controlplane import kube
-    from runtime.provisioning import ensure_tenant_namespace
+    from runtime.control.provisioning import ensure_tenant_namespace
 
     ensure_tenant_namespace(tenant)
     kube.create(

@@ -25,6 +25,10 @@ class TestQuota(EndpointTest):
             "cpu": {"hard": "32", "used": "10", "free": "22"},
             "memory": {"hard": "64Gi", "used": "40Gi", "free": "24Gi"},
             "claims": {"hard": "4", "used": "1", "free": "3"},
+            "limits": {
+                "sshKeys": {"hard": "32", "used": "0", "free": "32"},
+                "storageClasses": [],
+            },
             # Ordered, not yet run: nothing used.
             "currency": "USD",
             "costToDate": "0.000000",

@@ -17,10 +17,11 @@ from billing import ledger
 from billing.models import Meter
 from catalog.tests.factories import PackageFactory
 from controlplane import kube
-from runtime import lifecycle, manifests, reconcile
+from runtime import lifecycle, manifests
+from runtime.control import reconcile
+from runtime.control.provisioning import ensure_tenant_namespace, provision_unit
+from runtime.control.reconcile import Page, page_of, page_selector
 from runtime.models import GPUUnit, Operation, UnitPhase
-from runtime.provisioning import ensure_tenant_namespace, provision_unit
-from runtime.reconcile import Page, page_of, page_selector
 from runtime.tests.factories import UnitFactory
 from runtime.tests.helpers import remove_namespace_objects
 

@@ -12,8 +12,8 @@ from catalog.tests.factories import PackageFactory
 from controlplane import kube
 from inventory.sync import sync_inventory
 from runtime import orders
+from runtime.control.provisioning import install_crd, provision_unit
 from runtime.models import GPUUnit, Operation, UnitPhase
-from runtime.provisioning import install_crd, provision_unit
 from runtime.tests.helpers import cluster_of_its_own, order_unit, wait_for_phase
 from simcluster.cluster import SimCluster
 from tenancy.tests.factories import TenantFactory

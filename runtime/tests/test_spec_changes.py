@@ -61,6 +61,33 @@ def test_a_key_removed_while_an_operation_is_open_is_rolled_out_after_it(tenant)
     assert restart.status == "succeeded"
 
 
+def test_a_key_removed_while_the_unit_is_created_is_rolled_out_after_the_create(tenant):
+    unit = ssh_unit(tenant, phase=UnitPhase.PROVISIONING, observed_generation=0)
+    create = Operation.objects.create(
+        tenant=tenant, operation_id="c-1", kind=OperationKind.CREATE, request_hash="x", unit=unit
+    )
+    as_claimed = GPUUnit.objects.get(pk=unit.pk)  # what the create's worker read (generation 1)
+    tenancy_services.remove_ssh_key(tenant=tenant, name="desktop")
+    assert rollouts(unit) == []  # one open operation at a time: the create carries it on
+
+    assert lifecycle.record_provisioned(
+        as_claimed, create, unit_k8s_uid="uid-1", claim_k8s_uid="claim-1", pod_k8s_uid="pod-1"
+    )
+    unit.refresh_from_db()
+    # The create built generation 1; generation 2 (the key gone) follows it.
+    assert (unit.generation, unit.observed_generation) == (2, 1)
+    assert (unit.unit_k8s_uid, unit.claim_k8s_uid, unit.pod_k8s_uid) == (
+        "uid-1",
+        "claim-1",
+        "pod-1",
+    )
+    assert list(unit.events.filter(reason="Provisioned").values_list("count", flat=True)) == [1]
+    (operation,) = rollouts(unit)
+    assert operation.operation_id == f"@rollout-{unit.uid}-2"
+    create.refresh_from_db()
+    assert create.status == "succeeded"
+
+
 def test_a_unit_without_the_key_is_left_alone(tenant):
     unit = ssh_unit(tenant, phase=UnitPhase.RUNNING)
     GPUUnit.objects.filter(pk=unit.pk).update(ssh={"enabled": True, "keys": ["laptop"]})

@@ -2,7 +2,7 @@
 
 import pytest
 
-from runtime.status import dra_status, observe, scheduling_reason
+from runtime.control.status import dra_status, observe, scheduling_reason
 
 ALLOCATED = {
     "status": {

@@ -12,7 +12,7 @@ import pytest
 from catalog.tests.factories import PackageFactory
 from controlplane import kube
 from controlplane.kube.errors import TemporaryError
-from runtime import storage as storage_service
+from runtime.control import volumes as storage_claims
 from runtime.models import GPUStorage, GPUUnit
 from runtime.tests.helpers import remove_namespace_objects, wait_for_phase
 from tenancy.tests.factories import TenantFactory
@@ -89,7 +89,7 @@ def test_the_seed_request_mounts_its_storage_which_outlives_the_unit(auth_client
     assert mounts == {"/data": "storage-model-cache", "/dev/shm": "dshm"}
     assert unit.storage_mounts == [{"name": "model-cache", "mountPath": "/data", "readOnly": False}]
 
-    storage_service.sync_storages()
+    storage_claims.sync_storages()
     shown = auth_client.get("/api/v1/gpu-storages/model-cache").json()["data"]
     assert (shown["phase"], shown["mountedBy"]) == ("Bound", ["demo-instance"])
     listed = auth_client.get("/api/v1/gpu-storages").json()["data"]
@@ -138,19 +138,19 @@ def test_a_deletion_committed_while_the_claim_is_being_made_stays_deleted(
         return create_or_adopt(*args, **kwargs)
 
     monkeypatch.setattr(kube, "create_or_adopt", deleted_meanwhile)
-    storage_service.provision_storage(storage.pk)  # the worker's half, with the deletion inside
+    storage_claims.provision_storage(storage.pk)  # the worker's half, with the deletion inside
     monkeypatch.undo()
     storage.refresh_from_db()
     assert storage.phase == "Terminating"
     assert kube.get(kube.PERSISTENTVOLUMECLAIM, tenant.namespace, "storage-racing") is not None
 
-    storage_service.sync_storages()  # beat's pass finds it Terminating too, and leaves it so
+    storage_claims.sync_storages()  # beat's pass finds it Terminating too, and leaves it so
     storage.refresh_from_db()
     assert storage.phase == "Terminating"
 
     def deletion_finished() -> bool:
         try:
-            storage_service.finish_storage_deletion(storage.pk)
+            storage_claims.finish_storage_deletion(storage.pk)
         except TemporaryError:
             return False
         return True
@@ -160,7 +160,10 @@ def test_a_deletion_committed_while_the_claim_is_being_made_stays_deleted(
     assert kube.get(kube.PERSISTENTVOLUMECLAIM, tenant.namespace, "storage-racing") is None
 
 
-def test_a_unit_whose_storage_cannot_bind_is_pending_storage_not_bound(auth_client, tenant):
+def test_a_unit_whose_storage_cannot_bind_is_pending_storage_not_bound(
+    auth_client, tenant, settings
+):
+    settings.STORAGE_CLASSES = ["no-such-class"]  # offered by ops, missing from the cluster
     create_storage(auth_client, name="nowhere", storageClass="no-such-class")
     body = {**SEED_REQUEST, "storageMounts": [{"name": "nowhere", "mountPath": "/data"}]}
     assert auth_client.post("/api/v1/gpu-units", body, format="json").status_code == 201
@@ -219,6 +222,8 @@ class TestStorageCreate(EndpointTest):
             ({"name": "ok", "size": 10}, "size"),
             ({"name": "ok", "size": "1Gi", "accessMode": "Sometimes"}, "accessMode"),
             ({"name": "ok", "size": "1Gi", "storageClass": "Not_A_Class"}, "storageClass"),
+            # Not on ops' list (STORAGE_CLASSES): any DNS name was accepted before.
+            ({"name": "ok", "size": "1Gi", "storageClass": "premium-nvme"}, "storageClass"),
             ({"name": "ok", "size": "1Gi", "extra": True}, "extra"),
         ],
     )

@@ -101,3 +101,75 @@ def test_template_strings_must_be_storable():
         {"args": ["ok", "nul\x00"], "env": [{"name": "A", "value": "\ud800"}]}
     )
     assert set(problems) == {"template.args", "template.env[0].value"}
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "NVIDIA_VISIBLE_DEVICES",
+        "NVIDIA_DRIVER_CAPABILITIES",
+        "NVIDIA_REQUIRE_CUDA",
+        "NVIDIA_MIG_CONFIG_DEVICES",
+        "NVIDIA_IMEX_CHANNELS",
+        "CUDA_MPS_PIPE_DIRECTORY",
+        "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT",
+        "CUDA_DEVICE_MEMORY_LIMIT_0",
+        "CUDA_DEVICE_SM_LIMIT",
+        "GPU_COUNT",
+    ],
+)
+def test_device_selection_variables_are_refused_naming_the_variable(name):
+    problems = validation.template({"env": [{"name": name, "value": "all"}]})
+    assert list(problems) == ["template.env[0].name"]
+    assert name in problems["template.env[0].name"]
+
+
+@pytest.mark.parametrize(
+    "name", ["CUDA_VISIBLE_DEVICES", "NVIDIA_TF32_OVERRIDE", "HF_TOKEN", "NCCL_DEBUG"]
+)
+def test_variables_that_only_choose_among_the_unit_s_own_devices_are_allowed(name):
+    assert validation.template({"env": [{"name": name, "value": "0"}]}) == {}
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "/",
+        "/proc",
+        "/proc/self",
+        "/sys/fs",
+        "/dev",
+        "/dev/shm",
+        "/etc",
+        "/etc/ssh-keys",
+        "/etc/ssh-keys/x",
+        "/etc/hosts",
+        "/etc/resolv.conf",
+        "/var/run/secrets/kubernetes.io",
+        "/run/secrets",
+        "/dev/../proc",
+    ],
+)
+def test_system_and_reserved_mount_paths_are_refused(path):
+    _mounts, problems = validation.storage_mounts([{"name": "data", "mountPath": path}])
+    assert "reserved" in problems["storageMounts[0].mountPath"]
+
+
+@pytest.mark.parametrize(
+    "path", ["/data", "/etc/app", "/home/runtime/models", "/devices", "/sysroot"]
+)
+def test_ordinary_mount_paths_are_accepted(path):
+    _mounts, problems = validation.storage_mounts([{"name": "data", "mountPath": path}])
+    assert problems == {}
+
+
+def test_the_ssh_keys_mount_is_reserved_where_the_pod_puts_it():
+    from runtime import manifests
+
+    assert validation.reserved_mount_path(manifests.SSH_KEYS_PATH)
+
+
+@pytest.mark.parametrize("protocol", [{}, [], 6, None, "tcp", "SCTP"])
+def test_a_port_protocol_of_any_wrong_shape_is_named_not_a_crash(protocol):
+    problems = validation.template({"ports": [{"name": "http", "port": 80, "protocol": protocol}]})
+    assert problems == {"template.ports[0].protocol": "protocol must be TCP or UDP."}

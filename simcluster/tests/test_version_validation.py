@@ -309,3 +309,38 @@ def test_an_untolerated_none_taint_does_not_keep_a_device_from_a_claim_when_1_36
         next(gpus, None)
 
     assert pod.spec.node_name == env.nodes[0]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+@pytest.mark.parametrize("selector", [{}, {"cel": None}])
+def test_a_claim_selector_without_cel_is_refused_as_the_api_server_does(
+    clusters: dict[str, SimCluster], version: str, selector: dict
+) -> None:
+    """validateSelector: `cel` is a DeviceSelector's required member (422, Required value at
+    its path), in `exactly` and in each firstAvailable subrequest alike."""
+    name = f"no-cel-{uuid.uuid4().hex[:8]}"
+    exactly = {"deviceClassName": "gpu.example.com", "selectors": [selector]}
+    for request in (
+        {"name": "gpu", "exactly": exactly},
+        {"name": "gpu", "firstAvailable": [{"name": "a", **exactly}]},
+    ):
+        body = {
+            "apiVersion": "resource.k8s.io/v1",
+            "kind": "ResourceClaim",
+            "metadata": {"name": name},
+            "spec": {"devices": {"requests": [request]}},
+        }
+        code, status = _send(
+            clusters[version],
+            "POST",
+            "/apis/resource.k8s.io/v1/namespaces/default/resourceclaims",
+            body,
+        )
+        assert code == 422, status
+        causes = status["details"]["causes"]
+        where = "exactly" if "exactly" in request else "firstAvailable[0]"
+        assert {
+            "reason": "FieldValueRequired",
+            "message": "Required value",
+            "field": f"spec.devices.requests[0].{where}.selectors[0].cel",
+        } in causes, causes

@@ -75,6 +75,26 @@ def test_what_is_not_an_acceptable_key_is_refused(text, says):
         sshkeys.parse(text)
 
 
+def _rsa_of(bits: int) -> str:
+    """An OpenSSH RSA public key line with a `bits`-bit modulus (not a product of two primes:
+    generating a real one this large takes minutes, and the policy reads only its size)."""
+    modulus = (1 << (bits - 1)) | 1
+    key = rsa.RSAPublicNumbers(65537, modulus).public_key()
+    return key.public_bytes(
+        serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH
+    ).decode()
+
+
+RSA_3072 = _rsa_of(3072)
+
+
+def test_rsa_keys_over_16384_bits_are_refused_and_16384_accepted():
+    assert sshkeys.parse(_rsa_of(16384)).bits == 16384
+    for bits in (16385, 60000):
+        with pytest.raises(sshkeys.KeyRefused, match="at most 16384 bits"):
+            sshkeys.parse(_rsa_of(bits))
+
+
 def test_dsa_keys_are_refused():
     with pytest.raises(sshkeys.KeyRefused, match="DSA keys are not accepted"):
         sshkeys.parse("ssh-dss AAAAB3NzaC1kc3MAAACBAP1/U4EddRIpUt9KnC7s5Of2EbdSPO9EAMMeP4C2 old")
@@ -151,6 +171,27 @@ class TestSSHKeyCreate(EndpointTest):
         auth_client.get("/api/v1/ssh-keys")  # warm the key's last-used stamp
         self.assert_statement_count(auth_client, data={"name": "a", "publicKey": ED25519})
 
+    def test_a_tenant_s_keys_are_capped_with_limit_exceeded(self, auth_client, settings):
+        settings.SSH_KEYS_PER_TENANT = 2
+        for name, key in (("a", ED25519), ("b", ECDSA384)):
+            self.get_success_response(
+                auth_client, data={"name": name, "publicKey": key}, status=201
+            )
+        error = self.get_error_response(
+            auth_client,
+            data={"name": "c", "publicKey": RSA_3072},
+            status=409,
+            code="limit_exceeded",
+        )
+        assert error["details"] == {"limit": "sshKeys", "used": 2, "hard": 2}
+        assert SSHKey.objects.count() == 2
+        quota = auth_client.get("/api/v1/quota").json()["data"]["limits"]["sshKeys"]  # shown
+        assert quota == {"hard": "2", "used": "2", "free": "0"}
+        assert auth_client.delete("/api/v1/ssh-keys/a").status_code == 204
+        self.get_success_response(
+            auth_client, data={"name": "c", "publicKey": RSA_3072}, status=201
+        )
+
 
 @pytest.mark.django_db
 class TestSSHKeyList(EndpointTest):
@@ -168,6 +209,22 @@ class TestSSHKeyList(EndpointTest):
     def test_statements_are_the_baseline(self, auth_client):
         auth_client.get(self.path)
         self.assert_statement_count(auth_client)
+
+    def test_pages_by_name_with_a_cursor(self, auth_client):
+        for name, key in (("c", ED25519), ("a", ECDSA384), ("b", RSA_3072)):
+            auth_client.post(self.path, {"name": name, "publicKey": key}, format="json")
+        first = self.get_success_response(auth_client, query={"limit": 2}).json()
+        assert [k["name"] for k in first["data"]] == ["a", "b"]
+        second = self.get_success_response(
+            auth_client, query={"limit": 2, "cursor": first["meta"]["nextCursor"]}
+        ).json()
+        assert [k["name"] for k in second["data"]] == ["c"]
+        assert second["meta"]["nextCursor"] is None
+        other = client_for(TenantFactory())
+        self.get_error_response(
+            other, status=400, code="invalid_request", query={"cursor": first["meta"]["nextCursor"]}
+        )
+        self.get_error_response(auth_client, status=400, code="invalid_request", query={"limit": 0})
 
 
 @pytest.mark.django_db

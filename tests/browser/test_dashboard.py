@@ -16,7 +16,8 @@ from django.db import connections
 from catalog.tests.factories import ARTICLE_PACKAGE_ID, PackageFactory
 from dashboard.tests.conftest import make_unit, make_user
 from inventory.sync import sync_inventory
-from runtime import orders, reconcile
+from runtime import orders
+from runtime.control import reconcile
 from runtime.models import GPUUnit
 from runtime.tests.helpers import remove_namespace_objects, wait_for_phase
 from tenancy.tests.factories import TenantFactory

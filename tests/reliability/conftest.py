@@ -13,7 +13,8 @@ import pytest
 from rest_framework.test import APIClient
 
 from catalog.tests.factories import PackageFactory
-from runtime import orders, reconcile
+from runtime import orders
+from runtime.control import reconcile
 from runtime.models import GPUUnit
 from runtime.tasks import sweep_operations
 from runtime.tests.helpers import remove_namespace_objects

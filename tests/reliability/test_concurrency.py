@@ -77,6 +77,28 @@ def test_fifty_identical_concurrent_creates_make_one_unit(live_server, customer,
     )
 
 
+def test_thirty_concurrent_creates_of_one_name_never_deadlock(live_server, customer, h100, record):
+    """Thirty orders for the same name under thirty operationIDs: one unit, 29 name
+    conflicts, and no 503 (a deadlock on the tenant row answered 503 three times of thirty
+    before the create path had one lock order: runtime/orders.py)."""
+    tenant = customer.tenant
+    key = key_for(tenant)
+    url = f"{live_server.url}/api/v1/gpu-units"
+    payloads = [
+        {"operationID": f"same-{i}", "name": "same", "packageID": h100.id, "image": "busybox"}
+        for i in range(30)
+    ]
+    with ThreadPoolExecutor(max_workers=30) as pool:
+        results = list(pool.map(lambda p: post_json(url, key, p), payloads))
+    statuses = sorted(status for status, _ in results)
+    assert statuses == [201] + [409] * 29, statuses
+    assert {body["error"]["code"] for status, body in results if status == 409} == {"name_conflict"}
+    assert GPUUnit.objects.filter(tenant=tenant).count() == 1
+    assert Operation.objects.filter(tenant=tenant).count() == 1
+    wait_until_settled(tenant, {"Running"})
+    record(requests=30, created=1, name_conflicts=statuses.count(409))
+
+
 def test_quota_freed_by_deletions_goes_to_exactly_that_many_concurrent_orders(
     live_server, customer, h100, record
 ):

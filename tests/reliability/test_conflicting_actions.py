@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from controlplane import kube
-from runtime import reconcile
+from runtime.control import reconcile
 from runtime.models import GPUUnit, Operation, OperationStatus, UnitPhase
 from runtime.tasks import sweep_operations
 from tenancy.tests.factories import key_for

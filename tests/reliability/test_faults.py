@@ -12,7 +12,8 @@ from django.db import connection
 
 from controlplane import kube
 from devstack.services import free_port
-from runtime import orders, reconcile
+from runtime import orders
+from runtime.control import reconcile
 from runtime.models import GPUUnit, Operation
 from runtime.tests.helpers import broker_at, wait_for_phase
 from tenancy.tests.factories import key_for

@@ -1,13 +1,14 @@
-"""`manage.py observe`: the observer (runtime/observer.py) until SIGTERM or Ctrl-C."""
+"""`manage.py observe`: the observer (runtime/control/observer.py) until SIGTERM or Ctrl-C."""
 
 import logging
 import signal
+from typing import Any
 
 from django.conf import settings
 from django.core.management.base import BaseCommand
 
 from controlplane import metrics
-from runtime.observer import Observer
+from runtime.control.observer import Observer
 
 logger = logging.getLogger(__name__)
 
@@ -15,7 +16,7 @@ logger = logging.getLogger(__name__)
 class Command(BaseCommand):
     help = "Watch the cluster and keep units and the inventory mirror current (one replica leads)."
 
-    def handle(self, *args, **options) -> None:
+    def handle(self, *args: Any, **options: Any) -> None:
         observer = Observer()
 
         def stop(_signum: int, _frame: object) -> None:

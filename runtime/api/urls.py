@@ -1,6 +1,6 @@
 from django.urls import path
 
-from runtime import views
+from runtime.api import views
 
 packages = views.PackageViewSet.as_view({"get": "list"})
 package = views.PackageViewSet.as_view({"get": "retrieve"})

@@ -4,7 +4,7 @@ by beat's backstop for every unit (objects from one list call per kind).
 
 Two pure steps decide, per unit, from its row and its objects: `plan_pod` (create its pod
 again, remove a stray one, or leave it) and `plan_row` (Terminated, Failed, or the phase,
-reason and DRA status runtime/status.py derives). `reconcile_batch` carries a batch out: the
+reason and DRA status runtime/control/status.py derives). `reconcile_batch` carries a batch out: the
 pod steps (cluster calls), every row in one transaction (a savepoint each; units that end each
 in their own), then the GPUUnit statuses (cluster calls). A permanent cluster error fails the
 unit with its reason; a temporary one leaves it for the next look (`ReconcileResult.retry`).
@@ -26,9 +26,10 @@ from django.utils import timezone
 from controlplane import kube, metrics
 from controlplane.kube.errors import KubeError, TemporaryError
 from inventory import selectors as inventory_selectors
-from runtime import access, lifecycle, manifests, provisioning, selectors
+from runtime import access, lifecycle, manifests, selectors
+from runtime.control import provisioning
+from runtime.control.status import observe
 from runtime.models import EventType, GPUUnit, RunPolicy, UnitPhase
-from runtime.status import observe
 
 logger = logging.getLogger(__name__)
 

@@ -56,6 +56,15 @@ def forget_ensured_namespace(tenant: Tenant) -> None:
     _ensured.pop(_ensured_key(tenant), None)
 
 
+def _cluster_cidrs() -> list[str]:
+    """The cluster's own ranges, which no policy rule meaning "the internet" may reach."""
+    return [
+        *settings.CLUSTER_POD_CIDRS,
+        *settings.CLUSTER_SERVICE_CIDRS,
+        *settings.CLUSTER_NODE_CIDRS,
+    ]
+
+
 def ensure_tenant_namespace(tenant: Tenant) -> None:
     """The tenant's namespace (Pod Security restricted) and quota exist and say what we want.
     With TENANT_NAMESPACE_PROVISIONING off the namespace is an admin's job: only the quota."""
@@ -88,6 +97,7 @@ def ensure_tenant_namespace(tenant: Tenant) -> None:
                 tenant=tenant.slug,
                 gateway_namespace=settings.NETWORK_GATEWAY_NAMESPACE,
                 egress_allow=settings.NETWORK_EGRESS_ALLOW,
+                cluster_cidrs=_cluster_cidrs(),
             ),
             fields=[("spec",)],
         )
@@ -255,7 +265,10 @@ def provision_access(
         put(
             kube.NETWORKPOLICY,
             manifests.build_unit_network_policy(
-                contract, owner_uid=owner_uid, public_ports=_public_ports(contract, config)
+                contract,
+                owner_uid=owner_uid,
+                public_ports=_public_ports(contract, config),
+                cluster_cidrs=_cluster_cidrs(),
             ),
         )
     if converge:
@@ -290,7 +303,9 @@ def _publish_http(
 ) -> None:
     if not config.http_exposed:
         return  # in-cluster only
-    host = access.hostname(contract.namespace, contract.name, config.domain)
+    host = access.hostname(
+        contract.namespace, contract.name, config.domain, label=contract.host_label
+    )
     if config.gateway:
         namespace, name = config.gateway_ref
         route = manifests.build_http_route(

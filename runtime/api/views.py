@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from decimal import Decimal
+from typing import Any
 
 from django.conf import settings
 from django.http import HttpResponse, StreamingHttpResponse
@@ -26,7 +27,14 @@ from billing import selectors as billing_selectors
 from catalog import selectors as catalog_selectors
 from catalog.models import Package
 from catalog.serializers import PackageSerializer
-from controlplane.api.pagination import cursor_scope, paginate
+from controlplane.api.pagination import (
+    PageQuerySerializer,
+    cursor_scope,
+    decode_cursor,
+    encode_cursor,
+    paginate,
+)
+from controlplane.api.renderers import EnvelopedResponse
 from controlplane.api.schema import envelope, error_responses
 from controlplane.api.views import NotJsonBodyMixin, StrictQueryMixin
 from controlplane.errors import NotFound
@@ -44,8 +52,7 @@ from runtime import (
     validation,
 )
 from runtime import storage as storage_service
-from runtime.models import GPUStorage, GPUUnit, OperationKind
-from runtime.serializers import (
+from runtime.api.serializers import (
     ActionSerializer,
     CreateStorageSerializer,
     CreateUnitSerializer,
@@ -57,6 +64,8 @@ from runtime.serializers import (
     UnitSerializer,
     UpdateUnitSerializer,
 )
+from runtime.models import GPUStorage, GPUUnit, OperationKind
+from tenancy import selectors as tenancy_selectors
 from tenancy.models import Tenant
 from tenancy.permissions import IsTenant, tenant_of
 from tenancy.selectors import usage_of
@@ -138,10 +147,10 @@ class PackageViewSet(StrictQueryMixin, viewsets.ReadOnlyModelViewSet):
             PackageSerializer(packages if many else packages[0], many=many, context=context).data
         )
 
-    def list(self, request: Request, *args, **kwargs) -> Response:
+    def list(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         return self._render(self.get_queryset(), many=True)
 
-    def retrieve(self, request: Request, *args, **kwargs) -> Response:
+    def retrieve(self, request: Request, *args: Any, **kwargs: Any) -> Response:
         return self._render([self.get_object()], many=False)
 
 
@@ -180,14 +189,12 @@ class UnitListView(TenantView):
                 *([params["include"]] if params.get("include") else []),
             ),
         )
-        response = Response(
+        return EnvelopedResponse(
             {
                 "data": UnitSerializer(with_costs(page), many=True).data,
                 "meta": {"nextCursor": next_cursor},
             }
         )
-        response.enveloped = True
-        return response
 
     @extend_schema(
         summary="Order a GPU unit (idempotent on operationID)",
@@ -224,14 +231,14 @@ class UnitListView(TenantView):
         return Response(body, status=200, headers={**headers, _REPLAYED: "true"})
 
 
-def _with_operation(unit: GPUUnit, operation_id: str, *, status: int, replayed: bool = False):
-    response = Response(
+def _with_operation(
+    unit: GPUUnit, operation_id: str, *, status: int, replayed: bool = False
+) -> Response:
+    return EnvelopedResponse(
         {"data": _render_unit(unit), "meta": {"operationID": operation_id}},
         status=status,
         headers={"ETag": unit.etag, **({_REPLAYED: "true"} if replayed else {})},
     )
-    response.enveloped = True
-    return response
 
 
 _UNIT_WITH_OPERATION = envelope(
@@ -310,15 +317,13 @@ class UnitDetailView(TenantView):
             tenant=self.tenant, name=_unit_or_404(self.tenant, name).name
         )
         # The unit's operationID is its order's: the deletion's own is named beside it.
-        response = Response(
+        return EnvelopedResponse(
             {
                 "data": _render_unit(unit),
                 "meta": {"operationID": outbox.delete_operation_id(unit)},
             },
             status=202,
         )
-        response.enveloped = True
-        return response
 
 
 class UnitActionView(TenantView):
@@ -393,16 +398,32 @@ UnitRestartView = _action_view(
 
 
 class UnitEventsView(TenantView):
+    query_serializer = PageQuerySerializer
+
     @extend_schema(
-        summary="The unit's timeline",
+        summary="The unit's timeline, oldest first, a page at a time (meta.nextCursor)",
+        parameters=[PageQuerySerializer],
         responses={
             200: envelope(UnitEventSerializer, name="UnitEventList", many=True),
-            **error_responses(401, 404),
+            **error_responses(400, 401, 404),
         },
     )
     def get(self, request: Request, name: str) -> Response:
+        params = self.validated_query(request)
         unit = _unit_or_404(self.tenant, name)
-        return Response(UnitEventSerializer(selectors.list_unit_events(unit=unit), many=True).data)
+        # The cursor counts the entries already read (a unit's timeline is short, and a
+        # count names no row id the tenant could compare with other tenants' activity).
+        scope = cursor_scope(self.tenant.pk, unit.uid, "events")
+        start = int(decode_cursor(params["cursor"], scope)) if params.get("cursor") else 0
+        limit = params["limit"]
+        rows = list(selectors.list_unit_events(unit=unit)[start : start + limit + 1])
+        more = len(rows) > limit
+        return EnvelopedResponse(
+            {
+                "data": UnitEventSerializer(rows[:limit], many=True).data,
+                "meta": {"nextCursor": encode_cursor(str(start + limit), scope) if more else None},
+            }
+        )
 
 
 class UnitLogsView(NotJsonBodyMixin, TenantView):
@@ -418,7 +439,7 @@ class UnitLogsView(NotJsonBodyMixin, TenantView):
             **error_responses(400, 401, 404, 409),
         },
     )
-    def get(self, request: Request, name: str) -> HttpResponse:
+    def get(self, request: Request, name: str) -> HttpResponse | StreamingHttpResponse:
         params = self.validated_query(request)
         unit = _unit_or_404(self.tenant, name)
         options = kube_logs.LogOptions(
@@ -454,7 +475,7 @@ class OperationDetailView(TenantView):
         return Response(OperationSerializer(operation).data)
 
 
-_quota_line = {
+_quota_line: dict[str, serializers.Field] = {
     "hard": serializers.CharField(),
     "used": serializers.CharField(),
     "free": serializers.CharField(),
@@ -493,6 +514,19 @@ class QuotaView(TenantView):
                             required=False,
                             help_text="per DeviceClass, when the tenant has a device quota",
                         ),
+                        "limits": inline_serializer(
+                            name="QuotaLimits",
+                            fields={
+                                "sshKeys": inline_serializer(
+                                    name="Quota_sshKeys", fields=_quota_line
+                                ),
+                                "storageClasses": serializers.ListField(
+                                    child=serializers.CharField(),
+                                    help_text="the StorageClasses a storage may name",
+                                ),
+                            },
+                            help_text="counts the platform caps per tenant (ops settings)",
+                        ),
                         "currency": serializers.CharField(help_text="of the costs (ISO 4217)"),
                         "costToDate": serializers.CharField(
                             help_text="what the tenant's units have cost, running ones to now"
@@ -529,6 +563,15 @@ class QuotaView(TenantView):
                 }
                 for name, hard in sorted(tenant.quota_devices.items())
             }
+        keys = tenancy_selectors.count_ssh_keys(tenant)
+        body["limits"] = {
+            "sshKeys": {
+                "hard": str(settings.SSH_KEYS_PER_TENANT),
+                "used": str(keys),
+                "free": str(max(0, settings.SSH_KEYS_PER_TENANT - keys)),
+            },
+            "storageClasses": list(settings.STORAGE_CLASSES),
+        }
         now = timezone.now()
         to_date, this_month = billing_selectors.tenant_costs(
             tenant, now=now, since=billing_periods.month_start(now)

@@ -3,7 +3,7 @@ within a fraction of a second (ARCHITECTURE §13).
 
 It is a thin shell around what beat's backstop already does: every event marks the unit it
 concerns (or the inventory) dirty; a loop takes the dirty units in batches a few milliseconds
-wide and hands them to the one reconcile (runtime/reconcile.py `reconcile_batch`) with their
+wide and hands them to the one reconcile (runtime/control/reconcile.py `reconcile_batch`) with their
 objects from the informers' memory instead of cluster-wide lists, and it applies the
 informers' view of slices, claims, pods, nodes and quotas to the inventory mirror through the
 sync's own apply path. What one event costs does not depend on how many units exist. The
@@ -34,7 +34,8 @@ from controlplane import kube, metrics
 from controlplane.kube import trim
 from controlplane.kube.watch import Event, Informer, Key
 from inventory import sync
-from runtime import manifests, reconcile, selectors
+from runtime import manifests, selectors
+from runtime.control import reconcile
 from runtime.models import GPUUnit, UnitPhase
 
 logger = logging.getLogger(__name__)
@@ -84,7 +85,8 @@ class Lead:
         except psycopg.Error:
             logger.warning("observer cannot reach the database", exc_info=True)
             return False
-        if lead.execute("SELECT pg_try_advisory_lock(%s)", [LEAD_KEY]).fetchone()[0]:
+        row = lead.execute("SELECT pg_try_advisory_lock(%s)", [LEAD_KEY]).fetchone()
+        if row is not None and row[0]:
             self.connection = lead
             self._set(held=True)
             logger.info("observer %s holds the lead", self.identity)
@@ -364,7 +366,7 @@ class Observer:
 
     def _reconcile_batch(self, due: dict[Key, float]) -> None:
         """One batch: the units loaded in one query, then the one reconcile
-        (runtime/reconcile.py) over them with their objects from the watch caches."""
+        (runtime/control/reconcile.py) over them with their objects from the watch caches."""
         units = selectors.list_live_units_by_key(due)
         seen = {(unit.namespace, unit.name) for unit in units}
         for key in due:
