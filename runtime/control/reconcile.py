@@ -378,8 +378,12 @@ def reconcile_batch(
         if change.compare_status and gpuunit is not None:
             to_patch.append((unit, gpuunit))
 
-    ending = [unit for unit in units if unit.phase == UnitPhase.TERMINATING]
-    others = [unit for unit in units if unit.phase != UnitPhase.TERMINATING]
+    # In pk order, as every writer of a batch of rows takes their locks (beat's pages come in
+    # that order; the observer's units in GPUUnit's default -id): two batches in opposite
+    # orders deadlock, and a batch then loses one unit a deadlock_timeout after another.
+    by_pk = sorted(units, key=lambda unit: unit.pk)
+    ending = [unit for unit in by_pk if unit.phase == UnitPhase.TERMINATING]
+    others = [unit for unit in by_pk if unit.phase != UnitPhase.TERMINATING]
     # Rows are written in chunks: a transaction holds the row locks of what it changed, and
     # the backstop's pass over every unit must not keep a customer's request waiting on one.
     for start in range(0, len(others), ROWS_PER_TRANSACTION):
