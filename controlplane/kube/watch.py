@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 import orjson
 
+from controlplane import memory
 from controlplane.kube.client import Kind, _path, list_page, stream
 from controlplane.kube.errors import KubeError, TemporaryError
 
@@ -130,7 +131,7 @@ class Informer:
         handler: Handler,
         *,
         label_selector: str = "",
-        page_size: int = 500,
+        page_size: int = 100,
         timeout_seconds: int = 300,
         max_backoff: float = 30.0,
         optional: bool = False,
@@ -149,6 +150,10 @@ class Informer:
         self.served = True
         self.handler = handler
         self.label_selector = label_selector
+        # Smaller pages than list_all's: a page is decoded whole before the transform keeps a
+        # part of each object, and the parts kept, allocated among the whole objects, pin the
+        # memory those took once they are freed (the observer, listed at 10,000 units: 214 MB
+        # resident with pages of 500, 183 MB with pages of 100).
         self.page_size = page_size
         self.timeout_seconds = timeout_seconds
         self.max_backoff = max_backoff
@@ -257,6 +262,9 @@ class Informer:
         for obj in gone:
             self.handler.changed(self.kind, Event("DELETED", obj))
         self.handler.replaced(self.kind, dict(objects))
+        # A list decodes its pages whole before the transform keeps a part of each: what the
+        # C heap kept of them goes back to the system.
+        memory.release()
         self.synced.set()
         if not self.served:
             self.failing = False  # nothing to watch, and nothing missed

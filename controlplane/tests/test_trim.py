@@ -12,8 +12,11 @@ import itertools
 from dataclasses import dataclass
 from pathlib import Path
 
+import orjson
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from controlplane import kube
 from controlplane.kube import trim
@@ -486,6 +489,76 @@ def test_trimming_leaves_its_input_alone_and_is_idempotent(cluster) -> None:
             kept = transform(obj)
             assert obj == before
             assert transform(kept) == kept
+
+
+def _pod(name: str, *, ready: str = "True", cpu: str = "1") -> dict:
+    return {
+        "metadata": {"name": name, "namespace": UNITS, "uid": f"uid-{name}"},
+        "spec": {
+            "nodeName": "node-a",
+            "containers": [{"name": "main", "resources": {"requests": {"cpu": cpu}}}],
+        },
+        "status": {
+            "phase": "Running",
+            "conditions": [{"type": "Ready", "status": ready, "lastTransitionTime": name}],
+        },
+    }
+
+
+def test_what_trimmed_objects_repeat_is_held_once() -> None:
+    first, second = trim.trim_pod(_pod("a")), trim.trim_pod(_pod("b"))
+    unready, bigger = trim.trim_pod(_pod("c", ready="False")), trim.trim_pod(_pod("d", cpu="2"))
+    assert first["spec"]["containers"] is second["spec"]["containers"]
+    assert first["status"]["conditions"] is second["status"]["conditions"]
+    assert unready["status"]["conditions"] == [{"type": "Ready", "status": "False"}]
+    assert bigger["spec"]["containers"] == [{"resources": {"requests": {"cpu": "2"}}}]
+    assert first["metadata"] is not second["metadata"]
+    assert first == trim.trim_pod(_pod("a"))
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers(-2, 2) | st.sampled_from([0.0, 1.0, 2.5]) | st.text(),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(), inner, max_size=3),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(JSON, max_size=20))
+def test_a_shared_value_is_the_value_it_stands_for(values: list) -> None:
+    """Kept values are looked up by what JSON tells apart: the same keys in the same order
+    and items of the same types (True is not 1, nor 1 the same as 1.0)."""
+    shared = trim._Shared(size=4)
+    kept = [shared(value) for value in values]
+    for value, found in zip(values, kept, strict=True):
+        assert orjson.dumps(found) == orjson.dumps(value)
+    assert len(shared.young) + len(shared.old) <= 8
+
+
+def test_the_consumers_leave_what_the_informers_hold_alone(cluster) -> None:
+    """Trimmed objects share their equal parts: a consumer that changed one in place would
+    change it in every object that holds it. None does."""
+    kept = {plural: trimmed(plural, cluster.objects[plural]) for plural in trim.TRANSFORMS}
+    before = copy.deepcopy(kept)
+    raw = {name: kept[kind.plural] for name, kind in INVENTORY_KINDS.items()}
+    inventory = observe.observe(**raw, packages=PACKAGES)
+    observe.build_document(inventory)
+    observe.package_availability(inventory, PACKAGES)
+    observed_units(kept)
+    taints = {key: device["taints"] for key, device in inventory.devices.items()}
+    by_key = {plural: {key_of(obj): obj for obj in kept[plural]} for plural in trim.TRANSFORMS}
+    for gpuunit in kept["gpuunits"]:
+        name = gpuunit["metadata"]["name"]
+        objects = reconcile.UnitObjects(
+            gpuunit=gpuunit,
+            claim=by_key["resourceclaims"].get((UNITS, manifests.claim_name_for(name))),
+            pod=by_key["pods"].get((UNITS, manifests.pod_name_for(name))),
+        )
+        for unit in _rows(gpuunit, cluster.held[name]):
+            reconcile.plan_pod(unit, objects, taints)
+            reconcile.plan_row(unit, objects, taints)
+            reconcile.desired_status(unit, gpuunit)
+    assert kept == before
 
 
 def test_every_watched_kind_has_a_transform() -> None:

@@ -247,6 +247,27 @@ def test_statements_per_sync_do_not_grow_with_devices(tmp_path):
     assert statements(2, 5) == statements(125, 8)
 
 
+def test_a_device_whose_entry_changes_is_written_again_whole(tmp_path):
+    """The diff reads back a device's content hash, not its attributes, capacity or counters:
+    an entry that changes changes its hash, and its row is written again whole."""
+    with (
+        SimCluster(topology={"generate": {"nodes": 1, "gpus_per_node": 2}}) as sim,
+        pointed_at(sim, tmp_path),
+    ):
+        sync_inventory()
+        resource_slice = kube.list_objects(kube.RESOURCESLICE)[0]
+        changed, kept = resource_slice["spec"]["devices"]
+        changed["attributes"]["driverVersion"] = {"version": "999.0.0"}
+        changed["capacity"] = {"memory": {"value": "40Gi"}}
+        sim.store.update("resourceslices", resource_slice, internal=True)
+        applied = sync_inventory().counts["applied"]["devices"]
+        assert applied == {"changed": 1, "deleted": 0}
+        row = Device.objects.get(name=changed["name"])
+        assert row.attributes["driverVersion"] == {"version": "999.0.0"}
+        assert row.capacity == {"memory": {"value": "40Gi"}}
+        assert Device.objects.get(name=kept["name"]).attributes == kept["attributes"]
+
+
 def test_failed_sync_keeps_the_mirror_and_marks_it_stale(cluster, operator_client):
     sync_inventory()
     good = inventory(operator_client)
