@@ -23,6 +23,24 @@ settings.register_profile("suite", deadline=None, suppress_health_check=[HealthC
 settings.load_profile("suite")
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _live_server_backlog():
+    """Give `live_server` a listen backlog like a production server's. Django's WSGIServer
+    listens with a backlog of 10, so a test that opens 50 connections at once has some
+    refused or reset before the server sees them, which is a fact about the test server,
+    not about the product (gunicorn's default is 2048; simcluster's server uses 128)."""
+    from django.core.servers.basehttp import ThreadedWSGIServer
+    from django.test.testcases import LiveServerThread
+
+    class BackloggedServer(ThreadedWSGIServer):
+        request_queue_size = 128
+
+    original = LiveServerThread.server_class
+    LiveServerThread.server_class = BackloggedServer
+    yield
+    LiveServerThread.server_class = original
+
+
 @pytest.fixture
 def api_client():
     from rest_framework.test import APIClient
