@@ -16,10 +16,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-import cel
-from cel.stdlib import add_stdlib_to_context
-
-from dracel import quantity
+from dracel import engine, quantity
+from dracel.engine import add_stdlib_to_context
 
 logger = logging.getLogger(__name__)
 
@@ -61,12 +59,12 @@ class CompiledSelector:
     it reads (None: it may read any of them)."""
 
     expression: str
-    program: cel.Program
+    program: engine.Program
     domains: tuple[str, ...]
     reads: frozenset[Read] | None = None
 
 
-def _reads(expression: str, program: cel.Program) -> frozenset[Read] | None:
+def _reads(expression: str, program: engine.Program) -> frozenset[Read] | None:
     if set(program.variables()) - {"device"}:
         return None  # a comprehension (all, exists, map, filter) may walk a map's keys
     found = {
@@ -229,11 +227,11 @@ _KUBERNETES_FUNCTIONS: dict[str, Any] = {
 _local = threading.local()
 
 
-def _context() -> cel.Context:
-    # cel.Context is not thread-safe and is cheapest when reused, so keep one per thread.
+def _context() -> engine.Context:
+    # engine.Context is not thread-safe and is cheapest when reused, so keep one per thread.
     context = getattr(_local, "context", None)
     if context is None:
-        context = cel.Context()
+        context = engine.Context()
         add_stdlib_to_context(context)
         for name, function in _KUBERNETES_FUNCTIONS.items():
             context.add_function(name, function)
@@ -245,7 +243,7 @@ def _context() -> cel.Context:
 def compile_selector(expression: str) -> CompiledSelector:
     """Parse one selector expression (cached by its text); raises CelCompileError."""
     try:
-        program = cel.compile(expression)
+        program = engine.compile(expression)
     except (ValueError, RuntimeError) as exc:
         raise CelCompileError(f"CEL compile error: {exc}") from exc
     domains = tuple(sorted({m.group(2) for m in _DOMAIN_REFERENCE.finditer(expression)}))
@@ -332,7 +330,7 @@ class CelRuntimeError(RuntimeError):
     """A selector that failed while evaluating against one device."""
 
 
-def _execute(selector: CompiledSelector, context: cel.Context) -> bool:
+def _execute(selector: CompiledSelector, context: engine.Context) -> bool:
     try:
         result = selector.program.execute(context)
     except KeyError as exc:
@@ -344,7 +342,7 @@ def _execute(selector: CompiledSelector, context: cel.Context) -> bool:
     return result
 
 
-def _bind_device(env: dict[str, Any], selectors: Sequence[CompiledSelector]) -> cel.Context:
+def _bind_device(env: dict[str, Any], selectors: Sequence[CompiledSelector]) -> engine.Context:
     # Converting the device into CEL values is the costly step: do it once for all selectors.
     context = _context()
     domains = {domain for selector in selectors for domain in selector.domains}
@@ -358,7 +356,7 @@ def evaluate(selector: CompiledSelector, env: dict[str, Any]) -> bool:
     return _execute(selector, _bind_device(env, [selector]))
 
 
-def _all_match(selectors: Sequence[CompiledSelector], context: cel.Context, driver: Any) -> bool:
+def _all_match(selectors: Sequence[CompiledSelector], context: engine.Context, driver: Any) -> bool:
     for selector in selectors:
         try:
             if not _execute(selector, context):
