@@ -69,6 +69,7 @@ class PackageForm(forms.ModelForm):
             "match_attribute",
             "alternatives",
             "max_stop_after",
+            "ephemeral_storage",
             "price",
             "alternative_prices",
         ]
@@ -96,7 +97,7 @@ class PackageAdmin(admin.ModelAdmin):
     actions = ("export_yaml", "activate", "deactivate", "delete_selected")
     fieldsets = (
         (None, {"fields": ("id", "spec_name", "active")}),
-        ("Resources", {"fields": ("cpu", "memory", "gpu")}),
+        ("Resources", {"fields": ("cpu", "memory", "ephemeral_storage", "gpu")}),
         ("Auto-stop", {"fields": ("max_stop_after",)}),
         ("Price", {"fields": ("price", "alternative_prices")}),
         (

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from decimal import Decimal
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator
 from django.db import models
@@ -34,6 +35,7 @@ FIELD_PATHS = {
     "alternatives": "allocation.alternatives",
     "match_attribute": "allocation.matchAttribute",
     "max_stop_after": "maxStopAfter",
+    "ephemeral_storage": "ephemeralStorage",
     "price": "price",
     "alternative_prices": "alternativePrices",
     "active": "active",
@@ -102,6 +104,14 @@ class Package(models.Model):
         help_text='Units of this package stop at most this long after they start, e.g. "8h" '
         "(blank: no limit). A unit ordered without stopAfter gets this one.",
     )
+    ephemeral_storage = models.CharField(
+        "ephemeral storage",
+        max_length=32,
+        blank=True,
+        help_text="Local disk a unit of this package may write outside its storages (container "
+        'layer, logs), e.g. "50Gi": the pod\'s ephemeral-storage request and limit, counted '
+        "against the tenant's ResourceQuota. Blank: PACKAGE_EPHEMERAL_STORAGE.",
+    )
     price = models.DecimalField(
         "hourly price",
         max_digits=12,
@@ -152,6 +162,7 @@ class Package(models.Model):
         self.spec_name = (self.spec_name or "").strip()
         self.cpu = (self.cpu or "").strip()
         self.memory = (self.memory or "").strip()
+        self.ephemeral_storage = (self.ephemeral_storage or "").strip()
         self.device_class_name = (self.device_class_name or "").strip()
         self.claim_request_name = (self.claim_request_name or "").strip() or "gpu"
         if isinstance(self.selectors, list):
@@ -161,6 +172,8 @@ class Package(models.Model):
             "id": dns_label(self.id),
             "cpu": positive_quantity(self.cpu, resource="cpu"),
             "memory": positive_quantity(self.memory, resource="memory"),
+            "ephemeral_storage": self.ephemeral_storage
+            and positive_quantity(self.ephemeral_storage, resource="ephemeral-storage"),
             "device_class_name": dns_subdomain(self.device_class_name),
             "claim_request_name": dns_label(self.claim_request_name),
             "capacity": validation.capacity_requests(self.capacity),
@@ -210,6 +223,11 @@ class Package(models.Model):
     @property
     def memory_bytes(self) -> int:
         return quantity.parse_bytes(self.memory)
+
+    @property
+    def unit_ephemeral_storage(self) -> str:
+        """What a unit of this package gets: its own amount, else the platform's default."""
+        return self.ephemeral_storage or settings.PACKAGE_EPHEMERAL_STORAGE
 
     @property
     def allocation(self) -> dict:

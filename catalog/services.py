@@ -13,7 +13,7 @@ from catalog import yaml_io
 from catalog.models import FIELD_PATHS, Package
 from dracel.quantity import same_value
 
-_QUANTITY_FIELDS = {"cpu", "memory"}
+_QUANTITY_FIELDS = {"cpu", "memory", "ephemeral_storage"}
 _COMPARED_FIELDS = [
     "spec_name",
     "cpu",
@@ -27,6 +27,7 @@ _COMPARED_FIELDS = [
     "match_attribute",
     "alternatives",
     "max_stop_after",
+    "ephemeral_storage",
     "price",
     "alternative_prices",
     "active",

@@ -17,6 +17,7 @@ ENTRY_KEYS = {
     "gpu",
     "allocation",
     "maxStopAfter",
+    "ephemeralStorage",
     "price",
     "alternativePrices",
     "active",
@@ -94,6 +95,7 @@ def entry_to_fields(entry: Any) -> tuple[dict, dict[str, str]]:
         "alternatives": allocation.get("alternatives") or [],
         "match_attribute": _text(allocation.get("matchAttribute")),
         "max_stop_after": _text(entry.get("maxStopAfter")),
+        "ephemeral_storage": _text(entry.get("ephemeralStorage")),
         "price": _text(entry.get("price")) or "0",
         "alternative_prices": {str(k): _text(v) for k, v in entry["alternativePrices"].items()}
         if isinstance(entry.get("alternativePrices"), dict)
@@ -115,6 +117,8 @@ def package_to_entry(package: Any) -> dict:
     }
     if package.max_stop_after:
         entry["maxStopAfter"] = package.max_stop_after
+    if package.ephemeral_storage:
+        entry["ephemeralStorage"] = package.ephemeral_storage
     if Decimal(package.price):
         entry["price"] = money(Decimal(package.price))
     if package.alternative_prices:

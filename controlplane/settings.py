@@ -12,6 +12,8 @@ from pathlib import Path
 import environ
 from django.core.exceptions import ImproperlyConfigured
 
+from controlplane.validation import positive_quantity
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 
 env = environ.Env()
@@ -204,9 +206,34 @@ API_THROTTLE_RATE = env.str("API_THROTTLE_RATE", default="1200/min")
 API_MAX_BODY_BYTES = env.int("API_MAX_BODY_BYTES", default=64 * 1024)
 # SSH keys one tenant may register (each is written into every SSH unit's ConfigMap).
 SSH_KEYS_PER_TENANT = env.int("SSH_KEYS_PER_TENANT", default=32)
+# Secrets one tenant may hold (/secrets, each a Kubernetes Secret in its namespace): one more
+# is 409 limit_exceeded. A secret's keys and values together are at most 1 MiB, the API
+# server's own limit, so POST /secrets takes bodies up to SECRET_MAX_BODY_BYTES (JSON
+# escaping of the values included); every other API body stays under API_MAX_BODY_BYTES.
+SECRETS_PER_TENANT = env.int("SECRETS_PER_TENANT", default=64)
+SECRET_MAX_BYTES = 1024 * 1024
+SECRET_MAX_BODY_BYTES = 2 * SECRET_MAX_BYTES + 64 * 1024
 # StorageClasses tenants may name for a storage (empty: none, the cluster's default is used).
 STORAGE_CLASSES = [c.strip() for c in env.list("STORAGE_CLASSES", default=[]) if c.strip()]
-DATA_UPLOAD_MAX_MEMORY_SIZE = max(API_MAX_BODY_BYTES, 2_621_440)
+# NodePorts and LoadBalancer Services one tenant's live units may hold (a stopped unit keeps
+# its Services): an order past either is 409 limit_exceeded; both are in its ResourceQuota too.
+NODE_PORTS_PER_TENANT = env.int("NODE_PORTS_PER_TENANT", default=32)
+LOAD_BALANCERS_PER_TENANT = env.int("LOAD_BALANCERS_PER_TENANT", default=8)
+
+
+def _quantity(name: str, default: str) -> str:
+    """A positive whole-byte Kubernetes quantity; anything else stops the process."""
+    value = env.str(name, default=default).strip()
+    if problem := positive_quantity(value, resource="ephemeral-storage"):
+        raise ImproperlyConfigured(f"{name}: {problem}")
+    return value
+
+
+# Ephemeral storage (container writable layer, logs, emptyDirs on disk) of a unit whose
+# package names none, and what one tenant's pods may have in all (its ResourceQuota).
+PACKAGE_EPHEMERAL_STORAGE = _quantity("PACKAGE_EPHEMERAL_STORAGE", "20Gi")
+TENANT_EPHEMERAL_STORAGE = _quantity("TENANT_EPHEMERAL_STORAGE", "1Ti")
+DATA_UPLOAD_MAX_MEMORY_SIZE = max(API_MAX_BODY_BYTES, SECRET_MAX_BODY_BYTES, 2_621_440)
 
 CACHES = {
     "default": {

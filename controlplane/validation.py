@@ -65,8 +65,8 @@ def positive_quantity(value: str, *, resource: str) -> str | None:
         return f'{resource} must be greater than zero, got "{value}".'
     if resource == "cpu" and (amount * 1000) % 1:
         return f'cpu "{value}" is finer than the smallest unit Kubernetes keeps (1m).'
-    if resource == "memory" and amount % 1:
-        return f'memory "{value}" is not a whole number of bytes.'
+    if resource in ("memory", "ephemeral-storage") and amount % 1:
+        return f'{resource} "{value}" is not a whole number of bytes.'
     return None
 
 

@@ -117,12 +117,26 @@ def parse_env(text: str) -> list[dict]:
                 f"“{line.strip()}” is not NAME=value: write one variable a line, e.g. "
                 "HF_HOME=/data/cache."
             )
-        env.append({"name": name.strip(), "value": value})
+        if reference := SECRET_REFERENCE.fullmatch(value.strip()):
+            secret_ref = {"name": reference["name"], "key": reference["key"]}
+            env.append({"name": name.strip(), "secretRef": secret_ref})
+        else:
+            env.append({"name": name.strip(), "value": value})
     return env
 
 
+# NAME=${secret:<secret>/<key>} reads a key of one of the tenant's secrets (template.env's
+# secretRef): the form shows and takes references, never a secret's value.
+SECRET_REFERENCE = re.compile(r"\$\{secret:(?P<name>[^/}]*)/(?P<key>[^}]*)\}")
+
+
 def env_text(env: list[dict]) -> str:
-    return "\n".join(f"{entry['name']}={entry.get('value', '')}" for entry in env)
+    return "\n".join(
+        f"{entry['name']}=${{secret:{entry['secretRef']['name']}/{entry['secretRef']['key']}}}"
+        if "secretRef" in entry
+        else f"{entry['name']}={entry.get('value', '')}"
+        for entry in env
+    )
 
 
 def parse_command(text: str) -> list[str]:
@@ -511,7 +525,8 @@ class UnitEditForm(SummarisedForm):
         strip=False,
         max_length=MAX_ITEMS * MAX_STRING,
         help_text=(
-            f"Optional: one NAME=value a line, e.g. HF_HOME=/data/cache. At most {MAX_ITEMS}."
+            f"Optional: one NAME=value a line, e.g. HF_HOME=/data/cache, or a key of one of "
+            f"your secrets, e.g. HF_TOKEN=${{secret:hf/token}}. At most {MAX_ITEMS}."
         ),
         widget=forms.Textarea(
             attrs={"rows": 4, "autocomplete": "off", "spellcheck": "false", "wrap": "off"}

@@ -53,7 +53,7 @@ from dashboard.forms import (
 from dashboard.quota import quota_refusal
 from dashboard.reasons import status_explanation
 from inventory import selectors as inventory_selectors
-from runtime import actions, lifecycle, manifests, orders
+from runtime import actions, lifecycle, manifests, orders, tenant_secrets
 from runtime import storage as storage_service
 from runtime.errors import (
     InvalidRequest,
@@ -492,6 +492,7 @@ class UnitCreateView(DashboardView):
             # Staff order for the tenant they picked in the form.
             tenant = self.scope.tenant or data["tenant"]
             try:
+                tenant_secrets.check_references(tenant=tenant, template=data["template"])
                 result = orders.create_unit(
                     tenant=tenant,
                     operation_id=data["operation_id"],

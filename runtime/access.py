@@ -12,7 +12,9 @@ from __future__ import annotations
 import base64
 import hashlib
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
 from django.conf import settings
 from django.core import checks
@@ -149,6 +151,44 @@ def tcp_exposed(access: dict, config: AccessConfig) -> bool:
     return access.get("scheme") == "tcp" and config.tcp_service_type in (
         "NodePort",
         "LoadBalancer",
+    )
+
+
+@dataclass(frozen=True)
+class Exposure:
+    """What a unit's Services hold of its tenant's allowances, counted as the ResourceQuota
+    counts them: `services.nodeports` every port of a NodePort or LoadBalancer Service,
+    `services.loadbalancers` each LoadBalancer Service."""
+
+    node_ports: int = 0
+    load_balancers: int = 0
+
+    def __add__(self, other: Exposure) -> Exposure:
+        return Exposure(
+            self.node_ports + other.node_ports, self.load_balancers + other.load_balancers
+        )
+
+
+def exposure(*, ports: list[dict], access: dict, ssh: bool, config: AccessConfig) -> Exposure:
+    """The Services provisioning makes for a unit (runtime/control/provisioning.CHILDREN)
+    and what they hold: the unit's Service takes a node port for each template port when its
+    tcp access is exposed; the SSH Service one, unless SSH stays in the cluster."""
+    balanced = int(config.tcp_service_type == "LoadBalancer")
+    held = Exposure()
+    if ports and tcp_exposed(access, config):
+        held += Exposure(len(ports), balanced)
+    if ssh and config.tcp_service_type != "ClusterIP":
+        held += Exposure(1, balanced)
+    return held
+
+
+def spec_exposure(spec: Mapping[str, Any], config: AccessConfig) -> Exposure:
+    """`exposure` of a unit's `template`, `access` and `ssh` as its row keeps them."""
+    return exposure(
+        ports=(spec.get("template") or {}).get("ports") or [],
+        access=spec.get("access") or {},
+        ssh=bool((spec.get("ssh") or {}).get("enabled")),
+        config=config,
     )
 
 

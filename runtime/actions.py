@@ -13,7 +13,7 @@ from django.db import IntegrityError, transaction
 from django.utils import timezone
 
 from controlplane.validation import fold_case
-from runtime import lifecycle, orders, outbox, selectors, spec, stopafter
+from runtime import lifecycle, orders, outbox, selectors, spec, stopafter, tenant_secrets
 from runtime.errors import (
     InvalidRequest,
     InvalidState,
@@ -368,6 +368,8 @@ def update_unit(
         with transaction.atomic():
             # Tenant lock first: storage mounts are checked against the other units under it.
             tenancy_services.lock_tenant(tenant.pk)
+            if "template" in patch:  # under the lock a secret's deletion takes
+                tenant_secrets.check_references(tenant=tenant, template=wanted.get("template"))
             locked = selectors.lock_unit(tenant=tenant, name=unit.name, uid=str(unit.uid))
             # The version the patch was merged on: a change committed since refuses it.
             _check_etag(locked, unit.etag)
@@ -400,6 +402,7 @@ def _record_update(
         return ActionResult(operation=operation, unit=unit, changed=False)
     if "storageMounts" in changes and wanted["storageMounts"]:
         orders.check_storage_mounts(unit.tenant, wanted["storageMounts"], exclude=unit)
+    orders.check_exposure(unit.tenant, wanted, before=unit)
     fields: dict[str, Any] = {
         "image": wanted["image"],
         "template": wanted["template"],

@@ -1,7 +1,7 @@
 """Errors the runtime's services raise; each maps to one public error code."""
 
 from controlplane.errors import DomainError, InvalidRequest, NotFound, ServiceUnavailable
-from tenancy.errors import QuotaExceeded
+from tenancy.errors import LimitExceeded, QuotaExceeded
 
 
 class OperationConflict(DomainError):
@@ -53,6 +53,7 @@ __all__ = [
     "ImmutableField",
     "InvalidRequest",
     "InvalidState",
+    "LimitExceeded",
     "NameConflict",
     "NotFound",
     "OperationConflict",

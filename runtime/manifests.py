@@ -3,6 +3,7 @@ that tell an object of ours from a foreign one of the same name: dict in, dict o
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import ipaddress
 import json
@@ -20,6 +21,7 @@ LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
 LABEL_UNIT = f"{GROUP}/unit"
 LABEL_TENANT = f"{GROUP}/tenant"
 LABEL_STORAGE = f"{GROUP}/storage"
+LABEL_SECRET = f"{GROUP}/secret"
 # The one label selector of what the control plane made (units' objects, storage claims).
 OURS_SELECTOR = f"{LABEL_MANAGED_BY}={MANAGED_BY}"
 STORAGE_SELECTOR = f"{OURS_SELECTOR},{LABEL_STORAGE}"
@@ -62,11 +64,12 @@ class UnitContract:
     match_attribute: str = ""  # every device of the unit agrees on it (claim constraints)
     command: list[str] = field(default_factory=list)
     args: list[str] = field(default_factory=list)
-    env: list[dict[str, str]] = field(default_factory=list)
+    env: list[dict] = field(default_factory=list)
     ports: list[dict] = field(default_factory=list)
     access: dict[str, str] = field(default_factory=dict)
     storage_mounts: list[dict] = field(default_factory=list)
     memory_bytes: int = 0  # /dev/shm is sized half of it
+    ephemeral_storage: str = ""  # the pod's ephemeral-storage ("": none, an older unit)
     ssh: bool = False
     ssh_image: str = ""
     run_policy: str = "Running"
@@ -324,6 +327,9 @@ def build_resource_claim(contract: UnitContract, *, owner_uid: str) -> dict:
 # so the pod asks for exactly what the package sells and the tenant's quota sees no more).
 SSH_CPU_MILLICORES = 50
 SSH_MEMORY_BYTES = 64 * 2**20
+# A session runs in the sidecar and writes to its layer: its share of the package's ephemeral
+# storage, taken from the workload's likewise.
+SSH_EPHEMERAL_BYTES = 2**30
 SSH_CONTAINER = "ssh-server"
 SSH_KEYS_VOLUME = "ssh-keys"
 SSH_KEYS_PATH = "/etc/ssh-keys"
@@ -339,13 +345,20 @@ def ssh_service_name(unit: str) -> str:
 
 
 def _compute(contract: UnitContract) -> dict[str, str]:
+    """The workload container's requests (= limits): the package's, less the SSH sidecar's
+    share when it has one, so the pod as a whole asks for what the package says."""
+    disk = {"ephemeral-storage": contract.ephemeral_storage} if contract.ephemeral_storage else {}
     if not contract.ssh:
-        return {"cpu": contract.cpu, "memory": contract.memory}
+        return {"cpu": contract.cpu, "memory": contract.memory, **disk}
     cpu = quantity.parse_cpu(contract.cpu) - SSH_CPU_MILLICORES
     memory = contract.memory_bytes - SSH_MEMORY_BYTES
+    if disk:
+        left = quantity.parse_bytes(contract.ephemeral_storage) - SSH_EPHEMERAL_BYTES
+        disk["ephemeral-storage"] = quantity.format_bytes(max(left, 1))
     return {
         "cpu": quantity.format_cpu(max(cpu, 1)),
         "memory": quantity.format_bytes(max(memory, 1)),
+        **disk,
     }
 
 
@@ -367,6 +380,8 @@ def _ssh_sidecar(contract: UnitContract, mounts: list[dict]) -> dict:
         "cpu": quantity.format_cpu(SSH_CPU_MILLICORES),
         "memory": quantity.format_bytes(SSH_MEMORY_BYTES),
     }
+    if contract.ephemeral_storage:
+        share["ephemeral-storage"] = quantity.format_bytes(SSH_EPHEMERAL_BYTES)
     return {
         "name": SSH_CONTAINER,
         "image": contract.ssh_image,
@@ -390,6 +405,48 @@ def _ssh_sidecar(contract: UnitContract, mounts: list[dict]) -> dict:
     }
 
 
+def secret_object_name(secret: str) -> str:
+    """The Kubernetes Secret holding the tenant's secret `secret` (/secrets)."""
+    return f"secret-{secret}"
+
+
+def build_secret(*, namespace: str, tenant: str, name: str, data: dict[str, str]) -> dict:
+    """A tenant secret's Secret: `data` base64-encoded as the API stores it."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": secret_object_name(name),
+            "namespace": namespace,
+            "labels": secret_labels(tenant=tenant, name=name),
+        },
+        "type": "Opaque",
+        "data": encode_secret_data(data),
+    }
+
+
+def secret_labels(*, tenant: str, name: str) -> dict[str, str]:
+    return {LABEL_MANAGED_BY: MANAGED_BY, LABEL_TENANT: tenant, LABEL_SECRET: name}
+
+
+def encode_secret_data(data: dict[str, str]) -> dict[str, str]:
+    return {key: base64.b64encode(value.encode()).decode("ascii") for key, value in data.items()}
+
+
+def _env_var(entry: dict) -> dict:
+    """A template env entry as the container's: a secret's key by reference (the kubelet
+    reads the Secret; the value is in no object of ours), else the literal value."""
+    ref = entry.get("secretRef")
+    if ref:
+        return {
+            "name": entry["name"],
+            "valueFrom": {
+                "secretKeyRef": {"name": secret_object_name(ref["name"]), "key": ref["key"]}
+            },
+        }
+    return {"name": entry["name"], "value": entry.get("value", "")}
+
+
 def build_pod(contract: UnitContract, *, owner_uid: str) -> dict:
     compute = _compute(contract)
     container: dict = {
@@ -400,7 +457,7 @@ def build_pod(contract: UnitContract, *, owner_uid: str) -> dict:
             {"name": "SPEC_NAME", "value": contract.spec_name},
             {"name": "UNIT_NAME", "value": contract.name},
             {"name": "GPU_COUNT", "value": str(contract.gpu)},
-            *({"name": e["name"], "value": e.get("value", "")} for e in contract.env),
+            *(_env_var(e) for e in contract.env),
         ],
         # DRA is the only GPU allocation path: no nvidia.com/gpu requests or limits.
         "resources": {
@@ -603,9 +660,14 @@ def build_resource_quota(
     storage: str = "1Ti",
     storages: int = 16,
     devices: dict[str, int] | None = None,
+    node_ports: int = 32,
+    load_balancers: int = 8,
+    ephemeral_storage: str = "1Ti",
 ) -> dict:
     """The tenant's ResourceQuota; `devices`: per DeviceClass, what its claims may request
-    (the DRA quota key `<class>.deviceclass.resource.k8s.io/devices`)."""
+    (the DRA quota key `<class>.deviceclass.resource.k8s.io/devices`). `node_ports` counts
+    every port of a NodePort or LoadBalancer Service, `load_balancers` the latter;
+    `ephemeral_storage` bounds its pods' requests and limits alike."""
     per_class = {
         f"{name}{DEVICE_QUOTA_SUFFIX}": str(count)
         for name, count in sorted((devices or {}).items())
@@ -625,6 +687,10 @@ def build_resource_quota(
                 "count/resourceclaims.resource.k8s.io": str(claims),
                 "requests.storage": storage,
                 "persistentvolumeclaims": str(storages),
+                "services.nodeports": str(node_ports),
+                "services.loadbalancers": str(load_balancers),
+                "requests.ephemeral-storage": ephemeral_storage,
+                "limits.ephemeral-storage": ephemeral_storage,
                 **per_class,
             }
         },

@@ -81,6 +81,13 @@ class GPUUnit(models.Model):
     memory = models.CharField(max_length=32)
     cpu_millicores = models.BigIntegerField(help_text="cpu as a number, for quota sums")
     memory_bytes = models.BigIntegerField(help_text="memory as a number, for quota sums")
+    ephemeral_storage = models.CharField(
+        max_length=32,
+        blank=True,
+        default="",
+        help_text="the pod's ephemeral-storage request and limit (blank on units ordered "
+        "before packages had one: none)",
+    )
     gpu = models.PositiveIntegerField()
     device_class_name = models.CharField(max_length=253)
     claim_name = models.CharField(max_length=63)
@@ -193,6 +200,7 @@ class GPUUnit(models.Model):
             "memory": package.memory,
             "cpu_millicores": package.cpu_millicores,
             "memory_bytes": package.memory_bytes,
+            "ephemeral_storage": package.unit_ephemeral_storage,
             "gpu": package.gpu,
             "device_class_name": package.device_class_name,
             "claim_name": claim_name,
@@ -235,6 +243,7 @@ class GPUUnit(models.Model):
             access=dict(self.access or {}),
             storage_mounts=list(self.storage_mounts or []),
             memory_bytes=self.memory_bytes,
+            ephemeral_storage=self.ephemeral_storage,
             ssh=bool((self.ssh or {}).get("enabled")),
             run_policy=self.run_policy,
             stop_after=self.stop_after,
@@ -382,3 +391,28 @@ class UnitEvent(models.Model):
 
     def __str__(self) -> str:
         return f"{self.unit}: {self.reason}"
+
+
+class TenantSecret(models.Model):
+    """A tenant's secret (/secrets): the Kubernetes Secret `secret-<name>` in its namespace
+    holds the values; this row holds only what may be shown (the name and key names), so the
+    API lists, counts and checks references without reading a value."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="secrets")
+    name = models.CharField(max_length=56, help_text="DNS label; the Secret is secret-<name>.")
+    keys = models.JSONField(default=list, help_text="the Secret's key names, sorted; no values")
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "name"], name="secret_unique_name"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tenant.namespace}/{self.name}"
+
+    @property
+    def object_name(self) -> str:
+        return manifests.secret_object_name(self.name)

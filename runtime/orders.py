@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from functools import cache
 from typing import Any, TypeVar
 
+from django.conf import settings
 from django.core import checks
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, models, transaction
@@ -26,9 +27,17 @@ from django.utils import timezone
 from catalog.models import Package
 from controlplane import statements
 from controlplane.validation import dns_label
+from dracel import quantity
+from runtime import access as unit_access
 from runtime import manifests, outbox, selectors, stopafter
 from runtime.access import host_label
-from runtime.errors import InvalidRequest, NameConflict, QuotaExceeded, StorageInUse
+from runtime.errors import (
+    InvalidRequest,
+    LimitExceeded,
+    NameConflict,
+    QuotaExceeded,
+    StorageInUse,
+)
 from runtime.models import (
     EventType,
     GPUStorage,
@@ -175,6 +184,11 @@ def create_unit(
                     raise problem
                 if problem := device_quota_problem(tenant, unit.device_class_name, unit.count):
                     raise problem
+                if problem := ephemeral_storage_problem(tenant, unit.ephemeral_storage):
+                    raise problem
+                # In the ORM, not the order statement: most orders open no port and pay
+                # nothing for it; the tenant lock above keeps two orders from one last port.
+                check_exposure(tenant, {"template": template, "access": access, "ssh": ssh})
                 if storage_mounts:  # under the tenant lock: two orders cannot take one storage
                     check_storage_mounts(tenant, storage_mounts)
                 sql.execute(_order_sql(), params)
@@ -183,7 +197,7 @@ def create_unit(
                 operation.unit = unit
                 statements.saved(operation, operation_pk)
                 transaction.on_commit(lambda: outbox.enqueue(operation))
-        except (IntegrityError, QuotaExceeded) as exc:
+        except (IntegrityError, QuotaExceeded, LimitExceeded) as exc:
             if _host_label_taken(exc):
                 if candidate == HOST_LABEL_CANDIDATES:
                     raise  # every candidate is a live unit's: no name or quota problem
@@ -194,7 +208,7 @@ def create_unit(
                 params["unit"] = statements.row_json(unit)
                 continue
             # An identical request that committed first (its operationID, or its unit's name, is
-            # taken now) is a replay; the name being taken comes before a full quota.
+            # taken now) is a replay; the name being taken comes before a full quota or limit.
             replay = selectors.get_operation(tenant=tenant, operation_id=operation_id)
             if replay is not None:
                 return _replayed(replay, request_hash)
@@ -239,6 +253,68 @@ def device_quota_problem(tenant: Tenant, device_class: str, count: int) -> Quota
         hard=str(hard),
         larger=count > hard,
     )
+
+
+def ephemeral_storage_problem(tenant: Tenant, amount: str) -> QuotaExceeded | None:
+    """A unit whose pod alone asks for more ephemeral storage than the tenant's ResourceQuota
+    allows (TENANT_EPHEMERAL_STORAGE) could never start: refused (a query only then). The sum
+    over running pods is the ResourceQuota's to keep (a pod past it is Pending/QuotaExceeded),
+    so an order that fits pays nothing for this."""
+    hard = quantity.parse_bytes(settings.TENANT_EPHEMERAL_STORAGE)
+    if not amount or quantity.parse_bytes(amount) <= hard:
+        return None
+    return tenancy_services.quota_exceeded(
+        tenant,
+        "limits.ephemeral-storage",
+        used=quantity.format_bytes(selectors.ephemeral_storage_requested(tenant=tenant)),
+        requested=amount,
+        hard=settings.TENANT_EPHEMERAL_STORAGE,
+        larger=True,
+    )
+
+
+# The allowances an order or update is held to: (name in GET /quota and the error's details,
+# the ResourceQuota key, the Exposure field, the setting).
+_EXPOSURE_LIMITS = (
+    ("nodePorts", "services.nodeports", "node_ports", "NODE_PORTS_PER_TENANT"),
+    ("loadBalancers", "services.loadbalancers", "load_balancers", "LOAD_BALANCERS_PER_TENANT"),
+)
+
+
+def check_exposure(tenant: Tenant, spec: dict, *, before: GPUUnit | None = None) -> None:
+    """Refuse (409 `limit_exceeded`, naming the limit) a unit whose `spec` (its template,
+    access and ssh) would have Services take the tenant past its NodePorts or load
+    balancers, before anything is written or created. `before`: the unit as it is, for an
+    update (only what it adds is asked for, so an update that opens no more ports passes
+    even over a lowered allowance). Under the tenant lock; no query unless the unit takes
+    more than it held."""
+    config = unit_access.from_settings()
+    wanted = unit_access.spec_exposure(spec, config)
+    had = unit_access.Exposure()
+    if before is not None:
+        had = unit_access.spec_exposure(
+            {"template": before.template, "access": before.access, "ssh": before.ssh}, config
+        )
+    grows = [
+        limit for limit in _EXPOSURE_LIMITS if getattr(wanted, limit[2]) > getattr(had, limit[2])
+    ]
+    if not grows:
+        return
+    others = selectors.exposure_held(
+        tenant=tenant, config=config, exclude_pk=before.pk if before is not None else None
+    )
+    for name, key, field, setting in grows:
+        hard = getattr(settings, setting)
+        used = getattr(others, field) + getattr(had, field)
+        requested = getattr(wanted, field) - getattr(had, field)
+        if used + requested <= hard:
+            continue
+        raise LimitExceeded(
+            f"tenant {tenant.slug}'s units hold {used} of its {hard} {key} and this unit "
+            f"needs {requested} more: delete a unit with tcp access or SSH, or use fewer "
+            "ports.",
+            details={"limit": name, "used": used, "requested": requested, "hard": hard},
+        )
 
 
 def _lookup(

@@ -11,8 +11,10 @@ from django.db.models import Count, Q, QuerySet, Sum
 from django.db.models.functions import Coalesce
 
 from controlplane.validation import fold_case
+from dracel import quantity
+from runtime import access
 from runtime.errors import NotFound
-from runtime.models import GPUUnit, Operation, OperationStatus, UnitEvent, UnitPhase
+from runtime.models import GPUUnit, Operation, OperationStatus, RunPolicy, UnitEvent, UnitPhase
 from tenancy.models import SSHKey, Tenant
 from tenancy.selectors import TenantUsage
 
@@ -245,3 +247,33 @@ def devices_requested_by_class(*, tenant: Tenant) -> dict[str, int]:
         .values_list("device_class_name", "total")
     )
     return {name: int(total) for name, total in rows}
+
+
+def exposure_held(
+    *, tenant: Tenant, config: access.AccessConfig, exclude_pk: int | None = None
+) -> access.Exposure:
+    """The NodePorts and load balancers the tenant's live units' Services hold (a stopped or
+    pending unit's too: its Services stay), from the rows, not the cluster; but the unit
+    `exclude_pk`. Only units with tcp access or SSH can hold any, so this reads at most as
+    many rows as the tenant may have NodePorts."""
+    units = GPUUnit.objects.live().filter(tenant=tenant)
+    units = units.filter(Q(access__scheme="tcp") | Q(ssh__enabled=True)).order_by()
+    if exclude_pk is not None:
+        units = units.exclude(pk=exclude_pk)
+    held = access.Exposure()
+    for spec in units.values("template", "access", "ssh"):
+        held += access.spec_exposure(spec, config)
+    return held
+
+
+def ephemeral_storage_requested(*, tenant: Tenant) -> int:
+    """Bytes of ephemeral storage the pods of the tenant's live units that run (or try to)
+    request: what its ResourceQuota counts (a stopped unit has no pod)."""
+    amounts = (
+        GPUUnit.objects.live()
+        .filter(tenant=tenant, run_policy=RunPolicy.RUNNING)
+        .exclude(ephemeral_storage="")
+        .order_by()
+        .values_list("ephemeral_storage", flat=True)
+    )
+    return sum(quantity.parse_bytes(amount) for amount in amounts)

@@ -17,11 +17,20 @@ from controlplane.validation import format_duration, parse_duration
 from runtime import validation
 
 
+class SecretRefSerializer(serializers.Serializer):
+    """One key of one of the tenant's secrets (/secrets): the pod reads it from the Secret."""
+
+    name = StringField(max_length=validation.SECRET_NAME_MAX, help_text="a secret's name")
+    key = StringField(max_length=validation.SECRET_KEY_MAX, help_text="one of its keys")
+
+
 class EnvVarSerializer(serializers.Serializer):
-    """One environment variable of the unit's container."""
+    """One environment variable of the unit's container: a value, or a secret's key (never
+    both). A secret's value never enters the unit, only the reference."""
 
     name = StringField(max_length=256, help_text="a C identifier-like name, e.g. HF_HOME")
     value = StringField(required=False, allow_blank=True, max_length=validation.MAX_STRING)
+    secretRef = SecretRefSerializer(required=False, help_text="instead of value")
 
 
 def _strings(help_text: str) -> serializers.ListField:
@@ -82,7 +91,10 @@ class TemplateField(serializers.JSONField):
         if data.get("env"):
             # One spelling: a variable without a value has the empty one, as in the pod.
             template["env"] = [
-                {"name": e["name"], "value": e.get("value", "")} for e in data["env"]
+                {"name": e["name"], "secretRef": dict(e["secretRef"])}
+                if "secretRef" in e
+                else {"name": e["name"], "value": e.get("value", "")}
+                for e in data["env"]
             ]
         if data.get("ports"):
             template["ports"] = [

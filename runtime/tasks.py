@@ -12,7 +12,7 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection
 
 from controlplane.kube.errors import KubeError, TemporaryError
-from runtime import actions, lifecycle, outbox, storage
+from runtime import actions, lifecycle, outbox, storage, tenant_secrets
 from runtime.control import provisioning, reconcile, volumes
 
 logger = logging.getLogger(__name__)
@@ -71,6 +71,13 @@ def provision_storage(self: Task, storage_pk: int) -> None:
 @shared_task(name=storage.DELETE_STORAGE_TASK, bind=True, max_retries=None)
 def delete_storage(self: Task, storage_pk: int) -> None:
     _run_storage(self, volumes.finish_storage_deletion, storage_pk)
+
+
+@shared_task(name=tenant_secrets.ENSURE_NAMESPACE_TASK, bind=True, max_retries=5)
+def ensure_tenant_namespace(self: Task, tenant_pk: int) -> None:
+    """A secret was sent before the tenant's namespace existed (its first unit or storage
+    makes it otherwise)."""
+    _run_storage(self, provisioning.ensure_tenant_namespace_of, tenant_pk)
 
 
 def _run_storage(task: Task, run: Callable[[int], None], storage_pk: int) -> None:

@@ -264,8 +264,8 @@ def template(value: object) -> dict[str, str]:
     seen: set[str] = set()
     for index, entry in enumerate(env):
         where = f"template.env[{index}]"
-        if not isinstance(entry, dict) or set(entry) - {"name", "value"}:
-            problems[where] = "each env entry is {name, value}."
+        if not isinstance(entry, dict) or set(entry) - {"name", "value", "secretRef"}:
+            problems[where] = "each env entry is {name, value} or {name, secretRef}."
             continue
         name, val = entry.get("name"), entry.get("value", "")
         if not isinstance(name, str) or not ENV_NAME.fullmatch(name) or len(name) > 256:
@@ -274,13 +274,71 @@ def template(value: object) -> dict[str, str]:
             problems[f"{where}.name"] = reason
         elif name in seen:
             problems[f"{where}.name"] = f"{name} is listed twice."
-        if not isinstance(val, str) or len(val) > MAX_STRING or not _storable(val):
+        if "secretRef" in entry:
+            if "value" in entry:
+                problems[f"{where}.secretRef"] = "give value or secretRef, not both."
+            else:
+                problems.update(secret_ref(entry["secretRef"], f"{where}.secretRef"))
+        elif not isinstance(val, str) or len(val) > MAX_STRING or not _storable(val):
             problems[f"{where}.value"] = (
                 f"value must be a string of at most {MAX_STRING} characters, without NUL."
             )
         if isinstance(name, str):
             seen.add(name)
     return problems
+
+
+SECRET_NAME_MAX = 56  # so secret-<name> fits 63
+# A Secret key (Kubernetes' IsConfigMapKey): what secretKeyRef.key names.
+SECRET_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
+SECRET_KEY_MAX = 253
+
+
+def secret_name(value: object) -> str | None:
+    if not isinstance(value, str) or not value:
+        return "name is required."
+    if len(value) > SECRET_NAME_MAX or not _LABEL.fullmatch(value):
+        return (
+            f"name must be a DNS-1123 label of at most {SECRET_NAME_MAX} characters "
+            "(the Kubernetes Secret is secret-<name>)."
+        )
+    return None
+
+
+def secret_key(value: object) -> str | None:
+    if (
+        not isinstance(value, str)
+        or not SECRET_KEY.fullmatch(value)
+        or len(value) > SECRET_KEY_MAX
+        or value in (".", "..")
+        or value.startswith("..")
+    ):
+        return (
+            f"a key is 1-{SECRET_KEY_MAX} of letters, digits, '-', '_' and '.' "
+            "(not '.', '..' or starting with '..')."
+        )
+    return None
+
+
+def secret_ref(value: object, where: str) -> dict[str, str]:
+    """Problems with an env entry's `secretRef` ({name, key} of one of the tenant's secrets)."""
+    if not isinstance(value, dict) or set(value) != {"name", "key"}:
+        return {where: "secretRef is {name, key}: a secret of /secrets and one of its keys."}
+    problems = {}
+    if problem := secret_name(value["name"]):
+        problems[f"{where}.name"] = problem
+    if problem := secret_key(value["key"]):
+        problems[f"{where}.key"] = problem
+    return problems
+
+
+def secret_refs(template: dict | None) -> list[tuple[int, dict]]:
+    """(index, secretRef) of each env entry of a valid template that references a secret."""
+    return [
+        (index, entry["secretRef"])
+        for index, entry in enumerate((template or {}).get("env") or [])
+        if "secretRef" in entry
+    ]
 
 
 STORAGE_NAME_MAX = 55  # so storage-<name> fits 63

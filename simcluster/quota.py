@@ -1,6 +1,6 @@
-"""ResourceQuota admission and status for pods, ResourceClaims and PersistentVolumeClaims, with
-the keys, counting rules and `exceeded quota` wording of the kube-apiserver's quota plugin and
-the quota controller."""
+"""ResourceQuota admission and status for pods, Services, ResourceClaims and
+PersistentVolumeClaims, with the keys, counting rules and `exceeded quota` wording of the
+kube-apiserver's quota plugin and the quota controller."""
 
 from __future__ import annotations
 
@@ -32,7 +32,14 @@ _CONTAINER_KEYS = {
     "limits.cpu": ("limits", "cpu"),
     "limits.memory": ("limits", "memory"),
 }
-_GROUPS = {"pods": "", "resourceclaims": RESOURCE_GROUP, "persistentvolumeclaims": ""}
+_GROUPS = {
+    "pods": "",
+    "services": "",
+    "resourceclaims": RESOURCE_GROUP,
+    "persistentvolumeclaims": "",
+}
+# Kinds whose updates are charged for what they add: a claim's expansion, a Service's type.
+_CHARGED_ON_UPDATE = ("persistentvolumeclaims", "services")
 STORAGE_CLASS_SUFFIX = ".storageclass.storage.k8s.io/"
 _BINARY_SUFFIXES = ("Ki", "Mi", "Gi", "Ti", "Pi", "Ei")
 
@@ -111,11 +118,33 @@ def pod_usage(pod: Mapping[str, Any]) -> Usage:
                 if current is None or quantity.amount > current.amount:
                     sums[kind][name] = quantity
     usage: Usage = {"pods": ONE, "count/pods": ONE}
-    for name in ("cpu", "memory"):
+    for name in ("cpu", "memory", "ephemeral-storage"):
         if name in sums["requests"]:
             usage[f"requests.{name}"] = usage[name] = sums["requests"][name]
         if name in sums["limits"]:
             usage[f"limits.{name}"] = sums["limits"][name]
+    return usage
+
+
+def service_usage(service: Mapping[str, Any]) -> Usage:
+    """What one Service charges, as the service evaluator counts: the object; every port of a
+    NodePort Service, or of a LoadBalancer one (only those with an explicit nodePort when
+    allocateLoadBalancerNodePorts is false); and one load balancer per LoadBalancer Service."""
+    spec = service.get("spec") or {}
+    ports = spec.get("ports") or []
+    usage: Usage = {"services": ONE, "count/services": ONE}
+    service_type = spec.get("type") or "ClusterIP"
+    if service_type == "NodePort":
+        node_ports = len(ports)
+    elif service_type == "LoadBalancer":
+        usage["services.loadbalancers"] = ONE
+        node_ports = len(ports)
+        if spec.get("allocateLoadBalancerNodePorts") is False:
+            node_ports = sum(1 for port in ports if port.get("nodePort"))
+    else:
+        node_ports = 0
+    if node_ports:
+        usage["services.nodeports"] = Quantity(Decimal(node_ports))
     return usage
 
 
@@ -154,7 +183,12 @@ def pvc_usage(claim: Mapping[str, Any]) -> Usage:
     return usage
 
 
-_USAGE = {"pods": pod_usage, "resourceclaims": claim_usage, "persistentvolumeclaims": pvc_usage}
+_USAGE = {
+    "pods": pod_usage,
+    "services": service_usage,
+    "resourceclaims": claim_usage,
+    "persistentvolumeclaims": pvc_usage,
+}
 
 
 def requested_devices(request: Mapping[str, Any]) -> int:
@@ -289,8 +323,8 @@ class QuotaController:
             return
         if request.resource not in _GROUPS or not request.namespace:
             return
-        # An update is charged only for what it adds (a claim's expansion).
-        if request.operation != "CREATE" and request.resource != "persistentvolumeclaims":
+        # An update is charged only for what it adds (a claim's expansion, a Service's type).
+        if request.operation != "CREATE" and request.resource not in _CHARGED_ON_UPDATE:
             return
         with self.store.lock:
             quotas = self.store.list("resourcequotas", request.namespace)
@@ -359,5 +393,6 @@ def _changes_usage(event_type: str, resource: str, obj: Mapping[str, Any]) -> bo
         return event_type != "MODIFIED"
     if resource == "pods":
         return event_type != "MODIFIED" or pod_is_terminal(obj)
-    # A claim's class (retroactive default) or request (expansion) may change.
-    return resource == "persistentvolumeclaims"
+    # A claim's class (retroactive default) or request (expansion) may change, and a
+    # Service's type or ports.
+    return resource in _CHARGED_ON_UPDATE

@@ -40,15 +40,23 @@ pytestmark = [needs_kubectl, pytest.mark.django_db]
 DEV_GATEWAY = Path(__file__).resolve().parent.parent / "k8s" / "components" / "dev-gateway"
 RBAC_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAILSkOgILcqVAoeUWHkkxaz7JUr1aw5d3hCpJKnzFcYWi rbac"
 SERVICE_ACCOUNT = ("gpu-control-plane", "gpu-control-plane")  # (namespace, name)
-# Web's account: it calls the cluster only for /version and a unit pod's log.
+# Web's account: it calls the cluster only for /version, a unit pod's log and writing tenant
+# secrets (POST/DELETE /secrets, in the request: a value never waits for a worker).
 WEB_ACCOUNT = ("gpu-control-plane", "gpu-control-plane-unprivileged")
-WEB_RESOURCES = {"pods/log"}
+WEB_RESOURCES = {"pods/log", "secrets"}
+WEB_GRANTS = {
+    ("get", "pods/log"),
+    ("create", "secrets"),
+    ("patch", "secrets"),
+    ("delete", "secrets"),
+}
+# Nothing of ours reads a Secret: the kubelet does, for pods.
+SECRET_READS = {"get", "list", "watch"}
 TENANT_NAMESPACE = "deploy-rbac-tenant"
 # Paths every authenticated identity may GET by default (system:discovery and
 # system:public-info-viewer), so they need no grant of ours.
 PUBLIC_PATHS = {"/version", "/healthz", "/livez", "/readyz", "/api", "/apis"}
 NEVER = {
-    ("", "secrets"),
     ("", "pods/exec"),
     ("", "pods/attach"),
     ("", "pods/portforward"),
@@ -218,6 +226,10 @@ def recorded(cluster, celery_worker, django_db_blocker) -> dict[str, list]:
                 lambda: kube.get(kube.PERSISTENTVOLUMECLAIM, TENANT_NAMESPACE, "storage-rbac-data"),
                 "the storage's claim",
             )
+            # A tenant secret: created, sent again (patched in place), deleted at the end.
+            secret = {"name": "rbac-hf", "data": {"token": "rbac-value"}}
+            assert client.post("/api/v1/secrets", secret, format="json").status_code == 201
+            assert client.post("/api/v1/secrets", secret, format="json").status_code == 200
             key = {"name": "rbac-key", "publicKey": RBAC_KEY}
             assert client.post("/api/v1/ssh-keys", key, format="json").status_code == 201
             body = {
@@ -277,6 +289,7 @@ def recorded(cluster, celery_worker, django_db_blocker) -> dict[str, list]:
                 lambda: not GPUStorage.objects.filter(tenant=tenant).exists(),
                 "the storage's deletion",
             )
+            assert client.delete("/api/v1/secrets/rbac-hf").status_code == 204
             flows["runtime"] = cluster.requests.entries()
 
             cluster.requests.clear()
@@ -383,13 +396,16 @@ def test_every_call_of_provisioning_teardown_and_reconcile_is_granted(recorded, 
         ("create", "configmaps"),
         ("patch", "configmaps"),
         ("delete", "configmaps"),
+        ("create", "secrets"),
+        ("patch", "secrets"),
+        ("delete", "secrets"),
     } <= kinds
     web = {c for c in calls if c.resource in WEB_RESOURCES}
     denied = _denied(calls - web, grants_for(rbac_objects)) + _denied(
         web, grants_for(rbac_objects, WEB_ACCOUNT)
     )
     assert not denied, "not granted by k8s/:\n" + "\n".join(denied)
-    # Web's account may read logs and nothing the worker does.
+    # Web's account may read logs, write secrets, and nothing the worker does.
     assert not [
         c for c in calls - web if any(g.allows(c) for g in grants_for(rbac_objects, WEB_ACCOUNT))
     ]
@@ -472,7 +488,10 @@ def test_rbac_has_no_wildcards_secrets_exec_or_crd_writes(rbac_objects):
             [("ServiceAccount", *WEB_ACCOUNT)],
         )
     web_grants = grants_for(rbac_objects, WEB_ACCOUNT)
-    assert {(g.verb, g.resource) for g in web_grants} == {("get", "pods/log")}
+    assert {(g.verb, g.resource) for g in web_grants} == WEB_GRANTS
+    assert not [g for g in web_grants if g.resource == "secrets" and g.verb in SECRET_READS]
+    # The worker's account writes no Secret either: secrets are web's alone.
+    assert not [g for g in grants if g.resource == "secrets"]
 
 
 def test_namespace_rights_come_only_from_the_opt_in_component():

@@ -193,8 +193,9 @@ def test_only_the_worker_and_observer_run_as_the_service_account_with_unit_right
         "beat": "gpu-control-plane-unprivileged",
         "migrate": "gpu-control-plane-unprivileged",
     }
-    # Web mounts its token for the health check's GET /version and unit logs (its account's
-    # only grant: get pods/log); beat and migrate never call the Kubernetes API.
+    # Web mounts its token for the health check's GET /version, unit logs (get pods/log) and
+    # writing tenant secrets (create, patch, delete secrets; never a read); beat and migrate
+    # never call the Kubernetes API.
     tokens = {name for name in WORKLOADS if _pod(name)["automountServiceAccountToken"]}
     assert tokens == {"worker", "observer", "web"}
     bound = {
@@ -204,7 +205,8 @@ def test_only_the_worker_and_observer_run_as_the_service_account_with_unit_right
         for subject in obj["subjects"]
     }
     assert {role for name, role in bound if name == "gpu-control-plane-unprivileged"} == {
-        "gpu-control-plane-logs"
+        "gpu-control-plane-logs",
+        "gpu-control-plane-secrets",
     }
 
 

@@ -121,8 +121,8 @@ def test_kustomization_builds_valid_objects_for_everything_the_product_needs():
         "Namespace": 2,
         "ResourceQuota": 1,
         "ServiceAccount": 2,
-        "ClusterRole": 3,
-        "ClusterRoleBinding": 3,
+        "ClusterRole": 4,  # observer, units, logs, secrets
+        "ClusterRoleBinding": 4,
         "ConfigMap": 1,
         "Job": 1,
         "Deployment": 4,
@@ -164,6 +164,12 @@ def test_tenant_namespace_is_pod_security_restricted_with_the_articles_quota():
         "count/resourceclaims.resource.k8s.io": "64",
         "requests.storage": "1Ti",
         "persistentvolumeclaims": "16",
+        # Ops settings' defaults: NODE_PORTS_PER_TENANT, LOAD_BALANCERS_PER_TENANT,
+        # TENANT_EPHEMERAL_STORAGE.
+        "services.nodeports": "32",
+        "services.loadbalancers": "8",
+        "requests.ephemeral-storage": "1Ti",
+        "limits.ephemeral-storage": "1Ti",
     }
 
 

@@ -21,15 +21,21 @@ HTTP_STATUS: dict[str, int] = {
     "storage_in_use": 409,
     "storage_conflict": 409,
     "ssh_key_conflict": 409,
+    "secret_conflict": 409,
+    "secret_in_use": 409,
     "invalid_state": 409,
     "operation_in_progress": 409,
     "logs_unavailable": 409,
     "limit_exceeded": 409,
+    "namespace_not_ready": 409,
     "precondition_failed": 412,
     "precondition_required": 428,
     "service_unavailable": 503,
 }
-HTTP_HEADERS: dict[str, dict[str, str]] = {"service_unavailable": {"Retry-After": "1"}}
+HTTP_HEADERS: dict[str, dict[str, str]] = {
+    "service_unavailable": {"Retry-After": "1"},
+    "namespace_not_ready": {"Retry-After": "2"},
+}
 
 
 def http_status(error: DomainError) -> int:

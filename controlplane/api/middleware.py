@@ -24,6 +24,9 @@ _ENVELOPE_FOR_STATUS = {
 }
 
 
+_LARGE_BODY_PATHS = frozenset({"/api/v1/secrets"})
+
+
 class ApiEnvelopeMiddleware:
     """Everything under /api/ answers JSON in the envelope, in debug mode as in production:
     bodies over API_MAX_BODY_BYTES are refused with 413 before anything reads them, and any
@@ -40,11 +43,16 @@ class ApiEnvelopeMiddleware:
             length = int(request.META.get("CONTENT_LENGTH") or 0)
         except ValueError:
             length = 0
-        if length > settings.API_MAX_BODY_BYTES:
+        # A tenant secret may be as large as a Kubernetes Secret (1 MiB): its path alone
+        # takes bodies that large.
+        limit = (
+            settings.SECRET_MAX_BODY_BYTES
+            if request.path in _LARGE_BODY_PATHS
+            else settings.API_MAX_BODY_BYTES
+        )
+        if length > limit:
             return error_response(
-                413,
-                "payload_too_large",
-                f"Request bodies are limited to {settings.API_MAX_BODY_BYTES} bytes.",
+                413, "payload_too_large", f"Request bodies are limited to {limit} bytes."
             )
         response = self.get_response(request)
         if response.status_code >= 400 and not response.get("Content-Type", "").startswith(

@@ -56,6 +56,7 @@ DEVICETAINTRULE = Kind(
 DEVICETAINTRULE_VERSIONS = ("v1", "v1beta2", "v1alpha3")  # newest first
 SERVICE = Kind("Service", "", "v1", "services")
 CONFIGMAP = Kind("ConfigMap", "", "v1", "configmaps")
+SECRET = Kind("Secret", "", "v1", "secrets")
 PERSISTENTVOLUMECLAIM = Kind("PersistentVolumeClaim", "", "v1", "persistentvolumeclaims")
 NETWORKPOLICY = Kind("NetworkPolicy", "networking.k8s.io", "v1", "networkpolicies")
 INGRESS = Kind("Ingress", "networking.k8s.io", "v1", "ingresses")
@@ -273,6 +274,18 @@ def merge_patch(kind: Kind, namespace: str | None, name: str, patch: dict, sub: 
         _path(kind, namespace, name, sub),
         body=patch,
         content_type="application/merge-patch+json",
+        verb="patch",
+    )
+
+
+def json_patch(kind: Kind, namespace: str | None, name: str, operations: list[dict]) -> dict:
+    """An RFC 6902 patch: its `test` operations make the write conditional on what the
+    object holds, checked by the API server in the same request (422 when one fails)."""
+    return _call(
+        "PATCH",
+        _path(kind, namespace, name),
+        body=operations,
+        content_type="application/json-patch+json",
         verb="patch",
     )
 

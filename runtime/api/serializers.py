@@ -12,7 +12,7 @@ from controlplane.validation import fold_case
 from runtime import access, spec, validation
 from runtime import storage as storage_service
 from runtime.errors import ImmutableField
-from runtime.models import GPUStorage, GPUUnit, Operation, UnitEvent, UnitPhase
+from runtime.models import GPUStorage, GPUUnit, Operation, TenantSecret, UnitEvent, UnitPhase
 
 
 class CreateUnitSerializer(StrictSerializer):
@@ -409,3 +409,32 @@ class StorageSerializer(serializers.ModelSerializer):
         if mounted is not None:
             return sorted(mounted.get(storage.name, []))
         return storage_service.mounted_by(storage)
+
+
+class CreateSecretSerializer(StrictSerializer):
+    """A tenant secret: keys and values a unit reads by `template.env[].secretRef`. Sending
+    a name again replaces the secret's keys and values."""
+
+    name = StringField(
+        max_length=validation.SECRET_NAME_MAX,
+        help_text="a DNS label; the Kubernetes Secret is secret-<name>",
+    )
+    # The metaclass takes declared fields off the class, so Serializer.data stays as it is.
+    data = serializers.DictField(  # type: ignore[assignment]
+        child=StringField(allow_blank=True, trim_whitespace=False),
+        allow_empty=False,
+        help_text="KEY: value, at most 64 keys of letters, digits, '-', '_', '.'; keys and "
+        "values together at most 1 MiB. Values are never shown again.",
+    )
+
+
+class SecretSerializer(serializers.ModelSerializer):
+    """A secret as the API shows it: its keys, never its values."""
+
+    keys = serializers.ListField(child=serializers.CharField(), help_text="its key names")
+    createdAt = serializers.DateTimeField(source="created_at")
+    updatedAt = serializers.DateTimeField(source="updated_at")
+
+    class Meta:
+        model = TenantSecret
+        fields = ["name", "keys", "createdAt", "updatedAt"]

@@ -18,6 +18,8 @@ urlpatterns = [
     path("quota", views.QuotaView.as_view(), name="quota"),
     path("gpu-storages", views.StorageListView.as_view(), name="storage-list"),
     path("gpu-storages/<str:name>", views.StorageDetailView.as_view(), name="storage-detail"),
+    path("secrets", views.SecretListView.as_view(), name="secret-list"),
+    path("secrets/<str:name>", views.SecretDetailView.as_view(), name="secret-detail"),
     path(
         "operations/<str:operation_id>",
         views.OperationDetailView.as_view(),

@@ -41,6 +41,7 @@ from controlplane.errors import NotFound
 from controlplane.kube import logs as kube_logs
 from controlplane.validation import fold_case
 from dracel import quantity
+from runtime import access as unit_access
 from runtime import (
     actions,
     availability,
@@ -49,14 +50,17 @@ from runtime import (
     orders,
     outbox,
     selectors,
+    tenant_secrets,
     validation,
 )
 from runtime import storage as storage_service
 from runtime.api.serializers import (
     ActionSerializer,
+    CreateSecretSerializer,
     CreateStorageSerializer,
     CreateUnitSerializer,
     OperationSerializer,
+    SecretSerializer,
     StorageSerializer,
     UnitEventSerializer,
     UnitListQuerySerializer,
@@ -64,7 +68,7 @@ from runtime.api.serializers import (
     UnitSerializer,
     UpdateUnitSerializer,
 )
-from runtime.models import GPUStorage, GPUUnit, OperationKind
+from runtime.models import GPUStorage, GPUUnit, OperationKind, TenantSecret
 from tenancy import selectors as tenancy_selectors
 from tenancy.models import Tenant
 from tenancy.permissions import IsTenant, tenant_of
@@ -210,6 +214,7 @@ class UnitListView(TenantView):
         serializer = CreateUnitSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
+        tenant_secrets.check_references(tenant=self.tenant, template=data.get("template"))
         result = orders.create_unit(
             tenant=self.tenant,
             operation_id=data["operationID"],
@@ -520,6 +525,27 @@ class QuotaView(TenantView):
                                 "sshKeys": inline_serializer(
                                     name="Quota_sshKeys", fields=_quota_line
                                 ),
+                                "secrets": inline_serializer(
+                                    name="Quota_secrets", fields=_quota_line
+                                ),
+                                "nodePorts": inline_serializer(
+                                    name="Quota_nodePorts",
+                                    fields=_quota_line,
+                                    help_text="NodePorts the Services of units with tcp access "
+                                    "or SSH hold (a stopped unit's too): one per port",
+                                ),
+                                "loadBalancers": inline_serializer(
+                                    name="Quota_loadBalancers",
+                                    fields=_quota_line,
+                                    help_text="LoadBalancer Services, when units are exposed "
+                                    "through load balancers",
+                                ),
+                                "ephemeralStorage": inline_serializer(
+                                    name="Quota_ephemeralStorage",
+                                    fields=_quota_line,
+                                    help_text="local disk the pods of running units may use "
+                                    "(each unit: its package's ephemeral storage)",
+                                ),
                                 "storageClasses": serializers.ListField(
                                     child=serializers.CharField(),
                                     help_text="the StorageClasses a storage may name",
@@ -564,14 +590,25 @@ class QuotaView(TenantView):
                 for name, hard in sorted(tenant.quota_devices.items())
             }
         keys = tenancy_selectors.count_ssh_keys(tenant)
+        held = selectors.exposure_held(tenant=tenant, config=unit_access.from_settings())
+        disk = selectors.ephemeral_storage_requested(tenant=tenant)
+        counted = (
+            ("sshKeys", settings.SSH_KEYS_PER_TENANT, keys, str),
+            ("secrets", settings.SECRETS_PER_TENANT, tenant_secrets.count_secrets(tenant), str),
+            ("nodePorts", settings.NODE_PORTS_PER_TENANT, held.node_ports, str),
+            ("loadBalancers", settings.LOAD_BALANCERS_PER_TENANT, held.load_balancers, str),
+            (
+                "ephemeralStorage",
+                quantity.parse_bytes(settings.TENANT_EPHEMERAL_STORAGE),
+                disk,
+                quantity.format_bytes,
+            ),
+        )
         body["limits"] = {
-            "sshKeys": {
-                "hard": str(settings.SSH_KEYS_PER_TENANT),
-                "used": str(keys),
-                "free": str(max(0, settings.SSH_KEYS_PER_TENANT - keys)),
-            },
-            "storageClasses": list(settings.STORAGE_CLASSES),
+            name: {"hard": show(hard), "used": show(used), "free": show(max(0, hard - used))}
+            for name, hard, used, show in counted
         }
+        body["limits"]["storageClasses"] = list(settings.STORAGE_CLASSES)
         now = timezone.now()
         to_date, this_month = billing_selectors.tenant_costs(
             tenant, now=now, since=billing_periods.month_start(now)
@@ -650,3 +687,86 @@ class StorageDetailView(TenantView):
     def delete(self, request: Request, name: str) -> Response:
         deleted = storage_service.delete_storage(tenant=self.tenant, name=name)
         return Response(StorageSerializer(deleted, context={"mounted_by": {}}).data, status=202)
+
+
+_SECRET = envelope(SecretSerializer, name="SecretResponse")
+
+
+class SecretListView(TenantView):
+    """The tenant's secrets: names and keys (values are write-only), and writing one."""
+
+    query_serializer = PageQuerySerializer
+
+    def allowed_query_params(self, request: Request) -> frozenset[str]:
+        return super().allowed_query_params(request) if request.method == "GET" else frozenset()
+
+    @extend_schema(
+        summary="The tenant's secrets (names and keys, never values), a page at a time",
+        operation_id="secrets_list",
+        parameters=[PageQuerySerializer],
+        responses={
+            200: envelope(SecretSerializer, name="SecretList", many=True),
+            **error_responses(400, 401),
+        },
+    )
+    def get(self, request: Request) -> Response:
+        params = self.validated_query(request)
+        page, next_cursor = paginate(
+            TenantSecret.objects.filter(tenant=self.tenant),
+            cursor=params.get("cursor"),
+            limit=params["limit"],
+            scope=cursor_scope(self.tenant.pk, "secrets"),
+            key="name",
+            position="name",
+            newest_first=False,
+        )
+        return EnvelopedResponse(
+            {"data": SecretSerializer(page, many=True).data, "meta": {"nextCursor": next_cursor}}
+        )
+
+    @extend_schema(
+        summary="Create or replace a secret (a Kubernetes Secret in the tenant's namespace)",
+        description="Units read a key with template.env[] = {name, secretRef: {name, key}}. "
+        "Sending a name again replaces all its keys and values (200; 201 when new), so a "
+        "retry is safe; running units see a new value from their next start or restart. "
+        "Values are never returned. 409 limit_exceeded past the tenant's secret limit "
+        "(GET /quota), 409 secret_conflict when a Secret of that name exists that the control "
+        "plane does not manage, 503 while the tenant's namespace is being prepared.",
+        operation_id="secrets_create",
+        request=CreateSecretSerializer,
+        responses={
+            201: _SECRET,
+            200: OpenApiResponse(_SECRET, description="an existing secret replaced"),
+            **error_responses(400, 401, 409, 503),
+        },
+    )
+    def post(self, request: Request) -> Response:
+        serializer = CreateSecretSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        secret, created = tenant_secrets.create_or_replace_secret(
+            tenant=self.tenant,
+            name=serializer.validated_data["name"],
+            data=serializer.validated_data["data"],
+        )
+        return Response(SecretSerializer(secret).data, status=201 if created else 200)
+
+
+class SecretDetailView(TenantView):
+    @extend_schema(
+        summary="One secret (its keys, never its values)",
+        operation_id="secrets_retrieve",
+        responses={200: _SECRET, **error_responses(401, 404)},
+    )
+    def get(self, request: Request, name: str) -> Response:
+        return Response(
+            SecretSerializer(tenant_secrets.get_secret(tenant=self.tenant, name=name)).data
+        )
+
+    @extend_schema(
+        summary="Delete a secret (409 secret_in_use while a live unit reads it)",
+        operation_id="secrets_destroy",
+        responses={204: None, **error_responses(401, 404, 409, 503)},
+    )
+    def delete(self, request: Request, name: str) -> Response:
+        tenant_secrets.delete_secret(tenant=self.tenant, name=name)
+        return Response(status=204)

@@ -41,6 +41,9 @@ def _ensured_key(tenant: Tenant) -> tuple:
         tenant.quota_storage,
         tenant.quota_storages,
         tuple(sorted((tenant.quota_devices or {}).items())),
+        settings.NODE_PORTS_PER_TENANT,
+        settings.LOAD_BALANCERS_PER_TENANT,
+        settings.TENANT_EPHEMERAL_STORAGE,
     )
 
 
@@ -54,6 +57,14 @@ def ensure_tenant_namespace_once(tenant: Tenant) -> None:
 
 def forget_ensured_namespace(tenant: Tenant) -> None:
     _ensured.pop(_ensured_key(tenant), None)
+
+
+def ensure_tenant_namespace_of(tenant_pk: int) -> None:
+    """ensure_tenant_namespace by the tenant's id (a task's argument); a tenant gone is done."""
+    tenant = Tenant.objects.filter(pk=tenant_pk).first()
+    if tenant is not None:
+        ensure_tenant_namespace(tenant)
+        forget_ensured_namespace(tenant)
 
 
 def _cluster_cidrs() -> list[str]:
@@ -85,6 +96,9 @@ def ensure_tenant_namespace(tenant: Tenant) -> None:
             storage=tenant.quota_storage,
             storages=tenant.quota_storages,
             devices=tenant.quota_devices,
+            node_ports=settings.NODE_PORTS_PER_TENANT,
+            load_balancers=settings.LOAD_BALANCERS_PER_TENANT,
+            ephemeral_storage=settings.TENANT_EPHEMERAL_STORAGE,
         ),
         # All of spec.hard: a class taken off the tenant's device quota goes from it.
         exact_fields=[("spec", "hard")],

@@ -63,6 +63,10 @@ def test_tenant_namespace_is_restricted_and_has_the_quota(tenant):
         "count/resourceclaims.resource.k8s.io": "64",
         "requests.storage": "1Ti",
         "persistentvolumeclaims": "16",
+        "services.nodeports": "32",
+        "services.loadbalancers": "8",
+        "requests.ephemeral-storage": "1Ti",
+        "limits.ephemeral-storage": "1Ti",
     }
 
 

@@ -27,6 +27,11 @@ class TestQuota(EndpointTest):
             "claims": {"hard": "4", "used": "1", "free": "3"},
             "limits": {
                 "sshKeys": {"hard": "32", "used": "0", "free": "32"},
+                "secrets": {"hard": "64", "used": "0", "free": "64"},
+                "nodePorts": {"hard": "32", "used": "0", "free": "32"},
+                "loadBalancers": {"hard": "8", "used": "0", "free": "8"},
+                # The package's ephemeral storage (the default) for its pod, to run.
+                "ephemeralStorage": {"hard": "1Ti", "used": "20Gi", "free": "1004Gi"},
                 "storageClasses": [],
             },
             # Ordered, not yet run: nothing used.

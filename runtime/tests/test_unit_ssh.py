@@ -72,7 +72,11 @@ def test_ssh_reaches_the_unit_with_the_tenant_s_keys_and_nothing_leaks(
     assert {m["mountPath"] for m in workload["volumeMounts"]} <= mounted
     assert "/etc/ssh-keys" in mounted
     # The pod asks for exactly the package: the sidecar's share comes out of the workload's.
-    assert workload["resources"]["requests"] == {"cpu": "9950m", "memory": "40896Mi"}
+    assert workload["resources"]["requests"] == {
+        "cpu": "9950m",
+        "memory": "40896Mi",
+        "ephemeral-storage": "19Gi",
+    }
     for container in (sidecar, workload):
         context = container["securityContext"]
         assert context["runAsNonRoot"]
