@@ -452,6 +452,7 @@ def make_tenant(slug: str, *, operator: bool = False) -> tuple[Any, str]:
         quota_cpu="1000000",
         quota_memory="100000Ti",
         quota_claims=1_000_000,
+        quota_ephemeral_storage="100000Ti",
         is_operator=operator,
     )
     _api_key, key = services.create_api_key(tenant=tenant, name="bench")
@@ -527,6 +528,7 @@ def tenant_with_namespace(slug: str, namespace: str) -> Any:
         quota_cpu="1000000",
         quota_memory="100000Ti",
         quota_claims=1_000_000,
+        quota_ephemeral_storage="100000Ti",
     )
 
 

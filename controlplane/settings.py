@@ -230,9 +230,9 @@ def _quantity(name: str, default: str) -> str:
 
 
 # Ephemeral storage (container writable layer, logs, emptyDirs on disk) of a unit whose
-# package names none, and what one tenant's pods may have in all (its ResourceQuota).
+# package names none. What one tenant's pods may have in all is the tenant's
+# `quota_ephemeral_storage` (its ResourceQuota), like its CPU and memory.
 PACKAGE_EPHEMERAL_STORAGE = _quantity("PACKAGE_EPHEMERAL_STORAGE", "20Gi")
-TENANT_EPHEMERAL_STORAGE = _quantity("TENANT_EPHEMERAL_STORAGE", "1Ti")
 DATA_UPLOAD_MAX_MEMORY_SIZE = max(API_MAX_BODY_BYTES, SECRET_MAX_BODY_BYTES, 2_621_440)
 
 CACHES = {

@@ -257,18 +257,17 @@ def device_quota_problem(tenant: Tenant, device_class: str, count: int) -> Quota
 
 def ephemeral_storage_problem(tenant: Tenant, amount: str) -> QuotaExceeded | None:
     """A unit whose pod alone asks for more ephemeral storage than the tenant's ResourceQuota
-    allows (TENANT_EPHEMERAL_STORAGE) could never start: refused (a query only then). The sum
-    over running pods is the ResourceQuota's to keep (a pod past it is Pending/QuotaExceeded),
-    so an order that fits pays nothing for this."""
-    hard = quantity.parse_bytes(settings.TENANT_EPHEMERAL_STORAGE)
-    if not amount or quantity.parse_bytes(amount) <= hard:
+    allows (`Tenant.quota_ephemeral_storage`) could never start: refused (a query only then).
+    The sum over running pods is the ResourceQuota's to keep (a pod past it is
+    Pending/QuotaExceeded), so an order that fits pays nothing for this."""
+    if not amount or quantity.parse_bytes(amount) <= tenant.quota_ephemeral_storage_bytes:
         return None
     return tenancy_services.quota_exceeded(
         tenant,
         "limits.ephemeral-storage",
         used=quantity.format_bytes(selectors.ephemeral_storage_requested(tenant=tenant)),
         requested=amount,
-        hard=settings.TENANT_EPHEMERAL_STORAGE,
+        hard=tenant.quota_ephemeral_storage,
         larger=True,
     )
 

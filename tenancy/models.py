@@ -44,6 +44,13 @@ class Tenant(models.Model):
         "storage quota", max_length=32, default="1Ti", help_text="Sum of the tenant's storages."
     )
     quota_storages = models.PositiveIntegerField("storage count quota", default=16)
+    quota_ephemeral_storage = models.CharField(
+        "ephemeral storage quota",
+        max_length=32,
+        default="1Ti",
+        help_text="Local disk (container layers, logs) all the tenant's pods may use together; "
+        "each pod is limited to its package's ephemeral storage.",
+    )
     quota_devices = models.JSONField(
         "device quota per device class",
         default=dict,
@@ -111,12 +118,16 @@ class Tenant(models.Model):
         self.quota_cpu = (self.quota_cpu or "").strip()
         self.quota_memory = (self.quota_memory or "").strip()
         self.quota_storage = (self.quota_storage or "").strip()
+        self.quota_ephemeral_storage = (self.quota_ephemeral_storage or "").strip()
         errors = {
             "slug": dns_label(self.slug),
             "namespace": dns_label(self.namespace),
             "quota_cpu": positive_quantity(self.quota_cpu, resource="cpu"),
             "quota_memory": positive_quantity(self.quota_memory, resource="memory"),
             "quota_storage": positive_quantity(self.quota_storage, resource="storage"),
+            "quota_ephemeral_storage": positive_quantity(
+                self.quota_ephemeral_storage, resource="ephemeral-storage"
+            ),
         }
         errors["quota_devices"] = device_quota_problem(self.quota_devices)
         problems = {field: message for field, message in errors.items() if message}
@@ -134,6 +145,10 @@ class Tenant(models.Model):
     @property
     def quota_storage_bytes(self) -> int:
         return quantity.parse_bytes(self.quota_storage)
+
+    @property
+    def quota_ephemeral_storage_bytes(self) -> int:
+        return quantity.parse_bytes(self.quota_ephemeral_storage)
 
 
 class ApiKey(models.Model):

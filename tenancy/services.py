@@ -171,6 +171,7 @@ def create_tenant(
     quota_claims: int = 64,
     quota_storage: str = "1Ti",
     quota_storages: int = 16,
+    quota_ephemeral_storage: str = "1Ti",
     quota_devices: dict[str, int] | None = None,
     is_operator: bool = False,
 ) -> Tenant:
@@ -183,6 +184,7 @@ def create_tenant(
         quota_claims=quota_claims,
         quota_storage=quota_storage,
         quota_storages=quota_storages,
+        quota_ephemeral_storage=quota_ephemeral_storage,
         quota_devices=quota_devices or {},
         is_operator=is_operator,
     )

@@ -164,8 +164,8 @@ def test_tenant_namespace_is_pod_security_restricted_with_the_articles_quota():
         "count/resourceclaims.resource.k8s.io": "64",
         "requests.storage": "1Ti",
         "persistentvolumeclaims": "16",
-        # Ops settings' defaults: NODE_PORTS_PER_TENANT, LOAD_BALANCERS_PER_TENANT,
-        # TENANT_EPHEMERAL_STORAGE.
+        # Ops settings' defaults: NODE_PORTS_PER_TENANT, LOAD_BALANCERS_PER_TENANT; the
+        # tenant's ephemeral storage quota.
         "services.nodeports": "32",
         "services.loadbalancers": "8",
         "requests.ephemeral-storage": "1Ti",

@@ -164,10 +164,9 @@ def test_a_unit_ordered_before_packages_had_ephemeral_storage_keeps_a_pod_withou
         assert "ephemeral-storage" not in container["resources"]["limits"]
 
 
-def test_a_package_with_more_disk_than_the_tenant_may_have_is_refused(settings):
-    settings.TENANT_EPHEMERAL_STORAGE = "40Gi"
+def test_a_package_with_more_disk_than_the_tenant_may_have_is_refused():
     PackageFactory(id="big", ephemeral_storage="50Gi")
-    response = client_for(TenantFactory()).post(
+    response = client_for(TenantFactory(quota_ephemeral_storage="40Gi")).post(
         "/api/v1/gpu-units",
         {"operationID": "big", "name": "big", "packageID": "big", "image": "busybox"},
         format="json",

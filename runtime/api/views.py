@@ -599,7 +599,7 @@ class QuotaView(TenantView):
             ("loadBalancers", settings.LOAD_BALANCERS_PER_TENANT, held.load_balancers, str),
             (
                 "ephemeralStorage",
-                quantity.parse_bytes(settings.TENANT_EPHEMERAL_STORAGE),
+                tenant.quota_ephemeral_storage_bytes,
                 disk,
                 quantity.format_bytes,
             ),

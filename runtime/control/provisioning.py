@@ -40,10 +40,10 @@ def _ensured_key(tenant: Tenant) -> tuple:
         tenant.quota_claims,
         tenant.quota_storage,
         tenant.quota_storages,
+        tenant.quota_ephemeral_storage,
         tuple(sorted((tenant.quota_devices or {}).items())),
         settings.NODE_PORTS_PER_TENANT,
         settings.LOAD_BALANCERS_PER_TENANT,
-        settings.TENANT_EPHEMERAL_STORAGE,
     )
 
 
@@ -98,7 +98,7 @@ def ensure_tenant_namespace(tenant: Tenant) -> None:
             devices=tenant.quota_devices,
             node_ports=settings.NODE_PORTS_PER_TENANT,
             load_balancers=settings.LOAD_BALANCERS_PER_TENANT,
-            ephemeral_storage=settings.TENANT_EPHEMERAL_STORAGE,
+            ephemeral_storage=tenant.quota_ephemeral_storage,
         ),
         # All of spec.hard: a class taken off the tenant's device quota goes from it.
         exact_fields=[("spec", "hard")],

@@ -227,7 +227,8 @@ class TestNodePortAllowance:
         assert tcp_order(self.client, "inside", 3).status_code == 201
 
     def test_quota_shows_node_ports_load_balancers_and_ephemeral_storage(self, settings):
-        settings.TENANT_EPHEMERAL_STORAGE = "100Gi"
+        self.tenant.quota_ephemeral_storage = "100Gi"
+        self.tenant.save()
         assert tcp_order(self.client, "two", 2).status_code == 201  # 20Gi (the default)
         assert order(self.client, "plain").status_code == 201
         GPUUnit.objects.filter(name="plain").update(
@@ -267,8 +268,7 @@ def _node_port_service(namespace: str, name: str, count: int) -> dict:
 def test_the_tenant_resource_quota_bounds_node_ports_in_the_cluster(cluster, settings):
     settings.NODE_PORTS_PER_TENANT = 2
     settings.LOAD_BALANCERS_PER_TENANT = 0
-    settings.TENANT_EPHEMERAL_STORAGE = "300Gi"
-    tenant = TenantFactory()
+    tenant = TenantFactory(quota_ephemeral_storage="300Gi")
     ensure_tenant_namespace(tenant)
     namespace = tenant.namespace
     hard = kube.get(kube.RESOURCEQUOTA, namespace, manifests.QUOTA_NAME)["spec"]["hard"]

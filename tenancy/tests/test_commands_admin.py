@@ -90,6 +90,7 @@ def test_admin_shows_the_tenant_usage_but_does_not_take_it_from_the_form(admin_c
             "quota_claims": tenant.quota_claims,
             "quota_storage": tenant.quota_storage,
             "quota_storages": tenant.quota_storages,
+            "quota_ephemeral_storage": tenant.quota_ephemeral_storage,
             "used_claims": 0,
             "api_keys-TOTAL_FORMS": 0,
             "api_keys-INITIAL_FORMS": 0,
