@@ -19,7 +19,11 @@ CREATE_FLOOR = 0.2
 # With the observer (ARCHITECTURE §13): the control plane's share of an idle unit's time to
 # Running, and a burst's throughput against creating the same claims and pods directly.
 OVERHEAD_FLOOR_S = 0.5
-BURST_FLOOR = 0.6
+BURST_FLOOR = 0.7
+# At 10,000 running units (issue 24): the observer's resident set, and the work of one of
+# beat's backstop ticks (a page of RECONCILE_PAGE_SIZE units).
+OBSERVER_RSS_CEILING_MB = 200
+TICK_CEILING_S = 0.5
 
 
 def load(path: Path) -> dict[str, dict]:
@@ -247,10 +251,18 @@ def _observer_cost(f: dict) -> list[str]:
         f"{_floor(f['event_cost_flat'])}. The full pass is O(units) "
         f"({f['backstop_ratio']}× from 10 to 10,000); beat runs a tick of "
         f"{f.get('reconcile_page_size', '?')} units every 30 s instead, so every unit is "
-        "visited once per cycle and a tick's work follows the page, not the fleet "
-        "(ceiling 0.5 s at 10,000 units; observer ceiling 200 MB).",
+        "visited once per cycle and a tick's work follows the page, not the fleet.",
         "",
     ]
+    large = "u10000_"
+    if large + "backstop_tick_s" in f:
+        tick, rss = f[large + "backstop_tick_s"], f[large + "observer_rss_mb"]
+        out += [
+            f"Ceilings at 10,000 units: slowest backstop tick ≤ {TICK_CEILING_S} s: {tick} s "
+            f"{_floor(tick <= TICK_CEILING_S)}; observer resident set ≤ "
+            f"{OBSERVER_RSS_CEILING_MB} MB: {rss} MB {_floor(rss <= OBSERVER_RSS_CEILING_MB)}.",
+            "",
+        ]
     return out
 
 
