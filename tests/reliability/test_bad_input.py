@@ -7,8 +7,11 @@ import json
 import pytest
 import schemathesis
 from hypothesis import HealthCheck, given, settings
+from hypothesis.errors import Unsatisfiable
 from rest_framework.test import APIClient
+from schemathesis import GenerationMode
 from schemathesis.checks import positive_data_acceptance
+from schemathesis.specs.openapi.checks import negative_data_rejection
 
 from catalog.tests.factories import PackageFactory
 from runtime.models import GPUUnit, Operation
@@ -148,28 +151,56 @@ def test_reused_operation_ids_across_tenants_are_independent(client):
 # --- property-based: every documented operation, generated inputs, against a live server ---
 
 
-def _exerciser(operation, headers: dict, calls: dict[str, int]):
-    @given(case=operation.as_strategy())
+def _exerciser(operation, headers: dict, calls: dict[str, int], mode: GenerationMode):
+    # Schema-valid but meaningless input (an unknown package, a quota already used) is rightly
+    # a 4xx, so "positive data must be accepted" is not one of the checks; and the server may
+    # accept what the schema leaves out (an empty filter reads as none), so "negative data must
+    # be rejected" is not either. What is checked either way: no 5xx, and every status, content
+    # type, header and body is one the schema documents.
+    excluded = [positive_data_acceptance, negative_data_rejection]
+
+    @given(case=operation.as_strategy(generation_mode=mode))
     @settings(
         max_examples=30, deadline=None, database=None, suppress_health_check=list(HealthCheck)
     )
     def exercise(case) -> None:
-        # Schema-valid but meaningless input (an unknown package, a quota already used) is
-        # rightly a 4xx, so "positive data must be accepted" is not one of the checks.
-        case.call_and_validate(headers=headers, excluded_checks=[positive_data_acceptance])
-        calls[operation.label] = calls.get(operation.label, 0) + 1
+        case.call_and_validate(headers=headers, excluded_checks=excluded)
+        calls[f"{mode.value} {operation.label}"] = (
+            calls.get(f"{mode.value} {operation.label}", 0) + 1
+        )
 
     return exercise
 
 
 @pytest.mark.django_db(transaction=True)
 def test_api_conforms_to_its_schema(live_server, record):
-    """No 5xx, and every status, content type and body is the one the schema documents."""
+    """No 5xx, and every status, content type and body is the one the schema documents, for
+    generated input that follows the schema and for input that breaks it (schemathesis's
+    positive and negative generation over every operation)."""
     PackageFactory(article=True)
     headers = {"Authorization": f"Bearer {key_for(TenantFactory(is_operator=True))}"}
     schema = schemathesis.openapi.from_url(f"{live_server.url}/api/schema/")
     calls: dict[str, int] = {}
-    for result in schema.get_all_operations():
-        _exerciser(result.ok(), headers, calls)()
-    assert len(calls) >= 8, calls  # every operation was exercised
-    record(operations=len(calls), calls=sum(calls.values()), server_errors=0, schema_violations=0)
+    nothing_to_break = []
+    for mode in (GenerationMode.POSITIVE, GenerationMode.NEGATIVE):
+        for result in schema.get_all_operations():
+            operation = result.ok()
+            try:
+                _exerciser(operation, headers, calls, mode)()
+            except Unsatisfiable:
+                # No parameter or body of the operation can be made invalid (a bare GET).
+                if mode is GenerationMode.POSITIVE:
+                    raise
+                nothing_to_break.append(operation.label)
+    positive = {label: n for label, n in calls.items() if label.startswith("positive ")}
+    negative = {label: n for label, n in calls.items() if label.startswith("negative ")}
+    assert len(positive) >= 8, calls  # every operation was exercised
+    assert len(negative) + len(nothing_to_break) == len(positive), (negative, nothing_to_break)
+    record(
+        operations=len(positive),
+        calls=sum(positive.values()),
+        negative_calls=sum(negative.values()),
+        operations_with_nothing_to_break=sorted(nothing_to_break),
+        server_errors=0,
+        schema_violations=0,
+    )
