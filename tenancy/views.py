@@ -6,7 +6,7 @@ from drf_spectacular.utils import extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from controlplane.api.pagination import PageQuerySerializer, cursor_scope, paginate
+from controlplane.api.pagination import PageQuerySerializer, cursor_scope, page_by_name
 from controlplane.api.renderers import EnvelopedResponse
 from controlplane.api.schema import envelope, error_responses
 from controlplane.api.views import ApiView
@@ -32,9 +32,7 @@ class TenantView(ApiView):
 
 class SSHKeyListView(TenantView):
     query_serializer = PageQuerySerializer
-
-    def allowed_query_params(self, request: Request) -> frozenset[str]:
-        return super().allowed_query_params(request) if request.method == "GET" else frozenset()
+    query_methods = frozenset({"GET"})
 
     @extend_schema(
         summary="The tenant's SSH public keys, by name, a page at a time (meta.nextCursor)",
@@ -46,18 +44,13 @@ class SSHKeyListView(TenantView):
         },
     )
     def get(self, request: Request) -> Response:
-        params = self.validated_query(request)
-        page, next_cursor = paginate(
-            SSHKey.objects.filter(tenant=self.tenant),
-            cursor=params.get("cursor"),
-            limit=params["limit"],
-            scope=cursor_scope(self.tenant.pk, "ssh-keys"),
-            key="name",
-            position="name",
-            newest_first=False,
-        )
         return EnvelopedResponse(
-            {"data": SSHKeySerializer(page, many=True).data, "meta": {"nextCursor": next_cursor}}
+            page_by_name(
+                SSHKey.objects.filter(tenant=self.tenant),
+                self.validated_query(request),
+                scope=cursor_scope(self.tenant.pk, "ssh-keys"),
+                serializer=SSHKeySerializer,
+            )
         )
 
     @extend_schema(

@@ -8,6 +8,7 @@ reinterpreted."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from django.core import signing
@@ -64,6 +65,27 @@ def paginate(
     rows = list(queryset.order_by(f"-{key}" if newest_first else key)[: limit + 1])
     page, more = rows[:limit], len(rows) > limit
     return page, (encode_cursor(str(getattr(page[-1], position)), scope) if more else None)
+
+
+def page_by_name(
+    queryset: QuerySet,
+    query: Mapping[str, Any],
+    *,
+    scope: str,
+    serializer: type[serializers.Serializer],
+) -> dict[str, Any]:
+    """The body of a paged list of named things (a tenant's SSH keys, its secrets) in name
+    order: `data` and `meta.nextCursor`, from `query`'s `limit` and `cursor`."""
+    page, next_cursor = paginate(
+        queryset,
+        cursor=query.get("cursor"),
+        limit=query["limit"],
+        scope=scope,
+        key="name",
+        position="name",
+        newest_first=False,
+    )
+    return {"data": serializer(page, many=True).data, "meta": {"nextCursor": next_cursor}}
 
 
 class PageQuerySerializer(serializers.Serializer):

@@ -17,8 +17,13 @@ class StrictQueryMixin:
 
     query_params: frozenset[str] = frozenset()
     query_serializer: type[serializers.Serializer] | None = None
+    # The methods that take the query parameters, when not all: a list's GET pages and
+    # filters, while its POST takes everything in its body.
+    query_methods: frozenset[str] | None = None
 
     def allowed_query_params(self, request: Request) -> frozenset[str]:
+        if self.query_methods is not None and request.method not in self.query_methods:
+            return frozenset()
         if self.query_serializer is not None:
             return frozenset(self.query_serializer().fields)
         return self.query_params

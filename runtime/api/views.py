@@ -32,6 +32,7 @@ from controlplane.api.pagination import (
     cursor_scope,
     decode_cursor,
     encode_cursor,
+    page_by_name,
     paginate,
 )
 from controlplane.api.renderers import EnvelopedResponse
@@ -160,10 +161,7 @@ class PackageViewSet(StrictQueryMixin, viewsets.ReadOnlyModelViewSet):
 
 class UnitListView(TenantView):
     query_serializer = UnitListQuerySerializer
-
-    def allowed_query_params(self, request: Request) -> frozenset[str]:
-        # The list's filters and paging; an order takes everything in its body.
-        return super().allowed_query_params(request) if request.method == "GET" else frozenset()
+    query_methods = frozenset({"GET"})  # the list's filters and paging; an order is its body
 
     @extend_schema(
         summary="List the tenant's GPU units",
@@ -696,9 +694,7 @@ class SecretListView(TenantView):
     """The tenant's secrets: names and keys (values are write-only), and writing one."""
 
     query_serializer = PageQuerySerializer
-
-    def allowed_query_params(self, request: Request) -> frozenset[str]:
-        return super().allowed_query_params(request) if request.method == "GET" else frozenset()
+    query_methods = frozenset({"GET"})
 
     @extend_schema(
         summary="The tenant's secrets (names and keys, never values), a page at a time",
@@ -710,18 +706,13 @@ class SecretListView(TenantView):
         },
     )
     def get(self, request: Request) -> Response:
-        params = self.validated_query(request)
-        page, next_cursor = paginate(
-            TenantSecret.objects.filter(tenant=self.tenant),
-            cursor=params.get("cursor"),
-            limit=params["limit"],
-            scope=cursor_scope(self.tenant.pk, "secrets"),
-            key="name",
-            position="name",
-            newest_first=False,
-        )
         return EnvelopedResponse(
-            {"data": SecretSerializer(page, many=True).data, "meta": {"nextCursor": next_cursor}}
+            page_by_name(
+                TenantSecret.objects.filter(tenant=self.tenant),
+                self.validated_query(request),
+                scope=cursor_scope(self.tenant.pk, "secrets"),
+                serializer=SecretSerializer,
+            )
         )
 
     @extend_schema(
