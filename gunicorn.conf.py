@@ -1,9 +1,10 @@
 """gunicorn reads this file from the working directory on every start (the image, `make run`,
 the benches): the Prometheus multi-process directory is emptied before workers fork, a worker
-that exits leaves its live gauges, and gunicorn's own error answers are JSON in the API's
-envelope."""
+that exits leaves its live gauges, gunicorn's own error answers are JSON in the API's
+envelope, and the workers know their thread count (WEB_THREADS)."""
 
 import json
+import os
 
 from gunicorn import util
 
@@ -45,6 +46,9 @@ util.write_error = write_json_error
 
 
 def on_starting(server) -> None:
+    # The workers' settings size the followed-log cap from the threads they really run with
+    # (LOGS_FOLLOWERS_PER_PROCESS); workers fork from here and load Django after.
+    os.environ["WEB_THREADS"] = str(server.cfg.threads)
     metrics.clear_multiprocess_directory()
 
 

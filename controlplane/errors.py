@@ -32,3 +32,16 @@ class ServiceUnavailable(DomainError):
     """A dependency is briefly away; nothing was done and retrying is safe."""
 
     code = "service_unavailable"
+
+
+class Throttled(DomainError):
+    """Too much at once (a rate or a cap on concurrent use): retrying after `retry_after`
+    seconds may succeed. The API sends it as 429 with a Retry-After header."""
+
+    code = "throttled"
+
+    def __init__(
+        self, message: str, *, retry_after: int, details: dict[str, Any] | None = None
+    ) -> None:
+        super().__init__(message, details={**(details or {}), "retryAfter": retry_after})
+        self.retry_after = retry_after

@@ -6,6 +6,7 @@ refuses to start.
 """
 
 import ipaddress
+import re
 from datetime import timedelta
 from pathlib import Path
 
@@ -72,6 +73,8 @@ MIDDLEWARE = [
     "controlplane.api.middleware.ApiEnvelopeMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",
+    # Before CSRF, so a refused POST is not read; static files (WhiteNoise) never reach it.
+    "dashboard.ratelimit.DashboardRateLimitMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
@@ -143,9 +146,10 @@ AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"], "ip_address"]
 AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
 AXES_HTTP_RESPONSE_CODE = 429
 AXES_LOCKOUT_CALLABLE = "tenancy.login.lockout_response"
-AXES_CLIENT_IP_CALLABLE = "tenancy.login.client_address"
+AXES_CLIENT_IP_CALLABLE = "controlplane.ratelimit.client_address"
 # Proxies in front of web that append to X-Forwarded-For (production sits behind an ingress, as
 # SECURE_PROXY_SSL_HEADER assumes); without them every client would share the proxy's address.
+# The per-address rate limits below count against the same address.
 LOGIN_TRUSTED_PROXIES = env.int("LOGIN_TRUSTED_PROXIES", default=0 if DEBUG else 1)
 # Successful logins are not logged to the database (AccessLog would grow without bound).
 AXES_DISABLE_ACCESS_LOG = True
@@ -200,8 +204,26 @@ REST_FRAMEWORK = {
     "UNAUTHENTICATED_USER": None,
     "DEFAULT_THROTTLE_CLASSES": ["tenancy.throttling.ApiKeyRateThrottle"],
 }
+
+
+def _rate(name: str, default: str) -> str:
+    """A request rate, "<count>/<s|min|hour|day>"; anything else stops the process."""
+    value = env.str(name, default=default).strip()
+    if not re.fullmatch(r"[1-9][0-9]*/(s|sec|second|m|min|minute|h|hour|d|day)", value):
+        raise ImproperlyConfigured(
+            f"{name}: {value!r} is not a rate; write requests per s, min, hour or day (60/min)"
+        )
+    return value
+
+
 # Requests per API key (all web processes together, counted in the Redis cache).
-API_THROTTLE_RATE = env.str("API_THROTTLE_RATE", default="1200/min")
+API_THROTTLE_RATE = _rate("API_THROTTLE_RATE", "1200/min")
+# Requests per client address (LOGIN_TRUSTED_PROXIES; an IPv6 client is its /64), counted the
+# same way: GET /api/v1/health (each report makes a cluster call; Kubernetes probes /readyz,
+# which is never limited) and the dashboard's pages, its login page included (static files
+# and the admin are not counted).
+HEALTH_RATE_PER_ADDRESS = _rate("HEALTH_RATE_PER_ADDRESS", "120/min")
+DASHBOARD_RATE_PER_ADDRESS = _rate("DASHBOARD_RATE_PER_ADDRESS", "600/min")
 # Bodies of API requests are small JSON documents; anything bigger is refused with 413.
 API_MAX_BODY_BYTES = env.int("API_MAX_BODY_BYTES", default=64 * 1024)
 # SSH keys one tenant may register (each is written into every SSH unit's ConfigMap).
@@ -391,10 +413,24 @@ CLUSTER_NODE_CIDRS = _networks("CLUSTER_NODE_CIDRS", may_be_everything=False)
 # user is SSH_USERNAME; clients connect to the unit's ssh Service on ACCESS_TCP_HOST.
 SSH_SERVER_IMAGE = env.str("SSH_SERVER_IMAGE", default="ghcr.io/example/gpu-unit-sshd:1")
 SSH_USERNAME = env.str("SSH_USERNAME", default="runtime")
-# GET /gpu-units/{name}/logs: a followed log ends after this long (a web thread serves it);
-# a log read at once is cut at this many bytes.
+# GET /gpu-units/{name}/logs: a followed log ends after this long, or after this many bytes,
+# whatever the cluster sends; a log read at once is cut at LOGS_MAX_BYTES.
 LOGS_FOLLOW_SECONDS = env.float("LOGS_FOLLOW_SECONDS", default=60.0)
+LOGS_FOLLOW_MAX_BYTES = env.int("LOGS_FOLLOW_MAX_BYTES", default=8 * 1024 * 1024)
 LOGS_MAX_BYTES = env.int("LOGS_MAX_BYTES", default=1024 * 1024)
+# A followed log holds a web thread while it lasts. Followers open at once: per tenant and in
+# total (across every web process, counted in Redis), and per web process at most half its
+# threads, so the other half always serves other requests (429 `throttled` beyond any cap).
+# WEB_THREADS is gunicorn's --threads; gunicorn.conf.py sets it from the running server.
+LOGS_FOLLOWERS_PER_TENANT = env.int("LOGS_FOLLOWERS_PER_TENANT", default=4)
+LOGS_FOLLOWERS_TOTAL = env.int("LOGS_FOLLOWERS_TOTAL", default=16)
+WEB_THREADS = env.int("WEB_THREADS", default=4)
+LOGS_FOLLOWERS_PER_PROCESS = env.int("LOGS_FOLLOWERS_PER_PROCESS", default=WEB_THREADS // 2)
+if LOGS_FOLLOWERS_PER_PROCESS >= WEB_THREADS:
+    raise ImproperlyConfigured(
+        f"LOGS_FOLLOWERS_PER_PROCESS ({LOGS_FOLLOWERS_PER_PROCESS}) must be below WEB_THREADS "
+        f"({WEB_THREADS}): followers would take every thread of a web process."
+    )
 
 # Inventory: how often beat mirrors the cluster's DRA state in full (the backstop behind the
 # observer), and when the mirror counts as stale.

@@ -1,10 +1,11 @@
-"""Root URL configuration: admin, the versioned API, and its schema and docs."""
+"""Root URL configuration: admin, the versioned API, its schema and docs, readiness, and the
+dashboard."""
 
 from django.contrib import admin
 from django.urls import URLPattern, URLResolver, include, path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from controlplane.views import HealthView
+from controlplane.views import HealthView, readiness
 
 api_v1: list[URLPattern | URLResolver] = [
     path("health", HealthView.as_view(), name="health"),
@@ -15,6 +16,7 @@ api_v1: list[URLPattern | URLResolver] = [
 ]
 
 urlpatterns = [
+    path("readyz", readiness, name="readyz"),
     path("admin/", admin.site.urls),
     path("api/v1/", include((api_v1, "api"), namespace="v1")),
     path("api/schema/", SpectacularAPIView.as_view(), name="schema"),

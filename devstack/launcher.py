@@ -145,7 +145,8 @@ def _wait_until_healthy(base: str, processes: list[tuple[str, subprocess.Popen]]
                 return body
         except (OSError, ValueError, KeyError):
             pass
-        time.sleep(0.25)
+        # Once a second: a minute of asking stays within HEALTH_RATE_PER_ADDRESS.
+        time.sleep(1.0)
     return body
 
 

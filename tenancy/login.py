@@ -1,6 +1,6 @@
 """Who may log in to the dashboard and the admin: throttling (django-axes, configured in
-settings: the client address an attempt counts against, the page shown to someone locked out)
-and the operator's lock of an account at every address."""
+settings: an attempt counts against controlplane.ratelimit.client_address; the page shown to
+someone locked out) and the operator's lock of an account at every address."""
 
 from __future__ import annotations
 
@@ -16,23 +16,6 @@ from django.urls import reverse
 from controlplane.errors import NotFound
 
 log = logging.getLogger(__name__)
-
-
-def client_address(request: HttpRequest) -> str:
-    """The address of the client, seen past LOGIN_TRUSTED_PROXIES proxies: each appends the
-    address it was reached from to X-Forwarded-For, so the n-th entry from the right is the one
-    the outermost trusted proxy saw (entries left of it are whatever the client sent)."""
-    remote = request.META.get("REMOTE_ADDR", "")
-    hops = settings.LOGIN_TRUSTED_PROXIES
-    if hops <= 0:
-        return remote
-    forwarded = [
-        entry.strip()
-        for entry in request.META.get("HTTP_X_FORWARDED_FOR", "").split(",")
-        if entry.strip()
-    ]
-    # Fewer entries than proxies: the request did not come through them, so trust none.
-    return forwarded[-hops] if len(forwarded) >= hops else remote
 
 
 def lockout_response(

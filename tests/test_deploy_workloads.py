@@ -70,10 +70,11 @@ def test_web_scales_out_and_beat_is_a_singleton_that_never_overlaps():
     assert [name for name, command in commands.items() if " beat" in command] == ["beat"]
 
 
-def test_web_readiness_is_health_and_liveness_does_not_touch_the_database():
+def test_web_readiness_is_the_database_check_and_liveness_does_not_touch_the_database():
     (web,) = _pod("web")["containers"]
     readiness, liveness = web["readinessProbe"]["httpGet"], web["livenessProbe"]["httpGet"]
-    assert readiness["path"] == "/api/v1/health"
+    # Not /api/v1/health: that one is rate-limited per address (test_health_rate_limit.py).
+    assert readiness["path"] == "/readyz"
     assert liveness["path"].startswith("/static/")
     assert web["startupProbe"]["httpGet"]["path"] == liveness["path"]
     allowed_hosts = CONFIG["ALLOWED_HOSTS"].split(",")

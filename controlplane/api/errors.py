@@ -30,6 +30,7 @@ HTTP_STATUS: dict[str, int] = {
     "namespace_not_ready": 409,
     "precondition_failed": 412,
     "precondition_required": 428,
+    "throttled": 429,
     "service_unavailable": 503,
 }
 HTTP_HEADERS: dict[str, dict[str, str]] = {

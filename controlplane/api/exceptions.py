@@ -12,7 +12,7 @@ from rest_framework.response import Response
 
 from controlplane.api.errors import HTTP_HEADERS, error_body, http_status
 from controlplane.api.renderers import EnvelopedResponse
-from controlplane.errors import DomainError, ServiceUnavailable
+from controlplane.errors import DomainError, ServiceUnavailable, Throttled
 
 logger = logging.getLogger(__name__)
 
@@ -41,10 +41,11 @@ def envelope_exception_handler(exc: Exception, context: dict) -> Response | None
         logger.warning("database unavailable in %s: %s", context.get("view"), exc)
         exc = ServiceUnavailable("The service is briefly unavailable; retry.")
     if isinstance(exc, DomainError):
+        domain_headers = dict(HTTP_HEADERS.get(exc.code, {}))
+        if isinstance(exc, Throttled):
+            domain_headers["Retry-After"] = str(exc.retry_after)
         return _enveloped(
-            error_body(exc.code, exc.message, exc.details),
-            http_status(exc),
-            HTTP_HEADERS.get(exc.code),
+            error_body(exc.code, exc.message, exc.details), http_status(exc), domain_headers
         )
     if isinstance(exc, Http404):
         exc = exceptions.NotFound()

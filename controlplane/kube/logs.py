@@ -4,7 +4,10 @@ container is not running or must be named, with the kubelet's message)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import contextlib
+import threading
+import time
+from collections.abc import Generator
 from dataclasses import dataclass
 
 import urllib3
@@ -58,11 +61,14 @@ def _counted(error: KubeError) -> KubeError:
 
 
 def follow(
-    namespace: str, pod: str, options: LogOptions, *, connect_timeout: float, read_timeout: float
-) -> Iterator[bytes]:
+    namespace: str, pod: str, options: LogOptions, *, connect_timeout: float, deadline: float
+) -> LogStream:
     """Open the followed log (a refusal raises here) and return its chunks as the kubelet
-    writes them, until the container stops, the server ends the stream, or nothing arrives
-    for `read_timeout` seconds (the stream then just ends). Close the iterator to hang up."""
+    writes them, until the container stops, the server ends the stream, `options.limit_bytes`
+    have come, or the monotonic `deadline` passes. The deadline holds whatever the server
+    does: at it the connection's read side is shut, which ends a read waiting for the next
+    chunk, so a stream that keeps sending and one that falls silent end alike."""
+    remaining = max(deadline - time.monotonic(), 0.001)
     api = client.CoreV1Api(api_client())
     try:
         response = api.read_namespaced_pod_log(
@@ -70,7 +76,7 @@ def follow(
             namespace,
             follow=True,
             _preload_content=False,
-            _request_timeout=(connect_timeout, read_timeout),
+            _request_timeout=(min(connect_timeout, remaining), remaining),
             **options.as_kwargs(),
         )
     except Exception as exc:
@@ -78,15 +84,72 @@ def follow(
     metrics.KUBE_REQUESTS.labels("log", "ok").inc()
     # With _preload_content=False the client returns the urllib3 response, not the str its
     # signature says.
-    return _chunks(response, f"{namespace}/{pod}")  # type: ignore[arg-type]
+    return LogStream(
+        response,  # type: ignore[arg-type]
+        f"{namespace}/{pod}",
+        deadline=deadline,
+        limit_bytes=options.limit_bytes,
+    )
 
 
-def _chunks(response: urllib3.BaseHTTPResponse, where: str) -> Iterator[bytes]:
-    try:
-        yield from response.stream(4096, decode_content=True)
-    except (urllib3.exceptions.ReadTimeoutError, urllib3.exceptions.ProtocolError):
-        return
-    except (urllib3.exceptions.HTTPError, OSError) as exc:
-        raise TemporaryError(f"log stream of {where} dropped: {exc}") from exc
-    finally:
-        response.release_conn()
+class LogStream:
+    """The chunks of a followed log. Its end, or closing it (even before the first chunk is
+    read), hangs up: the connection is closed, never reused, as what is left of the stream
+    would be read as the next response."""
+
+    def __init__(
+        self,
+        response: urllib3.BaseHTTPResponse,
+        where: str,
+        *,
+        deadline: float,
+        limit_bytes: int | None,
+    ) -> None:
+        self._response = response
+        self._watchdog = threading.Timer(max(0.0, deadline - time.monotonic()), self._shut)
+        self._watchdog.daemon = True
+        self._watchdog.start()
+        self._chunks = self._read(where, deadline, limit_bytes)
+
+    def __iter__(self) -> LogStream:
+        return self
+
+    def __next__(self) -> bytes:
+        return next(self._chunks)
+
+    def close(self) -> None:
+        self._chunks.close()
+        self._hang_up()
+
+    def _read(
+        self, where: str, deadline: float, limit_bytes: int | None
+    ) -> Generator[bytes, None, None]:
+        left = limit_bytes  # a server that ignores limitBytes is cut here all the same
+        try:
+            for chunk in self._response.stream(4096, decode_content=True):
+                if left is not None:
+                    chunk = chunk[:left]
+                    left -= len(chunk)
+                if chunk:
+                    yield chunk
+                if left == 0 or time.monotonic() >= deadline:
+                    return
+        except (urllib3.exceptions.ReadTimeoutError, urllib3.exceptions.ProtocolError):
+            return
+        except (urllib3.exceptions.HTTPError, OSError) as exc:
+            if time.monotonic() >= deadline:
+                return  # the watchdog shut the read side (seen as a TLS error on https)
+            raise TemporaryError(f"log stream of {where} dropped: {exc}") from exc
+        finally:
+            self._hang_up()
+
+    def _shut(self) -> None:
+        """At the deadline: shut the read side, so a read waiting on the server returns."""
+        # Already closed or released (the stream ended meanwhile): nothing left to end.
+        with contextlib.suppress(ValueError, RuntimeError, OSError):
+            self._response.shutdown()
+
+    def _hang_up(self) -> None:
+        self._watchdog.cancel()
+        self._response.close()
+        self._response.release_conn()

@@ -47,6 +47,13 @@ def make_unit(tenant: Tenant, name: str, *, phase: str = "Running", **fields) ->
     return unit
 
 
+@pytest.fixture(autouse=True)
+def _no_address_limit(settings):
+    """Every test client is 127.0.0.1, counted together across the run: these tests look at
+    the pages, not at DASHBOARD_RATE_PER_ADDRESS (test_rate_limit.py does)."""
+    settings.DASHBOARD_RATE_PER_ADDRESS = "1000000/min"
+
+
 @pytest.fixture
 def package(db):
     return PackageFactory(article=True)

@@ -149,7 +149,11 @@ class UnitLogQuerySerializer(serializers.Serializer):
     sinceSeconds = serializers.IntegerField(min_value=1, required=False)
     timestamps = serializers.BooleanField(default=False, help_text="RFC 3339 time per line")
     follow = serializers.BooleanField(
-        default=False, help_text="stream new lines (for at most LOGS_FOLLOW_SECONDS)"
+        default=False,
+        help_text=(
+            "stream new lines, for at most LOGS_FOLLOW_SECONDS and LOGS_FOLLOW_MAX_BYTES; "
+            "followers open at once are capped (429 `throttled` with Retry-After)"
+        ),
     )
 
 

@@ -36,7 +36,7 @@ from controlplane.api.pagination import (
     paginate,
 )
 from controlplane.api.renderers import EnvelopedResponse
-from controlplane.api.schema import envelope, error_responses
+from controlplane.api.schema import ErrorSerializer, envelope, error_responses
 from controlplane.api.views import NotJsonBodyMixin, StrictQueryMixin
 from controlplane.errors import NotFound
 from controlplane.kube import logs as kube_logs
@@ -436,10 +436,27 @@ class UnitLogsView(NotJsonBodyMixin, TenantView):
 
     @extend_schema(
         summary="The unit's log (text/plain; follow=true streams new lines)",
-        parameters=[UnitLogQuerySerializer],
+        parameters=[
+            UnitLogQuerySerializer,
+            OpenApiParameter(
+                "Retry-After",
+                int,
+                OpenApiParameter.HEADER,
+                response=[429],
+                description="seconds after which a follower's slot frees at the latest",
+            ),
+        ],
         responses={
             (200, "text/plain"): OpenApiResponse(description="the log"),
             **error_responses(400, 401, 404, 409),
+            429: OpenApiResponse(
+                ErrorSerializer,
+                description=(
+                    "`throttled`: with follow=true, the tenant's, everyone's or this server's "
+                    "followed logs are all open (LOGS_FOLLOWERS_*; details.limit says which); "
+                    "or too many requests for this API key"
+                ),
+            ),
         },
     )
     def get(self, request: Request, name: str) -> HttpResponse | StreamingHttpResponse:
@@ -538,6 +555,12 @@ class QuotaView(TenantView):
                                     help_text="LoadBalancer Services, when units are exposed "
                                     "through load balancers",
                                 ),
+                                "logFollowers": inline_serializer(
+                                    name="Quota_logFollowers",
+                                    fields=_quota_line,
+                                    help_text="followed logs open at once (GET "
+                                    "/gpu-units/{name}/logs?follow=true); one more is a 429",
+                                ),
                                 "ephemeralStorage": inline_serializer(
                                     name="Quota_ephemeralStorage",
                                     fields=_quota_line,
@@ -595,6 +618,7 @@ class QuotaView(TenantView):
             ("secrets", settings.SECRETS_PER_TENANT, tenant_secrets.count_secrets(tenant), str),
             ("nodePorts", settings.NODE_PORTS_PER_TENANT, held.node_ports, str),
             ("loadBalancers", settings.LOAD_BALANCERS_PER_TENANT, held.load_balancers, str),
+            ("logFollowers", settings.LOGS_FOLLOWERS_PER_TENANT, logs.followers_open(tenant), str),
             (
                 "ephemeralStorage",
                 tenant.quota_ephemeral_storage_bytes,

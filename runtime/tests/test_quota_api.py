@@ -30,6 +30,7 @@ class TestQuota(EndpointTest):
                 "secrets": {"hard": "64", "used": "0", "free": "64"},
                 "nodePorts": {"hard": "32", "used": "0", "free": "32"},
                 "loadBalancers": {"hard": "8", "used": "0", "free": "8"},
+                "logFollowers": {"hard": "4", "used": "0", "free": "4"},
                 # The package's ephemeral storage (the default) for its pod, to run.
                 "ephemeralStorage": {"hard": "1Ti", "used": "20Gi", "free": "1004Gi"},
                 "storageClasses": [],

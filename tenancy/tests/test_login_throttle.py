@@ -11,7 +11,7 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 from django.urls import reverse
 
-from tenancy.login import client_address
+from controlplane.ratelimit import client_address
 
 pytestmark = pytest.mark.django_db
 

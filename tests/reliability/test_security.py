@@ -179,11 +179,11 @@ def test_unit_pods_meet_pod_security_restricted():
 def test_rate_limiter_fails_open_when_its_redis_is_gone(victim, monkeypatch):
     import redis
 
+    from controlplane import ratelimit
     from devstack.services import free_port
-    from tenancy import throttling
 
     dead = redis.Redis(host="127.0.0.1", port=free_port(), socket_connect_timeout=0.2)
-    monkeypatch.setattr(throttling, "_client", dead)
+    monkeypatch.setattr(ratelimit, "_client", dead)
     client = APIClient()
     client.credentials(HTTP_AUTHORIZATION=f"Bearer {key_for(victim)}")
     assert client.get("/api/v1/gpu-units").status_code == 200
