@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -20,6 +21,28 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def free_port_block(count: int) -> int:
+    """A port with the `count - 1` ports after it free as well (`make run` serves the worker's
+    and the observer's /metrics on the two after the web port), chosen below the kernel's
+    ephemeral range, so an outgoing connection's local port cannot take one of them between
+    this check and the bind."""
+    low, _high = (
+        int(n) for n in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+    )
+    rng = random.Random()
+    for _ in range(200):
+        base = rng.randrange(10_000, max(10_001, low - count))
+        with contextlib.ExitStack() as held:
+            try:
+                for port in range(base, base + count):
+                    sock = held.enter_context(socket.socket())
+                    sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return base
+    raise RuntimeError(f"no {count} free ports in a row below {low}")
 
 
 def _wait_for_port(port: int, *, timeout: float, process: subprocess.Popen) -> None:

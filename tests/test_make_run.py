@@ -17,7 +17,7 @@ import psutil
 import pytest
 import yaml
 
-from devstack.services import free_port
+from devstack.services import free_port_block
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -134,7 +134,8 @@ def wait_for_inventory(base: str, key: str) -> dict:
 
 
 def test_make_run_serves_api_and_admin_and_stops_on_ctrl_c(tmp_path):
-    port, data, log = free_port(), tmp_path / "devdata", tmp_path / "run.log"
+    # The web port and the two after it (the worker's and the observer's /metrics).
+    port, data, log = free_port_block(3), tmp_path / "devdata", tmp_path / "run.log"
     base = f"http://127.0.0.1:{port}"
     process = start(data, port, log)
     try:

@@ -19,7 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from devstack.services import free_port
+from devstack.services import free_port_block
 from tests.test_make_run import get, stop_whatever_is_left, wait_until_up
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -69,7 +69,7 @@ def runnable_blocks() -> list[tuple[str, str]]:
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
     data = tmp_path_factory.mktemp("readme") / "devdata"
-    port, log = free_port(), data.parent / "run.log"
+    port, log = free_port_block(3), data.parent / "run.log"
     env = {
         k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL", "KUBECONFIG"}
     }
