@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -109,3 +109,13 @@ def cluster_of_its_own(
         settings.KUBECONFIG = previous
         kube.reset()
         sim.stop()
+
+
+def wait_until(condition: Callable[[], Any], what: str, *, timeout: float = 30.0) -> Any:
+    """Poll `condition` until it is truthy and return what it gave; fail naming `what` after
+    `timeout` seconds (a deadline for a condition, never a wait for time)."""
+    deadline = time.monotonic() + timeout
+    while not (found := condition()):
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+    return found

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import http.client
 import threading
-import time
-from collections.abc import Callable
 from urllib.parse import urlsplit
 
 import pytest
@@ -18,7 +16,7 @@ from django.conf import settings
 from catalog.tests.factories import ARTICLE_PACKAGE_ID, PackageFactory
 from runtime import logs
 from runtime.models import GPUUnit
-from runtime.tests.helpers import remove_namespace_objects, wait_for_phase
+from runtime.tests.helpers import remove_namespace_objects, wait_for_phase, wait_until
 from tenancy.tests.factories import TenantFactory, key_for
 from tests.endpoints import EndpointTest, client_for
 from tests.test_settings import manage
@@ -26,13 +24,6 @@ from tests.test_settings import manage
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("celery_worker")]
 
 POD = "unit-talker"
-
-
-def wait_until(condition: Callable[[], bool], what: str, *, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
 
 
 def start_unit(tenant) -> GPUUnit:

@@ -6,8 +6,6 @@ its ephemeral storage), and GET /quota shows them."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from catalog.tests.factories import ARTICLE_PACKAGE_ID, PackageFactory
@@ -16,7 +14,7 @@ from controlplane.kube.errors import PermanentError
 from runtime import access, manifests
 from runtime.control.provisioning import CHILDREN, ensure_tenant_namespace
 from runtime.models import GPUUnit, Operation, OperationStatus, UnitPhase
-from runtime.tests.helpers import order_unit, remove_namespace_objects, wait_for_phase
+from runtime.tests.helpers import order_unit, remove_namespace_objects, wait_for_phase, wait_until
 from simcluster.quota import service_usage
 from tenancy.tests.factories import TenantFactory
 from tenancy.tests.test_sshkeys import ED25519
@@ -243,14 +241,6 @@ class TestNodePortAllowance:
 # ------------------------------------------------------------------------- against the cluster
 
 
-def _wait_for(condition, *, timeout: float = 30.0):
-    deadline = time.monotonic() + timeout
-    while not (found := condition()):
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.1)
-    return found
-
-
 def _node_port_service(namespace: str, name: str, count: int) -> dict:
     return {
         "apiVersion": "v1",
@@ -277,13 +267,14 @@ def test_the_tenant_resource_quota_bounds_node_ports_in_the_cluster(cluster, set
     assert hard["requests.ephemeral-storage"] == hard["limits.ephemeral-storage"] == "300Gi"
     kube.create(kube.SERVICE, namespace, _node_port_service(namespace, "two", 2))
     try:
-        _wait_for(
+        wait_until(
             lambda: (
                 (kube.get(kube.RESOURCEQUOTA, namespace, manifests.QUOTA_NAME).get("status") or {})
                 .get("used", {})
                 .get("services.nodeports")
                 == "2"
-            )
+            ),
+            "the quota to count the Service's two NodePorts",
         )
         with pytest.raises(PermanentError) as refused:
             kube.create(kube.SERVICE, namespace, _node_port_service(namespace, "three", 1))

@@ -6,7 +6,6 @@ limit enforced, a foreign Secret of the same name never written over."""
 from __future__ import annotations
 
 import base64
-import time
 
 import pytest
 from django.test import override_settings
@@ -14,6 +13,7 @@ from django.test import override_settings
 from controlplane import kube
 from runtime import manifests
 from runtime.models import TenantSecret
+from runtime.tests.helpers import wait_until
 from tenancy.tests.factories import TenantFactory
 from tests.endpoints import EndpointTest, client_for
 
@@ -164,10 +164,10 @@ def test_a_secret_before_the_namespace_exists_is_409_until_the_worker_has_made_i
     assert response["Retry-After"] == "2"
     assert not TenantSecret.objects.filter(tenant=tenant).exists()
     # The refusal asked the worker for the namespace; once it is there, the resend is saved.
-    deadline = time.monotonic() + 30
-    while kube.get(kube.NAMESPACE, None, tenant.namespace) is None:
-        assert time.monotonic() < deadline, f"the worker did not create {tenant.namespace}"
-        time.sleep(0.1)
+    wait_until(
+        lambda: kube.get(kube.NAMESPACE, None, tenant.namespace),
+        f"the worker to create {tenant.namespace}",
+    )
     assert client.post("/api/v1/secrets", body, format="json").status_code == 201
     assert TenantSecret.objects.filter(tenant=tenant, name="hf").exists()
 
