@@ -824,6 +824,17 @@ class Store:
         if old is not None:
             self._unindex(resource, old)
         self._insert(resource, obj)
+        # Kubernetes' garbage collector also collects a dependent written with an owner that is
+        # already gone (a virtual owner node it then finds absent), not only the dependents of an
+        # owner deleted later: a controller that raced its owner's deletion leaves no orphan.
+        owners = obj["metadata"].get("ownerReferences") or []
+        if any(ref.get("uid") not in self._by_uid for ref in owners):
+            self._gc_queue.append(
+                (
+                    "collect",
+                    (resource, obj["metadata"].get("namespace") or "", obj["metadata"]["name"]),
+                )
+            )
         if resource == "customresourcedefinitions":
             self.registry.register_crd(obj)
         self._publish(event_type, resource, obj, old)

@@ -77,6 +77,33 @@ def test_gc_follows_chains_of_owners(store: Store) -> None:
     assert [r["name"] for r in survivor["metadata"]["ownerReferences"]] == ["other"]
 
 
+def test_gc_collects_a_dependent_created_after_its_owner_is_gone(store: Store) -> None:
+    # A controller that read its owner before the owner's deletion may create a dependent
+    # afterwards; Kubernetes' GC finds the owner absent and deletes the dependent.
+    owner = store.create("resourceclaims", _claim("owner"))
+    kept = store.create("resourceclaims", _claim("kept"))
+    ref = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "name": "owner",
+        "uid": owner["metadata"]["uid"],
+    }
+    store.delete("resourceclaims", "default", "owner")
+    watch = store.watch("resourceclaims", "default")
+
+    store.create("resourceclaims", _claim("late", ownerReferences=[ref]))
+    kept_ref = {**ref, "name": "kept", "uid": kept["metadata"]["uid"]}
+    store.create("resourceclaims", _claim("half", ownerReferences=[ref, kept_ref]))
+
+    remaining = sorted(c["metadata"]["name"] for c in store.list("resourceclaims"))
+    assert remaining == ["half", "kept"]
+    half = store.get("resourceclaims", "default", "half")
+    assert half is not None
+    assert [r["name"] for r in half["metadata"]["ownerReferences"]] == ["kept"]
+    events = _drain(watch)
+    assert ("ADDED", "late") in events and ("DELETED", "late") in events
+
+
 def test_admission_hook_rejects_non_internal_writes_only(store: Store) -> None:
     seen: list[AdmissionRequest] = []
 
