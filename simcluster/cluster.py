@@ -200,6 +200,19 @@ class SimCluster:
         left out for a pod with one container. ValueError if it is not running."""
         self.kubelet.append_log(namespace, pod, lines, container)
 
+    def on_sigterm(
+        self,
+        namespace: str,
+        pod: str,
+        *,
+        exit_after: float | None,
+        container: str | None = None,
+    ) -> None:
+        """What a running container does when its pod is deleted: exit `exit_after` seconds
+        after SIGTERM, or with None ignore it and be killed when the pod's grace period ends.
+        By default a container exits at once."""
+        self.kubelet.on_sigterm(namespace, pod, container, exit_after=exit_after)
+
     def fail_container(
         self,
         namespace: str,

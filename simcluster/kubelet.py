@@ -12,7 +12,7 @@ import threading
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from simcluster.errors import ApiError
@@ -26,6 +26,11 @@ if TYPE_CHECKING:
 MAX_LOG_LINES = 10_000
 # Reasons a container waits with before it first starts.
 WAITING_REASONS = ("ContainerCreating", "CreateContainerConfigError")
+
+
+def _stamp(moment: datetime) -> str:
+    """RFC 3339 to the second, as the API's timestamps are."""
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def log_timestamp(nanos: int) -> str:
@@ -376,6 +381,12 @@ class Kubelet:
         self.logs = logs if logs is not None else ContainerLogs()
         # The FailedMount/Failed event each waiting pod got, by uid: one per cause.
         self._told: dict[str, str] = {}
+        # What a container does on SIGTERM, by (pod uid, container): exit after this many
+        # seconds, or IGNORES_SIGTERM (killed when the grace period runs out). Absent: it
+        # exits at once.
+        self._on_sigterm: dict[tuple[str, str], float | None] = {}
+        # Each terminating pod's (SIGTERM time, kill time, grace period seconds), by uid.
+        self._terminating: dict[str, tuple[datetime, datetime, int]] = {}
 
     def start(self, pod: dict[str, Any], node: Mapping[str, Any], now: str) -> dict[str, Any]:
         """The status of a pod just bound to `node`; starts its containers when it can."""
@@ -423,6 +434,7 @@ class Kubelet:
                 started += 1
         self.logs.forget(live)
         self._told = {uid: told for uid, told in self._told.items() if uid in live}
+        self._on_sigterm = {key: how for key, how in self._on_sigterm.items() if key[0] in live}
         return started
 
     def _tell(
@@ -432,7 +444,18 @@ class Kubelet:
         if self._told.get(metadata["uid"]) == blocker.event_message:
             return
         self._told[metadata["uid"]] = blocker.event_message
-        node_name = node["metadata"]["name"]
+        self._event(pod, node["metadata"]["name"], blocker.event_reason, blocker.event_message, now)
+
+    def _event(
+        self,
+        pod: Mapping[str, Any],
+        node_name: str,
+        reason: str,
+        message: str,
+        now: str,
+        type: str = "Warning",
+    ) -> None:
+        metadata = pod["metadata"]
         event = {
             "apiVersion": "v1",
             "kind": "Event",
@@ -447,9 +470,9 @@ class Kubelet:
                 "name": metadata["name"],
                 "uid": metadata["uid"],
             },
-            "reason": blocker.event_reason,
-            "message": blocker.event_message,
-            "type": "Warning",
+            "reason": reason,
+            "message": message,
+            "type": type,
             "source": {"component": "kubelet", "host": node_name},
             "reportingComponent": "kubelet",
             "reportingInstance": node_name,
@@ -459,6 +482,113 @@ class Kubelet:
         }
         with contextlib.suppress(ApiError):
             self.store.create("events", event, internal=True)
+
+    def should_stop(self, pod: Mapping[str, Any]) -> bool:
+        """A pod being deleted from a node whose containers have not been told to stop yet."""
+        metadata = pod.get("metadata") or {}
+        return bool(
+            metadata.get("deletionTimestamp")
+            and (pod.get("spec") or {}).get("nodeName")
+            and metadata.get("uid") not in self._terminating
+        )
+
+    def terminate(
+        self, pods: Iterable[dict[str, Any]], now: datetime
+    ) -> tuple[bool, datetime | None]:
+        """Stop the containers of pods being deleted, as their kubelet does: SIGTERM when the
+        deletion is first seen (a "Killing" event per container), each container ends when
+        it exits or when the grace period runs out (killed: exit code 137), and once none
+        runs the pod is removed. Returns whether any pod is terminating, and when the next
+        container is due to end (None: none is)."""
+        stamp = _stamp(now)
+        next_due: datetime | None = None
+        deleting: set[str] = set()
+        for pod in pods:
+            metadata = pod["metadata"]
+            node_name = (pod.get("spec") or {}).get("nodeName")
+            if not metadata.get("deletionTimestamp") or not node_name:
+                continue
+            uid = metadata["uid"]
+            deleting.add(uid)
+            statuses = (pod.get("status") or {}).get("containerStatuses") or []
+            running = [c for c in statuses if "running" in (c.get("state") or {})]
+            grace = int(metadata.get("deletionGracePeriodSeconds") or 0)
+            if uid not in self._terminating:
+                self._terminating[uid] = (now, now + timedelta(seconds=grace), grace)
+                for container in running:
+                    self._event(
+                        pod,
+                        node_name,
+                        "Killing",
+                        f"Stopping container {container.get('name', '')}",
+                        stamp,
+                        type="Normal",
+                    )
+            sigterm_at, deadline, known_grace = self._terminating[uid]
+            if grace != known_grace:  # a second deletion brought the end forward
+                deadline = min(deadline, now + timedelta(seconds=grace))
+                self._terminating[uid] = (sigterm_at, deadline, grace)
+            ended: dict[str, tuple[datetime, bool]] = {}
+            for container in running:
+                name = container.get("name", "")
+                exit_after = self._on_sigterm.get((uid, name), 0.0)
+                own_exit = (
+                    None if exit_after is None else sigterm_at + timedelta(seconds=exit_after)
+                )
+                killed = own_exit is None or own_exit > deadline
+                exits = deadline if killed or own_exit is None else own_exit
+                if exits <= now:
+                    ended[name] = (exits, killed)
+                elif next_due is None or exits < next_due:
+                    next_due = exits
+            if len(ended) < len(running):
+                if ended:
+                    self._end_containers(pod, ended, remove=False)
+                continue
+            self._end_containers(pod, ended, remove=True)
+        self._terminating = {u: t for u, t in self._terminating.items() if u in deleting}
+        return bool(deleting), next_due
+
+    def _end_containers(
+        self, pod: dict[str, Any], ended: Mapping[str, tuple[datetime, bool]], *, remove: bool
+    ) -> None:
+        """Record containers as ended (at their own moment; `killed` by the grace period's
+        end), then, with `remove`, remove the pod: its last state says when each ended."""
+        metadata = pod["metadata"]
+        updated = clone(pod)
+        status = updated.setdefault("status", {})
+        statuses = status.get("containerStatuses") or []
+        for entry in statuses:
+            if entry.get("name") not in ended:
+                continue
+            moment, killed = ended[entry["name"]]
+            started_at = ((entry.get("state") or {}).get("running") or {}).get("startedAt")
+            entry["state"] = {
+                "terminated": {
+                    "exitCode": 137 if killed else 0,
+                    "reason": "Error" if killed else "Completed",
+                    "startedAt": started_at,
+                    "finishedAt": _stamp(moment),
+                    "containerID": entry.get("containerID", ""),
+                }
+            }
+            entry["ready"] = entry["started"] = False
+            self.logs.stop(metadata["uid"], entry["name"])
+        if statuses and all("running" not in (c.get("state") or {}) for c in statuses):
+            last = max((moment for moment, _ in ended.values()), default=None)
+            self._settle(status, statuses, _stamp(last) if last else now_rfc3339())
+        if updated != pod:
+            self.store.update("pods", updated, internal=True)
+        if remove:
+            with contextlib.suppress(ApiError):
+                self.store.delete_object(
+                    "pods",
+                    metadata["namespace"],
+                    metadata["name"],
+                    grace_period=0,
+                    internal=True,
+                    preconditions={"uid": metadata["uid"]},
+                )
 
     # -- test hooks -------------------------------------------------------------------------
 
@@ -471,6 +601,20 @@ class Kubelet:
             lines = [lines]
         if not self.logs.append(pod["metadata"]["uid"], container_name, lines):
             raise ValueError(f'container "{container_name}" in pod "{name}" is not running')
+
+    def on_sigterm(
+        self,
+        namespace: str,
+        name: str,
+        container: str | None = None,
+        *,
+        exit_after: float | None,
+    ) -> None:
+        """What the pod's running container does when its pod is deleted: exit `exit_after`
+        seconds after SIGTERM, or (None) ignore it and be killed when the grace period ends."""
+        with self.store.lock:
+            pod, container_name = self._container(namespace, name, container)
+            self._on_sigterm[(pod["metadata"]["uid"], container_name)] = exit_after
 
     def fail_container(
         self,
@@ -496,7 +640,9 @@ class Kubelet:
             updated = clone(pod)
             status = updated.setdefault("status", {})
             policy = (pod.get("spec") or {}).get("restartPolicy", "Always")
-            restart = policy == "Always" or (policy == "OnFailure" and exit_code != 0)
+            restart = not pod["metadata"].get("deletionTimestamp") and (
+                policy == "Always" or (policy == "OnFailure" and exit_code != 0)
+            )
             statuses = status.get("containerStatuses") or []
             entry = next((c for c in statuses if c.get("name") == container_name), None)
             if entry is None:

@@ -118,6 +118,8 @@ class Scheduler:
         # monotonic time of the earliest, so the loop wakes for it.
         self._evictions: dict[str, datetime] = {}
         self._next_eviction: float | None = None
+        # The monotonic time the next container of a pod being deleted is due to end.
+        self._next_termination: float | None = None
         store.add_listener(self._on_change)
 
     # -- lifecycle --------------------------------------------------------------------------
@@ -139,7 +141,10 @@ class Scheduler:
     def _loop(self) -> None:
         last_pass = 0.0
         while not self._stopping.is_set():
-            woken = self._wake.wait(self.tick)
+            timeout = self.tick
+            if self._next_termination is not None:
+                timeout = min(timeout, max(0.0, self._next_termination - time.monotonic()))
+            woken = self._wake.wait(timeout)
             self._wake.clear()
             if self._stopping.is_set():
                 break
@@ -149,6 +154,7 @@ class Scheduler:
                 now - last_pass >= self.retry_interval
                 or (self._next_retry is not None and now >= self._next_retry)
                 or (self._next_eviction is not None and now >= self._next_eviction)
+                or (self._next_termination is not None and now >= self._next_termination)
             )
             if not (woken or due):
                 continue
@@ -161,6 +167,10 @@ class Scheduler:
     def _on_change(self, event_type: str, resource: str, obj: dict[str, Any]) -> None:
         """Store listener (called under store.lock): decide whether a pass is due, nothing more."""
         if self._pass_thread == threading.get_ident():
+            # A pass's own writes need no other pass, except a pod it deleted (an eviction):
+            # its kubelet starts stopping it on the next one.
+            if resource == "pods" and self.kubelet.should_stop(obj):
+                self._wake.set()
             return
         if resource == "pods":
             metadata = obj.get("metadata") or {}
@@ -192,6 +202,15 @@ class Scheduler:
         store = self.store
         nodes = {n["metadata"]["name"]: n for n in store.list_shared("nodes")[0]}
         pods = list(store.list_shared("pods")[0])
+        # The kubelets first: pods whose containers ended go (and what they owned with them).
+        terminating, due = self.kubelet.terminate(pods, datetime.now(UTC))
+        self._next_termination = (
+            None
+            if due is None
+            else time.monotonic() + max(0.0, (due - datetime.now(UTC)).total_seconds())
+        )
+        if terminating:
+            pods = list(store.list_shared("pods")[0])
         claims = {
             (c["metadata"]["namespace"], c["metadata"]["name"]): c
             for c in store.list_shared("resourceclaims")[0]

@@ -739,6 +739,16 @@ class Handler(BaseHTTPRequestHandler):
         if policy is None and orphan is not None:
             policy = "Orphan" if orphan else "Background"
         options["propagationPolicy"] = policy
+        grace = options.get("gracePeriodSeconds")
+        if grace is None and "gracePeriodSeconds" in self._query:
+            grace = self._query["gracePeriodSeconds"]
+        if grace is not None:
+            try:
+                options["gracePeriodSeconds"] = int(grace)
+            except (TypeError, ValueError):
+                raise ApiError.bad_request(
+                    f"gracePeriodSeconds must be an integer, not {grace!r}"
+                ) from None
         return options
 
     def _delete(self, target: RequestTarget, body: bytes, content_type: str, accept: str) -> None:
@@ -756,6 +766,7 @@ class Handler(BaseHTTPRequestHandler):
             target.name or "",
             propagation=options["propagationPolicy"],
             preconditions=options.get("preconditions"),
+            grace_period=options.get("gracePeriodSeconds"),
         )
         if rtype.delete_returns_object or not removed:
             self._send_json(200, self._versioned(rtype, obj))
@@ -789,6 +800,7 @@ class Handler(BaseHTTPRequestHandler):
             label_selector=self._query.get("labelSelector"),
             field_selector=self._query.get("fieldSelector"),
             propagation=options["propagationPolicy"],
+            grace_period=options.get("gracePeriodSeconds"),
         )
         self._send_json(
             200,

@@ -53,8 +53,24 @@ def clone(value: Any) -> Any:
     return value
 
 
-def now_rfc3339() -> str:
-    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+def now_rfc3339(after_seconds: int = 0) -> str:
+    moment = dt.datetime.now(dt.UTC) + dt.timedelta(seconds=after_seconds)
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def pod_grace_period(pod: dict[str, Any], requested: int | None) -> int:
+    """The grace a pod's deletion gets, as the API server's pod strategy decides: the
+    request's `gracePeriodSeconds`, else the pod's `terminationGracePeriodSeconds` (30); none
+    for a pod no node runs (unscheduled) or whose containers have all ended (terminal), and
+    a negative request counts as 1."""
+    spec = pod.get("spec") or {}
+    if not spec.get("nodeName") or (pod.get("status") or {}).get("phase") in (
+        "Succeeded",
+        "Failed",
+    ):
+        return 0
+    period = requested if requested is not None else spec.get("terminationGracePeriodSeconds", 30)
+    return 1 if period < 0 else int(period)
 
 
 def _meta(obj: dict[str, Any]) -> dict[str, Any]:
@@ -423,7 +439,13 @@ class Store:
                 self._admit("UPDATE", resource, subresource, namespace, name, new, clone(current))
             if dry_run:
                 return clone(new)
-            if new["metadata"].get("deletionTimestamp") and not new["metadata"].get("finalizers"):
+            # The last finalizer gone ends a deletion; a pod in its grace period waits for its
+            # kubelet instead.
+            if (
+                new["metadata"].get("deletionTimestamp")
+                and not new["metadata"].get("finalizers")
+                and not new["metadata"].get("deletionGracePeriodSeconds")
+            ):
                 self._remove(resource, current, final=new)
                 self._drain()
                 return clone(new)
@@ -439,11 +461,17 @@ class Store:
         *,
         propagation: str = "Background",
         internal: bool = False,
+        grace_period: int | None = None,
     ) -> dict | None:
         """Delete (or mark for deletion) an object; its last state, or None if it was absent."""
         try:
             obj, _ = self.delete_object(
-                resource, namespace, name, propagation=propagation, internal=internal
+                resource,
+                namespace,
+                name,
+                propagation=propagation,
+                internal=internal,
+                grace_period=grace_period,
             )
         except ApiError as error:
             if error.code == 404:
@@ -460,8 +488,12 @@ class Store:
         propagation: str | None = "Background",
         internal: bool = False,
         preconditions: dict | None = None,
+        grace_period: int | None = None,
     ) -> tuple[dict, bool]:
-        """Delete like the API does: (last state, removed now?); 404 ApiError when absent."""
+        """Delete like the API does: (last state, removed now?); 404 ApiError when absent.
+        A pod a node runs is removed only once its containers have stopped: it is marked
+        (deletionTimestamp = now + its grace period) and the kubelet finishes the job;
+        `grace_period` 0 (`kubectl delete --force --grace-period=0`) removes it at once."""
         rtype = self.type_of(resource)
         namespace = namespace if rtype.namespaced else None
         propagation = propagation or "Background"
@@ -485,7 +517,7 @@ class Store:
             self._check_preconditions(rtype, current, preconditions or {})
             if not internal:
                 self._admit("DELETE", resource, None, namespace, name, None, clone(current))
-            self._delete(resource, current, propagation)
+            self._delete(resource, current, propagation, grace_period)
             marked = self._get_ref(resource, namespace, name)
             self._drain()
             latest = self._get_ref(resource, namespace, name)
@@ -501,6 +533,7 @@ class Store:
         label_selector: str | None = None,
         field_selector: str | None = None,
         propagation: str | None = "Background",
+        grace_period: int | None = None,
     ) -> builtins.list[dict]:
         """Delete every matching object; returns their last states."""
         with self.lock:
@@ -516,6 +549,7 @@ class Store:
                         metadata.get("namespace"),
                         metadata["name"],
                         propagation=propagation,
+                        grace_period=grace_period,
                     )
                 except ApiError as error:
                     if error.code != 404:
@@ -896,12 +930,34 @@ class Store:
             self._commit("MODIFIED", resource, new, current)
         return new
 
-    def _delete(self, resource: str, current: dict[str, Any], propagation: str) -> None:
-        """Apply one deletion request: remove now, or mark for deletion and let finalizers run."""
+    def _mark_terminating(self, pod: dict[str, Any], grace: int) -> None:
+        """A graceful pod deletion: deletionTimestamp is when the kubelet kills what still
+        runs. A second request may bring it forward, never push it back."""
+        metadata = pod["metadata"]
+        deadline = now_rfc3339(grace)
+        if metadata.get("deletionTimestamp") and metadata["deletionTimestamp"] <= deadline:
+            return
+        new = clone(pod)
+        new["metadata"]["deletionTimestamp"] = deadline
+        new["metadata"]["deletionGracePeriodSeconds"] = grace
+        self._commit("MODIFIED", "pods", new, pod)
+
+    def _delete(
+        self,
+        resource: str,
+        current: dict[str, Any],
+        propagation: str,
+        grace_period: int | None = None,
+    ) -> None:
+        """Apply one deletion request: remove now, or mark for deletion and let finalizers
+        (or, for a running pod, the kubelet) finish it."""
         metadata = current["metadata"]
         uid = metadata["uid"]
         if propagation == "Orphan":
             self._orphan_dependents(uid)
+        if resource == "pods" and (grace := pod_grace_period(current, grace_period)):
+            self._mark_terminating(current, grace)
+            return
         if resource == "namespaces":
             self._mark_deleting(resource, current, [])
             self._gc_queue.append(("namespace-purge", ("namespaces", "", metadata["name"])))

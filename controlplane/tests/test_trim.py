@@ -277,7 +277,9 @@ def cluster() -> World:
         for claim in store.list("resourceclaims", UNITS)
     }
     watcher = store.watch("pods", UNITS, resource_version=store.resource_version)
-    assert Scheduler(store, kubelet=kubelet).run_once().evicted == 1
+    scheduler = Scheduler(store, kubelet=kubelet)
+    assert scheduler.run_once().evicted == 1
+    scheduler.run_once()  # its kubelet stops the evicted pod's container: the pod goes
     store.stop_watch(watcher)
     deleted = []
     while (change := watcher.events.get()) is not None:

@@ -152,8 +152,12 @@ def test_the_route_publishes_the_stored_label(package, rivals, cluster, settings
     second = order(two, second_name, package)
     assert second.host_label != access.host_label(two.namespace, second_name)
     ensure_tenant_namespace(two)
+    # An owner that exists: the cluster's garbage collector removes what a missing one owns.
+    owner = kube.create(
+        kube.CONFIGMAP, two.namespace, {"metadata": {"name": f"owner-{uuid.uuid4().hex[:8]}"}}
+    )
     try:
-        provision_access(second.contract(request_hash=""), owner_uid=str(uuid.uuid4()))
+        provision_access(second.contract(request_hash=""), owner_uid=owner["metadata"]["uid"])
         ingress = kube.get(
             kube.INGRESS, two.namespace, manifests.object_name(second_name, manifests.Part.ROUTE)
         )
@@ -165,6 +169,7 @@ def test_the_route_publishes_the_stored_label(package, rivals, cluster, settings
             for obj in kube.list_objects(kind, namespace=two.namespace):
                 if obj["metadata"]["name"].startswith("unit-"):
                     kube.delete(kind, two.namespace, obj["metadata"]["name"])
+        kube.delete(kube.CONFIGMAP, two.namespace, owner["metadata"]["name"])
 
 
 # Two names whose labels collided under the 6-character hash units had before this migration

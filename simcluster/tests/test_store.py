@@ -101,7 +101,8 @@ def test_gc_collects_a_dependent_created_after_its_owner_is_gone(store: Store) -
     assert half is not None
     assert [r["name"] for r in half["metadata"]["ownerReferences"]] == ["kept"]
     events = _drain(watch)
-    assert ("ADDED", "late") in events and ("DELETED", "late") in events
+    assert ("ADDED", "late") in events
+    assert ("DELETED", "late") in events
 
 
 def test_admission_hook_rejects_non_internal_writes_only(store: Store) -> None:
