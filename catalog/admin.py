@@ -70,6 +70,7 @@ class PackageForm(forms.ModelForm):
             "alternatives",
             "max_stop_after",
             "ephemeral_storage",
+            "termination_grace_seconds",
             "price",
             "alternative_prices",
         ]
@@ -98,7 +99,7 @@ class PackageAdmin(admin.ModelAdmin):
     fieldsets = (
         (None, {"fields": ("id", "spec_name", "active")}),
         ("Resources", {"fields": ("cpu", "memory", "ephemeral_storage", "gpu")}),
-        ("Auto-stop", {"fields": ("max_stop_after",)}),
+        ("Stopping", {"fields": ("max_stop_after", "termination_grace_seconds")}),
         ("Price", {"fields": ("price", "alternative_prices")}),
         (
             "DRA allocation",

@@ -6,7 +6,7 @@ from decimal import Decimal
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.core.validators import MinValueValidator
+from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.db.models.functions import Lower
 
@@ -36,6 +36,7 @@ FIELD_PATHS = {
     "match_attribute": "allocation.matchAttribute",
     "max_stop_after": "maxStopAfter",
     "ephemeral_storage": "ephemeralStorage",
+    "termination_grace_seconds": "terminationGracePeriodSeconds",
     "price": "price",
     "alternative_prices": "alternativePrices",
     "active": "active",
@@ -43,6 +44,16 @@ FIELD_PATHS = {
 
 
 ALTERNATIVE_KEYS = ("name", "deviceClassName", "count", "selectors", "capacity")
+
+# A unit's containers get this long after SIGTERM: Kubernetes' own default unless ops say
+# otherwise, and never more than an hour (the unit is billed until its devices are released).
+DEFAULT_TERMINATION_GRACE_SECONDS = 30
+MAX_TERMINATION_GRACE_SECONDS = 3600
+# The one message for a grace out of range or not a number (%(value)s: what was given).
+TERMINATION_GRACE_RANGE = (
+    f"terminationGracePeriodSeconds must be a whole number of seconds from 0 to "
+    f"{MAX_TERMINATION_GRACE_SECONDS}, not %(value)s."
+)
 
 
 class Package(models.Model):
@@ -111,6 +122,19 @@ class Package(models.Model):
         help_text="Local disk a unit of this package may write outside its storages (container "
         'layer, logs), e.g. "50Gi": the pod\'s ephemeral-storage request and limit, counted '
         "against the tenant's ResourceQuota. Blank: PACKAGE_EPHEMERAL_STORAGE.",
+    )
+    termination_grace_seconds = models.PositiveIntegerField(
+        "termination grace (seconds)",
+        default=DEFAULT_TERMINATION_GRACE_SECONDS,
+        validators=[
+            MinValueValidator(0, message=TERMINATION_GRACE_RANGE),
+            MaxValueValidator(MAX_TERMINATION_GRACE_SECONDS, message=TERMINATION_GRACE_RANGE),
+        ],
+        help_text="How long the containers of a unit of this package get after SIGTERM, when "
+        "the unit is stopped, restarted or deleted, before they are killed (the pod's "
+        "terminationGracePeriodSeconds, 0 to 3600). The unit is billed until its devices are "
+        "released: up to this long after the stop, restart or delete request. A unit keeps the "
+        "grace its package had when it was ordered.",
     )
     price = models.DecimalField(
         "hourly price",

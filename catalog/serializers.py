@@ -6,7 +6,7 @@ from django.conf import settings
 from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
-from catalog.models import Package
+from catalog.models import MAX_TERMINATION_GRACE_SECONDS, Package
 from catalog.validation import money
 
 
@@ -39,12 +39,31 @@ class PriceSerializer(serializers.Serializer):
 class PackageSerializer(serializers.ModelSerializer):
     specName = serializers.CharField(source="spec_name")
     allocation = PackageAllocationSerializer(read_only=True)
+    terminationGracePeriodSeconds = serializers.IntegerField(
+        source="termination_grace_seconds",
+        read_only=True,
+        min_value=0,
+        max_value=MAX_TERMINATION_GRACE_SECONDS,
+        help_text="seconds a unit's containers get after SIGTERM when it is stopped, restarted "
+        "or deleted, before they are killed; the unit is billed until its devices are "
+        "released, so up to this long after the request",
+    )
     price = serializers.SerializerMethodField()
     availability = serializers.SerializerMethodField()
 
     class Meta:
         model = Package
-        fields = ["id", "specName", "cpu", "memory", "gpu", "allocation", "price", "availability"]
+        fields = [
+            "id",
+            "specName",
+            "cpu",
+            "memory",
+            "gpu",
+            "allocation",
+            "terminationGracePeriodSeconds",
+            "price",
+            "availability",
+        ]
 
     @extend_schema_field(PriceSerializer)
     def get_price(self, package: Package) -> dict:

@@ -28,6 +28,7 @@ _COMPARED_FIELDS = [
     "alternatives",
     "max_stop_after",
     "ephemeral_storage",
+    "termination_grace_seconds",
     "price",
     "alternative_prices",
     "active",

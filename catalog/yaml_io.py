@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from decimal import Decimal
 from typing import Any
 
 import yaml
 
+from catalog.models import DEFAULT_TERMINATION_GRACE_SECONDS, TERMINATION_GRACE_RANGE
 from catalog.validation import money
 
 ENTRY_KEYS = {
@@ -18,6 +20,7 @@ ENTRY_KEYS = {
     "allocation",
     "maxStopAfter",
     "ephemeralStorage",
+    "terminationGracePeriodSeconds",
     "price",
     "alternativePrices",
     "active",
@@ -79,6 +82,13 @@ def entry_to_fields(entry: Any) -> tuple[dict, dict[str, str]]:
     active = entry.get("active", True)
     if not isinstance(active, bool):
         errors["active"] = "active must be true or false."
+    grace = entry.get("terminationGracePeriodSeconds", DEFAULT_TERMINATION_GRACE_SECONDS)
+    # A number, as in a pod spec: YAML's "30", 1.5 or true would pass the model's int().
+    if isinstance(grace, bool) or not isinstance(grace, int):
+        errors["terminationGracePeriodSeconds"] = TERMINATION_GRACE_RANGE % {
+            "value": json.dumps(grace, default=str)  # as YAML would say it: "30", null, true
+        }
+        grace = DEFAULT_TERMINATION_GRACE_SECONDS
     fields = {
         "id": _text(entry.get("id")),
         "spec_name": _text(entry.get("specName")),
@@ -96,6 +106,7 @@ def entry_to_fields(entry: Any) -> tuple[dict, dict[str, str]]:
         "match_attribute": _text(allocation.get("matchAttribute")),
         "max_stop_after": _text(entry.get("maxStopAfter")),
         "ephemeral_storage": _text(entry.get("ephemeralStorage")),
+        "termination_grace_seconds": grace,
         "price": _text(entry.get("price")) or "0",
         "alternative_prices": {str(k): _text(v) for k, v in entry["alternativePrices"].items()}
         if isinstance(entry.get("alternativePrices"), dict)
@@ -119,6 +130,8 @@ def package_to_entry(package: Any) -> dict:
         entry["maxStopAfter"] = package.max_stop_after
     if package.ephemeral_storage:
         entry["ephemeralStorage"] = package.ephemeral_storage
+    if package.termination_grace_seconds != DEFAULT_TERMINATION_GRACE_SECONDS:
+        entry["terminationGracePeriodSeconds"] = package.termination_grace_seconds
     if Decimal(package.price):
         entry["price"] = money(Decimal(package.price))
     if package.alternative_prices:

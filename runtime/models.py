@@ -12,7 +12,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
-from catalog.models import Package
+from catalog.models import DEFAULT_TERMINATION_GRACE_SECONDS, Package
 from runtime import manifests
 from tenancy.models import Tenant
 
@@ -87,6 +87,11 @@ class GPUUnit(models.Model):
         default="",
         help_text="the pod's ephemeral-storage request and limit (blank on units ordered "
         "before packages had one: none)",
+    )
+    termination_grace_seconds = models.PositiveIntegerField(
+        default=DEFAULT_TERMINATION_GRACE_SECONDS,
+        help_text="the pod's terminationGracePeriodSeconds: how long its containers get after "
+        "SIGTERM (30, Kubernetes' default, on units ordered before packages had one)",
     )
     gpu = models.PositiveIntegerField()
     device_class_name = models.CharField(max_length=253)
@@ -201,6 +206,7 @@ class GPUUnit(models.Model):
             "cpu_millicores": package.cpu_millicores,
             "memory_bytes": package.memory_bytes,
             "ephemeral_storage": package.unit_ephemeral_storage,
+            "termination_grace_seconds": package.termination_grace_seconds,
             "gpu": package.gpu,
             "device_class_name": package.device_class_name,
             "claim_name": claim_name,
@@ -244,6 +250,7 @@ class GPUUnit(models.Model):
             storage_mounts=list(self.storage_mounts or []),
             memory_bytes=self.memory_bytes,
             ephemeral_storage=self.ephemeral_storage,
+            termination_grace_seconds=self.termination_grace_seconds,
             ssh=bool((self.ssh or {}).get("enabled")),
             run_policy=self.run_policy,
             stop_after=self.stop_after,

@@ -15,6 +15,12 @@ def test_schema_lists_the_api_with_envelope_shapes(client):
     assert {"/api/v1/health", "/api/v1/packages", "/api/v1/packages/{id}"} <= set(schema["paths"])
     package_list = schema["components"]["schemas"]["PackageList"]
     assert package_list["properties"]["data"]["type"] == "array"
+    grace = schema["components"]["schemas"]["Package"]["properties"][
+        "terminationGracePeriodSeconds"
+    ]
+    assert (grace["type"], grace["minimum"], grace["maximum"]) == ("integer", 0, 3600)
+    assert grace["readOnly"] is True
+    assert "SIGTERM" in grace["description"]
     assert "Error" in schema["components"]["schemas"]
 
 

@@ -26,6 +26,7 @@ def form_data(**overrides) -> dict:
         "count": "4",
         "selectors": 'device.attributes["gpu.nvidia.com"].productName == "NVIDIA L40S"\n',
         "capacity": "{}",
+        "termination_grace_seconds": "30",
         "price": "4.76",
         "alternative_prices": "{}",
     }
@@ -67,6 +68,25 @@ def test_change_keeps_id_read_only_and_validates(admin_client):
     package.refresh_from_db()
     assert package.memory == "64Gi"
     assert package.id == "gpu-rtx3080-2x-cpu10-mem40g"
+
+
+def test_change_shows_and_saves_the_termination_grace_within_its_range(admin_client):
+    package = PackageFactory(article=True)
+    url = reverse("admin:catalog_package_change", args=[package.pk])
+    page = admin_client.get(url).content.decode()
+    assert 'name="termination_grace_seconds"' in page
+    assert 'value="30"' in page  # the default, in the box
+    data = form_data(termination_grace_seconds="3601")
+    data.pop("id")
+    response = admin_client.post(url, data)
+    assert response.status_code == 200
+    assert response.context["adminform"].form.errors["termination_grace_seconds"] == [
+        "terminationGracePeriodSeconds must be a whole number of seconds from 0 to 3600, not 3601."
+    ]
+    data["termination_grace_seconds"] = "600"
+    assert admin_client.post(url, data).status_code == 302
+    package.refresh_from_db()
+    assert package.termination_grace_seconds == 600
 
 
 def test_list_searches_and_filters(admin_client):

@@ -140,6 +140,26 @@ def test_capacity_keys_and_values_checked():
     assert "is not a Kubernetes quantity" in errors["capacity"][0]
 
 
+def test_termination_grace_defaults_to_kubernetes_30_seconds():
+    package = PackageFactory()
+    package.refresh_from_db()
+    assert package.termination_grace_seconds == 30
+
+
+@pytest.mark.parametrize("seconds", [0, 1, 3600])
+def test_termination_grace_accepted_from_0_to_an_hour(seconds):
+    PackageFactory.build(termination_grace_seconds=seconds).full_clean()
+
+
+@pytest.mark.parametrize("seconds", [-1, 3601])
+def test_termination_grace_rejected_outside_0_to_an_hour(seconds):
+    errors = errors_of(PackageFactory.build(termination_grace_seconds=seconds))
+    assert errors["termination_grace_seconds"] == [
+        "terminationGracePeriodSeconds must be a whole number of seconds from 0 to 3600, "
+        f"not {seconds}."
+    ]
+
+
 def test_every_failing_field_reported_at_once():
     errors = errors_of(PackageFactory.build(id="Bad_Id", cpu="0", memory="x", gpu=1, count=2))
     assert {"id", "cpu", "memory", "count"} <= set(errors)

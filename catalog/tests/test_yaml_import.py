@@ -170,3 +170,41 @@ def test_every_sample_package_fits_the_sample_tenants_quota():
         assert quantity.parse_bytes(package["memory"]) <= quantity.parse_bytes(
             hard["requests.memory"]
         ), package["id"]
+
+
+def test_termination_grace_round_trips_and_is_written_only_when_not_the_default():
+    graced = ARTICLE_YAML + "    terminationGracePeriodSeconds: 600\n"
+    import_catalog(text=graced)
+    assert Package.objects.get().termination_grace_seconds == 600
+    assert yaml.safe_load(export_catalog()) == yaml.safe_load(graced)
+    assert import_catalog(text=export_catalog(), dry_run=True).changed == []
+    # Left out, the package gets Kubernetes' 30 seconds, and the export leaves it out again.
+    ((_, change),) = import_catalog(text=ARTICLE_YAML).changed
+    assert change.fields == {"terminationGracePeriodSeconds": (600, 30)}
+    assert Package.objects.get().termination_grace_seconds == 30
+    assert "terminationGracePeriodSeconds" not in export_catalog()
+    import_catalog(text=ARTICLE_YAML + "    terminationGracePeriodSeconds: 0\n")
+    assert yaml.safe_load(export_catalog())["packages"][0]["terminationGracePeriodSeconds"] == 0
+
+
+@pytest.mark.parametrize(
+    ("value", "shown"),
+    [
+        ("3601", "3601"),
+        ("-1", "-1"),
+        ('"30"', '"30"'),
+        ("1.5", "1.5"),
+        ("true", "true"),
+        ("null", "null"),
+        ("thirty", '"thirty"'),
+    ],
+)
+def test_termination_grace_that_is_not_0_to_3600_seconds_is_refused_by_name(value, shown):
+    PackageFactory(article=True)
+    with pytest.raises(CatalogImportError) as excinfo:
+        import_catalog(text=ARTICLE_YAML + f"    terminationGracePeriodSeconds: {value}\n")
+    assert excinfo.value.problems == [
+        "packages[0].terminationGracePeriodSeconds: terminationGracePeriodSeconds must be a "
+        f"whole number of seconds from 0 to 3600, not {shown}."
+    ]
+    assert Package.objects.get().termination_grace_seconds == 30

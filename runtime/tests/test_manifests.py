@@ -213,9 +213,10 @@ def test_the_pod_carries_the_hash_of_what_it_was_built_from():
         dataclasses.replace(base, image="python:3.13"),
         dataclasses.replace(base, env=[{"name": "A", "value": "b"}]),
         dataclasses.replace(base, restarted_at="2026-12-01T10:00:00Z"),
+        dataclasses.replace(base, termination_grace_seconds=600),
     ]
     hashes = {manifests.template_hash(manifests.build_pod(c, owner_uid="u")) for c in changed}
-    assert len(hashes) == 3
+    assert len(hashes) == 4
     assert manifests.template_hash(pod) not in hashes
     # What does not reach the pod leaves its hash alone (no replacement for it).
     quiet = dataclasses.replace(base, stop_after="8h", run_policy="Stopped")
@@ -226,6 +227,21 @@ def test_the_pod_carries_the_hash_of_what_it_was_built_from():
     assert restarted["metadata"]["annotations"][manifests.ANNOTATION_RESTARTED_AT] == (
         "2026-12-01T10:00:00Z"
     )
+
+
+def test_the_pod_gets_its_package_s_termination_grace_when_it_is_not_kubernetes_default():
+    for seconds in (0, 600, 3600):
+        pod = manifests.build_pod(
+            dataclasses.replace(CONTRACT, termination_grace_seconds=seconds), owner_uid="u"
+        )
+        assert pod["spec"]["terminationGracePeriodSeconds"] == seconds
+        kubernetes_validate.validate(pod, "1.34.0", strict=True)
+    # 30 is what the API server gives a pod that names none: left out, so the pods of units
+    # ordered before packages had a grace are built as before and keep their template hash
+    # (a different one would replace them at their next roll-out).
+    default = manifests.build_pod(CONTRACT, owner_uid="u")
+    assert CONTRACT.termination_grace_seconds == 30
+    assert "terminationGracePeriodSeconds" not in default["spec"]
 
 
 PACKAGE_KINDS = {

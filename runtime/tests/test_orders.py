@@ -8,9 +8,10 @@ import pytest
 from django.db import connection, models
 from django.db.models.signals import post_save
 
+from catalog.models import Package
 from catalog.tests.factories import PackageFactory
 from controlplane import statements
-from runtime import orders
+from runtime import manifests, orders
 from runtime.errors import InvalidRequest
 from runtime.models import GPUUnit, Operation, UnitEvent
 from tenancy.models import Tenant
@@ -22,11 +23,13 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture
 def package():
-    # Values that make a round trip interesting: a fractional cpu, a CEL selector.
+    # Values that make a round trip interesting: a fractional cpu, a CEL selector, a grace
+    # other than the default.
     return PackageFactory(
         cpu="500m",
         selectors=["device.attributes['gpu.nvidia.com'].productName == 'x'"],
         capacity={"memory": "20Gi"},
+        termination_grace_seconds=600,
     )
 
 
@@ -46,6 +49,7 @@ def test_the_rows_an_order_writes_read_back_equal_through_the_orm(package):
     unit = _order(tenant, package).unit
     # The package was read by hand-written SQL: its JSON fields arrived decoded.
     assert (unit.selectors, unit.capacity) == (package.selectors, {"memory": "20Gi"})
+    assert unit.termination_grace_seconds == 600
     stored = GPUUnit.objects.get(pk=unit.pk)
     for field in GPUUnit._meta.concrete_fields:
         assert getattr(stored, field.attname) == getattr(unit, field.attname), field.name
@@ -62,6 +66,15 @@ def test_the_rows_an_order_writes_read_back_equal_through_the_orm(package):
     assert [(e.reason, e.count) for e in UnitEvent.objects.filter(unit=unit)] == [("Accepted", 1)]
     tenant.refresh_from_db()
     assert (tenant.used_cpu_millicores, tenant.used_claims) == (500, 1)
+
+
+def test_a_unit_keeps_the_termination_grace_its_package_had_when_it_was_ordered(package):
+    unit = _order(TenantFactory(), package).unit
+    Package.objects.filter(pk=package.pk).update(termination_grace_seconds=5)
+    unit.refresh_from_db()
+    assert unit.termination_grace_seconds == 600
+    pod = manifests.build_pod(unit.contract(request_hash=""), owner_uid="uid")
+    assert pod["spec"]["terminationGracePeriodSeconds"] == 600
 
 
 def test_a_replayed_order_reads_the_operation_back_as_a_model(package):

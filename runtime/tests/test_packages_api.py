@@ -14,7 +14,12 @@ class TestPackageList(EndpointTest):
     path = "/api/v1/packages"
 
     def test_active_packages_in_article_shape(self, auth_client):
-        PackageFactory(article=True, selectors=['device.driver == "gpu.nvidia.com"'], price="0.36")
+        PackageFactory(
+            article=True,
+            selectors=['device.driver == "gpu.nvidia.com"'],
+            price="0.36",
+            termination_grace_seconds=600,
+        )
         PackageFactory(id="gpu-retired", spec_name="old", gpu=1, count=1, active=False)
         assert self.get_success_response(auth_client).json() == {
             "data": [
@@ -30,6 +35,7 @@ class TestPackageList(EndpointTest):
                         "count": 2,
                         "selectors": ['device.driver == "gpu.nvidia.com"'],
                     },
+                    "terminationGracePeriodSeconds": 600,
                     "price": {"hourly": "0.36", "currency": "USD"},
                     "availability": {
                         "placeableNow": 0,
