@@ -1,10 +1,13 @@
-"""Writing the usage ledger. The runtime calls `open_meter` when a unit reaches Running on
-allocated devices and `close_meter` when it leaves Running (in the same transaction as the
-phase change, whoever made it: observer, reconcile, an action); beat's `seal_meters` writes
-the whole hours running meters have passed; after each reconcile (the full pass, or a page of
-the backstop for the meters of its units) the runtime marks the meters of units it saw Running
-(`mark_seen`), opens what an event missed (`open_missed`) and closes, at the last time seen
-Running, what one left open (`close_dangling`).
+"""Writing the usage ledger. A unit is billed for the devices its pod holds, from the moment
+the cluster says the pod started on them to the moment it says they were released (its
+containers' `finishedAt`), not for the requests that caused either: the runtime's reconcile
+(runtime/lifecycle.py `settle_meters`) opens and closes meters from what it observed.
+
+One clock: every boundary is a time the cluster reported or, where it reports none (the last
+time a pod was seen running, the hour sealed), PostgreSQL's `now()` in the writing
+transaction; no process clock is read here. A meter opens no earlier than the end of its
+unit's last record, and the database refuses two overlapping records of a unit
+(`usage_no_overlap`), so duplicated, late or reordered observations never bill time twice.
 
 Each call costs a constant number of statements, whatever the size of the fleet.
 """
@@ -15,26 +18,30 @@ import logging
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Max
+from django.db.models.functions import Now, Trunc
 
 from billing import periods, prices
-from billing.models import Meter, QuantityUnit, UsageRecord
+from billing.models import Meter, MeteredPod, QuantityUnit, UsageRecord
 
 logger = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
 class Holding:
-    """What a Running unit holds, as the runtime observed it."""
+    """What a unit's pod holds while it runs, as the runtime observed it."""
 
     unit_uid: uuid.UUID
     unit_name: str
     tenant_id: int
     package_id: str
     claim_uid: str
+    pod_uid: str = ""
+    pod_created_at: datetime | None = None
     alternative: str = ""
     # [{pool, device, shareID?, consumedCapacity?}]
     devices: list[dict] = field(default_factory=list)
@@ -53,6 +60,8 @@ def _meter(holding: Holding, at: datetime) -> Meter:
         package_id=holding.package_id,
         alternative=prices.price_key(holding.alternative),
         claim_uid=holding.claim_uid,
+        pod_uid=holding.pod_uid,
+        pod_created_at=holding.pod_created_at,
         devices=[
             {k: d[k] for k in ("pool", "device", "shareID", "consumedCapacity") if k in d}
             for d in holding.devices
@@ -65,13 +74,61 @@ def _meter(holding: Holding, at: datetime) -> Meter:
     )
 
 
-def open_meter(holding: Holding, *, at: datetime) -> None:
-    """Start metering a unit that reached Running. A meter still open from before (the event
-    of its leaving Running was missed) is closed first, when it was last seen Running, so the
-    time it was not Running is never billed. Two statements when none is open."""
-    if Meter.objects.filter(unit_uid=holding.unit_uid).exists():
-        close_dangling([holding.unit_uid])
-    Meter.objects.bulk_create([_meter(holding, at)], ignore_conflicts=True)
+def billed_until(unit_uids: Iterable[uuid.UUID]) -> dict[uuid.UUID, datetime]:
+    """The end of each unit's last record (corrections aside): where its next meter may
+    start at the earliest. One statement."""
+    return dict(
+        UsageRecord.objects.filter(unit_uid__in=list(unit_uids), corrects__isnull=True)
+        .values("unit_uid")
+        .annotate(last=Max("end"))
+        .values_list("unit_uid", "last")
+    )
+
+
+def open_meter(holding: Holding, *, at: datetime, floor: datetime | None = None) -> None:
+    """Start metering the unit's pod from `at` (when the cluster says it started on its
+    devices), no earlier than `floor` (the end of the unit's last record, billed_until), and
+    remember the pod (MeteredPod). Nothing when a meter is open already (the caller closes a
+    previous pod's first). Two statements."""
+    start = max(at, floor) if floor is not None else at
+    Meter.objects.bulk_create([_meter(holding, start)], ignore_conflicts=True)
+    MeteredPod.objects.bulk_create(
+        [
+            MeteredPod(
+                unit_uid=holding.unit_uid,
+                pod_uid=holding.pod_uid,
+                created_at=holding.pod_created_at or start,
+            )
+        ],
+        ignore_conflicts=True,
+    )
+
+
+@dataclass(frozen=True)
+class PodsMetered:
+    """The pods a unit's meters followed: their uids and the newest one's creation."""
+
+    uids: frozenset[str]
+    newest: datetime | None
+
+    def is_stale(self, pod_uid: str, created_at: datetime | None) -> bool:
+        """Whether an observation of this pod can bill nothing: it was metered already, or a
+        pod created after it was."""
+        if pod_uid in self.uids:
+            return True
+        return created_at is not None and self.newest is not None and created_at < self.newest
+
+
+def pods_metered(unit_uids: Iterable[uuid.UUID]) -> dict[uuid.UUID, PodsMetered]:
+    """The pods each of these units' meters followed (one statement)."""
+    found: dict[uuid.UUID, tuple[set[str], datetime | None]] = {}
+    for unit_uid, pod_uid, created_at in MeteredPod.objects.filter(
+        unit_uid__in=list(unit_uids)
+    ).values_list("unit_uid", "pod_uid", "created_at"):
+        uids, newest = found.setdefault(unit_uid, (set(), None))
+        uids.add(pod_uid)
+        found[unit_uid] = (uids, created_at if newest is None else max(newest, created_at))
+    return {uid: PodsMetered(frozenset(uids), newest) for uid, (uids, newest) in found.items()}
 
 
 def _records(meter: Meter, end: datetime, versions: prices.Versions) -> list[UsageRecord]:
@@ -104,91 +161,112 @@ def _records(meter: Meter, end: datetime, versions: prices.Versions) -> list[Usa
     ]
 
 
-def close_meter(unit_uid: uuid.UUID, *, at: datetime) -> list[UsageRecord]:
-    """Stop metering a unit that left Running at `at`: its time since the last seal written
-    as records, the meter gone. Nothing when no meter is open. Four statements."""
+@dataclass(frozen=True)
+class Closed:
+    """A meter closed: billed up to `end` (never before its start), written as `records`."""
+
+    meter: Meter
+    end: datetime
+    records: list[UsageRecord]
+
+
+def close_meter(
+    unit_uid: uuid.UUID, *, at: datetime | None, pod_uid: str | None = None
+) -> Closed | None:
+    """Stop metering the unit (only if its meter is of pod `pod_uid`, when given): its time
+    since the last seal up to `at` written as records, the meter gone. `at` None: the last
+    time its pod was seen running. An end before the meter's start (a late duplicate) bills
+    nothing more. None when no such meter is open. Four statements."""
     with transaction.atomic():
-        meter = Meter.objects.select_for_update().filter(unit_uid=unit_uid).first()
+        meters = Meter.objects.select_for_update().filter(unit_uid=unit_uid)
+        if pod_uid is not None:
+            meters = meters.filter(pod_uid=pod_uid)
+        meter = meters.first()
         if meter is None:
-            return []
-        records = _records(meter, at, prices.versions_for([meter.package_id]))
+            return None
+        end = meter.seen_at if at is None else at
+        if end < meter.started_at:
+            logger.info(
+                "meter of %s closed at %s, before its start %s: nothing more billed",
+                meter.unit_name,
+                end.isoformat(),
+                meter.started_at.isoformat(),
+            )
+            end = meter.started_at
+        records = _records(meter, end, prices.versions_for([meter.package_id]))
         UsageRecord.objects.bulk_create(records, ignore_conflicts=True)
         Meter.objects.filter(pk=meter.pk).delete()
-    return records
+        MeteredPod.objects.filter(unit_uid=unit_uid, pod_uid=meter.pod_uid).update(ended_at=end)
+    return Closed(meter=meter, end=end, records=records)
 
 
-def seal_meters(*, now: datetime) -> int:
+def close_pod_meters(ends: dict[str, datetime]) -> list[Closed]:
+    """Close the meters of these pods (by uid) at their observed ends, whatever their units
+    have become (a unit may be Terminated before its pod's last state is read)."""
+    closed = []
+    for unit_uid, pod_uid in Meter.objects.filter(pod_uid__in=list(ends)).values_list(
+        "unit_uid", "pod_uid"
+    ):
+        if done := close_meter(unit_uid, at=ends[pod_uid], pod_uid=pod_uid):
+            closed.append(done)
+    return closed
+
+
+def seal_meters(*, now: datetime | None = None) -> int:
     """Write the whole UTC hours open meters have run through, so usage reaches the ledger
     (and exports) within the hour even for units that run for weeks; returns the records
-    written. Only hours a reconcile has seen the unit Running through are sealed (up to
-    the hour of its `seen_at`), so a meter whose end an event missed never seals time the
-    unit did not run. Meters being closed meanwhile are skipped (their close writes the same
-    rows). A constant number of statements, whatever the number of meters."""
-    boundary = periods.floor_hour(now)
+    written. Only hours a reconcile has seen the pod running through are sealed (up to the
+    hour of its `seen_at`), so a meter whose end is not known yet never seals time the pod
+    did not run. "Now" is PostgreSQL's (`now` only for tests in simulated time). Meters
+    being closed meanwhile are skipped (their close writes the same rows). A constant
+    number of statements, whatever the number of meters."""
+    this_hour = periods.floor_hour(now) if now else Trunc(Now(), "hour", tzinfo=UTC)
     with transaction.atomic():
-        meters = [
-            meter
-            for meter in Meter.objects.select_for_update(skip_locked=True).filter(
-                started_at__lt=boundary
-            )
-            if periods.floor_hour(min(meter.seen_at, now)) > meter.started_at
-        ]
-        if not meters:
-            return 0
-        versions = prices.versions_for(m.package_id for m in meters)
-        records = []
+        meters = list(
+            Meter.objects.select_for_update(skip_locked=True)
+            .filter(started_at__lt=this_hour)
+            .annotate(db_now=Now())
+        )
         sealed: dict[datetime, list[int]] = {}
+        records = []
+        versions = prices.versions_for(m.package_id for m in meters) if meters else {}
         for meter in meters:
-            until = periods.floor_hour(min(meter.seen_at, now))
+            until = periods.floor_hour(min(meter.seen_at, now or meter.db_now))
+            if until <= meter.started_at:
+                continue
             records += _records(meter, until, versions)
             sealed.setdefault(until, []).append(meter.pk)
+        if not sealed:
+            return 0
         UsageRecord.objects.bulk_create(records, ignore_conflicts=True)
         for until, pks in sealed.items():
             Meter.objects.filter(pk__in=pks).update(started_at=until)
     return len(records)
 
 
-def open_meter_uids(among: Iterable[uuid.UUID] | None = None) -> set[uuid.UUID]:
-    """The units with an open meter; with `among`, only those of these units (a queryset of
+def open_meters(among: Iterable[uuid.UUID] | None = None) -> dict[uuid.UUID, Meter]:
+    """The open meters by unit uid; with `among`, only those of these units (a queryset of
     uids stays one statement: a subquery)."""
     meters = Meter.objects.all() if among is None else Meter.objects.filter(unit_uid__in=among)
-    return set(meters.values_list("unit_uid", flat=True))
+    return {meter.unit_uid: meter for meter in meters}
 
 
-def mark_seen(unit_uids: Iterable[uuid.UUID], *, at: datetime) -> None:
-    """A reconcile saw these units Running at `at` (one statement)."""
+def mark_seen(unit_uids: Iterable[uuid.UUID], *, at: datetime | None = None) -> None:
+    """A reconcile saw these units' metered pods running, now (PostgreSQL's clock; `at` only
+    for tests in simulated time). One statement."""
     uids = list(unit_uids)
     if uids:
-        Meter.objects.filter(unit_uid__in=uids).update(seen_at=at)
+        Meter.objects.filter(unit_uid__in=uids).update(seen_at=at or Now(), missing_since=None)
 
 
-def open_missed(holdings: Iterable[Holding], *, at: datetime) -> int:
-    """Meter units found Running without a meter (an event missed their start, or they ran
-    before billing was deployed) from `at`: the earlier time is unknown, and a warning says so."""
-    missed = list(holdings)
-    if missed:
-        logger.warning(
-            "%d running unit(s) had no open meter; metering them from %s: %s",
-            len(missed),
-            at.isoformat(),
-            ", ".join(h.unit_name for h in missed[:10]),
+def mark_missing(unit_uids: Iterable[uuid.UUID]) -> None:
+    """The backstop found these units' metered pods gone with no last state to date their end
+    by: the next time it does, they are closed (one statement)."""
+    uids = list(unit_uids)
+    if uids:
+        Meter.objects.filter(unit_uid__in=uids, missing_since__isnull=True).update(
+            missing_since=Now()
         )
-        Meter.objects.bulk_create([_meter(h, at) for h in missed], ignore_conflicts=True)
-    return len(missed)
-
-
-def close_dangling(unit_uids: Iterable[uuid.UUID]) -> int:
-    """Close the meters of units found not Running (an event missed their end) at the last
-    time a reconcile saw them Running; returns how many."""
-    closed = 0
-    for meter in Meter.objects.filter(unit_uid__in=list(unit_uids)):
-        logger.warning(
-            "closing the meter of %s at %s, when it was last seen running",
-            meter.unit_name,
-            meter.seen_at.isoformat(),
-        )
-        closed += bool(close_meter(meter.unit_uid, at=max(meter.seen_at, meter.started_at)))
-    return closed
 
 
 def correction_for(record: UsageRecord, *, note: str) -> UsageRecord:

@@ -9,10 +9,19 @@ value (uid, package ID), not by foreign key to the runtime: the ledger outlives 
 
 from __future__ import annotations
 
+from django.contrib.postgres.constraints import ExclusionConstraint
+from django.contrib.postgres.fields import DateTimeRangeField, RangeBoundary, RangeOperators
 from django.db import models
-from django.db.models import Q
+from django.db.models import Func, Q
 
 from tenancy.models import Tenant
+
+
+class TsTzRange(Func):
+    """PostgreSQL's tstzrange(start, end, '[)'): a record's half-open interval."""
+
+    function = "TSTZRANGE"
+    output_field = DateTimeRangeField()
 
 
 class QuantityUnit(models.TextChoices):
@@ -50,10 +59,12 @@ class PriceVersion(models.Model):
 
 
 class Meter(models.Model):
-    """A unit's usage being metered now: opened when it reached Running on allocated devices,
-    closed (deleted, its time written as UsageRecords) when it leaves Running. `started_at`
-    moves forward as whole hours are sealed; `seen_at` is the last time a full reconcile saw
-    the unit Running, where a close that no event made ends it."""
+    """A unit's usage being metered now: opened when its pod ran on allocated devices (at the
+    time the cluster reports it started), closed (deleted, its time written as UsageRecords)
+    when that pod released them (at the time the cluster reports its containers ended).
+    `started_at` moves forward as whole hours are sealed; `seen_at` is the last time a
+    reconcile saw the pod running (PostgreSQL's clock), where an end the cluster cannot date
+    is put; `missing_since`, when the backstop first found the pod gone with no last state."""
 
     unit_uid = models.UUIDField(unique=True)
     unit_name = models.CharField(max_length=54)
@@ -61,6 +72,9 @@ class Meter(models.Model):
     package_id = models.CharField(max_length=63)
     alternative = models.CharField(max_length=63, blank=True)
     claim_uid = models.CharField(max_length=64, blank=True)
+    # The pod holding the devices (its end closes the meter) and when it was created.
+    pod_uid = models.CharField(max_length=64, blank=True)
+    pod_created_at = models.DateTimeField(null=True, blank=True)
     # [{pool, device, shareID?, consumedCapacity?}] as allocated.
     devices = models.JSONField(default=list)
     quantity_unit = models.CharField(max_length=16, choices=QuantityUnit)
@@ -69,9 +83,29 @@ class Meter(models.Model):
     opened_at = models.DateTimeField()
     started_at = models.DateTimeField()
     seen_at = models.DateTimeField()
+    missing_since = models.DateTimeField(null=True, blank=True)
 
     def __str__(self) -> str:
         return f"{self.unit_name} since {self.opened_at:%Y-%m-%d %H:%M:%S}"
+
+
+class MeteredPod(models.Model):
+    """Every pod whose usage a unit's meter followed: when the cluster says it was created and,
+    once its meter closed, until when it was billed. An observation of a pod metered before, or
+    older than one metered since (a late or stale view), bills nothing."""
+
+    unit_uid = models.UUIDField()
+    pod_uid = models.CharField(max_length=64)
+    created_at = models.DateTimeField(help_text="the pod's creationTimestamp")
+    ended_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["unit_uid", "pod_uid"], name="metered_pod_once")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.unit_uid}/{self.pod_uid}"
 
 
 class UsageRecord(models.Model):
@@ -110,6 +144,16 @@ class UsageRecord(models.Model):
             models.CheckConstraint(
                 condition=Q(end__gt=models.F("start")), name="usage_end_after_start"
             ),
+            # A unit's usage is one line in time: no two of its records (corrections aside)
+            # cover the same instant, whoever wrote them and with whatever clock.
+            ExclusionConstraint(
+                name="usage_no_overlap",
+                expressions=[
+                    ("unit_uid", RangeOperators.EQUAL),
+                    (TsTzRange("start", "end", RangeBoundary()), RangeOperators.OVERLAPS),
+                ],
+                condition=Q(corrects__isnull=True),
+            ),
         ]
         indexes = [
             models.Index(fields=["tenant", "start"], name="usage_tenant_start"),
@@ -119,3 +163,26 @@ class UsageRecord(models.Model):
 
     def __str__(self) -> str:
         return f"{self.unit_name} {self.start:%Y-%m-%d %H:%M:%S}+{self.seconds}s"
+
+
+class BudgetAlert(models.Model):
+    """A tenant's month's spend reached `threshold` percent of its budget (50, 80, 100): once
+    per tenant, month and threshold, shown by GET /budget and the dashboard."""
+
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="budget_alerts")
+    month = models.DateField(help_text="The first day of the UTC month.")
+    threshold = models.PositiveSmallIntegerField()
+    budget = models.DecimalField(max_digits=14, decimal_places=2)
+    spent = models.DecimalField(max_digits=16, decimal_places=6)
+    at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["tenant", "-month", "threshold"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["tenant", "month", "threshold"], name="budget_alert_once"
+            )
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tenant} {self.month:%Y-%m} {self.threshold} %"

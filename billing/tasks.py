@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 from celery import shared_task
-from django.utils import timezone
 
 from billing import ledger
 
 
 @shared_task(name="billing.seal_meters", ignore_result=True)
 def seal_meters() -> int:
-    return ledger.seal_meters(now=timezone.now())
+    return ledger.seal_meters()

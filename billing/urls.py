@@ -4,6 +4,8 @@ from billing import views
 
 urlpatterns = [
     path("usage", views.UsageView.as_view(), name="usage"),
+    path("budget", views.BudgetView.as_view(), name="budget"),
+    path("usage/statements/<str:month>", views.StatementView.as_view(), name="statement"),
     path("operator/usage", views.OperatorUsageView.as_view(), name="operator-usage"),
     path(
         "operator/usage/export",

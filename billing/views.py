@@ -7,7 +7,7 @@ from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 
 from django.conf import settings
-from django.http import StreamingHttpResponse
+from django.http import HttpResponse, StreamingHttpResponse
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
@@ -16,11 +16,11 @@ from drf_spectacular.utils import (
     extend_schema_field,
     inline_serializer,
 )
-from rest_framework import serializers
+from rest_framework import exceptions, serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from billing import exports, periods, selectors
+from billing import budgets, exports, periods, selectors, statements
 from controlplane.api.schema import envelope, error_responses
 from controlplane.api.views import ApiView, NotJsonBodyMixin
 from tenancy.permissions import IsOperator
@@ -250,3 +250,169 @@ class OperatorUsageExportView(NotJsonBodyMixin, ApiView):
             f'attachment; filename="usage-{stamp}.{chosen.filename_suffix}"'
         )
         return response
+
+
+def _stamp(moment: datetime | None) -> str | None:
+    return moment.isoformat().replace("+00:00", "Z") if moment else None
+
+
+def budget_json(budget: budgets.Budget) -> dict:
+    percent = budget.percent
+    return {
+        "month": f"{budget.start:%Y-%m}",
+        "limit": None if budget.limit is None else format(budget.limit, "f"),
+        "currency": budget.currency,
+        "mode": budget.mode,
+        "grace": budget.tenant.budget_grace,
+        "spent": periods.cost_text(budget.spent),
+        "forecast": periods.cost_text(budget.forecast),
+        "percent": None if percent is None else format(percent, "f"),
+        "exceededAt": _stamp(budget.exceeded_at),
+        "stopsAt": _stamp(budget.stops_at),
+        "alerts": [
+            {"threshold": alert.threshold, "at": _stamp(alert.at), "spent": str(alert.spent)}
+            for alert in budget.alerts
+        ],
+    }
+
+
+_budget = inline_serializer(
+    name="Budget",
+    fields={
+        "month": serializers.CharField(help_text="the UTC month, YYYY-MM"),
+        "limit": serializers.CharField(
+            allow_null=True, help_text="the monthly budget (null: none is set)"
+        ),
+        "currency": serializers.CharField(),
+        "mode": serializers.ChoiceField(
+            choices=["alert", "enforce"],
+            help_text="at 100 %: alert only, or also refuse orders and starts and stop the "
+            "running units at `stopsAt`",
+        ),
+        "grace": serializers.CharField(help_text="how long units run on once it is spent"),
+        "spent": serializers.CharField(help_text="this month so far, running units included"),
+        "forecast": serializers.CharField(
+            help_text="this month's spend if what runs now runs to the month's end"
+        ),
+        "percent": serializers.CharField(allow_null=True, help_text="spent / limit x 100"),
+        "exceededAt": serializers.DateTimeField(
+            allow_null=True, help_text="when an enforced budget was found spent"
+        ),
+        "stopsAt": serializers.DateTimeField(
+            allow_null=True, help_text="when the running units are stopped (enforce mode)"
+        ),
+        "alerts": serializers.ListField(
+            child=inline_serializer(
+                name="BudgetAlert",
+                fields={
+                    "threshold": serializers.IntegerField(help_text="50, 80 or 100 (%)"),
+                    "at": serializers.DateTimeField(),
+                    "spent": serializers.CharField(),
+                },
+            )
+        ),
+    },
+)
+
+
+class BudgetView(TenantView):
+    """The tenant's monthly budget: limit, spend, forecast, alerts, and when units stop."""
+
+    @extend_schema(
+        summary="The tenant's monthly budget and where it stands",
+        responses={200: envelope(_budget, name="BudgetResponse"), **error_responses(401)},
+    )
+    def get(self, request: Request) -> Response:
+        return Response(budget_json(budgets.budget_of(self.tenant, now=timezone.now())))
+
+
+class StatementQuerySerializer(serializers.Serializer):
+    format = serializers.ChoiceField(choices=["json", "csv"], default="json")
+
+
+_statement_line = inline_serializer(
+    name="StatementLine",
+    fields={
+        name: serializers.CharField(help_text=help_text)
+        for name, help_text in {
+            "month": "YYYY-MM",
+            "unit": "the unit's name",
+            "unitUid": "the unit's uid",
+            "package": "its package",
+            "alternative": "the fallback alternative it got ('' for the package's own)",
+            "priceVersion": "the id of the price version in force",
+            "kind": "usage, or correction (negative)",
+            "from": "the line's first row's start",
+            "to": "its last row's end",
+            "seconds": "seconds the devices were held",
+            "quantity": "device-seconds or share-seconds",
+            "quantityUnit": "device-seconds or share-seconds",
+            "unitPrice": "the hourly price of the package (or alternative)",
+            "cost": "in `currency`, to the micro-unit",
+            "currency": "ISO 4217",
+        }.items()
+    },
+)
+_statement = inline_serializer(
+    name="Statement",
+    fields={
+        "month": serializers.CharField(),
+        "from": serializers.DateTimeField(),
+        "to": serializers.DateTimeField(),
+        "currency": serializers.CharField(),
+        "final": serializers.BooleanField(
+            help_text="false while a unit is still metered in the month (its unsealed time is "
+            "not in the ledger yet)"
+        ),
+        "lines": serializers.ListField(child=_statement_line),
+        "total": serializers.CharField(help_text="the sum of the lines' costs"),
+    },
+)
+
+
+class StatementView(NotJsonBodyMixin, TenantView):
+    """The tenant's statement for a UTC month: lines per unit, package and price, and the
+    total, as JSON or CSV; the rows are those the FOCUS export of the month carries."""
+
+    query_serializer = StatementQuerySerializer
+
+    @extend_schema(
+        summary="The tenant's monthly statement",
+        parameters=[StatementQuerySerializer],
+        responses={
+            200: envelope(_statement, name="StatementResponse"),
+            (200, "text/csv"): OpenApiResponse(
+                response=OpenApiTypes.STR, description="the statement as CSV (format=csv)"
+            ),
+            **error_responses(400, 401),
+        },
+    )
+    def get(self, request: Request, month: str) -> Response | HttpResponse:
+        params = self.validated_query(request)
+        start = statements.month_of(month)
+        if start is None:
+            raise exceptions.ValidationError({"month": ["A month is YYYY-MM, e.g. 2026-12."]})
+        found = statements.statement(self.tenant, start, now=timezone.now())
+        if params["format"] == "csv":
+            response = HttpResponse(
+                "".join(statements.render_csv(found)), content_type="text/csv; charset=utf-8"
+            )
+            response["Content-Disposition"] = (
+                f'attachment; filename="statement-{self.tenant.slug}-{month}.csv"'
+            )
+            return response
+        label = f"{found.start:%Y-%m}"
+        return Response(
+            {
+                "month": label,
+                "from": _stamp(found.start),
+                "to": _stamp(found.end),
+                "currency": found.currency,
+                "final": found.final,
+                "lines": [
+                    statements.line_json(line, month=label, currency=found.currency)
+                    for line in found.lines
+                ],
+                "total": periods.cost_text(found.total),
+            }
+        )

@@ -26,6 +26,14 @@ def beat_schedule() -> dict[str, dict]:
             "task": "runtime.stop_expired_units",
             "schedule": settings.AUTO_STOP_INTERVAL_SECONDS,
         },
+        "runtime.enforce_budgets": {
+            "task": "runtime.enforce_budgets",
+            "schedule": settings.BUDGET_CHECK_INTERVAL_SECONDS,
+        },
+        "runtime.audit_usage": {
+            "task": "runtime.audit_usage",
+            "schedule": settings.USAGE_AUDIT_INTERVAL_SECONDS,
+        },
         "billing.seal_meters": {
             "task": "billing.seal_meters",
             "schedule": settings.BILLING_SEAL_INTERVAL_SECONDS,

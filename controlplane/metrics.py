@@ -81,6 +81,13 @@ OBSERVER_LEADING = Gauge(
     multiprocess_mode="max",
 )
 
+USAGE_AUDIT_DIFFERENCES = Gauge(
+    "controlplane_usage_audit_differences",
+    "Units whose billed time differed from their held time by over a second at the last "
+    "usage audit (beat's runtime.audit_usage, over the last day): 0 when the ledger is right.",
+    multiprocess_mode="mostrecent",
+)
+
 _scrape_collectors: list[Callable[[], Iterable[Metric]]] = []
 
 

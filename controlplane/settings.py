@@ -355,6 +355,10 @@ AUTO_STOP_INTERVAL_SECONDS = env.float("AUTO_STOP_INTERVAL_SECONDS", default=15.
 # (`<prefix><package ID>`) of the Stripe export.
 BILLING_CURRENCY = env.str("BILLING_CURRENCY", default="USD").upper()
 BILLING_SEAL_INTERVAL_SECONDS = env.float("BILLING_SEAL_INTERVAL_SECONDS", default=60.0)
+# How often beat checks budgets: alerts, and stops once an enforced budget's grace has passed.
+BUDGET_CHECK_INTERVAL_SECONDS = env.float("BUDGET_CHECK_INTERVAL_SECONDS", default=60.0)
+# How often beat audits the last day's usage (controlplane_usage_audit_differences).
+USAGE_AUDIT_INTERVAL_SECONDS = env.float("USAGE_AUDIT_INTERVAL_SECONDS", default=3600.0)
 BILLING_STRIPE_EVENT_PREFIX = env.str("BILLING_STRIPE_EVENT_PREFIX", default="gpu_")
 # Registries customers may pull from (e.g. "docker.io,ghcr.io"); empty allows any.
 IMAGE_REGISTRY_ALLOWLIST = env.list("IMAGE_REGISTRY_ALLOWLIST", default=[])

@@ -12,7 +12,7 @@ from typing import Any
 
 from django.db.models import Count, Q, QuerySet, Sum
 
-from billing import periods
+from billing import budgets, periods
 from billing import selectors as billing_selectors
 from catalog import selectors as catalog_selectors
 from catalog.models import Package
@@ -545,6 +545,13 @@ def cost_summary(tenant: Tenant | None, *, now: datetime) -> CostSummary:
         to_date=to_date,
         by_package_day={key: totals.cost for key, totals in by_day.groups.items()},
     )
+
+
+def budget(tenant: Tenant, costs: CostSummary) -> budgets.Budget | None:
+    """The tenant's monthly budget beside its cost figures (None: it has none)."""
+    if tenant.monthly_budget is None:
+        return None
+    return budgets.budget_of(tenant, now=costs.as_of, spent=costs.this_month)
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import hashlib
 import re
 from collections import Counter
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any, TypeVar
 from urllib.parse import urlencode
 from uuid import UUID
@@ -27,6 +27,7 @@ from django.views import View
 from django_htmx.http import HttpResponseClientRedirect, HttpResponseStopPolling
 from django_htmx.middleware import HtmxDetails
 
+from billing import periods, statements
 from controlplane.errors import DomainError, NotFound
 from dashboard import logtail, queries
 from dashboard.access import (
@@ -290,6 +291,7 @@ class OverviewView(LiveBodyPage):
             "packages": queries.package_rows(self.scope),
             "usage": queries.tenant_usage(self.scope.tenant) if self.scope.tenant else None,
             "costs": costs,
+            "budget": queries.budget(self.scope.tenant, costs) if self.scope.tenant else None,
             "usage_chart": usage_chart(costs.by_package_day, **chart),
             "phone_usage_chart": usage_chart(
                 costs.by_package_day, **chart, width=NARROW[0], height=NARROW[1]
@@ -811,6 +813,54 @@ class TenantPage(DashboardView):
 
     def list_url(self, tenant: Tenant) -> str:
         return self.tenant_url(self.list_route, tenant)
+
+
+class StatementView(TenantPage):
+    """A tenant's monthly statement (GET /api/v1/usage/statements/{month}): its lines and
+    total, the months before and after, and the same as CSV (`.csv`)."""
+
+    list_route = "dashboard:statement"
+    what = "statement"
+
+    def get(self, request: HtmxHttpRequest, month: str = "", as_csv: bool = False) -> HttpResponse:
+        now = queries.billing_now(timezone.now())
+        start = statements.month_of(month) if month else periods.month_start(now)
+        if start is None:
+            return self.not_found("statement")
+        tenant, picker = self.tenant_choice()
+        found = statements.statement(tenant, start, now=now) if tenant else None
+        if as_csv:
+            if found is None:
+                return self.not_found("statement")
+            response = HttpResponse(
+                "".join(statements.render_csv(found)), content_type="text/csv; charset=utf-8"
+            )
+            response["Content-Disposition"] = (
+                f'attachment; filename="statement-{found.tenant.slug}-{start:%Y-%m}.csv"'
+            )
+            return response
+        label = f"{start:%Y-%m}"
+        return self.page(
+            "dashboard/statement.html",
+            {
+                "tenant": tenant,
+                "picker": picker,
+                "statement": found,
+                "month": label,
+                "previous": f"{start - timedelta(days=1):%Y-%m}",
+                "next": f"{statements.next_month(start):%Y-%m}",
+                "csv_url": self._month_url(tenant, label, csv=True) if tenant else "",
+                "previous_url": self._month_url(tenant, f"{start - timedelta(days=1):%Y-%m}"),
+                "next_url": self._month_url(tenant, f"{statements.next_month(start):%Y-%m}"),
+            },
+        )
+
+    def _month_url(self, tenant: Tenant | None, month: str, *, csv: bool = False) -> str:
+        route = "dashboard:statement-csv" if csv else "dashboard:statement-month"
+        url = reverse(route, kwargs={"month": month})
+        if self.scope.is_staff and tenant is not None:
+            return f"{url}?{urlencode({'tenant': tenant.slug})}"
+        return url
 
 
 class SSHKeyPage(TenantPage):

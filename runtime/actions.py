@@ -12,6 +12,7 @@ from typing import Any
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
+from billing import budgets
 from controlplane.validation import fold_case
 from runtime import lifecycle, orders, outbox, selectors, spec, stopafter, tenant_secrets
 from runtime.errors import (
@@ -167,6 +168,7 @@ def request_action(
     try:
         with transaction.atomic():
             if kind == OperationKind.START:  # the tenant lock first, as orders take it
+                tenancy_services.check_budget(tenant)
                 usage = tenancy_services.lock_tenant(tenant.pk)
             unit = selectors.lock_unit(tenant=tenant, name=name, uid=uid)
             _check_actionable(unit, kind)
@@ -179,7 +181,7 @@ def request_action(
                     unit,
                     to=UnitPhase.STOPPING,
                     reason=reason or "StopRequested",
-                    message=said,
+                    message=f"{said} Releasing its devices: billed until they are released.",
                     run_policy=RunPolicy.STOPPED,
                     generation=unit.generation + 1,
                     stops_at=None,
@@ -457,4 +459,45 @@ def stop_expired_units(*, limit: int = 500) -> int:
         except (InvalidState, OperationInProgress):
             continue
         stopped += 1
+    return stopped
+
+
+# ---------------------------------------------------------------------------------- budgets
+
+
+def enforce_budgets() -> int:
+    """Beat's budget pass (billing.budgets.check_budgets records alerts and marks spent
+    budgets): a tenant whose enforced budget is spent has its running units told when they
+    stop, and stopped once its grace has passed; returns how many stops it asked for."""
+    now = timezone.now()
+    stopped = 0
+    for budget in budgets.check_budgets(now=now):
+        stops_at = budget.stops_at
+        if stops_at is None:
+            continue
+        units = GPUUnit.objects.filter(
+            tenant=budget.tenant, run_policy=RunPolicy.RUNNING, phase__in=UnitPhase.LIVE
+        ).exclude(phase=UnitPhase.TERMINATING)
+        for unit in units.select_related("tenant"):
+            said = (
+                f"The monthly budget of {budget.limit} {budget.currency} is spent: the unit "
+                f"stops at {stops_at:%Y-%m-%d %H:%M:%S} UTC unless the budget is raised."
+            )
+            if now < stops_at:
+                lifecycle.record_event(unit, reason="BudgetExceeded", message=said)
+                continue
+            try:
+                request_action(
+                    tenant=unit.tenant,
+                    name=unit.name,
+                    uid=str(unit.uid),
+                    kind=OperationKind.STOP,
+                    operation_id=f"budget-stop-{unit.uid}-{budget.start:%Y%m}",
+                    reason="BudgetExceeded",
+                    message=f"Stopped by the control plane: the monthly budget of "
+                    f"{budget.limit} {budget.currency} is spent.",
+                )
+            except (InvalidState, OperationInProgress):
+                continue
+            stopped += 1
     return stopped

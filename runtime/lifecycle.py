@@ -9,14 +9,13 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterable
-from contextlib import nullcontext
+from datetime import datetime
 from typing import Any
 
 from django.db import transaction
 from django.db.models import F
 from django.utils import timezone
 
-from billing import ledger
 from controlplane import metrics
 from runtime import manifests, outbox, selectors
 from runtime.models import (
@@ -49,12 +48,19 @@ def record_event(
 
 
 def append_event(
-    unit: GPUUnit, *, reason: str, message: str = "", type: str = EventType.NORMAL
+    unit: GPUUnit,
+    *,
+    reason: str,
+    message: str = "",
+    type: str = EventType.NORMAL,
+    observed_at: datetime | None = None,
 ) -> UnitEvent:
     """Append to the unit's timeline without looking at its latest entry: for an entry that
     cannot repeat it (a phase the unit was not in, a create's one Provisioned), one statement
     instead of record_event's two."""
-    return UnitEvent.objects.create(unit=unit, type=type, reason=reason, message=message)
+    return UnitEvent.objects.create(
+        unit=unit, type=type, reason=reason, message=message, observed_at=observed_at
+    )
 
 
 def transition_unit(
@@ -71,17 +77,10 @@ def transition_unit(
     `allowed_from`); record the change on its timeline. Returns False if someone else won."""
     sources = set(allowed_from) if allowed_from is not None else {unit.phase}
     now = timezone.now()
-    # Usage is metered while Running: the meter opens and closes with the phase, atomically.
-    starts_running = to == UnitPhase.RUNNING and sources != {UnitPhase.RUNNING}
-    stops_running = to != UnitPhase.RUNNING and UnitPhase.RUNNING in sources
-    with transaction.atomic() if starts_running or stops_running else nullcontext():
-        updated = GPUUnit.objects.filter(pk=unit.pk, phase__in=sources).update(
-            phase=to, reason=reason, message=message, updated_at=now, **fields
-        )
-        if updated and starts_running:
-            ledger.open_meter(holding(unit, dra=fields.get("dra", unit.dra)), at=now)
-        elif updated and stops_running:
-            ledger.close_meter(unit.uid, at=now)
+    # (Usage follows the pod, not the phase: settle_meters.)
+    updated = GPUUnit.objects.filter(pk=unit.pk, phase__in=sources).update(
+        phase=to, reason=reason, message=message, updated_at=now, **fields
+    )
     if not updated:
         return False
     if to == UnitPhase.RUNNING and unit.phase != UnitPhase.RUNNING and unit.created_at:
@@ -96,22 +95,6 @@ def transition_unit(
     elif changed:
         record_event(unit, reason=reason or to, message=message, type=event_type)
     return True
-
-
-def holding(unit: GPUUnit, *, dra: dict | None = None) -> ledger.Holding:
-    """What a Running unit holds, for the usage ledger: its allocated devices (or shares) and
-    the fallback alternative it got."""
-    dra = unit.dra if dra is None else dra
-    return ledger.Holding(
-        unit_uid=unit.uid,
-        unit_name=unit.name,
-        tenant_id=unit.tenant_id,
-        package_id=unit.package_id,
-        claim_uid=unit.claim_k8s_uid,
-        alternative=(dra or {}).get("alternative", ""),
-        devices=list((dra or {}).get("devices") or []),
-        count=unit.count,
-    )
 
 
 def record_provisioned(
@@ -176,42 +159,6 @@ def record_pod_recreated(unit: GPUUnit, *, pod_k8s_uid: str) -> None:
         message=f"Pod {manifests.pod_name_for(unit.name)} was missing and has been recreated.",
         type=EventType.WARNING,
     )
-
-
-def reconcile_meters(
-    units: Iterable[GPUUnit], *, seen_at: Any, span: tuple[int, int | None] | None = None
-) -> tuple[int, int]:
-    """After a reconcile that read `units` at `seen_at`: the meters of those it saw Running
-    are marked seen; a unit Running without a meter gets one, and a meter whose unit is not
-    Running is closed at the last time it was seen Running. Both decided under the units' row
-    locks, as a phase change holds them, so neither races an event's transition. A full pass
-    answers for every meter; a page of the backstop, `span` (after, upto), only for those of
-    the units whose pk is in (after, upto] (`upto` None: no upper bound), every phase
-    included, so the other meters wait for their own page. Returns (opened, closed); both are
-    0 unless an event was missed."""
-    running = {unit.uid: unit for unit in units if unit.phase == UnitPhase.RUNNING}
-    among = None if span is None else selectors.list_unit_uids(after=span[0], upto=span[1])
-    metered = ledger.open_meter_uids(among)
-    ledger.mark_seen(set(running) & metered, at=seen_at)
-    suspects = (set(running) - metered) | (metered - set(running))
-    if not suspects:
-        return 0, 0
-    with transaction.atomic():
-        phases = dict(
-            GPUUnit.objects.select_for_update()
-            .filter(uid__in=suspects)
-            .order_by("pk")
-            .values_list("uid", "phase")
-        )
-        now_running = {uid for uid, phase in phases.items() if phase == UnitPhase.RUNNING}
-        missed = [
-            holding(running[uid])
-            for uid in suspects - metered
-            if uid in now_running and uid in running
-        ]
-        opened = ledger.open_missed(missed, at=timezone.now())
-        closed = ledger.close_dangling(uid for uid in suspects & metered if uid not in now_running)
-    return opened, closed
 
 
 def mark_units_synced(unit_pks: Iterable[int]) -> None:

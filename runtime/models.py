@@ -391,10 +391,20 @@ class UnitEvent(models.Model):
     count = models.PositiveIntegerField(default=1)
     first_seen = models.DateTimeField(auto_now_add=True)
     last_seen = models.DateTimeField(auto_now_add=True)
+    # The time the cluster reported for what the entry records (UsageStarted: the pod's start
+    # on its devices; UsageEnded: their release), where first_seen is when it was recorded.
+    observed_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
         ordering = ["id"]
-        indexes = [models.Index(fields=["unit", "id"], name="unit_event_timeline")]
+        indexes = [
+            models.Index(fields=["unit", "id"], name="unit_event_timeline"),
+            models.Index(
+                fields=["observed_at"],
+                name="unit_event_observed",
+                condition=models.Q(observed_at__isnull=False),
+            ),
+        ]
 
     def __str__(self) -> str:
         return f"{self.unit}: {self.reason}"

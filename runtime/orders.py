@@ -115,6 +115,7 @@ def create_unit(
             f'packageID "{package_id}" is not offered.',
             details={"fields": {"packageID": ["Unknown or inactive package."]}},
         )
+    tenancy_services.check_budget(tenant)
     if ssh:
         ssh = {"enabled": True, "keys": ssh_key_names(tenant, ssh.get("keys"))}
     now = timezone.now()

@@ -6,13 +6,16 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Callable
+from datetime import timedelta
 
 from celery import Task, shared_task
 from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection
+from django.utils import timezone
 
+from controlplane import metrics
 from controlplane.kube.errors import KubeError, TemporaryError
-from runtime import actions, lifecycle, outbox, storage, tenant_secrets
+from runtime import actions, lifecycle, outbox, storage, tenant_secrets, usage_audit
 from runtime.control import provisioning, reconcile, volumes
 
 logger = logging.getLogger(__name__)
@@ -88,6 +91,23 @@ def _run_storage(task: Task, run: Callable[[int], None], storage_pk: int) -> Non
         raise task.retry(countdown=_backoff(task.request.retries, 1.0), exc=exc) from exc
     except TemporaryError as exc:
         raise task.retry(countdown=_backoff(task.request.retries, exc.delay), exc=exc) from exc
+
+
+@shared_task(name="runtime.enforce_budgets", expires=60)
+def enforce_budgets() -> int:
+    """Beat: budget alerts, and the units of spent enforced budgets stopped after the grace."""
+    return actions.enforce_budgets()
+
+
+@shared_task(name="runtime.audit_usage", expires=600)
+def audit_usage() -> int:
+    """Beat: the usage audit of the last day, as a metric (and a warning per difference)."""
+    now = timezone.now()
+    differences = usage_audit.audit(now - timedelta(days=1), now, now=now)
+    for difference in differences:
+        logger.warning("usage audit: %s", difference)
+    metrics.USAGE_AUDIT_DIFFERENCES.set(len(differences))
+    return len(differences)
 
 
 @shared_task(name="runtime.reconcile_units", expires=30)

@@ -46,9 +46,11 @@ class TenantAdmin(admin.ModelAdmin):
         "cpu_usage",
         "memory_usage",
         "claim_usage",
+        "monthly_budget",
+        "budget_mode",
         "is_operator",
     )
-    list_filter = ("is_operator",)
+    list_filter = ("is_operator", "budget_mode")
     search_fields = ("slug", "display_name", "namespace")
     filter_horizontal = ("users",)
     inlines = [ApiKeyInline]

@@ -21,3 +21,10 @@ class LimitExceeded(DomainError):
     names the limit; deleting one makes room."""
 
     code = "limit_exceeded"
+
+
+class BudgetExceeded(DomainError):
+    """The tenant's month's spend reached its budget in enforce mode: no new order or start
+    until the budget is raised or the month ends."""
+
+    code = "budget_exceeded"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.core.exceptions import ValidationError
+from django.core.validators import MinValueValidator
 from django.db import models
 
 from controlplane.validation import (
@@ -27,6 +28,11 @@ def device_quota_problem(value: object) -> str | None:
         if isinstance(count, bool) or not isinstance(count, int) or count < 0:
             return f"the quota for {name} must be a whole number of devices, 0 or more."
     return None
+
+
+class BudgetMode(models.TextChoices):
+    ALERT = "alert"
+    ENFORCE = "enforce"
 
 
 class Tenant(models.Model):
@@ -77,6 +83,34 @@ class Tenant(models.Model):
     is_operator = models.BooleanField(
         default=False, help_text="Operator keys may read the cluster-wide inventory."
     )
+    monthly_budget = models.DecimalField(
+        "monthly budget",
+        max_digits=14,
+        decimal_places=2,
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(0)],
+        help_text="What the tenant may spend in a calendar month (UTC), in the billing currency "
+        "(blank: no budget). Alerts at 50, 80 and 100 %.",
+    )
+    budget_mode = models.CharField(
+        max_length=8,
+        choices=BudgetMode,
+        default=BudgetMode.ALERT,
+        help_text='At 100 %: "alert" only alerts; "enforce" also refuses new orders and starts '
+        "and stops the running units once the grace below has passed.",
+    )
+    budget_grace = models.CharField(
+        "grace before units stop",
+        max_length=16,
+        default="1h",
+        validators=[validate_duration],
+        help_text='How long units keep running after the budget is spent, e.g. "1h" (enforce '
+        "mode): the tenant sees when they stop.",
+    )
+    # When the month's spend reached the budget in enforce mode (set and cleared by beat's
+    # billing.check_budgets): orders read it from the tenant row they lock anyway.
+    budget_exceeded_at = models.DateTimeField(null=True, blank=True, editable=False)
     # What the tenant's live (not Terminated) units hold against the quota, kept like a
     # ResourceQuota's status.used: the order that creates a unit charges it under the tenant row
     # lock, the unit's termination gives it back (a stop gives back its CPU and memory, a start

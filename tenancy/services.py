@@ -20,8 +20,8 @@ from controlplane.errors import InvalidRequest, NotFound
 from controlplane.validation import dns_label, fold_case
 from dracel import quantity
 from tenancy import sshkeys
-from tenancy.errors import LimitExceeded, QuotaExceeded, SSHKeyConflict
-from tenancy.models import ApiKey, SSHKey, Tenant
+from tenancy.errors import BudgetExceeded, LimitExceeded, QuotaExceeded, SSHKeyConflict
+from tenancy.models import ApiKey, BudgetMode, SSHKey, Tenant
 from tenancy.selectors import TenantUsage
 
 KEY_PREFIX = "gcp"
@@ -270,3 +270,15 @@ def remove_ssh_key(*, tenant: Tenant, name: str) -> None:
         # In the same transaction: the key is never gone while a unit still names it.
         for listener in SSH_KEY_REMOVED:
             listener(tenant, name)
+
+
+def check_budget(tenant: Tenant) -> None:
+    """Refuse to start spending (an order, a start) once the tenant's enforced budget for the
+    month is spent (billing.budgets marks the moment; the tenant row is read anyway)."""
+    if tenant.budget_mode == BudgetMode.ENFORCE and tenant.budget_exceeded_at is not None:
+        raise BudgetExceeded(
+            f"The monthly budget of {tenant.monthly_budget} is spent (since "
+            f"{tenant.budget_exceeded_at:%Y-%m-%d %H:%M:%S} UTC): no new order or start until "
+            "it is raised or the month ends.",
+            details={"budgetExceededAt": tenant.budget_exceeded_at.isoformat()},
+        )

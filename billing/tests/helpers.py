@@ -3,14 +3,17 @@ held its devices from one moment to another."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+import time
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
+
+from django.utils import timezone
 
 from billing import ledger
 from billing.models import PriceVersion
 from catalog.models import Package
 from catalog.tests.factories import PackageFactory
-from runtime import lifecycle
+from runtime import usage_audit
 from runtime.models import GPUUnit
 
 TWO_DEVICES = {
@@ -32,9 +35,96 @@ def priced(package_id: str, hourly: str, **fields) -> Package:
     return package
 
 
+def holding(unit: GPUUnit, dra: dict | None = None, pod_uid: str = "pod-1") -> ledger.Holding:
+    """What the unit's pod `pod_uid` holds: the devices of `dra` (TWO_DEVICES by default)."""
+    dra = TWO_DEVICES if dra is None else dra
+    return ledger.Holding(
+        unit_uid=unit.uid,
+        unit_name=unit.name,
+        tenant_id=unit.tenant_id,
+        package_id=unit.package_id,
+        claim_uid=unit.claim_k8s_uid,
+        pod_uid=pod_uid,
+        alternative=dra.get("alternative", ""),
+        devices=list(dra.get("devices") or []),
+        count=unit.count,
+    )
+
+
 def hold(unit: GPUUnit, start: datetime, end: datetime | None, *, dra: dict = TWO_DEVICES) -> None:
-    """The unit held its devices from `start` until `end` (still running when None), as its
-    transitions to and out of Running record it."""
-    ledger.open_meter(lifecycle.holding(unit, dra=dra), at=start)
+    """The unit's pod held its devices from `start` until `end` (still running when None), as
+    the reconcile meters what the cluster reports."""
+    ledger.open_meter(holding(unit, dra), at=start)
     if end is not None:
         ledger.close_meter(unit.uid, at=end)
+
+
+def stamp(moment: datetime) -> str:
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def claim_of(devices: int = 1) -> dict:
+    """An allocated ResourceClaim of `devices` GPUs, as the cluster reports it."""
+    results = [
+        {"request": "gpu", "driver": "gpu.nvidia.com", "pool": "n", "device": f"gpu-{i}"}
+        for i in range(devices)
+    ]
+    return {
+        "metadata": {"uid": "claim-1"},
+        "status": {"allocation": {"devices": {"results": results}}},
+    }
+
+
+def pod_of(
+    uid: str,
+    started: datetime,
+    finished: datetime | None = None,
+    *,
+    deleted: datetime | None = None,
+) -> dict:
+    """A unit's pod as the cluster reports it: running since `started`, or its container
+    ended at `finished`; `deleted`: its deletionTimestamp."""
+    if finished is None:
+        state = {"running": {"startedAt": stamp(started)}}
+    else:
+        state = {"terminated": {"startedAt": stamp(started), "finishedAt": stamp(finished)}}
+    metadata = {"uid": uid, "creationTimestamp": stamp(started)}
+    if deleted is not None:
+        metadata["deletionTimestamp"] = stamp(deleted)
+    return {
+        "metadata": metadata,
+        "status": {
+            "phase": "Running" if finished is None else "Succeeded",
+            "containerStatuses": [{"name": "main", "state": state}],
+        },
+    }
+
+
+def package(**fields) -> Package:
+    """A package whose price was in force before the test began: the cluster's times are whole
+    seconds, so a pod may be said to start in the second before its package was saved."""
+    made = PackageFactory(**fields)
+    for version in PriceVersion.objects.filter(package_id=made.id):
+        PriceVersion.objects.create(
+            package_id=made.id,
+            alternative=version.alternative,
+            hourly=version.hourly,
+            currency=version.currency,
+            effective_from=version.effective_from - timedelta(minutes=1),
+        )
+    return made
+
+
+def assert_usage_audited(timeout: float = 20.0) -> None:
+    """The usage audit of the last day finds nothing: the ledger bills each unit for what its
+    timeline says its pods held (waiting while meters are being closed, then failing with the
+    differences)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        now = timezone.now()
+        found = usage_audit.audit(now - timedelta(days=1), now + timedelta(minutes=1), now=now)
+        if not found:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError("usage audit: " + "; ".join(map(str, found)))
+        time.sleep(0.1)  # a meter being closed: look again

@@ -220,3 +220,27 @@ def test_packages_carry_their_prices(auth_client):
     )
     body = auth_client.get("/api/v1/packages/h100-else-l40s").json()["data"]
     assert body["price"] == {"hourly": "2.49", "currency": "USD", "alternatives": {"l40s": "1.19"}}
+
+
+class TestBudget(EndpointTest):
+    path = "/api/v1/budget"
+
+    def test_statements_are_the_baseline(self, auth_client, tenant, used):
+        auth_client.get("/api/v1/quota")  # the key's first use of the minute stamps it
+        self.assert_statement_count(auth_client)
+
+    def test_a_tenant_without_a_budget_sees_its_spend_and_no_limit(self, auth_client, used):
+        data = self.get_success_response(auth_client).json()["data"]
+        assert data["limit"] is None
+        assert data["percent"] is None
+        assert data["mode"] == "alert"
+        assert data["alerts"] == []
+        assert data["stopsAt"] is None
+
+
+class TestStatement(EndpointTest):
+    path = "/api/v1/usage/statements/{month}"
+
+    def test_statements_are_the_baseline(self, auth_client, tenant, used):
+        auth_client.get("/api/v1/quota")
+        self.assert_statement_count(auth_client, month="2026-11")

@@ -11,9 +11,10 @@ from django.utils import timezone
 
 from billing import ledger, periods
 from billing.models import Meter, QuantityUnit, UsageRecord
+from billing.tests.helpers import claim_of, holding, pod_of
 from catalog.tests.factories import PackageFactory
-from runtime import lifecycle
-from runtime.models import GPUUnit, UnitPhase
+from runtime.control import metering
+from runtime.models import UnitPhase
 from runtime.tests.factories import UnitFactory
 from tests.endpoints import recording
 
@@ -42,12 +43,17 @@ def fleet(tenant, size: int) -> None:
 
 
 def one_run(tenant, package, name: str) -> tuple[int, int]:
-    """Statements of a unit's transition to Running and of its transition out of it."""
-    unit = UnitFactory(tenant=tenant, name=name, package=package, phase=UnitPhase.PENDING)
+    """Statements of metering a unit whose pod the reconcile saw start, then end."""
+    unit = UnitFactory(tenant=tenant, name=name, package=package, phase=UnitPhase.RUNNING)
+    started = timezone.now().replace(microsecond=0) - timedelta(minutes=5)
+    claim = claim_of(1)
     with recording() as opened:
-        assert lifecycle.transition_unit(unit, to=UnitPhase.RUNNING, reason="Running", dra=DRA)
+        assert metering.settle_meters(
+            [(unit, claim, pod_of("p1", started), None)], backstop=False
+        ) == (1, 0)
+    ended = pod_of("p1", started, started + timedelta(minutes=2))
     with recording() as closed:
-        assert lifecycle.transition_unit(unit, to=UnitPhase.FAILED, reason="DeviceUnhealthy")
+        assert metering.settle_meters([(unit, claim, ended, None)], backstop=False) == (0, 1)
     assert UsageRecord.objects.filter(unit_uid=unit.uid).count() == 1
     return len(opened.statements), len(closed.statements)
 
@@ -59,10 +65,10 @@ def test_opening_and_closing_a_meter_cost_the_same_in_a_small_and_a_large_fleet(
     fleet(tenant, 1_000)
     large = one_run(tenant, package, "large")
     assert small == large
-    # Opening: the phase, its timeline entry (a new phase: appended without reading the
-    # latest), is a meter open, open one.
-    # Closing: the phase, the timeline, and the meter: lock it, prices, the rows, delete it.
-    assert small == (4, 6)
+    # Opening: the open meters, the pods metered before, where the unit's last record ended,
+    # the meter and its pod, the timeline, seen now. Closing: the open meters, then lock it,
+    # prices, the rows, delete it, its pod's end, the timeline.
+    assert small == (7, 7)
 
 
 def test_the_hourly_seal_costs_the_same_for_ten_or_a_thousand_meters(tenant):
@@ -86,20 +92,26 @@ def test_the_hourly_seal_costs_the_same_for_ten_or_a_thousand_meters(tenant):
     assert (small_written, large_written) == (10, 1_000)
 
 
-def test_a_unit_seen_running_without_a_meter_gets_one_from_the_reconcile(tenant, caplog):
+def test_a_reconcile_meters_a_pod_from_its_start_and_dates_an_unobserved_end(tenant, caplog):
     package = PackageFactory(article=True, price="0.36")
     unit = UnitFactory(tenant=tenant, name="missed", package=package, phase=UnitPhase.RUNNING)
     gone = UnitFactory(tenant=tenant, name="gone", package=package, phase=UnitPhase.STOPPED)
     earlier = periods.floor_hour(timezone.now()) - timedelta(minutes=30)
-    ledger.open_meter(lifecycle.holding(gone, dra=DRA), at=earlier)
-    Meter.objects.filter(unit_uid=gone.uid).update(seen_at=earlier + timedelta(minutes=2))
-    opened, closed = lifecycle.reconcile_meters(
-        list(GPUUnit.objects.filter(tenant=tenant)), seen_at=timezone.now()
+    ledger.open_meter(holding(gone, DRA, pod_uid="old"), at=earlier)
+    ledger.mark_seen([gone.uid], at=earlier + timedelta(minutes=2))
+
+    # The observer after a relist: `missed`'s pod runs since `earlier` (its start event was
+    # missed), `gone`'s pod is gone and no watch saw its last state.
+    opened, closed = metering.settle_meters(
+        [(unit, claim_of(1), pod_of("p1", earlier), None), (gone, None, None, None)],
+        backstop=False,
     )
+
     assert (opened, closed) == (1, 1)
-    assert Meter.objects.filter(unit_uid=unit.uid).exists()
+    # Metered from when the cluster says the pod started, not when the reconcile saw it.
+    assert Meter.objects.get(unit_uid=unit.uid).started_at == earlier
     (row,) = UsageRecord.objects.filter(unit_uid=gone.uid)
-    # Closed when it was last seen Running, not when the reconcile noticed.
+    # Closed when it was last seen running, not when the reconcile noticed; its timeline says so.
     assert (row.start, row.end) == (earlier, earlier + timedelta(minutes=2))
-    assert "had no open meter" in caplog.text
-    assert "last seen running" in caplog.text
+    event = gone.events.get(reason="UsageEndEstimated")
+    assert "last seen running" in event.message

@@ -11,11 +11,10 @@ from django.core.exceptions import ValidationError
 
 from billing import ledger
 from billing.models import PriceVersion, UsageRecord
-from billing.tests.helpers import priced
+from billing.tests.helpers import holding, priced
 from catalog.models import Package
 from catalog.services import import_catalog
 from catalog.tests.factories import PackageFactory
-from runtime import lifecycle
 from runtime.tests.factories import UnitFactory
 
 pytestmark = pytest.mark.django_db
@@ -87,9 +86,11 @@ def test_alternative_prices_are_checked(prices, problem):
 def test_the_ledger_admin_is_read_only_and_reverses_with_a_correction(admin_client):
     unit = UnitFactory(name="billed", package=priced("rtx-2x", "3.60"))
     start = datetime(2026, 11, 28, 10, 0, tzinfo=UTC)
-    holding = lifecycle.holding(unit, dra={"devices": [{"pool": "n", "device": "gpu-0"}]})
-    ledger.open_meter(holding, at=start)
-    (record,) = ledger.close_meter(unit.uid, at=start + timedelta(minutes=30))
+    held = holding(unit, {"devices": [{"pool": "n", "device": "gpu-0"}]})
+    ledger.open_meter(held, at=start)
+    closed = ledger.close_meter(unit.uid, at=start + timedelta(minutes=30))
+    assert closed is not None
+    (record,) = closed.records
     listing = admin_client.get("/admin/billing/usagerecord/")
     assert listing.status_code == 200
     assert b"billed" in listing.content

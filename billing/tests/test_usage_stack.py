@@ -1,6 +1,7 @@
-"""The ledger through the stack: the API, a real Celery worker, the simulated cluster and the
-reconcile that beat runs (wait_for_phase runs it). A unit's usage is what it held, at the
-price in force, its alternative's or its share's."""
+"""The ledger through the stack: the API, a real Celery worker, the simulated cluster, the
+observer and the reconcile that beat runs (wait_for_phase runs it). A unit's usage is what its
+pod held, from when the cluster says it started to when it says the devices were released, at
+the price in force, its alternative's or its share's."""
 
 from __future__ import annotations
 
@@ -11,19 +12,31 @@ import pytest
 from django.utils import timezone
 
 from billing.models import Meter, PriceVersion, QuantityUnit, UsageRecord
+from billing.tests.helpers import assert_usage_audited, package
 from catalog.models import Package
-from catalog.tests.factories import PackageFactory
+from runtime import manifests
 from runtime.models import GPUUnit, UnitPhase
-from runtime.tests.helpers import order_unit, remove_namespace_objects, wait_for_phase
+from runtime.tests.helpers import order_unit, remove_namespace_objects, wait_for_phase, wait_until
+from runtime.tests.test_observer import observer  # noqa: F401 (a fixture)
 from tests.endpoints import client_for
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("celery_worker")]
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("celery_worker", "observer"),
+]
 
 
 @pytest.fixture(autouse=True)
 def _cleanup(tenant, cluster):
     yield
     remove_namespace_objects(tenant.namespace)
+
+
+@pytest.fixture(autouse=True)
+def _audited(_cleanup):
+    """What the test's units held (their timelines) is what the ledger bills them."""
+    yield
+    assert_usage_audited()
 
 
 def order(client, name: str, package: str) -> GPUUnit:
@@ -42,24 +55,46 @@ def stop(client, unit: GPUUnit) -> float:
 
 
 def rows_of(unit: GPUUnit) -> list[UsageRecord]:
+    """The unit's records, once its meter is closed."""
+    wait_until(lambda: not Meter.objects.filter(unit_uid=unit.uid).exists(), "meter closed")
     return list(UsageRecord.objects.filter(unit_uid=unit.uid).order_by("start"))
 
 
-def test_a_unit_run_for_n_seconds_then_stopped_has_n_seconds_times_its_devices(tenant):
-    PackageFactory(article=True, price="0.36")  # RTX 3080 x2
+def test_a_container_ignoring_sigterm_is_billed_until_its_pod_is_gone(tenant, cluster):
+    package(article=True, price="0.36", termination_grace_seconds=3)
     client = client_for(tenant)
+    unit = wait_for_phase(order(client, "stubborn", "gpu-rtx3080-2x-cpu10-mem40g"), "Running")
+    cluster.on_sigterm(unit.namespace, manifests.pod_name_for(unit.name), exit_after=None)
+
+    asked = stop(client, unit)
+
+    rows = rows_of(unit)
+    end = rows[-1].end.timestamp()
+    # Billed until the kubelet killed it when its 3 s grace ran out, not until the request
+    # (the cluster's times are whole seconds).
+    assert abs(end - (asked + 3)) <= 1, end - asked
+    stopping = unit.events.get(reason="StopRequested")
+    assert "billed until" in stopping.message
+
+
+def test_a_unit_run_for_n_seconds_then_stopped_has_n_seconds_times_its_devices(tenant):
+    package(article=True, price="0.36")  # RTX 3080 x2
+    client = client_for(tenant)
+    ordered = time.time()
     unit = wait_for_phase(order(client, "timed", "gpu-rtx3080-2x-cpu10-mem40g"), "Running")
     running_seen = time.time()
     held_devices = {d["device"] for d in unit.dra["devices"]}
     assert len(held_devices) == 2
-    assert Meter.objects.filter(unit_uid=unit.uid).exists()
+    wait_until(lambda: Meter.objects.filter(unit_uid=unit.uid).exists(), "meter open")
     time.sleep(3)
     asked = stop(client, unit)
-    assert not Meter.objects.filter(unit_uid=unit.uid).exists()
+    stopped = time.time()
     rows = rows_of(unit)
     assert rows
     held = float(sum((row.seconds for row in rows), Decimal(0)))
-    assert abs(held - (asked - running_seen)) <= 1, (held, asked - running_seen)
+    # The pod started between the order and Running and ended between the stop request and
+    # Stopped, in the cluster's whole seconds.
+    assert asked - running_seen - 1 < held < stopped - ordered + 1, (held, asked - running_seen)
     assert sum((row.quantity for row in rows), Decimal(0)) == 2 * sum(
         (row.seconds for row in rows), Decimal(0)
     )
@@ -76,15 +111,15 @@ def test_a_unit_run_for_n_seconds_then_stopped_has_n_seconds_times_its_devices(t
 
 
 def test_a_price_change_mid_run_splits_the_cost_at_the_change(tenant):
-    package = PackageFactory(article=True, price="0.36")
+    package_id = package(article=True, price="0.36").id
     client = client_for(tenant)
-    unit = wait_for_phase(order(client, "repriced", package.id), "Running")
+    unit = wait_for_phase(order(client, "repriced", package_id), "Running")
     time.sleep(1.5)
-    package = Package.objects.get(pk=package.id)
-    package.price = Decimal("7.20")
-    package.full_clean()
-    package.save()  # as the admin saves it
-    change = PriceVersion.objects.get(package_id=package.id, hourly=Decimal("7.20"))
+    repriced = Package.objects.get(pk=package_id)
+    repriced.price = Decimal("7.20")
+    repriced.full_clean()
+    repriced.save()  # as the admin saves it
+    change = PriceVersion.objects.get(package_id=package_id, hourly=Decimal("7.20"))
     time.sleep(1.5)
     stop(client, unit)
     rows = rows_of(unit)
@@ -101,7 +136,7 @@ def test_a_price_change_mid_run_splits_the_cost_at_the_change(tenant):
 
 
 def test_a_fallback_unit_is_billed_at_its_alternatives_price(tenant):
-    PackageFactory(
+    package(
         id="b200-else-l40s",
         device_class_name="nvidia-h100",
         selectors=['device.attributes["gpu.nvidia.com"].productName == "NVIDIA B200"'],
@@ -123,7 +158,7 @@ def test_a_fallback_unit_is_billed_at_its_alternatives_price(tenant):
 
 
 def test_a_shared_unit_is_billed_by_its_share(tenant):
-    PackageFactory(
+    package(
         id="h100-quarter",
         device_class_name="hami-core-gpu.project-hami.io",
         gpu=1,

@@ -27,6 +27,7 @@ HTTP_STATUS: dict[str, int] = {
     "operation_in_progress": 409,
     "logs_unavailable": 409,
     "limit_exceeded": 409,
+    "budget_exceeded": 409,
     "namespace_not_ready": 409,
     "precondition_failed": 412,
     "precondition_required": 428,

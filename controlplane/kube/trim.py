@@ -12,13 +12,15 @@ with provisioning.recreate_pod, runtime/control/status.py, inventory/observe.py 
 sync.apply_observed):
 
 - every kind: metadata name and namespace (the informer's key), resourceVersion, uid,
-  generation, deletionTimestamp and labels (the observer keys pods and claims to units by label).
+  generation, creationTimestamp, deletionTimestamp and labels (the observer keys pods and
+  claims to units by label).
 - GPUUnit: the request-hash annotation (recreate_pod) and status whole (compared with what the
   unit's row says before a status patch).
 - Pod: spec.nodeName, each container's and init container's resources.requests (a node's
   requested cpu and memory); status phase, reason and message, the Ready, PodScheduled and
-  DisruptionTarget conditions (type, status, reason, message) and the waiting containers
-  (image, state.waiting reason and message).
+  DisruptionTarget conditions (type, status, reason, message) and each container's state:
+  waiting (image, reason and message), running (startedAt) or terminated (finishedAt), what
+  runtime/control/metering.py bills by.
 - ResourceClaim: status.allocation (devices.results whole, nodeSelector) and reservedFor.
 - Node: status.allocatable and conditions (type, status).
 - ResourceSlice: spec driver, nodeName, pool, sharedCounters and devices, each device whole:
@@ -41,7 +43,15 @@ Object = dict[str, Any]
 
 # runtime.manifests.ANNOTATION_REQUEST_HASH (controlplane does not import runtime).
 REQUEST_HASH_ANNOTATION = "runtime.lokiwager.io/request-hash"
-_METADATA = ("name", "namespace", "uid", "resourceVersion", "generation", "deletionTimestamp")
+_METADATA = (
+    "name",
+    "namespace",
+    "uid",
+    "resourceVersion",
+    "generation",
+    "creationTimestamp",
+    "deletionTimestamp",
+)
 
 
 def _picked(source: Any, keys: tuple[str, ...]) -> Object:
@@ -145,19 +155,23 @@ def _requests_only(containers: Any) -> list[Object]:
 POD_CONDITIONS = ("Ready", "PodScheduled", "DisruptionTarget")
 
 
-def _waiting_containers(statuses: Any) -> list[Object]:
-    """The containers that wait (why, and their image): a running or ended one says nothing
-    the status derivation reads."""
+def _container_states(statuses: Any) -> list[Object]:
+    """Each container's state as the consumers read it: why one waits (and its image), when
+    one started running, when one ended (what metering bills by)."""
     kept = []
     for entry in statuses or []:
-        waiting = ((entry or {}).get("state") or {}).get("waiting")
-        if waiting:
+        state = (entry or {}).get("state") or {}
+        if waiting := state.get("waiting"):
             kept.append(
                 {
                     **_picked(entry, ("image",)),
                     "state": {"waiting": _picked(waiting, ("reason", "message"))},
                 }
             )
+        elif "running" in state:
+            kept.append({"state": {"running": _picked(state["running"], ("startedAt",))}})
+        elif "terminated" in state:
+            kept.append({"state": {"terminated": _picked(state["terminated"], ("finishedAt",))}})
     return kept
 
 
@@ -177,8 +191,8 @@ def trim_pod(obj: Object) -> Object:
     ]
     if conditions:
         kept_status["conditions"] = conditions
-    if waiting := _waiting_containers(status.get("containerStatuses")):
-        kept_status["containerStatuses"] = waiting
+    if states := _container_states(status.get("containerStatuses")):
+        kept_status["containerStatuses"] = states
     return _trimmed(obj, spec=kept_spec, status=kept_status)
 
 

@@ -46,6 +46,9 @@ ROUTES = {
     "package-list": READ,
     "package-live": READ,
     "usage": READ,
+    "statement": READ,
+    "statement-month": READ,
+    "statement-csv": READ,
     "ssh-key-list": READ,
     "ssh-key-delete": ACT,
     "storage-list": READ,
@@ -75,6 +78,8 @@ def address(name: str, world: dict) -> str:
     kwargs: dict[str, object] = {}
     if "uid" in converters:
         kwargs["uid"] = world["uid"]
+    if "month" in converters:
+        kwargs["month"] = "2026-11"
     if "name" in converters:
         kwargs["name"] = world["storage"] if name.startswith("storage") else world["key"]
     return f"{reverse(f'dashboard:{name}', kwargs=kwargs)}?tenant={world['tenant'].slug}"

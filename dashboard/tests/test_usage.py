@@ -12,6 +12,7 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
+from billing.budgets import check_budgets
 from billing.tests.helpers import hold, priced
 from dashboard.tests.conftest import client_for, make_unit, make_user
 from dashboard.tests.test_views import OVERVIEW, ROWS, UNITS, count_queries, detail
@@ -143,6 +144,19 @@ class TestOverviewCost:
         assert ">USD 15.60<" in to_date
         assert "The month began 1 November, 00:00 UTC." in body
         assert USAGE not in body  # the tenants' page is for ops
+
+    def test_shows_the_budget_its_forecast_and_alerts(self, member_client, tenant, used):
+        # 8.40 this month of a 10.00 budget; `small` runs on at 1.00 an hour for the 2 days
+        # and 12 hours left of November: 68.40 by the month's end.
+        Tenant.objects.filter(pk=tenant.pk).update(monthly_budget=Decimal("10.00"))
+        check_budgets(now=NOW)
+        body = member_client.get(OVERVIEW).content.decode()
+        figures = body.split('class="cost-figures"')[1].split("</dl>")[0]
+        _month, _to_date, limit, forecast = re.findall(r"<dd>(.*?)</dd>", figures)
+        assert ">USD 10.00<" in limit
+        assert "84.0 % spent, alert" in limit
+        assert ">USD 68.40<" in forecast
+        assert "Budget alerts this month: 50 % on 28 November 12:00, 80 % on" in body
 
     def test_chart_has_a_bar_per_package_and_day_of_the_last_30_days(self, member_client, used):
         body = member_client.get(OVERVIEW).content.decode()
@@ -279,3 +293,27 @@ class TestQueryCounts:
         for _ in range(10):
             add_units(TenantFactory(), h100, 2)
         assert count_queries(staff_client, USAGE) == two
+
+
+class TestStatement:
+    def test_shows_the_months_lines_and_total_and_offers_the_csv(self, member_client, used):
+        body = member_client.get("/statements/").content.decode()
+        assert "Statement for 2026-11" in body
+        assert 'data-unit="trainer"' in body
+        assert 'data-unit="theirs"' not in body  # the other tenant's
+        total = body.split('class="total"')[1].split("</tr>")[0]
+        assert ">USD 7.40<" in total  # 8.40 this month less the 1.00 of the unsealed meter
+        assert "A unit still runs this month" in body
+        assert 'href="/statements/2026-10/"' in body
+
+        october = member_client.get("/statements/2026-10/").content.decode()
+        assert ">USD 7.20<" in october.split('class="total"')[1]
+
+        response = member_client.get("/statements/2026-11.csv")
+        assert response["Content-Type"].startswith("text/csv")
+        rows = response.content.decode().splitlines()
+        assert rows[0].startswith("month,unit,unitUid,package")
+        assert rows[-1] == "2026-11,,,,,,total,,,,,,,7.400000,USD"
+
+    def test_a_bad_month_is_not_found(self, member_client, tenant):
+        assert member_client.get("/statements/2026-13/").status_code == 404

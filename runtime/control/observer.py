@@ -36,7 +36,7 @@ from controlplane.kube import trim
 from controlplane.kube.watch import Event, Informer, Key
 from inventory import sync
 from runtime import manifests, selectors
-from runtime.control import reconcile
+from runtime.control import metering, reconcile
 from runtime.models import GPUUnit, UnitPhase
 
 logger = logging.getLogger(__name__)
@@ -377,10 +377,13 @@ class Observer:
         (runtime/control/reconcile.py) over them with their objects from the watch caches."""
         units = selectors.list_live_units_by_key(due)
         seen = {(unit.namespace, unit.name) for unit in units}
+        ended_pods = []
         for key in due:
             if key not in seen:
                 self._retry.pop(key, None)  # no live unit of that name: nothing to do
-                self._gone_pods.pop(key, None)
+                with self._wake:
+                    if (pod := self._gone_pods.pop(key, None)) is not None:
+                        ended_pods.append(pod)
         ready = []
         for unit in units:
             key = (unit.namespace, unit.name)
@@ -395,6 +398,9 @@ class Observer:
             ready.append(unit)
         with self._wake:
             last_pods = {key: self._gone_pods.pop(key) for key in seen if key in self._gone_pods}
+        # Billed until the devices were released, as the pods' last states say, whatever
+        # their units have become (one Terminated already has no reconcile).
+        metering.close_meters_of_gone_pods([*last_pods.values(), *ended_pods])
         result = reconcile.reconcile_batch(ready, lambda unit: self._unit_objects(unit, last_pods))
         for key in result.retry:
             self._requeue(key)

@@ -27,7 +27,7 @@ from controlplane import kube, metrics
 from controlplane.kube.errors import KubeError, TemporaryError
 from inventory import selectors as inventory_selectors
 from runtime import access, lifecycle, manifests, selectors
-from runtime.control import provisioning
+from runtime.control import metering, provisioning
 from runtime.control.status import observe
 from runtime.models import EventType, GPUUnit, RunPolicy, UnitPhase
 
@@ -316,7 +316,10 @@ def sync_gpuunit_status(unit: GPUUnit, gpuunit: dict) -> bool:
 
 
 def reconcile_batch(
-    units: Iterable[GPUUnit], objects_of: Callable[[GPUUnit], UnitObjects]
+    units: Iterable[GPUUnit],
+    objects_of: Callable[[GPUUnit], UnitObjects],
+    *,
+    backstop: bool = False,
 ) -> ReconcileResult:
     """Reconcile these units with their objects as `objects_of` gives them: pod steps, then
     every row in one transaction (a savepoint per unit, so one unit's trouble holds no other
@@ -396,6 +399,13 @@ def reconcile_batch(
         settle(unit)
     for unit, gpuunit in to_patch:
         sync_gpuunit_status(unit, gpuunit)
+    metering.settle_meters(
+        (
+            (unit, objects[unit.pk].claim, objects[unit.pk].pod, objects[unit.pk].last_pod)
+            for unit in units
+        ),
+        backstop=backstop,
+    )
     return result
 
 
@@ -425,10 +435,9 @@ def reconcile_units() -> ReconcileResult:
     `reconcile_page`): one list call per kind, then every unit as the observer handles the
     units of an event, and the usage meters checked against what it saw."""
     with metrics.RECONCILE_SECONDS.time():
-        read_at = timezone.now()
         units = selectors.list_units_to_reconcile()
         if not units:
-            lifecycle.reconcile_meters([], seen_at=read_at)
+            metering.settle_unreconciled([])
             return ReconcileResult()
         try:
             objects_of = _objects_from_lists(manifests.OURS_SELECTOR)
@@ -436,8 +445,8 @@ def reconcile_units() -> ReconcileResult:
             # Unreachable or failing cluster: keep the last known status rather than guess.
             logger.warning("reconcile skipped: cannot list cluster objects", exc_info=True)
             return ReconcileResult(skipped=True)
-        result = reconcile_batch(units, objects_of)
-        lifecycle.reconcile_meters(units, seen_at=read_at)
+        result = reconcile_batch(units, objects_of, backstop=True)
+        metering.settle_unreconciled(units)
         return result
 
 
@@ -483,7 +492,6 @@ def reconcile_page() -> ReconcileResult:
     ceil(units / page size) ticks visits every unit once. A tick whose lists fail leaves the
     cursor, so the next tick tries the same page."""
     with metrics.RECONCILE_SECONDS.time():
-        read_at = timezone.now()
         size = settings.RECONCILE_PAGE_SIZE
         after = int(cache.get(PAGE_CURSOR_KEY) or 0)
         units = selectors.list_units_to_reconcile_after(after=after, limit=size + 1)
@@ -492,7 +500,7 @@ def reconcile_page() -> ReconcileResult:
         span = (page.after, page.upto)
         if not units:
             cache.set(PAGE_CURSOR_KEY, page.next_after, timeout=None)
-            lifecycle.reconcile_meters([], seen_at=read_at, span=span)
+            metering.settle_unreconciled([], span=span)
             return ReconcileResult()
         try:
             objects_of = _objects_from_lists(page_selector(unit.name for unit in units))
@@ -501,6 +509,6 @@ def reconcile_page() -> ReconcileResult:
             return ReconcileResult(skipped=True)
         # Moved on before the batch: a page whose reconcile raises must not hold the rest back.
         cache.set(PAGE_CURSOR_KEY, page.next_after, timeout=None)
-        result = reconcile_batch(units, objects_of)
-        lifecycle.reconcile_meters(units, seen_at=read_at, span=span)
+        result = reconcile_batch(units, objects_of, backstop=True)
+        metering.settle_unreconciled(units, span=span)
         return result

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from runtime.models import UnitPhase
 
@@ -114,3 +115,115 @@ def observe(*, claim_name: str, claim: dict | None, pod: dict | None) -> Observe
             UnitPhase.PENDING, "WaitingForAllocation", "Waiting for devices to be allocated.", dra
         )
     return Observed(UnitPhase.PENDING, "Starting", "The pod is starting.", dra, node)
+
+
+# ---------------------------------------------------------------------------- what is billed
+
+
+def k8s_time(value: str | None) -> datetime | None:
+    """An API timestamp (RFC 3339, "Z") as an aware datetime; None for none."""
+    if not value:
+        return None
+    return datetime.fromisoformat(value.replace("Z", "+00:00"))
+
+
+def _container_states(pod: dict) -> list[dict]:
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    return [status.get("state") or {} for status in statuses]
+
+
+def held_since(pod: dict | None, claim: dict | None) -> datetime | None:
+    """When the pod started running on its claim's devices (its first container's
+    `startedAt`), while it still does: it runs, a container of it runs, the claim is
+    allocated. None when it holds nothing."""
+    if pod is None or (pod.get("status") or {}).get("phase") != "Running":
+        return None
+    if not dra_status("", claim)["allocated"]:
+        return None
+    started = [
+        moment
+        for state in _container_states(pod)
+        if "running" in state and (moment := k8s_time(state["running"].get("startedAt")))
+    ]
+    if not started:
+        return None
+    return min(started)
+
+
+def released_at(pod: dict, *, gone: bool) -> datetime | None:
+    """When the pod released its devices, as the cluster reports it: the last `finishedAt` once
+    no container runs; for a pod seen deleted without that (a forced deletion), its
+    `deletionTimestamp`, by when its kubelet was to have killed it. None while it runs."""
+    states = _container_states(pod)
+    if not any("running" in state for state in states):
+        # Containers that never started (waiting) held nothing after the others ended.
+        ends = [
+            k8s_time(state["terminated"].get("finishedAt"))
+            for state in states
+            if "terminated" in state
+        ]
+        known = [end for end in ends if end is not None]
+        if known:
+            return max(known)
+    if gone:
+        return k8s_time((pod.get("metadata") or {}).get("deletionTimestamp"))
+    return None
+
+
+@dataclass(frozen=True)
+class MeterStep:
+    """What a unit's meter should do given its pod: `close` (at `close_at`; None: the last time
+    the pod was seen running) how the end is known (`ended`: observed, replaced, last-seen),
+    then `open_at` a meter for the current pod; or `seen` (still running) or `missing` (the
+    backstop's first sight of a pod gone without trace)."""
+
+    close: bool = False
+    close_at: datetime | None = None
+    ended: str = ""
+    open_at: datetime | None = None
+    seen: bool = False
+    missing: bool = False
+
+
+OBSERVED, REPLACED, LAST_SEEN = "observed", "replaced", "last-seen"
+
+
+def meter_step(
+    metered_pod: str | None,
+    *,
+    metered_created: datetime | None = None,
+    pod: dict | None,
+    last_pod: dict | None,
+    claim: dict | None,
+    missing_before: bool,
+    backstop: bool,
+) -> MeterStep:
+    """Decide a unit's meter from its pod as observed. `metered_pod`: the uid of the pod its
+    open meter follows (None: no meter), created at `metered_created` (a pod older than
+    that is a stale view). `last_pod`: its pod as a watch saw it deleted. `missing_before`:
+    the backstop already found the metered pod gone once. The backstop (`backstop`) closes
+    at the last time seen only on its second sight, so an end the observer is about to read
+    from a DELETED event is not estimated first."""
+    uid = ((pod or {}).get("metadata") or {}).get("uid")
+    starts = held_since(pod, claim)
+    if metered_pod is None:
+        return MeterStep(open_at=starts)
+    if pod is not None and uid == metered_pod:
+        end = released_at(pod, gone=False)
+        if end is None:
+            return MeterStep(seen=True)
+        return MeterStep(close=True, close_at=end, ended=OBSERVED)
+    last_uid = ((last_pod or {}).get("metadata") or {}).get("uid")
+    if last_pod is not None and last_uid == metered_pod:
+        end = released_at(last_pod, gone=True)
+        if end is not None:
+            return MeterStep(close=True, close_at=end, ended=OBSERVED, open_at=starts)
+    if pod is not None:
+        created = k8s_time((pod.get("metadata") or {}).get("creationTimestamp"))
+        if created is not None and metered_created is not None and created < metered_created:
+            return MeterStep()  # an older pod than the metered one: a stale view, nothing to do
+        # A newer pod of the same name: the metered one was gone when it was created.
+        return MeterStep(close=True, close_at=created, ended=REPLACED, open_at=starts)
+    if backstop and not missing_before:
+        return MeterStep(missing=True)
+    return MeterStep(close=True, close_at=None, ended=LAST_SEEN)

@@ -8,6 +8,7 @@ import pytest
 from django.utils import timezone
 
 from billing import ledger
+from billing.tests.helpers import holding
 from catalog.tests.factories import ARTICLE_PACKAGE_ID, PackageFactory
 from controlplane.validation import format_duration, parse_duration
 from runtime import actions, lifecycle, orders
@@ -37,8 +38,8 @@ def provisioned(tenant, name: str = "demo", *, phase: str = UnitPhase.RUNNING) -
     )
     unit.refresh_from_db()
     if phase == UnitPhase.RUNNING:
-        # As the transition to Running does: the unit's usage is being metered.
-        ledger.open_meter(lifecycle.holding(unit), at=timezone.now())
+        # As the reconcile does when it sees the pod run: the unit's usage is being metered.
+        ledger.open_meter(holding(unit), at=timezone.now())
     return unit
 
 

@@ -100,12 +100,15 @@ def test_an_event_costs_the_same_however_many_units_the_database_holds(tenant, c
     body = {"operationID": "o-1", "name": "costed", "packageID": ARTICLE_PACKAGE_ID}
     observer = Observer()
     thread = running(observer)
-    client.post("/api/v1/gpu-units", {**body, "image": "busybox"}, format="json")
-    wait_for(lambda: phase_of("costed") == UnitPhase.RUNNING, what="Running")
-    # No reconcile ran: the observer's event that brought it to Running opened its meter.
-    assert Meter.objects.filter(unit_uid=GPUUnit.objects.get(name="costed").uid).exists()
-    observer.stop()
-    thread.join(10)
+    try:
+        client.post("/api/v1/gpu-units", {**body, "image": "busybox"}, format="json")
+        wait_for(lambda: phase_of("costed") == UnitPhase.RUNNING, what="Running")
+        # No reconcile ran: the observer's reconcile that saw its pod run opened its meter.
+        uid = GPUUnit.objects.get(name="costed").uid
+        wait_for(lambda: Meter.objects.filter(unit_uid=uid).exists(), what="the meter")
+    finally:
+        observer.stop()
+        thread.join(10)
     # Measured on this thread alone: an observer's informers without its loop.
     observer = Observer()
     observer.start_informers()
@@ -114,9 +117,8 @@ def test_an_event_costs_the_same_however_many_units_the_database_holds(tenant, c
     key = (unit.namespace, unit.name)
 
     def one_event() -> tuple[int, int]:
-        # As after an event about the unit: one batch, the unit's row changed meanwhile (its
-        # usage meter closed with it) so the observation writes it back, opens the meter
-        # again and patches the GPUUnit status.
+        # As after an event about the unit: one batch, the unit's row changed meanwhile, so
+        # the observation writes it back; its pod still runs, so its meter is marked seen.
         lifecycle.transition_unit(
             GPUUnit.objects.get(pk=unit.pk), to=UnitPhase.PENDING, reason="Probe"
         )
@@ -137,7 +139,7 @@ def test_an_event_costs_the_same_however_many_units_the_database_holds(tenant, c
     # The GPUUnit status already says Running (the informer holds it): nothing to patch.
     assert calls == 0
     # The units, the transition and its timeline entry (a phase the unit was not in: no need
-    # to read the latest), the sync stamp, and the usage meter: is one open (none), open it.
+    # to read the latest), the sync stamp, and the usage meter: the open ones, seen now.
     assert statements == 6
 
 

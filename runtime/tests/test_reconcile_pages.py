@@ -14,11 +14,12 @@ from django.core.cache import cache
 from django.utils import timezone
 
 from billing import ledger
-from billing.models import Meter
+from billing.models import Meter, UsageRecord
+from billing.tests.helpers import holding
 from catalog.tests.factories import PackageFactory
 from controlplane import kube
 from runtime import lifecycle, manifests
-from runtime.control import reconcile
+from runtime.control import metering, reconcile
 from runtime.control.provisioning import ensure_tenant_namespace, provision_unit
 from runtime.control.reconcile import Page, page_of, page_selector
 from runtime.models import GPUUnit, Operation, UnitPhase
@@ -72,24 +73,29 @@ def test_the_page_selector_selects_our_objects_of_the_named_units():
 
 
 @pytest.mark.django_db
-def test_a_page_leaves_the_meters_of_units_outside_it_alone_when_they_dangle(tenant):
+def test_a_page_closes_only_its_own_leftover_meters_and_on_its_second_sight(tenant):
     package = PackageFactory(article=True, price="0.36")
     earlier = timezone.now() - timedelta(minutes=30)
     running = UnitFactory(tenant=tenant, name="running", package=package, phase=UnitPhase.RUNNING)
-    inside = UnitFactory(tenant=tenant, name="inside", package=package, phase=UnitPhase.STOPPED)
-    outside = UnitFactory(tenant=tenant, name="outside", package=package, phase=UnitPhase.STOPPED)
-    for unit in (inside, outside):  # their ends were missed: meters open, units not Running
-        ledger.open_meter(lifecycle.holding(unit, dra=DRA), at=earlier)
-    Meter.objects.update(seen_at=earlier + timedelta(minutes=2))
+    inside = UnitFactory(tenant=tenant, name="inside", package=package, phase=UnitPhase.TERMINATED)
+    outside = UnitFactory(
+        tenant=tenant, name="outside", package=package, phase=UnitPhase.TERMINATED
+    )
+    for unit in (running, inside, outside):  # inside's and outside's pods ended unobserved
+        ledger.open_meter(holding(unit, DRA), at=earlier)
+    ledger.mark_seen([inside.uid, outside.uid], at=earlier + timedelta(minutes=2))
 
-    page = [running, inside]
-    opened, closed = lifecycle.reconcile_meters(page, seen_at=timezone.now(), span=(0, inside.pk))
-    assert (opened, closed) == (1, 1)
+    # The page reconciled `running` (its meter is its own business); `inside` is in its span
+    # but was not reconciled (ended): the first sight only marks it, the next one closes it.
+    assert metering.settle_unreconciled([running], span=(0, inside.pk)) == 0
+    assert metering.settle_unreconciled([running], span=(0, inside.pk)) == 1
     assert set(Meter.objects.values_list("unit_name", flat=True)) == {"running", "outside"}
+    (row,) = UsageRecord.objects.filter(unit_uid=inside.uid)
+    assert row.end == earlier + timedelta(minutes=2)
 
-    # Its own page (the last of the cycle) closes it, as the full pass would have.
-    opened, closed = lifecycle.reconcile_meters([], seen_at=timezone.now(), span=(inside.pk, None))
-    assert (opened, closed) == (0, 1)
+    # Its own page (the last of the cycle) does the same for `outside`.
+    assert metering.settle_unreconciled([], span=(inside.pk, None)) == 0
+    assert metering.settle_unreconciled([], span=(inside.pk, None)) == 1
     assert set(Meter.objects.values_list("unit_name", flat=True)) == {"running"}
 
 

@@ -1,5 +1,6 @@
 """Management commands and admin pages for tenants and keys."""
 
+from decimal import Decimal
 from io import StringIO
 
 import pytest
@@ -91,6 +92,9 @@ def test_admin_shows_the_tenant_usage_but_does_not_take_it_from_the_form(admin_c
             "quota_storage": tenant.quota_storage,
             "quota_storages": tenant.quota_storages,
             "quota_ephemeral_storage": tenant.quota_ephemeral_storage,
+            "budget_mode": "enforce",
+            "budget_grace": "30m",
+            "monthly_budget": "250.00",
             "used_claims": 0,
             "api_keys-TOTAL_FORMS": 0,
             "api_keys-INITIAL_FORMS": 0,
@@ -98,6 +102,11 @@ def test_admin_shows_the_tenant_usage_but_does_not_take_it_from_the_form(admin_c
     )
     tenant.refresh_from_db()
     assert (tenant.display_name, tenant.used_claims) == ("renamed", 3)
+    assert (tenant.monthly_budget, tenant.budget_mode, tenant.budget_grace) == (
+        Decimal("250.00"),
+        "enforce",
+        "30m",
+    )
 
 
 def test_admin_creates_a_key_once_and_revokes(admin_client):

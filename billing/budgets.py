@@ -1,0 +1,154 @@
+"""Budgets: what a tenant may spend in a UTC month (Tenant.monthly_budget). What the month has
+cost so far (the ledger and running meters, billing.selectors), what it will cost by its end if
+what runs now keeps running, the alerts at 50, 80 and 100 % (BudgetAlert, once each per
+month), and in enforce mode the moment the budget was spent (Tenant.budget_exceeded_at): from
+then orders and starts are refused, and the runtime stops running units once the tenant's grace
+has passed (runtime.actions.enforce_budgets, beat)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from decimal import Decimal
+
+from django.conf import settings
+from django.db.models import Q
+
+from billing import periods, prices, selectors
+from billing.models import BudgetAlert, Meter
+from controlplane.validation import parse_duration
+from tenancy.models import BudgetMode, Tenant
+
+logger = logging.getLogger(__name__)
+
+THRESHOLDS = (50, 80, 100)
+
+
+def month_bounds(now: datetime) -> tuple[datetime, datetime]:
+    """The UTC month `now` falls in, [start, end)."""
+    start = periods.month_start(now)
+    end = (start + timedelta(days=32)).replace(day=1)
+    return start, end
+
+
+@dataclass(frozen=True)
+class Budget:
+    """A tenant's budget for the month of `now` and where it stands."""
+
+    tenant: Tenant
+    limit: Decimal | None
+    currency: str
+    mode: str
+    start: datetime
+    end: datetime
+    spent: Decimal
+    forecast: Decimal
+    alerts: list[BudgetAlert] = field(default_factory=list)
+
+    @property
+    def percent(self) -> Decimal | None:
+        if not self.limit:
+            return None
+        return (self.spent * 100 / self.limit).quantize(Decimal("0.1"))
+
+    @property
+    def exceeded(self) -> bool:
+        return self.limit is not None and self.spent >= self.limit
+
+    @property
+    def exceeded_at(self) -> datetime | None:
+        return self.tenant.budget_exceeded_at if self.mode == BudgetMode.ENFORCE else None
+
+    @property
+    def grace(self) -> timedelta:
+        seconds, _problem = parse_duration(self.tenant.budget_grace)
+        return timedelta(seconds=seconds or 0)
+
+    @property
+    def stops_at(self) -> datetime | None:
+        """When running units are stopped (enforce mode, budget spent)."""
+        return self.exceeded_at + self.grace if self.exceeded_at else None
+
+
+def forecast_of(tenant: Tenant, *, spent: Decimal, now: datetime, end: datetime) -> Decimal:
+    """The month's spend if every unit running now keeps running to the month's end at the
+    price in force now (one statement for the meters, one for their prices)."""
+    meters = list(Meter.objects.filter(tenant=tenant))
+    if not meters:
+        return spent
+    versions = prices.versions_for(meter.package_id for meter in meters)
+    hours = Decimal((end - now).total_seconds()) / Decimal(3600)
+    rate = Decimal(0)
+    for meter in meters:
+        version = periods.in_force(
+            prices.versions_of(versions, meter.package_id, meter.alternative), now
+        )
+        rate += Decimal(version.hourly) if version is not None else Decimal(0)
+    return (spent + rate * max(hours, Decimal(0))).quantize(periods.COST_PLACES)
+
+
+def budget_of(tenant: Tenant, *, now: datetime, spent: Decimal | None = None) -> Budget:
+    """Where the tenant's budget stands this month (`spent`: the month's cost, when the
+    caller has it already)."""
+    start, end = month_bounds(now)
+    if spent is None:
+        _total, spent = selectors.tenant_costs(tenant, now=now, since=start)
+    return Budget(
+        tenant=tenant,
+        limit=tenant.monthly_budget,
+        currency=settings.BILLING_CURRENCY,
+        mode=tenant.budget_mode,
+        start=start,
+        end=end,
+        spent=spent,
+        forecast=forecast_of(tenant, spent=spent, now=now, end=end),
+        alerts=list(BudgetAlert.objects.filter(tenant=tenant, month=start.date())),
+    )
+
+
+def check_budgets(*, now: datetime) -> list[Budget]:
+    """Beat's pass over the tenants with a budget (or a spent one to clear): record the
+    alerts newly reached, mark or clear the moment an enforced budget was spent. Returns the
+    enforced budgets that are spent (the runtime stops their units after the grace)."""
+    spent_budgets = []
+    tenants = Tenant.objects.filter(
+        Q(monthly_budget__isnull=False) | Q(budget_exceeded_at__isnull=False)
+    )
+    for tenant in tenants:
+        budget = budget_of(tenant, now=now)
+        if budget.limit is not None:
+            reached = [t for t in THRESHOLDS if budget.spent * 100 >= budget.limit * t]
+            known = {alert.threshold for alert in budget.alerts}
+            new = [
+                BudgetAlert(
+                    tenant=tenant,
+                    month=budget.start.date(),
+                    threshold=threshold,
+                    budget=budget.limit,
+                    spent=budget.spent,
+                    at=now,
+                )
+                for threshold in reached
+                if threshold not in known
+            ]
+            if new:
+                BudgetAlert.objects.bulk_create(new, ignore_conflicts=True)
+                logger.info(
+                    "tenant %s reached %s %% of its budget (%s of %s %s)",
+                    tenant.slug,
+                    max(alert.threshold for alert in new),
+                    budget.spent,
+                    budget.limit,
+                    budget.currency,
+                )
+        enforced = budget.mode == BudgetMode.ENFORCE and budget.exceeded
+        if enforced and tenant.budget_exceeded_at is None:
+            Tenant.objects.filter(pk=tenant.pk).update(budget_exceeded_at=now)
+            tenant.budget_exceeded_at = now
+        elif not enforced and tenant.budget_exceeded_at is not None:
+            Tenant.objects.filter(pk=tenant.pk).update(budget_exceeded_at=None)
+            tenant.budget_exceeded_at = None
+        if enforced:
+            spent_budgets.append(budget_of(tenant, now=now))
+    return spent_budgets

@@ -1,0 +1,118 @@
+"""Ends seen late are billed to the times the cluster reports, not to when the control plane
+noticed: a restart while the observer was down (no watch saw the old pod go) is billed until the
+new pod was created, and the new pod from when it started; a pod gone without any trace is
+billed until it was last seen running, and the timeline says so."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from billing.models import Meter, UsageRecord
+from billing.tests.helpers import assert_usage_audited, package
+from controlplane import kube
+from runtime import manifests
+from runtime.control import reconcile
+from runtime.control.metering import settle_meters
+from runtime.control.observer import Observer
+from runtime.control.status import held_since, k8s_time
+from runtime.models import GPUUnit, UnitPhase
+from runtime.tests.helpers import order_unit, remove_namespace_objects, wait_for_phase, wait_until
+from runtime.tests.test_observer import running
+from tests.endpoints import client_for
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("celery_worker")]
+
+PACKAGE = "gpu-rtx3080-2x-cpu10-mem40g"
+
+
+@pytest.fixture(autouse=True)
+def _cleanup(tenant, cluster):
+    yield
+    remove_namespace_objects(tenant.namespace)
+
+
+@pytest.fixture(autouse=True)
+def _audited(_cleanup):
+    """What the test's units held (their timelines) is what the ledger bills them."""
+    yield
+    assert_usage_audited()
+
+
+def _pod(unit: GPUUnit) -> dict | None:
+    return kube.get(kube.POD, unit.namespace, manifests.pod_name_for(unit.name))
+
+
+def _meter_pod(unit: GPUUnit) -> str | None:
+    return Meter.objects.filter(unit_uid=unit.uid).values_list("pod_uid", flat=True).first()
+
+
+def test_a_restart_while_the_observer_is_down_is_billed_to_the_times_the_cluster_reports(
+    tenant,
+) -> None:
+    package(article=True, price="0.36")
+    client = client_for(tenant)
+    observer = Observer()
+    thread = running(observer)
+    try:
+        unit = wait_for_phase(order_unit(client, "gapped", PACKAGE), UnitPhase.RUNNING)
+        first = _pod(unit)
+        assert first is not None
+        wait_until(lambda: _meter_pod(unit) == first["metadata"]["uid"], "first pod metered")
+        time.sleep(1.5)  # it runs a while (the cluster's times are whole seconds)
+    finally:
+        observer.stop()
+        thread.join(10)
+
+    # While no observer watches, the unit is restarted: its pod replaced by a new one.
+    response = client.post(
+        f"/api/v1/gpu-units/{unit.name}/restart", {"operationID": "restart-1"}, format="json"
+    )
+    assert response.status_code == 202, response.json()
+    second = wait_until(
+        lambda: (
+            (pod := _pod(unit))
+            and pod["metadata"]["uid"] != first["metadata"]["uid"]
+            and held_since(pod, kube.get(kube.RESOURCECLAIM, unit.namespace, unit.claim_name))
+            and pod
+        ),
+        "the new pod running",
+    )
+    time.sleep(1.5)  # the observer comes back well after the new pod started
+
+    observer = Observer()
+    thread = running(observer)
+    try:
+        wait_until(lambda: _meter_pod(unit) == second["metadata"]["uid"], "new pod metered")
+    finally:
+        observer.stop()
+        thread.join(10)
+
+    row = UsageRecord.objects.filter(unit_uid=unit.uid).latest("end")
+    # The old pod was gone when the new one was created: billed until then, not until the
+    # observer came back; the new pod from when it started.
+    assert row.end == k8s_time(second["metadata"]["creationTimestamp"])
+    meter = Meter.objects.get(unit_uid=unit.uid)
+    claim = kube.get(kube.RESOURCECLAIM, unit.namespace, unit.claim_name)
+    assert meter.started_at == held_since(second, claim)
+    assert meter.started_at >= row.end
+    estimated = unit.events.get(reason="UsageEndEstimated")
+    assert "a newer pod of the unit was created" in estimated.message
+
+
+def test_a_pod_gone_without_trace_is_billed_until_it_was_last_seen_running(tenant) -> None:
+    package(article=True, price="0.36")
+    client = client_for(tenant)
+    unit = wait_for_phase(order_unit(client, "vanished", PACKAGE), UnitPhase.RUNNING)
+    wait_until(lambda: _meter_pod(unit), "pod metered")
+    reconcile.reconcile_units()  # beat's pass sees the pod running
+    seen = Meter.objects.get(unit_uid=unit.uid).seen_at
+    assert seen > Meter.objects.get(unit_uid=unit.uid).started_at
+
+    # The observer's view after a relist in which the pod is simply absent.
+    assert settle_meters([(unit, None, None, None)], backstop=False) == (0, 1)
+
+    row = UsageRecord.objects.filter(unit_uid=unit.uid).latest("end")
+    assert row.end == seen
+    assert "last seen running" in unit.events.get(reason="UsageEndEstimated").message

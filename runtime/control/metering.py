@@ -1,0 +1,174 @@
+"""Metering (ARCHITECTURE §15): a unit is billed for the devices its pod holds, from the time
+the cluster reports the pod started on them to the time it reports they were released, as
+the one reconcile observed them; billing.ledger writes it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from billing import ledger
+from runtime import lifecycle, selectors
+from runtime.control.status import (
+    LAST_SEEN,
+    OBSERVED,
+    REPLACED,
+    dra_status,
+    k8s_time,
+    meter_step,
+    released_at,
+)
+from runtime.models import EventType, GPUUnit
+
+
+def holding(unit: GPUUnit, *, claim: dict | None, pod: dict) -> ledger.Holding:
+    """What the unit's pod holds, for the usage ledger: the devices (or shares) allocated to
+    its claim and the fallback alternative it got."""
+    dra = dra_status(unit.claim_name, claim)
+    return ledger.Holding(
+        unit_uid=unit.uid,
+        unit_name=unit.name,
+        tenant_id=unit.tenant_id,
+        package_id=unit.package_id,
+        claim_uid=((claim or {}).get("metadata") or {}).get("uid") or unit.claim_k8s_uid,
+        pod_uid=(pod.get("metadata") or {}).get("uid") or "",
+        pod_created_at=k8s_time((pod.get("metadata") or {}).get("creationTimestamp")),
+        alternative=dra.get("alternative", ""),
+        devices=list(dra.get("devices") or []),
+        count=unit.count,
+    )
+
+
+def settle_meters(
+    observed: Iterable[tuple[GPUUnit, dict | None, dict | None, dict | None]], *, backstop: bool
+) -> tuple[int, int]:
+    """After a reconcile read these units' (unit, claim, pod, last pod): bill the devices
+    their pods hold, from the time the cluster says each started to the time it says they were
+    released (runtime/control/status.py `meter_step`). An end the cluster cannot date is put
+    at the last time the pod was seen running, and the unit's timeline says so. Returns
+    (opened, closed). A constant number of statements plus one per meter opened or closed."""
+    observed = list(observed)
+    meters = ledger.open_meters(unit.uid for unit, *_ in observed)
+    steps = [
+        (
+            unit,
+            claim,
+            pod,
+            meter_step(
+                meters[unit.uid].pod_uid if unit.uid in meters else None,
+                metered_created=meters[unit.uid].pod_created_at if unit.uid in meters else None,
+                pod=pod,
+                last_pod=last_pod,
+                claim=claim,
+                missing_before=unit.uid in meters and meters[unit.uid].missing_since is not None,
+                backstop=backstop,
+            ),
+        )
+        for unit, claim, pod, last_pod in observed
+    ]
+    ledger.mark_seen(unit.uid for unit, _, _, step in steps if step.seen)
+    ledger.mark_missing(unit.uid for unit, _, _, step in steps if step.missing)
+    opening = [
+        (unit, holding(unit, claim=claim, pod=pod), step.open_at)
+        for unit, claim, pod, step in steps
+        if pod is not None and step.open_at is not None
+    ]
+    if opening:
+        # A pod metered before, or older than one metered since (a late or stale view of the
+        # cluster), bills nothing again.
+        metered = ledger.pods_metered(unit.uid for unit, _, _ in opening)
+        opening = [
+            (unit, held, start)
+            for unit, held, start in opening
+            if unit.uid not in metered
+            or not metered[unit.uid].is_stale(held.pod_uid, held.pod_created_at)
+        ]
+    floors = ledger.billed_until(unit.uid for unit, _, _ in opening) if opening else {}
+    opened = closed = 0
+    for unit, _claim, _pod, step in steps:
+        if not step.close:
+            continue
+        done = ledger.close_meter(unit.uid, at=step.close_at, pod_uid=meters[unit.uid].pod_uid)
+        if done is None:
+            continue
+        closed += 1
+        floors[unit.uid] = max(floors.get(unit.uid, done.end), done.end)
+        _ended(unit, done, how=step.ended)
+    for unit, held, start in opening:
+        start = max(start, floors[unit.uid]) if unit.uid in floors else start
+        ledger.open_meter(held, at=start)
+        lifecycle.append_event(
+            unit,
+            reason="UsageStarted",
+            message=f"Pod {held.pod_uid} runs on its devices since "
+            f"{start:%Y-%m-%d %H:%M:%S} UTC: billed from then.",
+            observed_at=start,
+        )
+        opened += 1
+    # Seen running now: an end the cluster will not date is put no earlier than this.
+    ledger.mark_seen(unit.uid for unit, _, _ in opening)
+    return opened, closed
+
+
+def _ended(unit: GPUUnit, done: ledger.Closed, *, how: str) -> None:
+    """Say on the unit's timeline until when its pod's usage is billed, and whether the
+    cluster reported that time or it is estimated (a warning)."""
+    pod, end = done.meter.pod_uid, done.end
+    if how == OBSERVED:
+        message = (
+            f"Pod {pod} released its devices at {end:%Y-%m-%d %H:%M:%S} UTC: billed until then."
+        )
+        lifecycle.append_event(unit, reason="UsageEnded", message=message, observed_at=end)
+        return
+    why = "a newer pod of the unit was created" if how == REPLACED else "it was last seen running"
+    lifecycle.append_event(
+        unit,
+        reason="UsageEnded",
+        message=f"The cluster did not report when pod {pod} released its devices; usage is "
+        f"billed until {end:%Y-%m-%d %H:%M:%S} UTC, when {why}.",
+        type=EventType.WARNING,
+        observed_at=end,
+    )
+    lifecycle.append_event(
+        unit,
+        reason="UsageEndEstimated",
+        message=f"The end of pod {pod}'s usage is estimated: {why} at {end:%Y-%m-%d %H:%M:%S} UTC.",
+        type=EventType.WARNING,
+    )
+
+
+def close_meters_of_gone_pods(last_pods: Iterable[dict]) -> int:
+    """The observer saw these pods deleted: their meters close at the ends they report,
+    whatever their units have become meanwhile."""
+    ends = {
+        uid: end
+        for pod in last_pods
+        if (uid := (pod.get("metadata") or {}).get("uid"))
+        and (end := released_at(pod, gone=True)) is not None
+    }
+    closed = ledger.close_pod_meters(ends) if ends else []
+    if closed:
+        units = GPUUnit.objects.in_bulk([done.meter.unit_uid for done in closed], field_name="uid")
+        for done in closed:
+            if (unit := units.get(done.meter.unit_uid)) is not None:
+                _ended(unit, done, how=OBSERVED)
+    return len(closed)
+
+
+def settle_unreconciled(
+    reconciled: Iterable[GPUUnit], *, span: tuple[int, int | None] | None = None
+) -> int:
+    """The backstop's check of meters whose units a pass did not reconcile (ended units, whose
+    pods' last states the observer did not read): the first pass marks them missing, the next
+    closes them at the last time their pods were seen running. With `span` (after, upto), only
+    the meters of units whose pk is in (after, upto]. Returns how many it closed."""
+    seen = {unit.uid for unit in reconciled}
+    among = None if span is None else selectors.list_unit_uids(after=span[0], upto=span[1])
+    leftover = [meter for uid, meter in ledger.open_meters(among).items() if uid not in seen]
+    ledger.mark_missing(meter.unit_uid for meter in leftover if meter.missing_since is None)
+    due = {meter.unit_uid: meter for meter in leftover if meter.missing_since is not None}
+    closed = 0
+    for unit in GPUUnit.objects.filter(uid__in=list(due)):
+        if done := ledger.close_meter(unit.uid, at=None, pod_uid=due[unit.uid].pod_uid):
+            closed += 1
+            _ended(unit, done, how=LAST_SEEN)
+    return closed

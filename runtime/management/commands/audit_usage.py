@@ -1,0 +1,48 @@
+"""`manage.py audit_usage --from --to`: compare the ledger with what the units' timelines say
+their pods held (runtime/usage_audit.py); prints each difference over a second, exits 1 if
+there is any."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django.core.management.base import BaseCommand, CommandError, CommandParser
+from django.utils import timezone
+
+from runtime import usage_audit
+
+
+def _moment(text: str) -> datetime:
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError as exc:
+        raise CommandError(f"{text!r} is not a date or an ISO 8601 time") from exc
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+class Command(BaseCommand):
+    help = (
+        "Compare what the ledger bills each unit with what its timeline says its pods held "
+        "(times the cluster reported), from --from to --to (default: the last 24 hours)."
+    )
+
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--from", dest="start", type=_moment, help="start (ISO 8601)")
+        parser.add_argument("--to", dest="end", type=_moment, help="end (ISO 8601)")
+
+    def handle(self, *args: Any, **options: Any) -> None:
+        now = timezone.now()
+        end = options["end"] or now
+        start = options["start"] or end - timedelta(days=1)
+        if start >= end:
+            raise CommandError("--to must be after --from")
+        differences = usage_audit.audit(start, end, now=now)
+        for difference in differences:
+            self.stdout.write(str(difference))
+        self.stdout.write(
+            f"{len(differences)} difference(s) over a second from {start.isoformat()} "
+            f"to {end.isoformat()}"
+        )
+        if differences:
+            raise CommandError("the ledger differs from what the units held", returncode=1)
