@@ -10,6 +10,7 @@ import queue
 import select
 import socket
 import struct
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -91,6 +92,13 @@ class SimServer(ThreadingHTTPServer):
         # How often a watch with allowWatchBookmarks gets a BOOKMARK (the real server: about
         # once a minute).
         self.bookmark_interval = 60.0
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client gone mid-request (its process stopped while a keep-alive connection
+        waited for its next request) is not a server error: the API server logs nothing."""
+        if isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+            return
+        super().handle_error(request, client_address)
 
 
 def media_ranges(accept: str) -> list[tuple[str, dict[str, str]]]:

@@ -19,6 +19,9 @@ from kubernetes import client, watch
 from kubernetes.client import ApiException
 
 from simcluster.cluster import SimCluster
+from simcluster.faults import FaultInjector, RequestLog
+from simcluster.server import SimServer
+from simcluster.store import Store
 
 
 def _name(prefix: str) -> str:
@@ -801,3 +804,23 @@ def test_watch_list_ends_initial_events_with_bookmark(sim: SimCluster, namespace
     assert [event["type"] for event in events] == ["ADDED", "BOOKMARK"]
     annotations = events[1]["object"]["metadata"]["annotations"]
     assert annotations == {"k8s.io/initial-events-end": "true"}
+
+
+def test_a_client_gone_mid_request_is_not_reported_as_a_server_error(capsys) -> None:
+    # A stopping process's keep-alive connection reset while its handler waits for the next
+    # request: the real API server logs nothing; any other failure is still reported.
+    server = SimServer(("127.0.0.1", 0), Store(), FaultInjector(), RequestLog())
+    try:
+        for error in (ConnectionResetError(104, "reset"), BrokenPipeError(32, "pipe")):
+            try:
+                raise error
+            except OSError:
+                server.handle_error(None, ("127.0.0.1", 1))
+        assert capsys.readouterr().err == ""
+        try:
+            raise ValueError("a handler bug")
+        except ValueError:
+            server.handle_error(None, ("127.0.0.1", 1))
+        assert "a handler bug" in capsys.readouterr().err
+    finally:
+        server.server_close()
