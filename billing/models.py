@@ -186,3 +186,89 @@ class BudgetAlert(models.Model):
 
     def __str__(self) -> str:
         return f"{self.tenant} {self.month:%Y-%m} {self.threshold} %"
+
+
+class Grain(models.TextChoices):
+    DAY = "day"
+    MONTH = "month"
+
+
+class Rollup(models.Model):
+    """The sums of the ledger rows that start in one UTC day or month (`grain`, `period` its
+    first day), kept as the rows are written (billing.rollups), so what pages and APIs show
+    reads a row per group and period, not every row of the ledger. Corrections count in
+    (negative)."""
+
+    grain = models.CharField(max_length=5, choices=Grain)
+    period = models.DateField()
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
+    package_id = models.CharField(max_length=63)
+    quantity_unit = models.CharField(max_length=16, choices=QuantityUnit)
+    records = models.IntegerField(default=0)
+    seconds = models.DecimalField(max_digits=20, decimal_places=6, default=0)
+    quantity = models.DecimalField(max_digits=24, decimal_places=6, default=0)
+    cost = models.DecimalField(max_digits=24, decimal_places=6, default=0)
+    first_start = models.DateTimeField(null=True)
+    last_end = models.DateTimeField(null=True)
+
+    class Meta:
+        abstract = True
+
+
+class UnitRollup(Rollup):
+    """A unit's rows in a day or month, apart by what a statement line tells apart (package,
+    alternative, price version, kind): statements, cost to date and usage by unit."""
+
+    unit_uid = models.UUIDField()
+    unit_name = models.CharField(max_length=54)
+    alternative = models.CharField(max_length=63, blank=True)
+    price_version_id = models.IntegerField(null=True)
+    hourly = models.DecimalField(max_digits=12, decimal_places=4)
+    currency = models.CharField(max_length=3)
+    correction = models.BooleanField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=[
+                    "grain",
+                    "period",
+                    "tenant",
+                    "unit_uid",
+                    "unit_name",
+                    "package_id",
+                    "alternative",
+                    "price_version_id",
+                    "hourly",
+                    "currency",
+                    "quantity_unit",
+                    "correction",
+                ],
+                name="unit_rollup_key",
+                nulls_distinct=False,
+            )
+        ]
+        indexes = [
+            models.Index(fields=["tenant", "grain", "period"], name="unit_rollup_tenant"),
+            models.Index(fields=["unit_uid", "grain"], name="unit_rollup_unit"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.unit_name} {self.grain} {self.period}"
+
+
+class PackageRollup(Rollup):
+    """A tenant's rows of one package in a day or month: totals, budgets, usage by package,
+    day or tenant."""
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(
+                fields=["grain", "period", "tenant", "package_id", "quantity_unit"],
+                name="package_rollup_key",
+            )
+        ]
+        indexes = [models.Index(fields=["grain", "period"], name="package_rollup_period")]
+
+    def __str__(self) -> str:
+        return f"{self.tenant_id} {self.package_id} {self.grain} {self.period}"

@@ -129,3 +129,86 @@ def priced_pieces(
             )
         )
     return out
+
+
+DAY = timedelta(days=1)
+Span = tuple[datetime, datetime]
+
+
+def floor_day(moment: datetime) -> datetime:
+    return floor_hour(moment).replace(hour=0)
+
+
+def ceil_day(moment: datetime) -> datetime:
+    day = floor_day(moment)
+    return day if day == moment else day + DAY
+
+
+def next_month(moment: datetime) -> datetime:
+    """The start of the UTC month after the one `moment` falls in."""
+    return (month_start(moment) + timedelta(days=32)).replace(day=1)
+
+
+@dataclass(frozen=True)
+class Cover:
+    """How a reader sums the ledger rows of a period from rollups: the rows that start in
+    `months` and `days` (UTC) lie wholly inside the period and are read as their rollups;
+    the rows that start in an `add` span are read one by one and count for their part inside
+    the period; the rows that start in a `subtract` span are inside a rollup read whole and
+    count for their part outside the period, taken off."""
+
+    months: tuple[datetime, ...] = ()
+    days: tuple[datetime, ...] = ()
+    add: tuple[Span, ...] = ()
+    subtract: tuple[Span, ...] = ()
+
+
+def cover(start: datetime, end: datetime, *, now: datetime, by_month: bool = True) -> Cover:
+    """The rollups and ledger spans that sum the rows of `[start, end)` (rows lie within one
+    UTC hour). Whole UTC days (months too, unless `by_month` is false: a reader grouping by
+    day) are read as rollups, the hours at either edge row by row. A period that reaches
+    `now` reads the day (or month) it ends in as a rollup and takes off the few rows of it
+    that start at or after the period's last hour: what has not happened yet has no rows,
+    so "this month" costs the same on its first day as on its last."""
+    start, end = start.astimezone(UTC), end.astimezone(UTC)
+    if end <= start:
+        return Cover()
+    low = floor_hour(start)
+    first_day, last_day = ceil_day(start), floor_day(end)
+    add: list[Span] = []
+    subtract: list[Span] = []
+    days: list[datetime] = []
+    if first_day >= end:  # no midnight inside: all of it row by row
+        return Cover(add=((low, end),))
+    if low < first_day:
+        add.append((low, first_day))
+    day = first_day
+    while day < last_day:
+        days.append(day)
+        day += DAY
+    reaches_now = False
+    if end > last_day:
+        if end >= now:
+            days.append(last_day)
+            reaches_now = True
+        else:
+            add.append((last_day, end))
+    months: list[datetime] = []
+    if by_month:
+        whole = []
+        chosen = set(days)
+        month = month_start(days[0]) if days else None
+        while month is not None and month <= days[-1]:
+            following = next_month(month)
+            span = {month + DAY * n for n in range((following - month).days)}
+            ends_here = reaches_now and month_start(days[-1]) == month
+            needed = {d for d in span if d <= days[-1]} if ends_here else span
+            if needed <= chosen:
+                whole.append(month)
+                chosen -= needed
+            month = following
+        months, days = whole, sorted(chosen)
+    if reaches_now:
+        bucket_end = last_day + DAY if last_day in days else next_month(last_day)
+        subtract.append((floor_hour(end), bucket_end))
+    return Cover(months=tuple(months), days=tuple(days), add=tuple(add), subtract=tuple(subtract))

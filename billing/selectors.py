@@ -10,13 +10,14 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime
 from decimal import Decimal
+from functools import reduce
+from operator import or_
 from typing import Any
 
 from django.db.models import Q, QuerySet, Sum
-from django.db.models.functions import TruncDate
 
 from billing import periods, prices
-from billing.models import Meter, QuantityUnit, UsageRecord
+from billing.models import Grain, Meter, PackageRollup, QuantityUnit, UnitRollup, UsageRecord
 from tenancy.models import Tenant
 
 GROUPS = ("unit", "package", "day", "tenant", "package-day")
@@ -72,14 +73,14 @@ def _meter_pieces(
 
 
 def cost_to_date(unit_uids: Iterable[uuid.UUID], *, now: datetime) -> dict[uuid.UUID, Decimal]:
-    """What each unit has cost so far: its ledger rows, and its running meter up to `now`
+    """What each unit has cost so far: its monthly rollups, and its running meter up to `now`
     (two statements, three while any is running)."""
     uids = list(unit_uids)
     if not uids:
         return {}
     costs: dict[uuid.UUID, Decimal] = defaultdict(Decimal)
     rows = (
-        UsageRecord.objects.filter(unit_uid__in=uids)
+        UnitRollup.objects.filter(unit_uid__in=uids, grain=Grain.MONTH)
         .values("unit_uid")
         .annotate(total=Sum("cost"))
         .order_by()
@@ -95,16 +96,21 @@ def costs_by_tenant(
     *, now: datetime, since: datetime, tenant: Tenant | None = None
 ) -> dict[int, tuple[Decimal, Decimal]]:
     """What each tenant's units (or one tenant's) have cost in all and since `since` (a UTC
-    hour, e.g. the month's start: no row straddles it), running meters up to now, by tenant
-    pk; tenants without usage are left out. Two statements, three while any unit runs."""
-    rows = (
-        UsageRecord.objects.all() if tenant is None else UsageRecord.objects.filter(tenant=tenant)
-    )
-    meters = Meter.objects.all() if tenant is None else Meter.objects.filter(tenant=tenant)
+    month's start), running meters up to now, by tenant pk; tenants without usage are left
+    out. Read from the monthly rollups: two statements, three while any unit runs."""
+    if since != periods.month_start(since):
+        raise ValueError(f"{since.isoformat()} is not the start of a UTC month")
+    rows = PackageRollup.objects.filter(grain=Grain.MONTH)
+    meters = Meter.objects.all()
+    if tenant is not None:
+        rows, meters = rows.filter(tenant=tenant), meters.filter(tenant=tenant)
     costs: dict[int, list[Decimal]] = defaultdict(lambda: [Decimal(0), Decimal(0)])
     for row in (
         rows.values("tenant_id")
-        .annotate(total=Sum("cost"), recent=Sum("cost", filter=Q(start__gte=since)))
+        .annotate(
+            total=Sum("cost"),
+            recent=Sum("cost", filter=Q(period__gte=since.astimezone(UTC).date())),
+        )
         .order_by()
     ):
         costs[row["tenant_id"]][0] += row["total"] or Decimal(0)
@@ -137,11 +143,25 @@ def _key(
     return (tenant,)
 
 
+# What each grouping reads from the rollups (beside quantity_unit).
+_ROLLUP_FIELDS = {
+    "unit": ("unit_uid", "unit_name", "package_id"),
+    "package": ("package_id",),
+    "day": ("period",),
+    "package-day": ("package_id", "period"),
+    "tenant": ("tenant_id",),
+}
+
+
 def _clip(piece_start: datetime, piece_end: datetime, start: datetime, end: datetime) -> Decimal:
     """The share of `[piece_start, piece_end)` inside `[start, end)`, 0 to 1."""
     inside = periods.seconds(max(piece_start, start), min(piece_end, end))
     whole = periods.seconds(piece_start, piece_end)
     return inside / whole if whole > 0 and inside > 0 else Decimal(0)
+
+
+def _starting_in(spans: Iterable[periods.Span]) -> Q:
+    return reduce(or_, (Q(start__gte=a, start__lt=b) for a, b in spans), Q(pk__in=[]))
 
 
 def usage(
@@ -153,42 +173,58 @@ def usage(
     tenant: Tenant | None = None,
 ) -> Usage:
     """Usage in `[start, end)` grouped by `group_by` (one of GROUPS), for one tenant or all.
-    Rows wholly inside are summed by the database; a row the period cuts, and running meters,
-    count for the part inside it (pro rata)."""
+    Whole days and months are read from the rollups (billing.periods.cover says which); rows
+    at the period's edges, and running meters, count for the part inside it (pro rata). The
+    same few statements however long the ledger."""
     result = Usage(start=start, end=end, group_by=group_by)
-    rows = (
-        UsageRecord.objects.all() if tenant is None else UsageRecord.objects.filter(tenant=tenant)
+    plan = periods.cover(start, end, now=now, by_month=group_by not in ("day", "package-day"))
+    scope = UnitRollup.objects if group_by == "unit" else PackageRollup.objects
+    rollups = scope.filter(
+        Q(grain=Grain.MONTH, period__in=[m.date() for m in plan.months])
+        | Q(grain=Grain.DAY, period__in=[d.date() for d in plan.days])
     )
+    rows = UsageRecord.objects.all()
+    meters = Meter.objects.filter(started_at__lt=min(end, now))
+    if tenant is not None:
+        rollups, rows, meters = (
+            rollups.filter(tenant=tenant),
+            rows.filter(tenant=tenant),
+            meters.filter(tenant=tenant),
+        )
     slugs = dict(Tenant.objects.values_list("pk", "slug")) if group_by == "tenant" else {}
 
     def totals(key: tuple) -> Totals:
         return result.groups.setdefault(key, Totals())
 
-    inside = rows.filter(start__gte=start, end__lte=end)
-    for row in (
-        inside.annotate(day=TruncDate("start", tzinfo=UTC))
-        .values("unit_uid", "unit_name", "package_id", "day", "tenant_id", "quantity_unit")
-        .annotate(seconds_sum=Sum("seconds"), quantity_sum=Sum("quantity"), cost_sum=Sum("cost"))
-        .order_by()
-    ):
-        key = _key(
-            group_by,
-            unit_uid=row["unit_uid"],
-            unit_name=row["unit_name"],
-            package_id=row["package_id"],
-            day=row["day"],
-            tenant=slugs.get(row["tenant_id"], ""),
-        )
-        totals(key).add(
-            unit=row["quantity_unit"],
-            seconds=row["seconds_sum"],
-            quantity=row["quantity_sum"],
-            cost=row["cost_sum"],
-        )
+    if plan.months or plan.days:
+        for row in (
+            rollups.values(*_ROLLUP_FIELDS[group_by], "quantity_unit")
+            .annotate(
+                seconds_sum=Sum("seconds"), quantity_sum=Sum("quantity"), cost_sum=Sum("cost")
+            )
+            .order_by()
+        ):
+            key = _key(
+                group_by,
+                unit_uid=row.get("unit_uid"),
+                unit_name=row.get("unit_name", ""),
+                package_id=row.get("package_id", ""),
+                day=row.get("period"),
+                tenant=slugs.get(row.get("tenant_id"), ""),
+            )
+            totals(key).add(
+                unit=row["quantity_unit"],
+                seconds=row["seconds_sum"],
+                quantity=row["quantity_sum"],
+                cost=row["cost_sum"],
+            )
 
-    def add_part(owner: UsageRecord | Meter, item: UsageRecord | periods.Piece) -> None:
-        """The part of a row the period cuts, or of a running meter's piece, inside it."""
+    def add_part(owner: UsageRecord | Meter, item: UsageRecord | periods.Piece, sign: int) -> None:
+        """The part of a row or a running meter's piece inside the period (`sign` 1), or,
+        for a row a rollup counted whole, the part outside it taken off (`sign` -1)."""
         part = _clip(item.start, item.end, start, end)
+        if sign < 0:
+            part = 1 - part
         if not part:
             return
         key = _key(
@@ -199,21 +235,28 @@ def usage(
             day=item.start.astimezone(UTC).date(),
             tenant=slugs.get(owner.tenant_id, ""),
         )
+        cost = Decimal(item.cost)
+        # What the rollup counted less the part outside: exactly the part inside, rounded
+        # as a row read one by one is.
+        cost_part = (
+            (cost * part).quantize(periods.COST_PLACES)
+            if sign > 0
+            else cost - (cost * (1 - part)).quantize(periods.COST_PLACES)
+        )
         totals(key).add(
             unit=owner.quantity_unit,
-            seconds=item.seconds * part,
-            quantity=item.quantity * part,
-            cost=(item.cost * part).quantize(periods.COST_PLACES),
+            seconds=sign * item.seconds * part,
+            quantity=sign * item.quantity * part,
+            cost=sign * cost_part,
         )
 
-    cut = rows.filter(start__lt=end, end__gt=start).filter(Q(start__lt=start) | Q(end__gt=end))
-    for record in cut:
-        add_part(record, record)
-    meters = Meter.objects.filter(started_at__lt=min(end, now))
-    if tenant is not None:
-        meters = meters.filter(tenant=tenant)
+    if plan.add or plan.subtract:
+        spans = [*plan.add, *plan.subtract]
+        for record in rows.filter(_starting_in(spans)):
+            inside_add = any(a <= record.start < b for a, b in plan.add)
+            add_part(record, record, 1 if inside_add else -1)
     for meter, piece in _meter_pieces(meters, until=min(end, now)):
-        add_part(meter, piece)
+        add_part(meter, piece, 1)
     return result
 
 

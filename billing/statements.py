@@ -1,7 +1,8 @@
 """Monthly statements: a tenant's ledger rows that start in a UTC month, one line per unit,
 package, alternative, price version and kind (usage or correction), with the quantity, the
-unit price and the cost. Its total is the sum of those rows to the micro-unit, so it equals
-the ledger and the FOCUS export of the same month (which carries the same rows)."""
+unit price and the cost, read from the month's rollups (billing.rollups). Its total is the sum
+of those rows to the micro-unit, so it equals the ledger and the FOCUS export of the same
+month (which carries the same rows)."""
 
 from __future__ import annotations
 
@@ -13,10 +14,10 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 from django.conf import settings
-from django.db.models import BooleanField, Count, ExpressionWrapper, Max, Min, Q, Sum
+from django.db.models import Max, Min, Sum
 
 from billing import periods
-from billing.models import Meter, UsageRecord
+from billing.models import Grain, Meter, UnitRollup
 from tenancy.models import Tenant
 
 
@@ -78,11 +79,7 @@ def statement(tenant: Tenant, start: datetime, *, now: datetime) -> Statement:
     """The tenant's statement for the month starting at `start` (two statements)."""
     end = next_month(start)
     rows = (
-        UsageRecord.objects.filter(tenant=tenant, start__gte=start, start__lt=end)
-        # A correction and the row it negates differ only in `corrects`: kept apart.
-        .annotate(
-            is_correction=ExpressionWrapper(Q(corrects__isnull=False), output_field=BooleanField())
-        )
+        UnitRollup.objects.filter(tenant=tenant, grain=Grain.MONTH, period=start.date())
         .values(
             "unit_uid",
             "unit_name",
@@ -91,17 +88,17 @@ def statement(tenant: Tenant, start: datetime, *, now: datetime) -> Statement:
             "price_version_id",
             "hourly",
             "quantity_unit",
-            "is_correction",
+            "correction",
         )
         .annotate(
-            records=Count("id"),
-            first=Min("start"),
-            last=Max("end"),
-            seconds=Sum("seconds"),
-            quantity=Sum("quantity"),
-            cost=Sum("cost"),
+            records_sum=Sum("records"),
+            first=Min("first_start"),
+            last=Max("last_end"),
+            seconds_sum=Sum("seconds"),
+            quantity_sum=Sum("quantity"),
+            cost_sum=Sum("cost"),
         )
-        .order_by("unit_name", "unit_uid", "first", "is_correction")
+        .order_by("unit_name", "unit_uid", "first", "correction")
     )
     lines = [
         Line(
@@ -112,13 +109,13 @@ def statement(tenant: Tenant, start: datetime, *, now: datetime) -> Statement:
             price_version_id=row["price_version_id"],
             hourly=row["hourly"],
             quantity_unit=row["quantity_unit"],
-            correction=bool(row["is_correction"]),
-            records=row["records"],
+            correction=row["correction"],
+            records=row["records_sum"],
             start=row["first"],
             end=row["last"],
-            seconds=row["seconds"],
-            quantity=row["quantity"],
-            cost=row["cost"],
+            seconds=row["seconds_sum"],
+            quantity=row["quantity_sum"],
+            cost=row["cost_sum"],
         )
         for row in rows
     ]

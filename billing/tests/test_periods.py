@@ -124,3 +124,107 @@ def test_a_month_starts_at_its_first_utc_midnight_and_costs_are_written_to_the_m
     assert periods.cost_text(Decimal("5.4")) == "5.400000"
     assert periods.cost_text(Decimal("-1E-7")) == "-0.000000"
     assert periods.cost_text(Decimal("1E+3")) == "1000.000000"
+
+
+# ------------------------------------------------------------------ reading through rollups
+
+BASE = datetime(2026, 10, 20, tzinfo=UTC)
+
+
+def test_this_month_reads_one_month_rollup_and_takes_off_what_starts_after_now():
+    now = datetime(2026, 12, 17, 15, 20, tzinfo=UTC)
+    plan = periods.cover(periods.month_start(now), now, now=now)
+    assert plan == periods.Cover(
+        months=(datetime(2026, 12, 1, tzinfo=UTC),),
+        subtract=((datetime(2026, 12, 17, 15, tzinfo=UTC), datetime(2027, 1, 1, tzinfo=UTC)),),
+    )
+
+
+def test_a_period_in_the_past_reads_whole_months_and_days_and_its_edges_row_by_row():
+    start = datetime(2026, 10, 30, 6, 30, tzinfo=UTC)
+    end = datetime(2026, 12, 2, 3, 0, tzinfo=UTC)
+    plan = periods.cover(start, end, now=end + timedelta(days=3))
+    assert plan.months == (datetime(2026, 11, 1, tzinfo=UTC),)
+    assert plan.days == (datetime(2026, 10, 31, tzinfo=UTC), datetime(2026, 12, 1, tzinfo=UTC))
+    assert plan.add == (
+        (datetime(2026, 10, 30, 6, tzinfo=UTC), datetime(2026, 10, 31, tzinfo=UTC)),
+        (datetime(2026, 12, 2, tzinfo=UTC), end),
+    )
+    assert plan.subtract == ()
+    # Grouped by day, no month is read whole.
+    assert periods.cover(start, end, now=end + timedelta(days=3), by_month=False).months == ()
+
+
+def test_a_period_within_one_day_is_read_row_by_row():
+    start = datetime(2026, 12, 2, 3, 10, tzinfo=UTC)
+    assert periods.cover(start, start + timedelta(hours=5), now=start) == periods.Cover(
+        add=((datetime(2026, 12, 2, 3, tzinfo=UTC), start + timedelta(hours=5)),)
+    )
+
+
+@dataclass(frozen=True)
+class Row:
+    start: datetime
+    end: datetime
+    cost: Decimal
+
+
+rows_strategy = st.lists(
+    st.tuples(
+        st.integers(0, 24 * 80 - 1),  # the hour, from BASE
+        st.integers(0, 3599),
+        st.integers(1, 3600),
+        st.integers(-500_000, 5_000_000),  # micro-units; corrections are negative
+    ),
+    max_size=40,
+)
+moment_strategy = st.integers(0, 80 * 24 * 60 - 1).map(lambda m: BASE + timedelta(minutes=m))
+
+
+def _rows(drawn: list[tuple[int, int, int, int]]) -> list[Row]:
+    rows = []
+    for hour, offset, length, micros in drawn:
+        start = BASE + timedelta(hours=hour, seconds=offset)
+        end = min(start + timedelta(seconds=length), BASE + timedelta(hours=hour + 1))
+        rows.append(Row(start, end, Decimal(micros) / 1_000_000))
+    return rows
+
+
+def _inside(row: Row, start: datetime, end: datetime) -> Decimal:
+    inside = periods.seconds(max(row.start, start), min(row.end, end))
+    return inside / periods.seconds(row.start, row.end) if inside > 0 else Decimal(0)
+
+
+def _part(row: Row, start: datetime, end: datetime) -> Decimal:
+    return (row.cost * _inside(row, start, end)).quantize(periods.COST_PLACES)
+
+
+@given(rows_strategy, moment_strategy, moment_strategy, moment_strategy, st.booleans())
+def test_a_cover_sums_exactly_what_the_rows_inside_the_period_cost(
+    drawn, first, second, now, by_month
+):
+    start, end = min(first, second), max(first, second)
+    rows = _rows(drawn)
+    plan = periods.cover(start, end, now=now, by_month=by_month)
+    # What each rollup holds: its rows' whole costs, by the UTC day or month they start in.
+    day_sums: dict[datetime, Decimal] = {}
+    month_sums: dict[datetime, Decimal] = {}
+    for row in rows:
+        day = periods.floor_day(row.start)
+        day_sums[day] = day_sums.get(day, Decimal(0)) + row.cost
+        month = periods.month_start(row.start)
+        month_sums[month] = month_sums.get(month, Decimal(0)) + row.cost
+    total = sum((month_sums.get(m, Decimal(0)) for m in plan.months), Decimal(0))
+    total += sum((day_sums.get(d, Decimal(0)) for d in plan.days), Decimal(0))
+    for row in rows:
+        if any(a <= row.start < b for a, b in plan.add):
+            total += _part(row, start, end)
+        if any(a <= row.start < b for a, b in plan.subtract):
+            total -= row.cost - _part(row, start, end)
+    assert total == sum((_part(row, start, end) for row in rows), Decimal(0))
+    # Rollups and added spans never overlap; what is taken off lies in a rollup read.
+    buckets = [(d, d + periods.DAY) for d in plan.days]
+    buckets += [(m, periods.next_month(m)) for m in plan.months]
+    spans = sorted([*plan.add, *buckets])
+    assert all(a[1] <= b[0] for a, b in itertools.pairwise(spans))
+    assert all(any(c <= a and b <= d for c, d in buckets) for a, b in plan.subtract)

@@ -1,6 +1,6 @@
 """`manage.py audit_usage --from --to`: compare the ledger with what the units' timelines say
-their pods held (runtime/usage_audit.py); prints each difference over a second, exits 1 if
-there is any."""
+their pods held (runtime/usage_audit.py), and the rollups with the ledger (billing.rollups);
+prints each difference (over a second, for the first), exits 1 if there is any."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.utils import timezone
 
+from billing import periods as billing_periods
+from billing import rollups
 from runtime import usage_audit
 
 
@@ -24,7 +26,8 @@ def _moment(text: str) -> datetime:
 class Command(BaseCommand):
     help = (
         "Compare what the ledger bills each unit with what its timeline says its pods held "
-        "(times the cluster reported), from --from to --to (default: the last 24 hours)."
+        "(times the cluster reported), from --from to --to (default: the last 24 hours), and "
+        "the rollups of those months with the ledger."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -44,5 +47,16 @@ class Command(BaseCommand):
             f"{len(differences)} difference(s) over a second from {start.isoformat()} "
             f"to {end.isoformat()}"
         )
+        wrong = rollups.differences(
+            months=(billing_periods.month_start(start), billing_periods.next_month(end))
+        )
+        for rollup in wrong:
+            self.stdout.write(
+                f"{rollup.model} {rollup.key}: holds {rollup.stored}, the ledger sums to "
+                f"{rollup.expected}"
+            )
+        self.stdout.write(f"{len(wrong)} rollup(s) differ from the ledger")
         if differences:
             raise CommandError("the ledger differs from what the units held", returncode=1)
+        if wrong:
+            raise CommandError("the rollups differ from the ledger", returncode=1)
