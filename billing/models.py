@@ -9,6 +9,8 @@ value (uid, package ID), not by foreign key to the runtime: the ledger outlives 
 
 from __future__ import annotations
 
+import uuid
+
 from django.contrib.postgres.constraints import ExclusionConstraint
 from django.contrib.postgres.fields import DateTimeRangeField, RangeBoundary, RangeOperators
 from django.db import models
@@ -272,3 +274,56 @@ class PackageRollup(Rollup):
 
     def __str__(self) -> str:
         return f"{self.tenant_id} {self.package_id} {self.grain} {self.period}"
+
+
+class ExportState(models.TextChoices):
+    REQUESTED = "requested"
+    RUNNING = "running"
+    READY = "ready"
+    FAILED = "failed"
+
+
+class UsageExport(models.Model):
+    """An export of the ledger rows that start in `[start, end)`, made by a Celery worker
+    (billing.jobs): requested, running with the rows done so far, then ready to download (its
+    bytes in `parts`) or failed. Kept for BILLING_EXPORT_RETENTION_HOURS after it finished."""
+
+    id = models.UUIDField(primary_key=True, default=uuid.uuid4, editable=False)
+    format = models.CharField(max_length=16)
+    start = models.DateTimeField()
+    end = models.DateTimeField()
+    source = models.CharField(max_length=255, blank=True, help_text="CloudEvents source")
+    state = models.CharField(max_length=9, choices=ExportState, default=ExportState.REQUESTED)
+    rows_total = models.BigIntegerField(null=True, blank=True)
+    rows_done = models.BigIntegerField(default=0)
+    size = models.BigIntegerField("bytes", default=0)
+    error = models.CharField(max_length=500, blank=True)
+    requested_by = models.CharField(max_length=150, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-created_at"]
+        indexes = [models.Index(fields=["finished_at"], name="usage_export_finished")]
+
+    def __str__(self) -> str:
+        return f"{self.format} {self.start:%Y-%m-%d}..{self.end:%Y-%m-%d} ({self.state})"
+
+
+class UsageExportPart(models.Model):
+    """A piece of an export's bytes, in order (a few MB each: a download streams them one by
+    one, and any process can serve it)."""
+
+    export = models.ForeignKey(UsageExport, on_delete=models.CASCADE, related_name="parts")
+    index = models.PositiveIntegerField()
+    data = models.BinaryField()
+
+    class Meta:
+        ordering = ["export", "index"]
+        constraints = [
+            models.UniqueConstraint(fields=["export", "index"], name="usage_export_part_once")
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.export_id}#{self.index}"

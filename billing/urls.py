@@ -8,8 +8,18 @@ urlpatterns = [
     path("usage/statements/<str:month>", views.StatementView.as_view(), name="statement"),
     path("operator/usage", views.OperatorUsageView.as_view(), name="operator-usage"),
     path(
-        "operator/usage/export",
+        "operator/usage/exports",
+        views.OperatorUsageExportsView.as_view(),
+        name="operator-usage-exports",
+    ),
+    path(
+        "operator/usage/exports/<uuid:pk>",
         views.OperatorUsageExportView.as_view(),
         name="operator-usage-export",
+    ),
+    path(
+        "operator/usage/exports/<uuid:pk>/download",
+        views.OperatorUsageExportDownloadView.as_view(),
+        name="operator-usage-export-download",
     ),
 ]

@@ -1,5 +1,6 @@
-"""Usage and cost for tenants (GET /usage) and operators (GET /operator/usage and its
-export), from the ledger (billing.selectors)."""
+"""Usage and cost for tenants (GET /usage, budgets, statements) and operators (GET
+/operator/usage, and usage exports made in the background), from the ledger's rollups
+(billing.selectors) and billing.jobs."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from decimal import Decimal
 
 from django.conf import settings
 from django.http import HttpResponse, StreamingHttpResponse
+from django.urls import reverse
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
@@ -20,14 +22,17 @@ from rest_framework import exceptions, serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from billing import budgets, exports, periods, selectors, statements
+from billing import budgets, exporting, jobs, periods, selectors, statements
+from billing.errors import ExportNotReady
+from billing.models import ExportState, UsageExport
 from controlplane.api.schema import envelope, error_responses
 from controlplane.api.views import ApiView, NotJsonBodyMixin
+from controlplane.errors import NotFound
 from tenancy.permissions import IsOperator
 from tenancy.views import TenantView
 
 MAX_PERIOD = timedelta(days=400)
-EXPORT_CHUNK = 2000
+EXPORTS_LISTED = 50
 
 
 @extend_schema_field(OpenApiTypes.STR)
@@ -94,10 +99,6 @@ class OperatorUsageQuerySerializer(PeriodQuerySerializer):
     groupBy = serializers.ChoiceField(
         choices=["tenant", "unit", "package", "day"], default="tenant"
     )
-
-
-class ExportQuerySerializer(PeriodQuerySerializer):
-    format = serializers.ChoiceField(choices=sorted(exports.FORMATS))
 
 
 _KEY_NAMES = {
@@ -208,47 +209,167 @@ class OperatorUsageView(ApiView):
         return Response(usage_json(usage))
 
 
-class OperatorUsageExportView(NotJsonBodyMixin, ApiView):
-    """The ledger rows starting in a period, streamed in a billing system's format; every row
-    or line carries the row's deterministic id, so sending an export twice counts once."""
+_export = inline_serializer(
+    name="UsageExport",
+    fields={
+        "id": serializers.UUIDField(),
+        "format": serializers.ChoiceField(choices=sorted(exporting.FORMATS)),
+        "from": serializers.DateTimeField(),
+        "to": serializers.DateTimeField(),
+        "state": serializers.ChoiceField(choices=ExportState.values),
+        "rowsTotal": serializers.IntegerField(
+            allow_null=True, help_text="the rows to write, once the export has started"
+        ),
+        "rowsDone": serializers.IntegerField(),
+        "bytes": serializers.IntegerField(),
+        "error": serializers.CharField(),
+        "requestedBy": serializers.CharField(),
+        "createdAt": serializers.DateTimeField(),
+        "startedAt": serializers.DateTimeField(allow_null=True),
+        "finishedAt": serializers.DateTimeField(allow_null=True),
+        "downloadUrl": serializers.CharField(
+            allow_null=True, help_text="where the bytes are, once ready"
+        ),
+    },
+)
+
+
+_export_response = envelope(_export, name="UsageExportResponse")
+
+
+def export_json(export: UsageExport, request: Request) -> dict:
+    ready = export.state == ExportState.READY
+    return {
+        "id": str(export.pk),
+        "format": export.format,
+        "from": _stamp(export.start),
+        "to": _stamp(export.end),
+        "state": export.state,
+        "rowsTotal": export.rows_total,
+        "rowsDone": export.rows_done,
+        "bytes": export.size,
+        "error": export.error,
+        "requestedBy": export.requested_by,
+        "createdAt": _stamp(export.created_at),
+        "startedAt": _stamp(export.started_at),
+        "finishedAt": _stamp(export.finished_at),
+        "downloadUrl": request.build_absolute_uri(
+            reverse("v1:operator-usage-export-download", args=[export.pk])
+        )
+        if ready
+        else None,
+    }
+
+
+class ExportRequestSerializer(PeriodQuerySerializer):
+    format = serializers.ChoiceField(choices=sorted(exporting.FORMATS))
+
+
+class OperatorUsageExportsView(ApiView):
+    """Exports of the usage ledger, made in the background (operator keys only): FOCUS CSV,
+    CloudEvents or Stripe meter events of the rows that start in a period."""
 
     permission_classes = [IsOperator]
 
-    query_serializer = ExportQuerySerializer
+    @extend_schema(
+        operation_id="usage_exports_create",
+        summary="Request an export of the usage ledger (made by a worker; poll it, then download)",
+        request=ExportRequestSerializer,
+        responses={
+            202: _export_response,
+            **error_responses(400, 401, 403),
+        },
+    )
+    def post(self, request: Request) -> Response:
+        body = ExportRequestSerializer(data=request.data)
+        body.is_valid(raise_exception=True)
+        params = body.validated_data
+        key = request.auth
+        export = jobs.request_export(
+            fmt=params["format"],
+            start=params["from"],
+            end=params["to"],
+            source=f"//{request.get_host()}/billing",
+            requested_by=getattr(key, "name", "") or str(getattr(key, "prefix", "")),
+        )
+        body_json = export_json(export, request)
+        response = Response(body_json, status=202)
+        response["Location"] = reverse("v1:operator-usage-export", args=[export.pk])
+        return response
 
     @extend_schema(
-        summary="Export the usage ledger: FOCUS CSV, CloudEvents or Stripe meter events",
-        parameters=[ExportQuerySerializer],
+        operation_id="usage_exports_list",
+        summary="The latest usage exports, newest first",
+        responses={
+            200: envelope(_export, many=True, name="UsageExportListResponse"),
+            **error_responses(401, 403),
+        },
+    )
+    def get(self, request: Request) -> Response:
+        exports = UsageExport.objects.all()[:EXPORTS_LISTED]
+        return Response([export_json(export, request) for export in exports])
+
+
+def _export_or_404(pk: str) -> UsageExport:
+    export = UsageExport.objects.filter(pk=pk).first()
+    if export is None:
+        raise NotFound(f"There is no usage export {pk}.")
+    return export
+
+
+class OperatorUsageExportView(ApiView):
+    """One usage export: its state, the rows done so far, and where to download it."""
+
+    permission_classes = [IsOperator]
+
+    @extend_schema(
+        operation_id="usage_exports_get",
+        summary="A usage export's progress",
+        responses={
+            200: _export_response,
+            **error_responses(401, 403, 404),
+        },
+    )
+    def get(self, request: Request, pk: str) -> Response:
+        return Response(export_json(_export_or_404(pk), request))
+
+
+class OperatorUsageExportDownloadView(NotJsonBodyMixin, ApiView):
+    """A ready export's bytes, streamed as stored (nothing is rendered here)."""
+
+    permission_classes = [IsOperator]
+
+    @extend_schema(
+        operation_id="usage_exports_download",
+        summary="Download a ready usage export",
         responses={
             (200, "text/csv"): OpenApiResponse(
-                response=OpenApiTypes.STR, description="FOCUS rows (format=focus-csv)"
+                response=OpenApiTypes.STR, description="FOCUS rows (format focus-csv)"
             ),
             (200, "application/x-ndjson"): OpenApiResponse(
                 response=OpenApiTypes.STR,
                 description="one CloudEvent or Stripe meter event per line",
             ),
-            **error_responses(400, 401, 403),
+            **error_responses(401, 403, 404, 409),
         },
     )
-    def get(self, request: Request) -> StreamingHttpResponse:
-        params = self.validated_query(request)
-        chosen = exports.FORMATS[params["format"]]
-        records = selectors.records_starting(params["from"], params["to"]).iterator(
-            chunk_size=EXPORT_CHUNK
-        )
+    def get(self, request: Request, pk: str) -> StreamingHttpResponse:
+        export = _export_or_404(pk)
+        if export.state != ExportState.READY:
+            raise ExportNotReady(
+                f"The export is {export.state}, not ready"
+                + (f": {export.error}" if export.error else "."),
+                details={"state": export.state},
+            )
+        chosen = exporting.FORMATS[export.format]
         response = StreamingHttpResponse(
-            exports.render(
-                chosen.name,
-                records,
-                source=f"//{request.get_host()}/billing",
-                event_prefix=settings.BILLING_STRIPE_EVENT_PREFIX,
-            ),
-            content_type=chosen.content_type,
+            jobs.export_bytes(export), content_type=chosen.content_type
         )
-        stamp = f"{params['from']:%Y%m%dT%H%M%SZ}-{params['to']:%Y%m%dT%H%M%SZ}"
+        stamp = f"{export.start:%Y%m%dT%H%M%SZ}-{export.end:%Y%m%dT%H%M%SZ}"
         response["Content-Disposition"] = (
-            f'attachment; filename="usage-{stamp}.{chosen.filename_suffix}"'
+            f'attachment; filename="usage-{stamp}{chosen.filename_suffix}"'
         )
+        response["Content-Length"] = str(export.size)
         return response
 
 

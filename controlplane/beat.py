@@ -38,6 +38,10 @@ def beat_schedule() -> dict[str, dict]:
             "task": "billing.seal_meters",
             "schedule": settings.BILLING_SEAL_INTERVAL_SECONDS,
         },
+        "billing.sweep_exports": {
+            "task": "billing.sweep_exports",
+            "schedule": 60.0,
+        },
         "runtime.sweep_operations": {
             "task": "runtime.sweep_operations",
             "schedule": settings.SWEEP_INTERVAL_SECONDS,

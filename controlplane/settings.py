@@ -360,6 +360,10 @@ BUDGET_CHECK_INTERVAL_SECONDS = env.float("BUDGET_CHECK_INTERVAL_SECONDS", defau
 # How often beat audits the last day's usage (controlplane_usage_audit_differences).
 USAGE_AUDIT_INTERVAL_SECONDS = env.float("USAGE_AUDIT_INTERVAL_SECONDS", default=3600.0)
 BILLING_STRIPE_EVENT_PREFIX = env.str("BILLING_STRIPE_EVENT_PREFIX", default="gpu_")
+# Usage exports (billing.jobs): how long a finished export stays downloadable, and the longest
+# a worker may spend on one.
+BILLING_EXPORT_RETENTION_HOURS = env.float("BILLING_EXPORT_RETENTION_HOURS", default=168.0)
+BILLING_EXPORT_TIME_LIMIT_SECONDS = env.int("BILLING_EXPORT_TIME_LIMIT_SECONDS", default=3600)
 # Registries customers may pull from (e.g. "docker.io,ghcr.io"); empty allows any.
 IMAGE_REGISTRY_ALLOWLIST = env.list("IMAGE_REGISTRY_ALLOWLIST", default=[])
 

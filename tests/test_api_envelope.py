@@ -163,6 +163,7 @@ def _subclasses(cls):
 def test_every_domain_error_has_its_http_status_at_the_api_edge():
     """Services raise errors with a code and no status; the API edge maps each code. Every
     error class of the product (imported with its app) is in the table."""
+    import billing.errors  # noqa: F401
     import runtime.errors
     import runtime.logs
     import runtime.storage  # noqa: F401

@@ -3,22 +3,17 @@
 
 from __future__ import annotations
 
-import csv
-import io
-import json
 from datetime import UTC, datetime, timedelta
-from decimal import Decimal
 
 import pytest
 from django.utils import timezone
 
-from billing.models import UsageRecord
 from billing.tests.helpers import hold, priced
 from catalog.tests.factories import PackageFactory
 from runtime.models import UnitPhase
 from runtime.tests.factories import UnitFactory
 from tenancy.tests.factories import TenantFactory
-from tests.endpoints import QUERY_COUNTS, EndpointTest, client_for, recording
+from tests.endpoints import EndpointTest, client_for
 
 pytestmark = pytest.mark.django_db
 
@@ -130,72 +125,6 @@ class TestOperatorUsage(EndpointTest):
         operator = client_for(TenantFactory(is_operator=True))
         operator.get("/api/v1/quota")
         self.assert_statement_count(operator, query={"from": "2026-11-28"})
-
-
-class TestExport(EndpointTest):
-    path = "/api/v1/operator/usage/export"
-    query = {"from": "2026-11-28", "to": "2026-11-29"}
-
-    def export(self, client, fmt: str):
-        response = self.call(client, query={**self.query, "format": fmt})
-        assert response.status_code == 200, response.content
-        return response
-
-    def test_each_format_streams_every_row_with_its_id_the_same_each_time(self, used):
-        operator = client_for(TenantFactory(is_operator=True))
-        ids = {str(pk) for pk in UsageRecord.objects.values_list("id", flat=True)}
-        assert len(ids) == 6  # 2 rows of the tenant's unit, 4 of the other's 3 hours
-        focus = self.export(operator, "focus-csv")
-        assert focus["Content-Type"].startswith("text/csv")
-        assert 'filename="usage-20261128T000000Z-20261129T000000Z' in focus["Content-Disposition"]
-        body = b"".join(focus.streaming_content).decode()
-        rows = list(csv.DictReader(io.StringIO(body)))
-        assert {row["x_UsageId"] for row in rows} == ids
-        assert sum(Decimal(row["BilledCost"]) for row in rows) == Decimal("16.2")
-        for fmt, key in (("cloudevents", "id"), ("stripe", "identifier")):
-            first = b"".join(self.export(operator, fmt).streaming_content)
-            again = b"".join(self.export(operator, fmt).streaming_content)
-            assert first == again
-            events = [json.loads(line) for line in first.decode().splitlines()]
-            assert {event[key] for event in events} == ids
-
-    def test_a_period_holds_the_rows_starting_in_it(self, used):
-        operator = client_for(TenantFactory(is_operator=True))
-        response = self.call(
-            operator,
-            query={
-                "from": "2026-11-28T11:00:00Z",
-                "to": "2026-11-28T12:00:00Z",
-                "format": "stripe",
-            },
-        )
-        events = [json.loads(line) for line in b"".join(response.streaming_content).splitlines()]
-        assert {e["timestamp"] for e in events} == {
-            int(datetime(2026, 11, 28, 11, tzinfo=UTC).timestamp())
-        }
-        assert len(events) == 2
-
-    def test_an_unknown_format_is_a_400_envelope(self, used):
-        operator = client_for(TenantFactory(is_operator=True))
-        error = self.get_error_response(
-            operator, status=400, code="invalid_request", query={**self.query, "format": "xml"}
-        )
-        assert "format" in error["details"]["fields"]
-
-    def test_tenant_keys_are_refused(self, auth_client):
-        self.get_error_response(
-            auth_client, status=403, code="forbidden", query={"format": "stripe"}
-        )
-
-    def test_statements_are_the_baseline(self, used):
-        operator = client_for(TenantFactory(is_operator=True))
-        operator.get("/api/v1/quota")
-        # The rows are read as the response streams: count until it has been sent.
-        with recording() as log:
-            response = self.call(operator, query={**self.query, "format": "stripe"})
-            lines = b"".join(response.streaming_content).splitlines()
-        assert len(lines) == 6
-        assert len(log.statements) == QUERY_COUNTS[self.endpoint], log.statements
 
 
 def test_units_and_quota_carry_their_cost_to_date(auth_client, tenant, used, package):

@@ -1,6 +1,6 @@
-"""Ledger exports: FOCUS columns parse as their types, CloudEvents and Stripe meter events have
-the shapes their receivers take, and the same rows always render to the same bytes. Pure: the
-records are built in memory, never saved."""
+"""Ledger exports (billing.exporting, rendered by PostgreSQL through COPY): FOCUS columns parse
+as their types, CloudEvents and Stripe meter events have the shapes their receivers take, and
+the same rows always render to the same bytes."""
 
 from __future__ import annotations
 
@@ -14,10 +14,14 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import pytest
+from django.test import override_settings
 
-from billing import exports, ledger, periods
-from billing.models import QuantityUnit, UsageRecord
+from billing import exporting, ledger, periods
+from billing.models import PriceVersion, QuantityUnit, UsageRecord
 from tenancy.models import Tenant
+from tenancy.tests.factories import TenantFactory
+
+pytestmark = pytest.mark.django_db
 
 RFC3339 = re.compile(r"^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?Z$")
 SOURCE = "//controlplane.example/billing"
@@ -101,8 +105,10 @@ def correction_of(record: UsageRecord) -> UsageRecord:
 def records() -> list[UsageRecord]:
     """Two devices across an hour boundary and a price change (fractional seconds at both
     ends), a share on a tenant with no billing customer across New Year, and a correction."""
-    acme = Tenant(slug="acme", billing_customer_id="cus_Q1w2E3r4")
-    lab = Tenant(slug="lab", billing_customer_id="")
+    acme = TenantFactory(slug="acme")
+    Tenant.objects.filter(pk=acme.pk).update(billing_customer_id="cus_Q1w2E3r4")
+    acme.refresh_from_db()
+    lab = TenantFactory(slug="lab")
     dedicated = usage(
         acme,
         unit_uid=UNIT_UID,
@@ -127,39 +133,67 @@ def records() -> list[UsageRecord]:
         devices=[{"pool": "node-b", "device": "gpu-3", "shareID": "s-1"}],
         quantity_unit=QuantityUnit.SHARE_SECONDS,
     )
-    return [*dedicated, *shared, correction_of(dedicated[1])]
+    saved = [*dedicated, *shared, correction_of(dedicated[1])]
+    for version in (1, 2):  # the versions the rows name
+        PriceVersion.objects.create(
+            id=version,
+            package_id="gpu-h100-2x.cpu16",
+            hourly=Decimal("2.5") + version - 1,
+            currency="EUR",
+            effective_from=at("2026-11-01T00:00:00") + timedelta(days=version),
+        )
+    UsageRecord.objects.bulk_create(saved)
+    return saved
+
+
+EVERYTHING = (at("2026-01-01T00:00:00"), at("2028-01-01T00:00:00"))
+
+
+def exported(fmt_name: str, *, prefix: str = PREFIX) -> bytes:
+    out = io.BytesIO()
+    with override_settings(BILLING_STRIPE_EVENT_PREFIX=prefix):
+        exporting.copy_to(fmt_name, *EVERYTHING, out, source=SOURCE)
+    return out.getvalue()
+
+
+def in_order(items: list[dict], records: list[UsageRecord], key) -> list[dict]:
+    """The exported items in the fixture's order (an export is in start, id order)."""
+    by_id = {key(item): item for item in items}
+    return [by_id[str(record.id)] for record in records if str(record.id) in by_id]
 
 
 def focus_rows(records: list[UsageRecord]) -> tuple[list[str], list[dict[str, str]]]:
-    reader = csv.DictReader(io.StringIO("".join(exports.render_focus_csv(records))))
-    return list(reader.fieldnames or []), list(reader)
+    reader = csv.DictReader(io.StringIO(exported("focus-csv").decode()))
+    rows = list(reader)
+    return list(reader.fieldnames or []), in_order(rows, records, lambda row: row["x_UsageId"])
 
 
-def ndjson(fmt_name: str, records: list[UsageRecord]) -> list[dict]:
-    chunks = list(exports.render(fmt_name, records, source=SOURCE, event_prefix=PREFIX))
-    assert all(chunk.endswith("\n") and chunk.count("\n") == 1 for chunk in chunks)
-    return [json.loads(chunk) for chunk in chunks]
+def ndjson(fmt_name: str, records: list[UsageRecord], *, prefix: str = PREFIX) -> list[dict]:
+    lines = exported(fmt_name, prefix=prefix).decode().splitlines()
+    events = [json.loads(line) for line in lines]
+    return in_order(events, records, lambda e: e.get("id") or e.get("identifier"))
 
 
-def test_iso_gives_utc_with_z_and_a_fraction_only_when_present() -> None:
-    assert exports.iso(at("2026-12-01T17:00:00")) == "2026-12-01T17:00:00Z"
-    assert exports.iso(at("2026-12-01T17:00:01.250000")) == "2026-12-01T17:00:01.250000Z"
-    berlin = datetime.fromisoformat("2026-12-01T18:00:00+01:00")
-    assert exports.iso(berlin) == "2026-12-01T17:00:00Z"
+def test_times_are_utc_with_z_and_a_fraction_only_when_present(records) -> None:
+    _, rows = focus_rows(records)
+    assert rows[0]["ChargePeriodStart"] == "2026-12-01T16:59:58.750000Z"
+    assert rows[0]["ChargePeriodEnd"] == "2026-12-01T17:00:00Z"
 
 
 def test_formats_are_named_with_their_content_types() -> None:
-    assert {name: fmt.content_type for name, fmt in exports.FORMATS.items()} == {
+    assert {name: fmt.content_type for name, fmt in exporting.FORMATS.items()} == {
         "focus-csv": "text/csv; charset=utf-8",
         "cloudevents": "application/x-ndjson",
         "stripe": "application/x-ndjson",
     }
-    assert all(name == fmt.name for name, fmt in exports.FORMATS.items())
+    assert all(name == fmt.name for name, fmt in exporting.FORMATS.items())
 
 
-def test_render_raises_when_the_format_is_unknown(records: list[UsageRecord]) -> None:
+def test_an_unknown_format_is_refused_before_anything_is_written() -> None:
+    out = io.BytesIO()
     with pytest.raises(ValueError, match="unknown export format"):
-        exports.render("lago", records, source=SOURCE, event_prefix=PREFIX)
+        exporting.copy_to("lago", *EVERYTHING, out)
+    assert out.getvalue() == b""
 
 
 def test_focus_header_names_every_column_when_rendered(records: list[UsageRecord]) -> None:
@@ -203,7 +237,7 @@ def test_focus_header_names_every_column_when_rendered(records: list[UsageRecord
         "x_Alternative",
         "x_Devices",
     }
-    assert len(header) == len(set(header))
+    assert header == exporting.FOCUS_COLUMNS
     assert len(rows) == len(records)
 
 
@@ -317,21 +351,24 @@ def test_stripe_skips_a_correction_when_rendered(records: list[UsageRecord]) -> 
 def test_stripe_event_name_stays_within_100_chars_when_the_prefix_is_long(
     records: list[UsageRecord],
 ) -> None:
-    chunks = exports.render("stripe", records, source=SOURCE, event_prefix="usage." * 20)
-    for chunk in chunks:
-        name = json.loads(chunk)["event_name"]
+    for event in ndjson("stripe", records, prefix="usage." * 20):
+        name = event["event_name"]
         assert len(name) == 100
         assert re.fullmatch(r"[A-Za-z0-9_]+", name)
 
 
-@pytest.mark.parametrize("fmt_name", sorted(exports.FORMATS))
+@pytest.mark.parametrize("fmt_name", sorted(exporting.FORMATS))
 def test_rendering_is_byte_identical_when_done_twice(
     fmt_name: str, records: list[UsageRecord]
 ) -> None:
-    def rendered() -> bytes:
-        chunks = exports.render(fmt_name, records, source=SOURCE, event_prefix=PREFIX)
-        return "".join(chunks).encode()
-
-    first = rendered()
+    first = exported(fmt_name)
     assert first
-    assert rendered() == first
+    assert exported(fmt_name) == first
+
+
+def test_progress_is_reported_and_the_rows_counted(records: list[UsageRecord]) -> None:
+    seen: list[int] = []
+    out = io.BytesIO()
+    written = exporting.copy_to("cloudevents", *EVERYTHING, out, on_progress=seen.append)
+    assert written == len(records) == seen[-1]
+    assert out.getvalue().count(b"\n") == len(records)

@@ -29,6 +29,7 @@ HTTP_STATUS: dict[str, int] = {
     "limit_exceeded": 409,
     "budget_exceeded": 409,
     "namespace_not_ready": 409,
+    "export_not_ready": 409,
     "precondition_failed": 412,
     "precondition_required": 428,
     "throttled": 429,
