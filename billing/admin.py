@@ -12,7 +12,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest
 
 from billing import ledger
-from billing.models import Meter, PriceVersion, UsageRecord
+from billing.models import Meter, PriceVersion, UsageExport, UsageRecord
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -88,3 +88,27 @@ class UsageRecordAdmin(ReadOnlyAdmin):
         if not request.user.has_perm("billing.change_usagerecord"):
             actions.pop("reverse_selected", None)
         return actions
+
+
+@admin.register(UsageExport)
+class UsageExportAdmin(ReadOnlyAdmin):
+    """Exports as operators requested them (POST /api/v1/operator/usage/exports); deleting
+    one drops its stored bytes (beat deletes them after BILLING_EXPORT_RETENTION_HOURS)."""
+
+    list_display = (
+        "id",
+        "format",
+        "start",
+        "end",
+        "state",
+        "rows_done",
+        "rows_total",
+        "size",
+        "requested_by",
+        "created_at",
+        "finished_at",
+    )
+    list_filter = ("state", "format")
+
+    def has_delete_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return bool(request.user.is_superuser)

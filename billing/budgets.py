@@ -150,5 +150,6 @@ def check_budgets(*, now: datetime) -> list[Budget]:
             Tenant.objects.filter(pk=tenant.pk).update(budget_exceeded_at=None)
             tenant.budget_exceeded_at = None
         if enforced:
-            spent_budgets.append(budget_of(tenant, now=now))
+            # With its alerts as now recorded (the spend is the same: not read again).
+            spent_budgets.append(budget_of(tenant, now=now, spent=budget.spent))
     return spent_budgets

@@ -203,7 +203,8 @@ class Rollup(models.Model):
 
     grain = models.CharField(max_length=5, choices=Grain)
     period = models.DateField()
-    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
+    # Derived data: the ledger's own rows keep a tenant with usage (PROTECT).
+    tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="+")
     package_id = models.CharField(max_length=63)
     quantity_unit = models.CharField(max_length=16, choices=QuantityUnit)
     records = models.IntegerField(default=0)

@@ -28,7 +28,7 @@ class Migration(migrations.Migration):
                 ('cost', models.DecimalField(decimal_places=6, default=0, max_digits=24)),
                 ('first_start', models.DateTimeField(null=True)),
                 ('last_end', models.DateTimeField(null=True)),
-                ('tenant', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='+', to='tenancy.tenant')),
+                ('tenant', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='tenancy.tenant')),
             ],
             options={
                 'indexes': [models.Index(fields=['grain', 'period'], name='package_rollup_period')],
@@ -56,7 +56,7 @@ class Migration(migrations.Migration):
                 ('hourly', models.DecimalField(decimal_places=4, max_digits=12)),
                 ('currency', models.CharField(max_length=3)),
                 ('correction', models.BooleanField()),
-                ('tenant', models.ForeignKey(on_delete=django.db.models.deletion.PROTECT, related_name='+', to='tenancy.tenant')),
+                ('tenant', models.ForeignKey(on_delete=django.db.models.deletion.CASCADE, related_name='+', to='tenancy.tenant')),
             ],
             options={
                 'indexes': [models.Index(fields=['tenant', 'grain', 'period'], name='unit_rollup_tenant'), models.Index(fields=['unit_uid', 'grain'], name='unit_rollup_unit')],

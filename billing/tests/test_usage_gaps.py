@@ -5,9 +5,10 @@ billed until it was last seen running, and the timeline says so."""
 
 from __future__ import annotations
 
-import time
+from datetime import datetime, timedelta
 
 import pytest
+from django.utils import timezone
 
 from billing.models import Meter, UsageRecord
 from billing.tests.helpers import assert_usage_audited, package
@@ -44,6 +45,16 @@ def _pod(unit: GPUUnit) -> dict | None:
     return kube.get(kube.POD, unit.namespace, manifests.pod_name_for(unit.name))
 
 
+def _clock_past(moment: datetime | None) -> None:
+    """Wait until the clock (the simulated cluster's and PostgreSQL's: this host's) is a
+    second past `moment`, so what happens next has a later cluster time."""
+    assert moment is not None
+    wait_until(
+        lambda: timezone.now() >= moment + timedelta(seconds=1),
+        f"the clock a second past {moment.isoformat()}",
+    )
+
+
 def _meter_pod(unit: GPUUnit) -> str | None:
     return Meter.objects.filter(unit_uid=unit.uid).values_list("pod_uid", flat=True).first()
 
@@ -60,7 +71,8 @@ def test_a_restart_while_the_observer_is_down_is_billed_to_the_times_the_cluster
         first = _pod(unit)
         assert first is not None
         wait_until(lambda: _meter_pod(unit) == first["metadata"]["uid"], "first pod metered")
-        time.sleep(1.5)  # it runs a while (the cluster's times are whole seconds)
+        # It runs into a later whole second (the cluster's times are whole seconds).
+        _clock_past(Meter.objects.get(unit_uid=unit.uid).started_at)
     finally:
         observer.stop()
         thread.join(10)
@@ -79,7 +91,8 @@ def test_a_restart_while_the_observer_is_down_is_billed_to_the_times_the_cluster
         ),
         "the new pod running",
     )
-    time.sleep(1.5)  # the observer comes back well after the new pod started
+    # The observer comes back after the new pod's start, in a later whole second.
+    _clock_past(held_since(second, kube.get(kube.RESOURCECLAIM, unit.namespace, unit.claim_name)))
 
     observer = Observer()
     thread = running(observer)
