@@ -13,12 +13,12 @@ urlpatterns = [
         name="operator-usage-exports",
     ),
     path(
-        "operator/usage/exports/<uuid:pk>",
+        "operator/usage/exports/<str:id>",
         views.OperatorUsageExportView.as_view(),
         name="operator-usage-export",
     ),
     path(
-        "operator/usage/exports/<uuid:pk>/download",
+        "operator/usage/exports/<str:id>/download",
         views.OperatorUsageExportDownloadView.as_view(),
         name="operator-usage-export-download",
     ),

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import uuid
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 
@@ -310,10 +311,14 @@ class OperatorUsageExportsView(ApiView):
         return Response([export_json(export, request) for export in exports])
 
 
-def _export_or_404(pk: str) -> UsageExport:
-    export = UsageExport.objects.filter(pk=pk).first()
+def _export_or_404(id: str) -> UsageExport:
+    try:
+        pk = uuid.UUID(id)
+    except ValueError:
+        pk = None
+    export = UsageExport.objects.filter(pk=pk).first() if pk else None
     if export is None:
-        raise NotFound(f"There is no usage export {pk}.")
+        raise NotFound(f"There is no usage export {id}.")
     return export
 
 
@@ -330,8 +335,8 @@ class OperatorUsageExportView(ApiView):
             **error_responses(401, 403, 404),
         },
     )
-    def get(self, request: Request, pk: str) -> Response:
-        return Response(export_json(_export_or_404(pk), request))
+    def get(self, request: Request, id: str) -> Response:
+        return Response(export_json(_export_or_404(id), request))
 
 
 class OperatorUsageExportDownloadView(NotJsonBodyMixin, ApiView):
@@ -353,8 +358,8 @@ class OperatorUsageExportDownloadView(NotJsonBodyMixin, ApiView):
             **error_responses(401, 403, 404, 409),
         },
     )
-    def get(self, request: Request, pk: str) -> StreamingHttpResponse:
-        export = _export_or_404(pk)
+    def get(self, request: Request, id: str) -> StreamingHttpResponse:
+        export = _export_or_404(id)
         if export.state != ExportState.READY:
             raise ExportNotReady(
                 f"The export is {export.state}, not ready"

@@ -677,11 +677,13 @@ def build_resource_quota(
     node_ports: int = 32,
     load_balancers: int = 8,
     ephemeral_storage: str = "1Ti",
+    secrets: int = 64,
 ) -> dict:
     """The tenant's ResourceQuota; `devices`: per DeviceClass, what its claims may request
     (the DRA quota key `<class>.deviceclass.resource.k8s.io/devices`). `node_ports` counts
     every port of a NodePort or LoadBalancer Service, `load_balancers` the latter;
-    `ephemeral_storage` bounds its pods' requests and limits alike."""
+    `ephemeral_storage` bounds its pods' requests and limits alike; `secrets` the Secrets in
+    the namespace (the tenant's secrets are its only ones)."""
     per_class = {
         f"{name}{DEVICE_QUOTA_SUFFIX}": str(count)
         for name, count in sorted((devices or {}).items())
@@ -705,6 +707,7 @@ def build_resource_quota(
                 "services.loadbalancers": str(load_balancers),
                 "requests.ephemeral-storage": ephemeral_storage,
                 "limits.ephemeral-storage": ephemeral_storage,
+                "count/secrets": str(secrets),
                 **per_class,
             }
         },

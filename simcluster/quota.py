@@ -37,6 +37,7 @@ _GROUPS = {
     "services": "",
     "resourceclaims": RESOURCE_GROUP,
     "persistentvolumeclaims": "",
+    "secrets": "",
 }
 # Kinds whose updates are charged for what they add: a claim's expansion, a Service's type.
 _CHARGED_ON_UPDATE = ("persistentvolumeclaims", "services")
@@ -183,8 +184,14 @@ def pvc_usage(claim: Mapping[str, Any]) -> Usage:
     return usage
 
 
+def secret_usage(secret: Mapping[str, Any]) -> Usage:
+    """What one Secret charges: the object (the legacy `secrets` key and `count/secrets`)."""
+    return {"secrets": ONE, "count/secrets": ONE}
+
+
 _USAGE = {
     "pods": pod_usage,
+    "secrets": secret_usage,
     "services": service_usage,
     "resourceclaims": claim_usage,
     "persistentvolumeclaims": pvc_usage,
@@ -389,7 +396,7 @@ def _changes_usage(event_type: str, resource: str, obj: Mapping[str, Any]) -> bo
     finishing. Binding a pod or writing a claim's status (immutable spec) cannot."""
     if resource == "resourcequotas":
         return True
-    if resource == "resourceclaims":
+    if resource in ("resourceclaims", "secrets"):  # counted as objects: come and go
         return event_type != "MODIFIED"
     if resource == "pods":
         return event_type != "MODIFIED" or pod_is_terminal(obj)

@@ -21,7 +21,7 @@ from runtime.models import UnitPhase
 from runtime.tests.factories import UnitFactory
 from runtime.tests.helpers import wait_until
 from tenancy.tests.factories import TenantFactory
-from tests.endpoints import EndpointTest, client_for
+from tests.endpoints import QUERY_COUNTS, EndpointTest, client_for, recording
 
 pytestmark = pytest.mark.django_db
 
@@ -208,3 +208,51 @@ def test_the_sweep_deletes_old_exports_with_their_parts_and_resends_waiting_ones
     UsageExport.objects.filter(pk=fresh.pk).update(created_at=now - timedelta(minutes=5))
     sent, deleted = jobs.sweep_exports(now=now)
     assert (sent, deleted) == (1, 0)
+
+
+def ready_export() -> UsageExport:
+    export = UsageExport.objects.create(
+        format="stripe",
+        start=at("2026-11-28 00:00"),
+        end=at("2026-11-29 00:00"),
+        state=ExportState.READY,
+        size=6,
+        finished_at=timezone.now(),
+    )
+    UsageExportPart.objects.create(export=export, index=0, data=b"{}\n{}\n")
+    return export
+
+
+class TestExportList(EndpointTest):
+    path = EXPORTS
+
+    def test_statements_are_the_baseline_whatever_the_exports(self, used):
+        operator = client_for(TenantFactory(is_operator=True))
+        operator.get("/api/v1/quota")
+        ready_export()
+        self.assert_statement_count(operator)
+        ready_export()
+        listed = self.get_success_response(operator).json()["data"]
+        assert [body["state"] for body in listed] == ["ready", "ready"]
+        assert all(body["downloadUrl"].endswith("/download") for body in listed)
+        self.assert_statement_count(operator)
+
+
+class TestExportDownload(EndpointTest):
+    path = EXPORTS + "/{id}/download"
+
+    def test_statements_are_the_baseline_for_an_export_of_one_part(self, used):
+        operator = client_for(TenantFactory(is_operator=True))
+        operator.get("/api/v1/quota")
+        export = ready_export()
+        # The parts are read as the response streams: count until it has been sent.
+        with recording() as log:
+            response = self.call(operator, id=str(export.pk))
+            body = b"".join(response.streaming_content)
+        assert body == b"{}\n{}\n"
+        assert response["Content-Type"] == "application/x-ndjson"
+        assert len(log.statements) == QUERY_COUNTS[self.endpoint], log.statements
+
+    def test_a_malformed_id_is_a_404(self, used):
+        operator = client_for(TenantFactory(is_operator=True))
+        self.get_error_response(operator, status=404, code="not_found", id="not-an-id")

@@ -44,6 +44,7 @@ def _ensured_key(tenant: Tenant) -> tuple:
         tuple(sorted((tenant.quota_devices or {}).items())),
         settings.NODE_PORTS_PER_TENANT,
         settings.LOAD_BALANCERS_PER_TENANT,
+        settings.SECRETS_PER_TENANT,
     )
 
 
@@ -60,11 +61,12 @@ def forget_ensured_namespace(tenant: Tenant) -> None:
 
 
 def ensure_tenant_namespace_of(tenant_pk: int) -> None:
-    """ensure_tenant_namespace by the tenant's id (a task's argument); a tenant gone is done."""
+    """ensure_tenant_namespace by the tenant's id (a task's argument), whatever this process
+    last ensured, and remembered as ensured; a tenant gone is done."""
     tenant = Tenant.objects.filter(pk=tenant_pk).first()
     if tenant is not None:
-        ensure_tenant_namespace(tenant)
         forget_ensured_namespace(tenant)
+        ensure_tenant_namespace_once(tenant)
 
 
 def _cluster_cidrs() -> list[str]:
@@ -99,6 +101,7 @@ def ensure_tenant_namespace(tenant: Tenant) -> None:
             node_ports=settings.NODE_PORTS_PER_TENANT,
             load_balancers=settings.LOAD_BALANCERS_PER_TENANT,
             ephemeral_storage=tenant.quota_ephemeral_storage,
+            secrets=settings.SECRETS_PER_TENANT,
         ),
         # All of spec.hard: a class taken off the tenant's device quota goes from it.
         exact_fields=[("spec", "hard")],

@@ -13,7 +13,12 @@ from catalog.tests.factories import PackageFactory
 from controlplane import kube
 from runtime import lifecycle, manifests, orders
 from runtime.control import reconcile
-from runtime.control.provisioning import ensure_tenant_namespace, provision_unit
+from runtime.control.provisioning import (
+    ensure_tenant_namespace,
+    ensure_tenant_namespace_of,
+    ensure_tenant_namespace_once,
+    provision_unit,
+)
 from runtime.models import GPUUnit, Operation, OperationStatus
 from runtime.tasks import sweep_operations
 from runtime.tests.factories import UnitFactory
@@ -67,7 +72,17 @@ def test_tenant_namespace_is_restricted_and_has_the_quota(tenant):
         "services.loadbalancers": "8",
         "requests.ephemeral-storage": "1Ti",
         "limits.ephemeral-storage": "1Ti",
+        "count/secrets": "64",
     }
+
+
+def test_the_namespace_task_remembers_what_it_ensured(tenant, cluster):
+    # What a secret sent before the namespace exists queues: the next provisioning in this
+    # process does not ensure it all over again.
+    ensure_tenant_namespace_of(tenant.pk)
+    cluster.requests.clear()
+    ensure_tenant_namespace_once(tenant)
+    assert cluster.requests.entries() == []
 
 
 def test_transient_cluster_errors_are_retried_until_running(tenant, cluster):

@@ -11,7 +11,9 @@ import pytest
 from django.test import override_settings
 
 from controlplane import kube
+from controlplane.kube.errors import PermanentError
 from runtime import manifests
+from runtime.control.provisioning import ensure_tenant_namespace
 from runtime.models import TenantSecret
 from runtime.tests.helpers import wait_until
 from tenancy.tests.factories import TenantFactory
@@ -149,6 +151,26 @@ class TestCreateSecret(EndpointTest):
         client = client_for(owner)
         client.get("/api/v1/secrets")  # the key's first use is stamped apart
         self.assert_statement_count(client, data={"name": "hf", "data": {"k": "v"}})
+
+
+@override_settings(SECRETS_PER_TENANT=2)
+def test_the_namespace_quota_holds_secrets_to_the_limit_whoever_writes_them(owner):
+    """The database's count refuses first; the cluster's ResourceQuota (`count/secrets`)
+    holds the same line for anything that writes to the namespace past it."""
+    ensure_tenant_namespace(owner)
+    quota = kube.get(kube.RESOURCEQUOTA, owner.namespace, manifests.QUOTA_NAME)
+    assert quota["spec"]["hard"]["count/secrets"] == "2"
+    client = client_for(owner)
+    for name in ("a", "b"):
+        response = client.post("/api/v1/secrets", {"name": name, "data": {"k": "v"}}, format="json")
+        assert response.status_code == 201, response.content
+    extra = manifests.build_secret(
+        namespace=owner.namespace, tenant=owner.slug, name="c", data={"k": "v"}
+    )
+    with pytest.raises(PermanentError, match="exceeded quota") as raised:
+        kube.create(kube.SECRET, owner.namespace, extra)
+    assert raised.value.status == 403
+    assert _stored(owner, "c") is None
 
 
 @pytest.mark.django_db(transaction=True)

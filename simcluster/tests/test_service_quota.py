@@ -141,3 +141,31 @@ def test_a_pod_need_not_name_ephemeral_storage(store: Store) -> None:
     store.create("pods", _pod("bare", {}))
     assert _used(store) == {"limits.ephemeral-storage": "0"}
     assert "limits.ephemeral-storage" not in pod_usage(_pod("bare", {}))
+
+
+def _secret(name: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": name, "namespace": "team"},
+        "type": "Opaque",
+        "data": {"token": "c2VjcmV0"},
+    }
+
+
+def test_secrets_past_the_quota_are_forbidden_and_a_deleted_one_frees_its_place(
+    store: Store,
+) -> None:
+    store.create("resourcequotas", _quota({"count/secrets": "2"}))
+    store.create("secrets", _secret("one"))
+    store.create("secrets", _secret("two"))
+    with pytest.raises(ApiError) as raised:
+        store.create("secrets", _secret("three"))
+    assert raised.value.code == 403
+    assert raised.value.message == (
+        'secrets "three" is forbidden: exceeded quota: gpu-quota, '
+        "requested: count/secrets=1, used: count/secrets=2, limited: count/secrets=2"
+    )
+    store.delete("secrets", "team", "one")
+    store.create("secrets", _secret("three"))
+    assert _used(store) == {"count/secrets": "2"}
