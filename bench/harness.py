@@ -50,6 +50,7 @@ _REDIS_DB = {
     "profile": 5,
     "time_to_running": 6,
     "observer_cost": 7,
+    "ledger": 8,
 }
 
 

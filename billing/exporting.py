@@ -429,7 +429,8 @@ def copy_to(
     on_progress: Callable[[int], None] | None = None,
 ) -> int:
     """Write the rows that start in `[start, end)` to `out` in format `fmt_name`; returns the
-    rows written. `on_progress(rows so far)` is called about every BLOCK_BYTES written."""
+    rows written (as PostgreSQL counts them). `on_progress(rows so far)` is called about every
+    BLOCK_BYTES written, and once at the end."""
     try:
         fmt = FORMATS[fmt_name]
     except KeyError:
@@ -438,21 +439,23 @@ def copy_to(
         ) from None
     query = fmt.rows(records_starting(start, end), context(source))
     sql, params = query.query.sql_with_params()
+    header = 1 if fmt.name == "focus-csv" else 0
     lines = 0
     pending = 0
-    with (
-        connection.cursor() as wrapper,
+    with connection.cursor() as wrapper:
         # psycopg's own cursor: the copy() of Django's wrapper takes no parameters.
-        wrapper.cursor.copy(f"COPY ({sql}) TO STDOUT WITH ({fmt.copy_options})", params) as copy,
-    ):
-        for block in copy:
-            out.write(block)
-            lines += bytes(block).count(b"\n")
-            pending += len(block)
-            if on_progress is not None and pending >= BLOCK_BYTES:
-                pending = 0
-                on_progress(lines - (fmt.name == "focus-csv"))
-    rows = lines - (fmt.name == "focus-csv")
+        cursor = wrapper.cursor
+        with cursor.copy(f"COPY ({sql}) TO STDOUT WITH ({fmt.copy_options})", params) as copy:
+            for block in copy:
+                out.write(block)
+                if on_progress is not None:
+                    # Rows so far, for progress only (a CSV field may hold a newline).
+                    lines += bytes(block).count(b"\n")
+                    pending += len(block)
+                    if pending >= BLOCK_BYTES:
+                        pending = 0
+                        on_progress(max(lines - header, 0))
+        rows = cursor.rowcount  # COPY's own count
     if on_progress is not None:
         on_progress(rows)
     return rows

@@ -89,7 +89,9 @@ class PeriodQuerySerializer(serializers.Serializer):
             raise serializers.ValidationError({"to": ["to must be after from."]})
         if end - start > MAX_PERIOD:
             raise serializers.ValidationError({"to": ["A period is at most 400 days."]})
-        return {**attrs, "from": start, "to": end}
+        # The one "now" of the request: a period that ends at it reaches now, so a reader
+        # takes its month whole from the rollups (billing.periods.cover).
+        return {**attrs, "from": start, "to": end, "now": now}
 
 
 class UsageQuerySerializer(PeriodQuerySerializer):
@@ -182,7 +184,7 @@ class UsageView(TenantView):
             start=params["from"],
             end=params["to"],
             group_by=params["groupBy"],
-            now=timezone.now(),
+            now=params["now"],
         )
         return Response(usage_json(usage))
 
@@ -205,61 +207,53 @@ class OperatorUsageView(ApiView):
     def get(self, request: Request) -> Response:
         params = self.validated_query(request)
         usage = selectors.usage(
-            start=params["from"], end=params["to"], group_by=params["groupBy"], now=timezone.now()
+            start=params["from"], end=params["to"], group_by=params["groupBy"], now=params["now"]
         )
         return Response(usage_json(usage))
 
 
-_export = inline_serializer(
-    name="UsageExport",
-    fields={
-        "id": serializers.UUIDField(),
-        "format": serializers.ChoiceField(choices=sorted(exporting.FORMATS)),
-        "from": serializers.DateTimeField(),
-        "to": serializers.DateTimeField(),
-        "state": serializers.ChoiceField(choices=ExportState.values),
-        "rowsTotal": serializers.IntegerField(
-            allow_null=True, help_text="the rows to write, once the export has started"
-        ),
-        "rowsDone": serializers.IntegerField(),
-        "bytes": serializers.IntegerField(),
-        "error": serializers.CharField(),
-        "requestedBy": serializers.CharField(),
-        "createdAt": serializers.DateTimeField(),
-        "startedAt": serializers.DateTimeField(allow_null=True),
-        "finishedAt": serializers.DateTimeField(allow_null=True),
-        "downloadUrl": serializers.CharField(
-            allow_null=True, help_text="where the bytes are, once ready"
-        ),
-    },
-)
+class UsageExportSerializer(serializers.Serializer):
+    """An export resource as the API shows it (read-only)."""
+
+    id = serializers.UUIDField()
+    format = serializers.ChoiceField(choices=sorted(exporting.FORMATS))
+    from_ = serializers.DateTimeField(source="start")
+    to = serializers.DateTimeField(source="end")
+    state = serializers.ChoiceField(choices=ExportState.values)
+    rowsTotal = serializers.IntegerField(
+        source="rows_total",
+        allow_null=True,
+        help_text="the rows to write, once the export has started",
+    )
+    rowsDone = serializers.IntegerField(source="rows_done")
+    bytes = serializers.IntegerField(source="size")
+    error = serializers.CharField()
+    requestedBy = serializers.CharField(source="requested_by")
+    createdAt = serializers.DateTimeField(source="created_at")
+    startedAt = serializers.DateTimeField(source="started_at", allow_null=True)
+    finishedAt = serializers.DateTimeField(source="finished_at", allow_null=True)
+    downloadUrl = serializers.SerializerMethodField(help_text="where the bytes are, once ready")
+
+    def get_fields(self) -> dict:
+        fields = super().get_fields()
+        fields["from"] = fields.pop("from_")  # a Python keyword
+        return fields
+
+    @extend_schema_field(serializers.URLField(allow_null=True))
+    def get_downloadUrl(self, export: UsageExport) -> str | None:
+        if export.state != ExportState.READY:
+            return None
+        request = self.context["request"]
+        return request.build_absolute_uri(
+            reverse("v1:operator-usage-export-download", args=[export.pk])
+        )
 
 
-_export_response = envelope(_export, name="UsageExportResponse")
+_export_response = envelope(UsageExportSerializer, name="UsageExportResponse")
 
 
 def export_json(export: UsageExport, request: Request) -> dict:
-    ready = export.state == ExportState.READY
-    return {
-        "id": str(export.pk),
-        "format": export.format,
-        "from": _stamp(export.start),
-        "to": _stamp(export.end),
-        "state": export.state,
-        "rowsTotal": export.rows_total,
-        "rowsDone": export.rows_done,
-        "bytes": export.size,
-        "error": export.error,
-        "requestedBy": export.requested_by,
-        "createdAt": _stamp(export.created_at),
-        "startedAt": _stamp(export.started_at),
-        "finishedAt": _stamp(export.finished_at),
-        "downloadUrl": request.build_absolute_uri(
-            reverse("v1:operator-usage-export-download", args=[export.pk])
-        )
-        if ready
-        else None,
-    }
+    return dict(UsageExportSerializer(export, context={"request": request}).data)
 
 
 class ExportRequestSerializer(PeriodQuerySerializer):
@@ -302,7 +296,7 @@ class OperatorUsageExportsView(ApiView):
         operation_id="usage_exports_list",
         summary="The latest usage exports, newest first",
         responses={
-            200: envelope(_export, many=True, name="UsageExportListResponse"),
+            200: envelope(UsageExportSerializer, many=True, name="UsageExportListResponse"),
             **error_responses(401, 403),
         },
     )

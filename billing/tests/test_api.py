@@ -8,6 +8,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.utils import timezone
 
+from billing import periods
 from billing.tests.helpers import hold, priced
 from catalog.tests.factories import PackageFactory
 from runtime.models import UnitPhase
@@ -173,3 +174,21 @@ class TestStatement(EndpointTest):
     def test_statements_are_the_baseline(self, auth_client, tenant, used):
         auth_client.get("/api/v1/quota")
         self.assert_statement_count(auth_client, month="2026-11")
+
+
+def test_the_default_period_reads_this_month_from_its_rollup(auth_client, used, monkeypatch):
+    # The period ends at the request's one "now": its month is read whole from the rollups,
+    # not today's rows one by one (bench.ledger found the endpoint 11x slower at 1M rows).
+    plans = []
+    real = periods.cover
+
+    def cover(*args, **kwargs):
+        plans.append(real(*args, **kwargs))
+        return plans[-1]
+
+    monkeypatch.setattr(periods, "cover", cover)
+    response = auth_client.get("/api/v1/usage", {"groupBy": "unit"})
+    assert response.status_code == 200
+    (plan,) = plans
+    assert plan.months == (periods.month_start(timezone.now()),)
+    assert plan.add == ()

@@ -90,6 +90,17 @@ IMMUTABLE_FIELDS = (
 )
 
 
+def _patch_of(
+    serializer: type[serializers.Serializer], *, many: bool = False
+) -> type[serializers.JSONField]:
+    """A JSONField documented as a merge patch of `serializer`'s object (or a whole list of
+    them, which a merge patch replaces): the view merges and checks it."""
+    shape = serializer(many=True) if many else serializer(partial=True)
+    return extend_schema_field(shape)(
+        type(f"{serializer.__name__}Patch", (serializers.JSONField,), {})
+    )
+
+
 class UpdateUnitSerializer(StrictSerializer):
     """A JSON merge patch (RFC 7396) of the unit's changeable fields: a field left out stays,
     null clears it, objects merge key by key, lists are replaced. The merged unit is then
@@ -97,10 +108,14 @@ class UpdateUnitSerializer(StrictSerializer):
 
     operationID = StringField(max_length=128, trim_whitespace=False)
     image = StringField(max_length=validation.MAX_IMAGE, required=False)
-    template = serializers.JSONField(required=False, allow_null=True)
-    access = serializers.JSONField(required=False, allow_null=True)
-    ssh = serializers.JSONField(required=False, allow_null=True)
-    storageMounts = serializers.JSONField(required=False, allow_null=True)
+    # Merged into the unit's own, then checked whole (UnitSpecSerializer); the schema shows
+    # the shapes a patch of each takes (every field optional, null to clear).
+    template = _patch_of(spec.TemplateSerializer)(required=False, allow_null=True)
+    access = _patch_of(spec.AccessSerializer)(required=False, allow_null=True)
+    ssh = _patch_of(spec.SSHSerializer)(required=False, allow_null=True)
+    storageMounts = _patch_of(spec.StorageMountSerializer, many=True)(
+        required=False, allow_null=True
+    )
     stopAfter = spec.DurationField(
         required=False, allow_null=True, help_text="null: the maximum, or none"
     )
