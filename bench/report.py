@@ -24,6 +24,9 @@ BURST_FLOOR = 0.7
 # beat's backstop ticks (a page of RECONCILE_PAGE_SIZE units).
 OBSERVER_RSS_CEILING_MB = 200
 TICK_CEILING_S = 0.5
+# The ledger (issue: "readers at 1M ÷ 1k rows ≤ 1.5; export ≥ 0.1 of COPY").
+LEDGER_READER_CEILING = 1.5
+LEDGER_EXPORT_FLOOR = 0.1
 
 
 def load(path: Path) -> dict[str, dict]:
@@ -280,6 +283,122 @@ def _scheduler(f: dict) -> list[str]:
     return out
 
 
+_LEDGER_READERS = (
+    ("usage_unit", "`usage` this month, by unit"),
+    ("usage_package", "`usage` this month, by package"),
+    ("usage_day", "`usage` this month, by day"),
+    ("statement", "`statement` of this month"),
+    ("tenant_costs", "`tenant_costs`"),
+    ("costs_by_tenant", "`costs_by_tenant`"),
+    ("budget_of", "`budget_of`"),
+    ("cost_to_date", "`cost_to_date` of the fleet"),
+)
+_LEDGER_SIZES = ((1_000, "1k"), (10_000, "10k"), (1_000_000, "1M"))
+
+
+def _ledger(f: dict) -> list[str]:
+    out = _header(f, "8. Ledger readers and exports at 1k, 10k and 1M rows")
+    loads = "; ".join(
+        f"{label}: {f[f'r{n}_load_s']} s to write, {f[f'r{n}_rebuild_s']} s to rebuild "
+        f"{f[f'r{n}_rollup_rows']:,} rollup rows"
+        for n, label in _LEDGER_SIZES
+    )
+    out += [
+        f"One tenant, {f['units']:,} units of {f['packages']} packages, one ledger row per unit "
+        "and UTC hour back from the current hour: 1 hour, 10 hours and 1,000 hours (about 42 "
+        "days, so three UTC months). Each size in its own database, rows written oldest first "
+        "by one `INSERT ... SELECT`, rollups by `billing.rollups.rebuild()`, then `VACUUM "
+        f"ANALYZE` ({loads}).",
+        "",
+        "Readers (billing.selectors, billing.statements, billing.budgets) called in this "
+        f"process with now = {f['now']} and this month from {f['month_start']} (the API's "
+        f"default period), warm; {f['reader_rounds']} rounds alternating between the three "
+        f"databases, {f['reader_calls']} timed calls per reader and round after one untimed, "
+        "median. The endpoint: `GET /api/v1/usage?groupBy=unit` (default period) through "
+        f"{f['server']}, one server per database, one connection, {f['endpoint_rounds']} "
+        f"rounds of {f['endpoint_requests']} requests alternating, p50. Every reader's answer "
+        "is checked against sums of the ledger rows. Figure: time at 10k and 1M rows over time "
+        "at 1k.",
+        "",
+        "| reader | 1k ms | 10k ms | 1M ms | 10k ÷ 1k | 1M ÷ 1k | SQL statements | floor |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for name, label in [*_LEDGER_READERS, ("endpoint", "`GET /api/v1/usage?groupBy=unit`")]:
+        suffix = "_p50_ms" if name == "endpoint" else "_ms"
+        ratio = f[f"{name}_ratio_1m"]
+        statements = " / ".join(str(f[f"r{n}_{name}_statements"]) for n, _ in _LEDGER_SIZES)
+        out.append(
+            f"| {label} | {' | '.join(str(f[f'r{n}_{name}{suffix}']) for n, _ in _LEDGER_SIZES)} "
+            f"| {f[f'{name}_ratio_10k']} | {ratio} | {statements} | "
+            f"≤ {LEDGER_READER_CEILING}: {_floor(ratio <= LEDGER_READER_CEILING)} |"
+        )
+    out += [""]
+    if f.get("export_available"):
+        out += [
+            "Exports: `billing.exporting.copy_to(format, ...)` of every row into a temp file, "
+            "and a FOCUS export as a worker makes one (`billing.jobs.run_export`), against the "
+            "baseline, a plain `COPY (SELECT * FROM billing_usagerecord WHERE start "
+            ">= ... AND start < ... ORDER BY start, id) TO STDOUT (FORMAT csv)` of the same rows "
+            "read with psycopg's `cursor.copy()` into a temp file; the two in turn, median "
+            f"({f['r10000_export_reps']} runs at 10k, {f['r1000000_export_reps']} at 1M). "
+            "Figure: export rows/s over COPY rows/s.",
+            "",
+            "| format | 10k rows/s | 10k ratio | 1M rows/s | 1M ratio | 1M s | 1M MB | floor |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        ]
+        big = "r1000000_export_"
+        out.append(
+            f"| COPY (baseline) | {f['r10000_export_copy_rows_per_s']:,} | 1 | "
+            f"{f[big + 'copy_rows_per_s']:,} | 1 | {f[big + 'copy_s']} | "
+            f"{round(f[big + 'copy_bytes'] / 1e6, 1)} | |"
+        )
+        labels = {
+            "focus-csv": "focus-csv",
+            "cloudevents": "cloudevents",
+            "stripe": "stripe",
+            "job-focus-csv": "focus-csv as the worker makes it (rendered, then stored in parts)",
+        }
+        for fmt, label in labels.items():
+            key = fmt.replace("-", "_")
+            small, large = f"r10000_export_{key}_", f"{big}{key}_"
+            if large + "ratio" not in f or small + "ratio" not in f:
+                if fmt != "job-focus-csv":  # not measured before the job existed
+                    out.append(f"| {label} | failed | | | | | | **not met** |")
+                continue
+            worst = min(f[small + "ratio"], f[large + "ratio"])
+            out.append(
+                f"| {label} | {f[small + 'rows_per_s']:,} | {f[small + 'ratio']} | "
+                f"{f[large + 'rows_per_s']:,} | {f[large + 'ratio']} | {f[large + 's']} | "
+                f"{round(f[large + 'bytes'] / 1e6, 1)} | "
+                f"≥ {LEDGER_EXPORT_FLOOR}: {_floor(worst >= LEDGER_EXPORT_FLOOR)} |"
+            )
+        out += [""]
+    else:
+        out += ["Exports: `billing.exporting` was not there when this ran; not measured.", ""]
+    failing = [
+        label for name, label in _LEDGER_READERS if f[f"{name}_ratio_1m"] > LEDGER_READER_CEILING
+    ]
+    out += [
+        "Floors:",
+        "",
+        f"- readers at 1M ÷ 1k rows ≤ {LEDGER_READER_CEILING}: {_floor(f['readers_met'])}"
+        + (f" ({', '.join(failing)} above)" if failing else "")
+        + f"; the endpoint {f['endpoint_ratio_1m']}× {_floor(f['endpoint_met'])};",
+    ]
+    if f.get("export_available"):
+        out.append(
+            f"- every export ≥ {LEDGER_EXPORT_FLOOR} of COPY at 10k and 1M rows: "
+            f"{_floor(f.get('exports_met', False))};"
+        )
+    problems = f.get("problems") or []
+    out.append(
+        "- readers' answers equal the ledger's sums: "
+        + (_floor(True) if not problems else "**no**: " + "; ".join(problems))
+        + ".",
+    )
+    return [*out, ""]
+
+
 SECTIONS = {
     "api_create": _create,
     "api_list": _list,
@@ -288,6 +407,7 @@ SECTIONS = {
     "time_to_running": _time_to_running,
     "observer_cost": _observer_cost,
     "sim_scheduler": _scheduler,
+    "ledger": _ledger,
 }
 
 

@@ -20,6 +20,7 @@ SCRIPTS = (
     "time_to_running",
     "observer_cost",
     "sim_scheduler",
+    "ledger",
 )
 TIMEOUT_SECONDS = 900
 
