@@ -1,5 +1,5 @@
 """Dashboard forms: the units filter, the order form and the edit form (which validate like
-the API), the SSH key form and the storage form."""
+the API), the SSH key form, the storage form and the secret form."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from django import forms
 from django.db.models import QuerySet
 from django.utils.datastructures import MultiValueDict
 
-from controlplane.validation import format_duration
+from controlplane.validation import fold_case, format_duration
 from dashboard.queries import ALL_PHASES, PackageRow
 from runtime import actions, stopafter
 from runtime.api.serializers import CreateUnitSerializer
@@ -23,8 +23,10 @@ from runtime.validation import (
     MAX_MOUNTS,
     MAX_PORTS,
     MAX_STRING,
+    SECRET_NAME_MAX,
     STORAGE_NAME_MAX,
     UNIT_NAME_MAX,
+    secret_name,
 )
 from tenancy.models import Tenant
 
@@ -751,9 +753,108 @@ class StorageForm(SummarisedForm):
                 self.add_error(field, message)
 
 
+# Only real line breaks end a secret's line: str.splitlines() would also split a value at a
+# form feed or U+2028.
+LINE_BREAK = re.compile(r"\r\n|\r|\n")
+
+
+def parse_secret_entries(text: str) -> dict[str, str]:
+    """`KEY=value` lines as a secret's data: the value is everything after the first '=', as
+    typed. Problems name the line and the key, never what follows the '=' (nor a line with
+    no '=', which may be a value pasted alone). Keys, sizes and counts are the service's to
+    judge, so the page and the API say the same."""
+    entries: dict[str, str] = {}
+    lines: dict[str, int] = {}
+    problems = []
+    for number, line in enumerate(LINE_BREAK.split(text), start=1):
+        if not line.strip():
+            continue
+        key, equals, value = line.partition("=")
+        key = key.strip()
+        if not equals:
+            problems.append(f"Line {number} has no '=': write one KEY=value a line.")
+        elif not key:
+            problems.append(f"Line {number} has no key before its '='.")
+        elif key in entries:
+            problems.append(
+                f"Key {key} is on lines {lines[key]} and {number}: a secret holds each key once."
+            )
+        else:
+            entries[key] = value
+            lines[key] = number
+    if problems:
+        raise forms.ValidationError(problems)
+    return entries
+
+
+class WriteOnlyTextarea(forms.Textarea):
+    """A textarea that never renders what was typed into it (a secret's values): a form shown
+    again after an error comes back with it empty."""
+
+    def format_value(self, value: Any) -> None:
+        return None
+
+
+class SecretForm(SummarisedForm):
+    """A secret to create or replace for the tenant; runtime.tenant_secrets judges it."""
+
+    name = forms.CharField(
+        max_length=SECRET_NAME_MAX,
+        help_text=(
+            f"Lower-case letters, digits and '-', at most {SECRET_NAME_MAX} characters, e.g. hf. "
+            "The name of a secret you hold replaces all its keys and values."
+        ),
+        widget=forms.TextInput(attrs={"autocomplete": "off", "spellcheck": "false"}),
+    )
+    entries = forms.CharField(
+        label="Keys and values",
+        strip=False,
+        help_text=(
+            "One KEY=value a line, e.g. HF_TOKEN=hf_…; the value is the rest of the line, "
+            "spaces included. Keys are letters, digits, '-', '_' and '.'; at most 64 keys and "
+            "1 MiB in all. Values are never shown again."
+        ),
+        widget=WriteOnlyTextarea(
+            attrs={
+                "rows": 6,
+                "autocomplete": "off",
+                "autocapitalize": "off",
+                "spellcheck": "false",
+                "wrap": "off",
+            }
+        ),
+    )
+
+    def clean_name(self) -> str:
+        # Judged here too (by the service's own rule), so a bad name and bad entries are both
+        # reported at once.
+        name = fold_case(self.cleaned_data["name"].strip())
+        if problem := secret_name(name):
+            raise forms.ValidationError(problem)
+        return name
+
+    def clean_entries(self) -> dict[str, str]:
+        return parse_secret_entries(self.cleaned_data["entries"])
+
+    @property
+    def values_dropped(self) -> bool:
+        """Whether the form comes back with errors after values were typed: the page says to
+        enter them again, since it never shows them."""
+        return bool(self.errors) and bool(str(self.data.get("entries", "")).strip())
+
+    def report(self, problems: dict[str, list[str]]) -> None:
+        """Put the service's problems, keyed by API field (`name`, `data`, `data.<key>`), next
+        to the fields they are about; a key's problem names the key."""
+        for path, messages in problems.items():
+            field, _, key = path.partition(".")
+            target = {"name": "name", "data": "entries"}.get(field)
+            for message in messages if isinstance(messages, list) else [messages]:
+                self.add_error(target, f"{key}: {message}" if key else message)
+
+
 class TenantPickForm(forms.Form):
-    """Staff pick the tenant whose keys or storages they look at (customers have exactly
-    one)."""
+    """Staff pick the tenant whose keys, storages or secrets they look at (customers have
+    exactly one)."""
 
     tenant = forms.ModelChoiceField(
         queryset=Tenant.objects.none(), to_field_name="slug", empty_label="Choose a tenant"

@@ -21,8 +21,15 @@ from dashboard.charts import Sample
 from dracel import quantity
 from inventory import selectors as inventory_selectors
 from inventory.models import Device, Node, SyncRun
-from runtime import actions, availability, outbox
-from runtime.models import GPUStorage, GPUUnit, OperationKind, UnitEvent, UnitPhase
+from runtime import actions, availability, outbox, tenant_secrets
+from runtime.models import (
+    GPUStorage,
+    GPUUnit,
+    OperationKind,
+    TenantSecret,
+    UnitEvent,
+    UnitPhase,
+)
 from tenancy.models import SSHKey, Tenant
 from tenancy.selectors import usage_of
 
@@ -456,6 +463,41 @@ def list_storages(tenant: Tenant) -> list[StorageRow]:
 
 def get_storage_row(tenant: Tenant, name: str) -> StorageRow | None:
     return next((row for row in list_storages(tenant) if row.storage.name == name), None)
+
+
+@dataclass(frozen=True)
+class ReadingUnit:
+    """A live unit whose environment reads a secret, and the keys it reads."""
+
+    name: str
+    uid: str
+    keys: list[str]
+
+
+@dataclass(frozen=True)
+class SecretRow:
+    secret: TenantSecret
+    used_by: list[ReadingUnit]
+
+
+def list_secrets(tenant: Tenant) -> list[SecretRow]:
+    """The tenant's secrets (names and keys: no value is in the database) with the live units
+    reading each (two queries)."""
+    reads = tenant_secrets.readers(tenant_id=tenant.pk)
+    return [
+        SecretRow(
+            secret,
+            [
+                ReadingUnit(name, uid, sorted(keys))
+                for (name, uid), keys in reads.get(secret.name, {}).items()
+            ],
+        )
+        for secret in TenantSecret.objects.filter(tenant=tenant).order_by("name")
+    ]
+
+
+def get_secret_row(tenant: Tenant, name: str) -> SecretRow | None:
+    return next((row for row in list_secrets(tenant) if row.secret.name == name), None)
 
 
 @dataclass(frozen=True)

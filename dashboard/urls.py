@@ -48,6 +48,8 @@ urlpatterns = [
     ),
     path("ssh-keys/", views.SSHKeyListView.as_view(), name="ssh-key-list"),
     path("ssh-keys/<slug:name>/delete/", views.SSHKeyDeleteView.as_view(), name="ssh-key-delete"),
+    path("secrets/", views.SecretListView.as_view(), name="secret-list"),
+    path("secrets/<slug:name>/delete/", views.SecretDeleteView.as_view(), name="secret-delete"),
     path("storage/", views.StorageListView.as_view(), name="storage-list"),
     path("storage/live/", views.StorageListView.as_view(live=True), name="storage-live"),
     path("storage/<slug:name>/delete/", views.StorageDeleteView.as_view(), name="storage-delete"),

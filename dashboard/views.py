@@ -1,6 +1,6 @@
 """Dashboard pages: every view resolves the caller's scope first, then reads through
 dashboard.queries and writes only through the runtime's and tenancy's services (orders,
-lifecycle, storages, SSH keys), as the API does."""
+lifecycle, storages, secrets, SSH keys), as the API does."""
 
 from __future__ import annotations
 
@@ -28,7 +28,7 @@ from django_htmx.http import HttpResponseClientRedirect, HttpResponseStopPolling
 from django_htmx.middleware import HtmxDetails
 
 from billing import periods, statements
-from controlplane.errors import DomainError, NotFound
+from controlplane.errors import DomainError, NotFound, ServiceUnavailable
 from dashboard import logtail, queries
 from dashboard.access import (
     SESSION_TENANT,
@@ -43,6 +43,7 @@ from dashboard.addresses import unit_access, unit_ssh
 from dashboard.charts import NARROW, usage_chart, utilisation_chart
 from dashboard.forms import (
     OPERATION_ID,
+    SecretForm,
     SSHKeyForm,
     StorageForm,
     TenantPickForm,
@@ -66,8 +67,9 @@ from runtime.errors import (
 )
 from runtime.models import GPUUnit, OperationKind, RunPolicy, StoragePhase, UnitPhase
 from runtime.storage import StorageConflict
+from runtime.tenant_secrets import NamespaceNotReady, SecretConflict, SecretInUse
 from tenancy import services as tenancy_services
-from tenancy.errors import SSHKeyConflict
+from tenancy.errors import LimitExceeded, SSHKeyConflict
 from tenancy.models import Tenant
 
 # How often open pages ask for fresh phases; tests shorten it.
@@ -941,6 +943,125 @@ class SSHKeyDeleteView(SSHKeyPage):
             messages.info(request, f"SSH key {name} was already deleted.")
         else:
             messages.success(request, f"SSH key {name} deleted.")
+        return HttpResponseRedirect(self.list_url(tenant))
+
+
+class SecretPage(TenantPage):
+    list_route = "dashboard:secret-list"
+    what = "secret"
+
+
+class SecretListView(SecretPage):
+    """The tenant's secrets (names and keys, never values), the units reading each, and the
+    form to create or replace one."""
+
+    def get(self, request: HtmxHttpRequest) -> HttpResponse:
+        # "Replace" links name the secret, so the form comes with its name filled in.
+        return self.show(SecretForm(initial={"name": request.GET.get("name", "")}))
+
+    def post(self, request: HtmxHttpRequest) -> HttpResponse:
+        tenant, _ = self.tenant_choice()
+        if tenant is None:
+            return self.show(SecretForm(), status=400)
+        form = SecretForm(request.POST)
+        if form.is_valid():
+            try:
+                secret, created = tenant_secrets.create_or_replace_secret(
+                    tenant=tenant,
+                    name=form.cleaned_data["name"],
+                    data=form.cleaned_data["entries"],
+                )
+            except DomainError as error:
+                self.report(form, error)
+            else:
+                keys = ", ".join(secret.keys)
+                if created:
+                    messages.success(request, f"Secret {secret.name} created with keys {keys}.")
+                else:
+                    messages.success(
+                        request,
+                        f"Secret {secret.name} replaced; its keys are now {keys}. Running units "
+                        "read the new values from their next start or restart.",
+                    )
+                return HttpResponseRedirect(self.list_url(tenant))
+        return self.show(form)
+
+    @staticmethod
+    def report(form: SecretForm, error: DomainError) -> None:
+        """Put the service's refusal on the form: next to the field it is about, else above."""
+        if isinstance(error, InvalidRequest) and error.details.get("fields"):
+            form.report(error.details["fields"])
+        elif isinstance(error, SecretConflict):
+            form.add_error(
+                "name",
+                f"The tenant's namespace holds a Kubernetes Secret secret-"
+                f"{error.details.get('name')} that this control plane does not manage. Choose "
+                "another name.",
+            )
+        elif isinstance(error, LimitExceeded):
+            form.add_error(
+                None,
+                f"The tenant holds as many secrets as it may ({error.details.get('hard')}). "
+                "Delete one it no longer needs, or replace one it holds by giving its name.",
+            )
+        elif isinstance(error, NamespaceNotReady):
+            form.add_error(
+                None,
+                "The tenant's namespace is being prepared: try again in a few seconds.",
+            )
+        else:
+            form.add_error(None, error.message)
+
+    def show(self, form: SecretForm, *, status: int = 200) -> HttpResponse:
+        tenant, picker = self.tenant_choice()
+        return self.page(
+            "dashboard/secrets.html",
+            {
+                "tenant": tenant,
+                "picker": picker,
+                "rows": queries.list_secrets(tenant) if tenant else None,
+                "limit": settings.SECRETS_PER_TENANT,
+                "form": form,
+                "action": self.list_url(tenant) if tenant else "",
+            },
+            status=status,
+        )
+
+
+class SecretDeleteView(SecretPage):
+    """Delete a secret in two steps: a confirmation page, then a POST; refused while a live
+    unit reads it."""
+
+    acts = True
+
+    def get(self, request: HtmxHttpRequest, name: str) -> HttpResponse:
+        tenant = self.chosen_tenant()
+        row = self.found(queries.get_secret_row(tenant, name), self.what)
+        return self.page(
+            "dashboard/secret_delete.html",
+            {"row": row, "tenant": tenant, "back": self.list_url(tenant)},
+        )
+
+    def post(self, request: HtmxHttpRequest, name: str) -> HttpResponse:
+        tenant = self.chosen_tenant()
+        try:
+            tenant_secrets.delete_secret(tenant=tenant, name=name)
+        except NotFound:
+            messages.info(request, f"Secret {name} was already deleted.")
+        except SecretInUse as error:
+            units = error.details.get("units") or []
+            many = len(units) > 1
+            messages.error(
+                request,
+                f"Secret {name} was not deleted: unit{'s' if many else ''} {', '.join(units)} "
+                f"read{'' if many else 's'} it, and a unit's next start fails without it. "
+                f"Delete {'those units' if many else 'that unit'}, or take the secret out of "
+                f"{'their' if many else 'its'} environment, first.",
+            )
+        except ServiceUnavailable as error:
+            messages.error(request, error.message)
+        else:
+            messages.success(request, f"Secret {name} deleted.")
         return HttpResponseRedirect(self.list_url(tenant))
 
 

@@ -199,16 +199,27 @@ def get_secret(*, tenant: Tenant, name: str) -> TenantSecret:
     return secret
 
 
+def readers(*, tenant_id: int) -> dict[str, dict[tuple[str, str], list[str]]]:
+    """Which of the tenant's live units read which of its secrets, and the keys each reads:
+    {secret name: {(unit name, unit uid): [keys]}}, units by name (one query)."""
+    found: dict[str, dict[tuple[str, str], list[str]]] = {}
+    units = (
+        GPUUnit.objects.live()
+        .filter(tenant_id=tenant_id, template__env__contains=[{"secretRef": {}}])
+        .order_by("name")
+        .values_list("name", "uid", "template")
+    )
+    for name, uid, template in units:
+        for _, ref in validation.secret_refs(template):
+            keys = found.setdefault(ref["name"], {}).setdefault((name, str(uid)), [])
+            if ref["key"] not in keys:
+                keys.append(ref["key"])
+    return found
+
+
 def referenced_by(secret: TenantSecret) -> list[str]:
     """Names of the tenant's live units whose environment reads the secret."""
-    return list(
-        GPUUnit.objects.live()
-        .filter(
-            tenant_id=secret.tenant_id,
-            template__env__contains=[{"secretRef": {"name": secret.name}}],
-        )
-        .values_list("name", flat=True)
-    )
+    return [name for name, _uid in readers(tenant_id=secret.tenant_id).get(secret.name, {})]
 
 
 def delete_secret(*, tenant: Tenant, name: str) -> None:

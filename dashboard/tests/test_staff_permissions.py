@@ -54,6 +54,8 @@ ROUTES = {
     "storage-list": READ,
     "storage-live": READ,
     "storage-delete": ACT,
+    "secret-list": READ,
+    "secret-delete": ACT,
     "choose-tenant": OPEN,
     "login": OPEN,
     "logout": OPEN,

@@ -17,7 +17,7 @@ from dashboard.tests.conftest import PASSWORD, make_unit, make_user
 from dracel import quantity
 from inventory.sync import sync_inventory
 from runtime import orders
-from runtime.models import GPUStorage, GPUUnit
+from runtime.models import GPUStorage, GPUUnit, TenantSecret
 from runtime.tests.helpers import remove_namespace_objects, wait_for_phase
 from tenancy import services
 from tenancy.tests.factories import TenantFactory
@@ -37,6 +37,7 @@ PACKAGES = [
 ]
 LONG_NAME = "nightly-finetune-of-the-large-model-with-a-long-name"  # 52 of 54 characters
 LONG_STORAGE = "checkpoints-of-the-nightly-finetune-of-the-large-model"  # 54 of 55
+LONG_SECRET = "database-credentials-for-the-nightly-finetune-runs-of-x"  # 55 of 56
 
 # What a page must not do, measured in the page: the document wider than the window, or a
 # table region that needs sideways scrolling to show all its columns.
@@ -194,6 +195,23 @@ def seed() -> dict:
             storage_class=storage_class,
             message=message,
         )
+    # Secrets (rows only: the page shows names and keys, never a value), the longest name
+    # and many long keys, one read by a unit.
+    TenantSecret.objects.create(
+        tenant=tenant,
+        name=LONG_SECRET,
+        keys=sorted(
+            ["PGSSLROOTCERT.pem", "POSTGRES_DB", "POSTGRES_HOST", "POSTGRES_PASSWORD"]
+            + [f"REPLICA_{n}_CONNECTION_STRING_FOR_THE_READ_ONLY_POOL" for n in range(6)]
+        ),
+    )
+    TenantSecret.objects.create(tenant=tenant, name="hf", keys=["token"])
+    make_unit(
+        tenant,
+        LONG_NAME.removesuffix("-name") + "-hf",
+        reason="Running",
+        template={"env": [{"name": "HF_TOKEN", "secretRef": {"name": "hf", "key": "token"}}]},
+    )
     mounted = make_unit(
         tenant,
         LONG_NAME.removesuffix("-name") + "-io",
@@ -277,6 +295,9 @@ def test_every_page_fits_a_laptop_and_a_phone(page, live_server, settings):
         ("packages-customer", "/packages/"),
         ("ssh-keys-customer", "/ssh-keys/"),
         ("ssh-key-delete", "/ssh-keys/build-server-in-the-basement/delete/"),
+        ("secrets-customer", "/secrets/"),
+        ("secret-delete", f"/secrets/{LONG_SECRET}/delete/"),
+        ("secret-delete-in-use", "/secrets/hf/delete/"),
         ("storage-customer", "/storage/"),
         ("storage-delete", "/storage/old-results/delete/"),
         ("storage-delete-mounted", f"/storage/{LONG_STORAGE}/delete/"),
@@ -363,6 +384,7 @@ def test_every_page_fits_a_laptop_and_a_phone(page, live_server, settings):
         ("packages", "/packages/"),
         ("ssh-keys-staff", "/ssh-keys/"),
         ("ssh-keys-staff-tenant", f"/ssh-keys/?tenant={data['tenant'].slug}"),
+        ("secrets-staff-tenant", f"/secrets/?tenant={data['tenant'].slug}"),
         ("storage-staff", "/storage/"),
         ("storage-staff-tenant", f"/storage/?tenant={data['tenant'].slug}"),
     ):
