@@ -28,6 +28,7 @@ logger = logging.getLogger(__name__)
 PART_BYTES = 4 << 20
 PROGRESS_SECONDS = 1.0
 RESEND_AFTER = timedelta(minutes=1)
+STALE_MARGIN = timedelta(minutes=1)
 
 
 def request_export(
@@ -96,13 +97,23 @@ def _store(export: UsageExport, spool: tempfile.SpooledTemporaryFile) -> int:
     return size
 
 
+def _stale(now: datetime) -> Q:
+    """A running export no worker can still be on (past the task's hard time limit): its
+    worker was lost."""
+    limit = timedelta(seconds=settings.BILLING_EXPORT_TIME_LIMIT_SECONDS) + STALE_MARGIN
+    return Q(state=ExportState.RUNNING, started_at__lt=now - limit)
+
+
 def run_export(export_id: uuid.UUID | str) -> UsageExport | None:
-    """Make the export: claim it (a rerun after a lost worker starts over), count its rows,
-    render them, store the bytes, mark it ready (or failed, with the error). None when there
-    is no such export or it is already finished."""
-    claimed = UsageExport.objects.filter(
-        pk=export_id, state__in=[ExportState.REQUESTED, ExportState.RUNNING]
-    ).update(state=ExportState.RUNNING, started_at=Now(), rows_done=0, size=0)
+    """Make the export: claim it (requested, or running on a worker since lost: it starts
+    over), count its rows, render them, store the bytes, mark it ready (or failed, with the
+    error). None when there is no such export, or it is finished or running elsewhere (a
+    second delivery of the task)."""
+    claimed = (
+        UsageExport.objects.filter(pk=export_id)
+        .filter(Q(state=ExportState.REQUESTED) | _stale(timezone.now()))
+        .update(state=ExportState.RUNNING, started_at=Now(), rows_done=0, size=0)
+    )
     if not claimed:
         return None
     export = UsageExport.objects.get(pk=export_id)
@@ -153,8 +164,8 @@ def export_bytes(export: UsageExport) -> Iterator[bytes]:
 
 def sweep_exports(*, now: datetime | None = None) -> tuple[int, int]:
     """Send again the exports requested over RESEND_AFTER ago that no worker started (the
-    broker was down), and delete those finished (or never started) longer than
-    BILLING_EXPORT_RETENTION_HOURS ago; returns (sent, deleted)."""
+    broker was down) and those whose worker was lost mid-way, and delete those finished (or
+    never started) longer than BILLING_EXPORT_RETENTION_HOURS ago; returns (sent, deleted)."""
     now = now or timezone.now()
     cutoff = now - timedelta(hours=settings.BILLING_EXPORT_RETENTION_HOURS)
     old = UsageExport.objects.filter(
@@ -163,7 +174,7 @@ def sweep_exports(*, now: datetime | None = None) -> tuple[int, int]:
     deleted = old.count()
     old.delete()
     waiting = UsageExport.objects.filter(
-        state=ExportState.REQUESTED, created_at__lt=now - RESEND_AFTER
+        Q(state=ExportState.REQUESTED, created_at__lt=now - RESEND_AFTER) | _stale(now)
     ).values_list("pk", flat=True)
     sent = sum(_enqueue(pk) for pk in waiting)
     return sent, deleted

@@ -256,3 +256,26 @@ class TestExportDownload(EndpointTest):
     def test_a_malformed_id_is_a_404(self, used):
         operator = client_for(TenantFactory(is_operator=True))
         self.get_error_response(operator, status=404, code="not_found", id="not-an-id")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_second_delivery_leaves_a_running_export_alone_and_a_lost_one_starts_over(used):
+    export = UsageExport.objects.create(
+        format="stripe",
+        start=at("2026-11-28 00:00"),
+        end=at("2026-11-29 00:00"),
+        state=ExportState.RUNNING,
+        started_at=timezone.now(),
+    )
+    UsageExportPart.objects.create(export=export, index=0, data=b"half")
+    assert jobs.run_export(export.pk) is None  # another worker is on it
+    assert UsageExportPart.objects.filter(export=export).count() == 1
+    assert jobs.sweep_exports() == (0, 0)
+
+    lost = timezone.now() - timedelta(seconds=jobs.settings.BILLING_EXPORT_TIME_LIMIT_SECONDS)
+    UsageExport.objects.filter(pk=export.pk).update(started_at=lost - jobs.STALE_MARGIN)
+    assert jobs.sweep_exports() == (1, 0)  # sent again
+    done = jobs.run_export(export.pk)
+    assert done is not None
+    assert (done.state, done.rows_done) == (ExportState.READY, 6)
+    assert b"".join(jobs.export_bytes(done)).count(b"\n") == 6
