@@ -9,6 +9,7 @@ from the ledger (the migration's backfill, and the bench); `differences` compare
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, date, datetime
@@ -81,7 +82,7 @@ def _unit_key(record: UsageRecord, grain: str) -> tuple:
         grain,
         period_of(record.start, grain),
         record.tenant_id,
-        record.unit_uid,
+        uuid.UUID(str(record.unit_uid)),  # as the database gives it back
         record.unit_name,
         record.package_id,
         record.alternative,

@@ -170,6 +170,7 @@ def test_tenant_namespace_is_pod_security_restricted_with_the_articles_quota():
         "services.loadbalancers": "8",
         "requests.ephemeral-storage": "1Ti",
         "limits.ephemeral-storage": "1Ti",
+        "count/secrets": "64",
     }
 
 
