@@ -1,8 +1,9 @@
 """Usage exports as background jobs: `request_export` records one and queues it; a Celery
 worker runs it (`run_export`): PostgreSQL renders the rows through COPY
 (billing.exporting.copy_to) into a spooled file while a side thread writes the rows done so
-far, then the bytes are stored as parts any web process can stream (`export_bytes`). No web
-thread renders anything; a download only moves stored bytes."""
+far, then the bytes are stored gzip-compressed as parts any web process can stream
+(`export_bytes`). No web thread renders anything; a download only moves stored bytes (and
+decompresses them for a client that does not accept gzip)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import logging
 import tempfile
 import threading
 import uuid
+import zlib
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 
@@ -26,6 +28,9 @@ from billing.models import ExportState, UsageExport, UsageExportPart
 logger = logging.getLogger(__name__)
 
 PART_BYTES = 4 << 20
+# zlib's fastest level: most of the size win for a fraction of the time; wbits 31 = gzip.
+GZIP_LEVEL = 1
+GZIP_WBITS = 31
 PROGRESS_SECONDS = 1.0
 RESEND_AFTER = timedelta(minutes=1)
 STALE_MARGIN = timedelta(minutes=1)
@@ -85,16 +90,30 @@ class _Progress:
             connection.close()
 
 
-def _store(export: UsageExport, spool: tempfile.SpooledTemporaryFile) -> int:
-    """The spooled bytes as the export's parts, in order; returns the bytes stored."""
+def _store(export: UsageExport, spool: tempfile.SpooledTemporaryFile) -> tuple[int, int]:
+    """The spooled bytes as one gzip stream cut into the export's parts, in order; returns
+    the bytes read and the bytes stored. Usage rows compress about tenfold, so storing them
+    costs a tenth of the writes (and of the database's space)."""
     spool.seek(0)
-    size = 0
-    index = 0
-    while chunk := spool.read(PART_BYTES):
-        UsageExportPart.objects.create(export=export, index=index, data=chunk)
-        size += len(chunk)
+    compressor = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, GZIP_WBITS)
+    size = stored = index = 0
+    pending = b""
+
+    def put(data: bytes) -> None:
+        nonlocal index, stored
+        UsageExportPart.objects.create(export=export, index=index, data=data)
         index += 1
-    return size
+        stored += len(data)
+
+    while chunk := spool.read(PART_BYTES):
+        size += len(chunk)
+        pending += compressor.compress(chunk)
+        if len(pending) >= PART_BYTES:
+            put(pending)
+            pending = b""
+    pending += compressor.flush()
+    put(pending)
+    return size, stored
 
 
 def _stale(now: datetime) -> Q:
@@ -112,7 +131,7 @@ def run_export(export_id: uuid.UUID | str) -> UsageExport | None:
     claimed = (
         UsageExport.objects.filter(pk=export_id)
         .filter(Q(state=ExportState.REQUESTED) | _stale(timezone.now()))
-        .update(state=ExportState.RUNNING, started_at=Now(), rows_done=0, size=0)
+        .update(state=ExportState.RUNNING, started_at=Now(), rows_done=0, size=0, stored=0)
     )
     if not claimed:
         return None
@@ -138,9 +157,13 @@ def run_export(export_id: uuid.UUID | str) -> UsageExport | None:
                     on_progress=note,
                 )
             with transaction.atomic():
-                size = _store(export, spool)
+                size, stored = _store(export, spool)
                 UsageExport.objects.filter(pk=export.pk).update(
-                    state=ExportState.READY, rows_done=written, size=size, finished_at=Now()
+                    state=ExportState.READY,
+                    rows_done=written,
+                    size=size,
+                    stored=stored,
+                    finished_at=Now(),
                 )
     except Exception as exc:  # any failure is the export's, said on it
         logger.exception("usage export %s failed", export.pk)
@@ -153,13 +176,21 @@ def run_export(export_id: uuid.UUID | str) -> UsageExport | None:
     return export
 
 
-def export_bytes(export: UsageExport) -> Iterator[bytes]:
-    """The export's bytes, a part at a time (one query each)."""
-    indexes = list(
+def export_bytes(export: UsageExport, *, gzip: bool = False) -> Iterator[bytes]:
+    """The export's bytes a part at a time (one query each): the stored gzip stream as it is
+    (`gzip`: for a client that accepts it), else decompressed on the way."""
+    pks = list(
         UsageExportPart.objects.filter(export=export).order_by("index").values_list("pk", flat=True)
     )
-    for pk in indexes:
-        yield bytes(UsageExportPart.objects.values_list("data", flat=True).get(pk=pk))
+    decompressor = None if gzip else zlib.decompressobj(GZIP_WBITS)
+    for pk in pks:
+        data = bytes(UsageExportPart.objects.values_list("data", flat=True).get(pk=pk))
+        if decompressor is None:
+            yield data
+        elif text := decompressor.decompress(data):
+            yield text
+    if decompressor is not None and (rest := decompressor.flush()):
+        yield rest
 
 
 def sweep_exports(*, now: datetime | None = None) -> tuple[int, int]:

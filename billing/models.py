@@ -299,6 +299,9 @@ class UsageExport(models.Model):
     rows_total = models.BigIntegerField(null=True, blank=True)
     rows_done = models.BigIntegerField(default=0)
     size = models.BigIntegerField("bytes", default=0)
+    stored = models.BigIntegerField(
+        "bytes stored", default=0, help_text="gzip-compressed, as the parts hold them"
+    )
     error = models.CharField(max_length=500, blank=True)
     requested_by = models.CharField(max_length=150, blank=True)
     created_at = models.DateTimeField(auto_now_add=True)
@@ -314,8 +317,8 @@ class UsageExport(models.Model):
 
 
 class UsageExportPart(models.Model):
-    """A piece of an export's bytes, in order (a few MB each: a download streams them one by
-    one, and any process can serve it)."""
+    """A piece of an export's gzip stream, in order (a few MB each: a download streams them
+    one by one, and any process can serve it)."""
 
     export = models.ForeignKey(UsageExport, on_delete=models.CASCADE, related_name="parts")
     index = models.PositiveIntegerField()

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import re
 import uuid
 from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
@@ -12,6 +13,7 @@ from django.conf import settings
 from django.http import HttpResponse, StreamingHttpResponse
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.cache import patch_vary_headers
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import (
     OpenApiResponse,
@@ -34,6 +36,8 @@ from tenancy.views import TenantView
 
 MAX_PERIOD = timedelta(days=400)
 EXPORTS_LISTED = 50
+# As Django's GZipMiddleware reads Accept-Encoding.
+ACCEPTS_GZIP = re.compile(r"\bgzip\b")
 
 
 @extend_schema_field(OpenApiTypes.STR)
@@ -361,14 +365,19 @@ class OperatorUsageExportDownloadView(NotJsonBodyMixin, ApiView):
                 details={"state": export.state},
             )
         chosen = exporting.FORMATS[export.format]
+        # Stored as gzip: sent so to a client that accepts it, else decompressed on the way.
+        gzip = bool(ACCEPTS_GZIP.search(request.headers.get("Accept-Encoding", "")))
         response = StreamingHttpResponse(
-            jobs.export_bytes(export), content_type=chosen.content_type
+            jobs.export_bytes(export, gzip=gzip), content_type=chosen.content_type
         )
         stamp = f"{export.start:%Y%m%dT%H%M%SZ}-{export.end:%Y%m%dT%H%M%SZ}"
         response["Content-Disposition"] = (
             f'attachment; filename="usage-{stamp}{chosen.filename_suffix}"'
         )
-        response["Content-Length"] = str(export.size)
+        if gzip:
+            response["Content-Encoding"] = "gzip"
+        response["Content-Length"] = str(export.stored if gzip else export.size)
+        patch_vary_headers(response, ["Accept-Encoding"])
         return response
 
 

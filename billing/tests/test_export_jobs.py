@@ -6,8 +6,11 @@ export; old exports are swept."""
 from __future__ import annotations
 
 import csv
+import gzip
 import io
 import json
+import tempfile
+import uuid
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
@@ -121,10 +124,34 @@ def test_a_run_reports_progress_as_it_goes_and_stores_the_bytes_in_parts(used, m
     done = jobs.run_export(export.pk)
     assert done is not None
     assert (done.state, done.rows_total, done.rows_done) == (ExportState.READY, 7, 7)
-    parts = UsageExportPart.objects.filter(export=export).count()
-    assert parts == -(-done.size // 1000) > 1
-    assert b"".join(jobs.export_bytes(done)).count(b"\n") == 7
+    parts = UsageExportPart.objects.filter(export=export).order_by("index")
+    assert sum(len(part.data) for part in parts) == done.stored < done.size
+    text = b"".join(jobs.export_bytes(done))
+    assert len(text) == done.size
+    assert text.count(b"\n") == 7
+    assert gzip.decompress(b"".join(jobs.export_bytes(done, gzip=True))) == text
     assert jobs.run_export(export.pk) is None  # finished: a second delivery does nothing
+
+
+@pytest.mark.django_db(transaction=True)
+def test_the_stored_stream_spans_parts_and_reads_back_byte_for_byte(monkeypatch):
+    monkeypatch.setattr(jobs, "PART_BYTES", 4096)
+    text = b"".join(
+        f"{n},{uuid.uuid5(uuid.NAMESPACE_URL, str(n))},gpu-{n % 8}\n".encode()
+        for n in range(20_000)
+    )
+    export = UsageExport.objects.create(
+        format="focus-csv", start=at("2026-11-28 00:00"), end=at("2026-11-29 00:00")
+    )
+    with tempfile.SpooledTemporaryFile() as spool:
+        spool.write(text)
+        size, stored = jobs._store(export, spool)
+    assert size == len(text)
+    assert UsageExportPart.objects.filter(export=export).count() > 2
+    assert stored < size
+    export.refresh_from_db()
+    assert b"".join(jobs.export_bytes(export)) == text
+    assert gzip.decompress(b"".join(jobs.export_bytes(export, gzip=True))) == text
 
 
 class TestExportResource(EndpointTest):
@@ -211,15 +238,17 @@ def test_the_sweep_deletes_old_exports_with_their_parts_and_resends_waiting_ones
 
 
 def ready_export() -> UsageExport:
+    stored = gzip.compress(b"{}\n{}\n")
     export = UsageExport.objects.create(
         format="stripe",
         start=at("2026-11-28 00:00"),
         end=at("2026-11-29 00:00"),
         state=ExportState.READY,
         size=6,
+        stored=len(stored),
         finished_at=timezone.now(),
     )
-    UsageExportPart.objects.create(export=export, index=0, data=b"{}\n{}\n")
+    UsageExportPart.objects.create(export=export, index=0, data=stored)
     return export
 
 
@@ -252,6 +281,17 @@ class TestExportDownload(EndpointTest):
         assert body == b"{}\n{}\n"
         assert response["Content-Type"] == "application/x-ndjson"
         assert len(log.statements) == QUERY_COUNTS[self.endpoint], log.statements
+
+    def test_a_client_that_accepts_gzip_gets_the_stored_bytes_as_they_are(self, used):
+        operator = client_for(TenantFactory(is_operator=True))
+        export = ready_export()
+        response = self.call(operator, id=str(export.pk), headers={"Accept-Encoding": "gzip"})
+        assert response.status_code == 200
+        assert response["Content-Encoding"] == "gzip"
+        assert "Accept-Encoding" in response["Vary"]
+        body = b"".join(response.streaming_content)
+        assert int(response["Content-Length"]) == len(body) == export.stored
+        assert gzip.decompress(body) == b"{}\n{}\n"
 
     def test_a_malformed_id_is_a_404(self, used):
         operator = client_for(TenantFactory(is_operator=True))
