@@ -27,9 +27,7 @@ THRESHOLDS = (50, 80, 100)
 
 def month_bounds(now: datetime) -> tuple[datetime, datetime]:
     """The UTC month `now` falls in, [start, end)."""
-    start = periods.month_start(now)
-    end = (start + timedelta(days=32)).replace(day=1)
-    return start, end
+    return periods.month_start(now), periods.next_month(now)
 
 
 @dataclass(frozen=True)

@@ -219,6 +219,24 @@ class Rollup(models.Model):
         abstract = True
 
 
+# What tells rollup rows apart (billing.rollups adds to the row of each key).
+UNIT_ROLLUP_KEY = (
+    "grain",
+    "period",
+    "tenant",
+    "unit_uid",
+    "unit_name",
+    "package_id",
+    "alternative",
+    "price_version_id",
+    "hourly",
+    "currency",
+    "quantity_unit",
+    "correction",
+)
+PACKAGE_ROLLUP_KEY = ("grain", "period", "tenant", "package_id", "quantity_unit")
+
+
 class UnitRollup(Rollup):
     """A unit's rows in a day or month, apart by what a statement line tells apart (package,
     alternative, price version, kind): statements, cost to date and usage by unit."""
@@ -234,22 +252,7 @@ class UnitRollup(Rollup):
     class Meta:
         constraints = [
             models.UniqueConstraint(
-                fields=[
-                    "grain",
-                    "period",
-                    "tenant",
-                    "unit_uid",
-                    "unit_name",
-                    "package_id",
-                    "alternative",
-                    "price_version_id",
-                    "hourly",
-                    "currency",
-                    "quantity_unit",
-                    "correction",
-                ],
-                name="unit_rollup_key",
-                nulls_distinct=False,
+                fields=list(UNIT_ROLLUP_KEY), name="unit_rollup_key", nulls_distinct=False
             )
         ]
         indexes = [
@@ -267,10 +270,7 @@ class PackageRollup(Rollup):
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(
-                fields=["grain", "period", "tenant", "package_id", "quantity_unit"],
-                name="package_rollup_key",
-            )
+            models.UniqueConstraint(fields=list(PACKAGE_ROLLUP_KEY), name="package_rollup_key")
         ]
         indexes = [models.Index(fields=["grain", "period"], name="package_rollup_period")]
 

@@ -30,23 +30,18 @@ from django.db.models import (
 )
 from django.db.models.functions import Trunc
 
-from billing.models import Grain, PackageRollup, UnitRollup, UsageRecord
-
-UNIT_KEY = (
-    "grain",
-    "period",
-    "tenant_id",
-    "unit_uid",
-    "unit_name",
-    "package_id",
-    "alternative",
-    "price_version_id",
-    "hourly",
-    "currency",
-    "quantity_unit",
-    "correction",
+from billing.models import (
+    PACKAGE_ROLLUP_KEY,
+    UNIT_ROLLUP_KEY,
+    Grain,
+    PackageRollup,
+    UnitRollup,
+    UsageRecord,
 )
-PACKAGE_KEY = ("grain", "period", "tenant_id", "package_id", "quantity_unit")
+
+# The models' keys, by attribute (the tenant's id, as rows are built and read here).
+UNIT_KEY = tuple("tenant_id" if name == "tenant" else name for name in UNIT_ROLLUP_KEY)
+PACKAGE_KEY = tuple("tenant_id" if name == "tenant" else name for name in PACKAGE_ROLLUP_KEY)
 SUMS = ("records", "seconds", "quantity", "cost")
 ENDS = ("first_start", "last_end")
 

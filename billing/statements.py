@@ -10,7 +10,7 @@ import csv
 import io
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from decimal import Decimal
 
 from django.conf import settings
@@ -28,10 +28,6 @@ def month_of(text: str) -> datetime | None:
     except ValueError:
         return None
     return start if 1 <= start.year <= 9998 else None
-
-
-def next_month(start: datetime) -> datetime:
-    return (start + timedelta(days=32)).replace(day=1)
 
 
 @dataclass(frozen=True)
@@ -77,7 +73,7 @@ class Statement:
 
 def statement(tenant: Tenant, start: datetime, *, now: datetime) -> Statement:
     """The tenant's statement for the month starting at `start` (two statements)."""
-    end = next_month(start)
+    end = periods.next_month(start)
     rows = (
         UnitRollup.objects.filter(tenant=tenant, grain=Grain.MONTH, period=start.date())
         .values(

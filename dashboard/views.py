@@ -850,10 +850,10 @@ class StatementView(TenantPage):
                 "statement": found,
                 "month": label,
                 "previous": f"{start - timedelta(days=1):%Y-%m}",
-                "next": f"{statements.next_month(start):%Y-%m}",
+                "next": f"{periods.next_month(start):%Y-%m}",
                 "csv_url": self._month_url(tenant, label, csv=True) if tenant else "",
                 "previous_url": self._month_url(tenant, f"{start - timedelta(days=1):%Y-%m}"),
-                "next_url": self._month_url(tenant, f"{statements.next_month(start):%Y-%m}"),
+                "next_url": self._month_url(tenant, f"{periods.next_month(start):%Y-%m}"),
             },
         )
 

@@ -114,10 +114,22 @@ def test_a_worker_makes_each_format_and_the_download_holds_every_row_of_the_peri
 
 
 @pytest.mark.django_db(transaction=True)
-def test_a_run_reports_progress_as_it_goes_and_stores_the_bytes_in_parts(used, monkeypatch):
-    # Small parts and progress written after every block: the run is seen part way.
-    monkeypatch.setattr(jobs, "PART_BYTES", 1000)
+def test_the_rows_done_reach_the_export_while_it_runs(used, monkeypatch):
+    # The worker's connection is busy with the COPY: a thread of its own writes them.
     monkeypatch.setattr(jobs, "PROGRESS_SECONDS", 0.01)
+    export = UsageExport.objects.create(
+        format="cloudevents", start=at("2026-11-01 00:00"), end=at("2026-12-01 00:00")
+    )
+    with jobs._Progress(export.pk) as progress:
+        progress.rows = 3
+        wait_until(
+            lambda: UsageExport.objects.get(pk=export.pk).rows_done == 3, "3 rows done stored"
+        )
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_run_counts_its_rows_and_stores_the_bytes_in_parts(used, monkeypatch):
+    monkeypatch.setattr(jobs, "PART_BYTES", 1000)
     export = UsageExport.objects.create(
         format="cloudevents", start=at("2026-11-01 00:00"), end=at("2026-12-01 00:00")
     )

@@ -366,9 +366,14 @@ def test_rendering_is_byte_identical_when_done_twice(
     assert exported(fmt_name) == first
 
 
-def test_progress_is_reported_and_the_rows_counted(records: list[UsageRecord]) -> None:
+def test_progress_is_reported_as_blocks_come_and_the_rows_counted(
+    records: list[UsageRecord], monkeypatch
+) -> None:
+    monkeypatch.setattr(exporting, "BLOCK_BYTES", 1)  # a report after every block
     seen: list[int] = []
     out = io.BytesIO()
     written = exporting.copy_to("cloudevents", *EVERYTHING, out, on_progress=seen.append)
     assert written == len(records) == seen[-1]
+    assert len(seen) > 1  # part way, then at the end
+    assert seen == sorted(seen)
     assert out.getvalue().count(b"\n") == len(records)

@@ -11,7 +11,7 @@ import pytest
 from django.utils import timezone
 
 from billing.models import Meter, UsageRecord
-from billing.tests.helpers import assert_usage_audited, package
+from billing.tests.helpers import package
 from controlplane import kube
 from runtime import manifests
 from runtime.control import reconcile
@@ -19,26 +19,16 @@ from runtime.control.metering import settle_meters
 from runtime.control.observer import Observer
 from runtime.control.status import held_since, k8s_time
 from runtime.models import GPUUnit, UnitPhase
-from runtime.tests.helpers import order_unit, remove_namespace_objects, wait_for_phase, wait_until
+from runtime.tests.helpers import order_unit, wait_for_phase, wait_until
 from runtime.tests.test_observer import running
 from tests.endpoints import client_for
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("celery_worker")]
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("celery_worker", "audited_stack"),
+]
 
 PACKAGE = "gpu-rtx3080-2x-cpu10-mem40g"
-
-
-@pytest.fixture(autouse=True)
-def _cleanup(tenant, cluster):
-    yield
-    remove_namespace_objects(tenant.namespace)
-
-
-@pytest.fixture(autouse=True)
-def _audited(_cleanup):
-    """What the test's units held (their timelines) is what the ledger bills them."""
-    yield
-    assert_usage_audited()
 
 
 def _pod(unit: GPUUnit) -> dict | None:

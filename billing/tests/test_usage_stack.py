@@ -12,31 +12,18 @@ import pytest
 from django.utils import timezone
 
 from billing.models import Meter, PriceVersion, QuantityUnit, UsageRecord
-from billing.tests.helpers import assert_usage_audited, package
+from billing.tests.helpers import package
 from catalog.models import Package
 from runtime import manifests
 from runtime.models import GPUUnit, UnitPhase
-from runtime.tests.helpers import order_unit, remove_namespace_objects, wait_for_phase, wait_until
+from runtime.tests.helpers import order_unit, wait_for_phase, wait_until
 from runtime.tests.test_observer import observer  # noqa: F401 (a fixture)
 from tests.endpoints import client_for
 
 pytestmark = [
     pytest.mark.django_db(transaction=True),
-    pytest.mark.usefixtures("celery_worker", "observer"),
+    pytest.mark.usefixtures("celery_worker", "observer", "audited_stack"),
 ]
-
-
-@pytest.fixture(autouse=True)
-def _cleanup(tenant, cluster):
-    yield
-    remove_namespace_objects(tenant.namespace)
-
-
-@pytest.fixture(autouse=True)
-def _audited(_cleanup):
-    """What the test's units held (their timelines) is what the ledger bills them."""
-    yield
-    assert_usage_audited()
 
 
 def order(client, name: str, package: str) -> GPUUnit:
