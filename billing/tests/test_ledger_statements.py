@@ -45,7 +45,9 @@ def fleet(tenant, size: int) -> None:
 def one_run(tenant, package, name: str) -> tuple[int, int]:
     """Statements of metering a unit whose pod the reconcile saw start, then end."""
     unit = UnitFactory(tenant=tenant, name=name, package=package, phase=UnitPhase.RUNNING)
-    started = timezone.now().replace(microsecond=0) - timedelta(minutes=5)
+    # Within the last hour that has ended, so that the run is one ledger row whenever the test
+    # runs (a run across an hour's boundary is two).
+    started = periods.floor_hour(timezone.now()) - timedelta(minutes=30)
     claim = claim_of(1)
     with recording() as opened:
         assert metering.settle_meters(
