@@ -120,10 +120,10 @@ def load(tenant: Any, versions: dict[str, Any], *, top: datetime, hours: int) ->
         cursor.execute(
             """
             INSERT INTO billing_usagerecord (
-                id, tenant_id, unit_uid, unit_name, package_id, alternative, claim_uid, devices,
-                start, "end", seconds, quantity, quantity_unit, price_version_id, hourly,
+                id, tenant_id, unit_uid, unit_name, region, package_id, alternative, claim_uid,
+                devices, start, "end", seconds, quantity, quantity_unit, price_version_id, hourly,
                 currency, cost, corrects_id, note, recorded_at)
-            SELECT gen_random_uuid(), %(tenant)s, u.uid, u.name, u.package, '', u.claim,
+            SELECT gen_random_uuid(), %(tenant)s, u.uid, u.name, '', u.package, '', u.claim,
                 u.devices::jsonb, h.start, h.start + interval '1 hour',
                 3600, 3600 * u.count, 'device-seconds', u.version, u.hourly, 'USD', u.hourly,
                 NULL, '', h.start + interval '1 hour 1 minute'

@@ -39,6 +39,7 @@ class MeterAdmin(ReadOnlyAdmin):
     list_display = (
         "unit_name",
         "tenant",
+        "region",
         "package_id",
         "alternative",
         "count",
@@ -58,6 +59,7 @@ class UsageRecordAdmin(ReadOnlyAdmin):
         "end",
         "tenant",
         "unit_name",
+        "region",
         "package_id",
         "alternative",
         "quantity",

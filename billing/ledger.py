@@ -40,6 +40,8 @@ class Holding:
     tenant_id: int
     package_id: str
     claim_uid: str
+    # The region of the cluster the unit was placed in (GPUUnit.region).
+    region: str
     pod_uid: str = ""
     pod_created_at: datetime | None = None
     alternative: str = ""
@@ -57,6 +59,7 @@ def _meter(holding: Holding, at: datetime) -> Meter:
         unit_uid=holding.unit_uid,
         unit_name=holding.unit_name,
         tenant_id=holding.tenant_id,
+        region=holding.region,
         package_id=holding.package_id,
         alternative=prices.price_key(holding.alternative),
         claim_uid=holding.claim_uid,
@@ -139,6 +142,7 @@ def _records(meter: Meter, end: datetime, versions: prices.Versions) -> list[Usa
             tenant_id=meter.tenant_id,
             unit_uid=meter.unit_uid,
             unit_name=meter.unit_name,
+            region=meter.region,
             package_id=meter.package_id,
             alternative=meter.alternative,
             claim_uid=meter.claim_uid,
@@ -293,6 +297,7 @@ def correction_for(record: UsageRecord, *, note: str) -> UsageRecord:
         tenant_id=record.tenant_id,
         unit_uid=record.unit_uid,
         unit_name=record.unit_name,
+        region=record.region,
         package_id=record.package_id,
         alternative=record.alternative,
         claim_uid=record.claim_uid,

@@ -71,6 +71,8 @@ class Meter(models.Model):
     unit_uid = models.UUIDField(unique=True)
     unit_name = models.CharField(max_length=54)
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
+    # The region of the unit's cluster when the meter opened ("" before regions were kept).
+    region = models.CharField(max_length=63, blank=True)
     package_id = models.CharField(max_length=63)
     alternative = models.CharField(max_length=63, blank=True)
     claim_uid = models.CharField(max_length=64, blank=True)
@@ -119,6 +121,8 @@ class UsageRecord(models.Model):
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
     unit_uid = models.UUIDField()
     unit_name = models.CharField(max_length=54)
+    # Its meter's region ("" for rows written before regions were kept).
+    region = models.CharField(max_length=63, blank=True)
     package_id = models.CharField(max_length=63)
     alternative = models.CharField(max_length=63, blank=True)
     claim_uid = models.CharField(max_length=64, blank=True)

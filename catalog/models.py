@@ -5,6 +5,7 @@ from __future__ import annotations
 from decimal import Decimal
 
 from django.conf import settings
+from django.contrib.postgres.fields import ArrayField
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
@@ -16,6 +17,7 @@ from controlplane.validation import (
     dns_subdomain,
     fold_case,
     positive_quantity,
+    validate_dns_label,
     validate_duration,
 )
 from dracel import quantity
@@ -37,6 +39,7 @@ FIELD_PATHS = {
     "max_stop_after": "maxStopAfter",
     "ephemeral_storage": "ephemeralStorage",
     "termination_grace_seconds": "terminationGracePeriodSeconds",
+    "regions": "regions",
     "price": "price",
     "alternative_prices": "alternativePrices",
     "active": "active",
@@ -136,6 +139,14 @@ class Package(models.Model):
         "released: up to this long after the stop, restart or delete request. A unit keeps the "
         "grace its package had when it was ordered.",
     )
+    regions = ArrayField(
+        models.CharField(max_length=63, validators=[validate_dns_label]),
+        verbose_name="regions",
+        default=list,
+        blank=True,
+        help_text="Regions this package is sold in (DNS labels such as us-east); empty: every "
+        "region.",
+    )
     price = models.DecimalField(
         "hourly price",
         max_digits=12,
@@ -191,6 +202,8 @@ class Package(models.Model):
         self.claim_request_name = (self.claim_request_name or "").strip() or "gpu"
         if isinstance(self.selectors, list):
             self.selectors = [s.strip() if isinstance(s, str) else s for s in self.selectors]
+        if isinstance(self.regions, list) and all(isinstance(r, str) for r in self.regions):
+            self.regions = sorted(set(self.regions))
 
         errors: dict[str, str | None] = {
             "id": dns_label(self.id),

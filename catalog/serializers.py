@@ -26,6 +26,14 @@ class AvailabilitySerializer(serializers.Serializer):
     stale = serializers.BooleanField()
 
 
+class PackageRegionSerializer(serializers.Serializer):
+    name = serializers.CharField(help_text="a region the package is sold in (GET /regions)")
+    placeableNow = serializers.IntegerField(
+        help_text="more units that fit there now (0 while no cluster of it takes new units)"
+    )
+    freeDevices = serializers.IntegerField(help_text="free devices there this package could use")
+
+
 class PriceSerializer(serializers.Serializer):
     hourly = serializers.CharField(help_text='per hour a unit runs, e.g. "2.49"')
     currency = serializers.CharField(help_text="ISO 4217")
@@ -50,6 +58,7 @@ class PackageSerializer(serializers.ModelSerializer):
     )
     price = serializers.SerializerMethodField()
     availability = serializers.SerializerMethodField()
+    regions = serializers.SerializerMethodField()
 
     class Meta:
         model = Package
@@ -63,6 +72,7 @@ class PackageSerializer(serializers.ModelSerializer):
             "terminationGracePeriodSeconds",
             "price",
             "availability",
+            "regions",
         ]
 
     @extend_schema_field(PriceSerializer)
@@ -79,4 +89,10 @@ class PackageSerializer(serializers.ModelSerializer):
 
     @extend_schema_field(AvailabilitySerializer)
     def get_availability(self, package: Package) -> dict | None:
-        return self.context.get("availability", {}).get(package.id)
+        found = self.context.get("availability", {}).get(package.id)
+        return {k: v for k, v in found.items() if k != "regions"} if found else found
+
+    @extend_schema_field(PackageRegionSerializer(many=True))
+    def get_regions(self, package: Package) -> list[dict]:
+        found = self.context.get("availability", {}).get(package.id)
+        return found["regions"] if found else []

@@ -333,6 +333,13 @@ KUBECONFIG = env.str("KUBECONFIG", default="")
 KUBE_CONTEXT = env.str("KUBE_CONTEXT", default="")
 KUBE_REQUEST_TIMEOUT = env.float("KUBE_REQUEST_TIMEOUT", default=10.0)
 HEALTH_CLUSTER_TIMEOUT = env.float("HEALTH_CLUSTER_TIMEOUT", default=2.0)
+# The cluster registry (admin: Clusters; `manage.py import_clusters`). With no cluster
+# registered, the cluster above stands in under this name, in this region (and `migrate`
+# registers it so). A cluster whose listing fails for CLUSTER_LOST_AFTER_SECONDS after its last
+# success is unreachable: no new unit is placed there.
+CLUSTER_NAME = env.str("CLUSTER_NAME", default="default")
+CLUSTER_REGION = env.str("CLUSTER_REGION", default="default")
+CLUSTER_LOST_AFTER_SECONDS = env.int("CLUSTER_LOST_AFTER_SECONDS", default=120)
 
 # Create and label each tenant's namespace (needs namespace rights: k8s/components/
 # tenant-provisioning). Off: an admin creates namespaces; a missing one fails the unit.

@@ -4,6 +4,7 @@ callers can report every field at once."""
 
 from __future__ import annotations
 
+import ipaddress
 import re
 
 from django.core.exceptions import ValidationError
@@ -102,6 +103,22 @@ def format_duration(seconds: int) -> str:
         if amount:
             parts.append(f"{amount}{unit}")
     return "".join(parts) or "0s"
+
+
+def validate_dns_label(value: str) -> None:
+    """Model-field validator for a DNS-1123 label."""
+    if problem := dns_label(value):
+        raise ValidationError(problem)
+
+
+def validate_cidr(value: str) -> None:
+    """Model-field validator for one network in CIDR notation (IPv4 or IPv6, host bits zero)."""
+    try:
+        network = ipaddress.ip_network(value)
+    except ValueError as error:
+        raise ValidationError(f'"{value}" is not a network in CIDR notation ({error}).') from None
+    if network.prefixlen == 0:
+        raise ValidationError(f'"{value}" is every address; name the cluster\'s own range.')
 
 
 def validate_duration(value: str) -> None:

@@ -36,6 +36,7 @@ from tenancy.models import Tenant
 API_FIELDS = {
     "name": "name",
     "packageID": "package",
+    "region": "region",
     "image": "image",
     "access.scheme": "scheme",
     "access": "ports",
@@ -289,6 +290,11 @@ class UnitCreateForm(SummarisedForm):
             "cannot start yet waits as Pending."
         ),
     )
+    region = forms.ChoiceField(
+        required=False,
+        help_text="Where the unit runs; any region: wherever the package has room. A unit "
+        "stays in its region for good.",
+    )
     name = forms.CharField(
         max_length=UNIT_NAME_MAX,
         help_text=(
@@ -355,6 +361,7 @@ class UnitCreateForm(SummarisedForm):
         self,
         *args: Any,
         packages: list[PackageRow],
+        regions: list[str],
         tenants: QuerySet[Tenant] | None = None,
         storage_names: list[str] | None = None,
         ssh_key_names: list[str] | None = None,
@@ -363,6 +370,9 @@ class UnitCreateForm(SummarisedForm):
         super().__init__(*args, **kwargs)
         declared(self, "package", forms.ChoiceField).choices = [
             (row.package.id, PackageOption(row)) for row in packages
+        ]
+        declared(self, "region", forms.ChoiceField).choices = [("", "Any region")] + [
+            (name, name) for name in regions
         ]
         self.offered = [row.package.id for row in packages]  # in the order the choices show
         field = self.fields["storage_mounts"]
@@ -442,6 +452,8 @@ class UnitCreateForm(SummarisedForm):
             "packageID": cleaned["package"],
             "image": cleaned["image"],
         }
+        if cleaned.get("region"):
+            order["region"] = cleaned["region"]
         if cleaned["ports"]:
             order["template"] = {"ports": cleaned["ports"]}
             order["access"] = {"scheme": cleaned["scheme"] or "http"}
@@ -456,6 +468,7 @@ class UnitCreateForm(SummarisedForm):
         cleaned["name"] = serializer.validated_data["name"]
         cleaned["package"] = serializer.validated_data["packageID"]
         cleaned["image"] = serializer.validated_data["image"]
+        cleaned["region"] = serializer.validated_data.get("region", "")
         cleaned["template"] = serializer.validated_data.get("template") or {}
         cleaned["access"] = serializer.validated_data.get("access") or {}
         # Normalised and in the API's order, which the order service's problems index.

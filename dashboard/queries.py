@@ -19,6 +19,7 @@ from catalog.models import Package
 from dashboard.access import Scope
 from dashboard.charts import Sample
 from dracel import quantity
+from inventory import clusters
 from inventory import selectors as inventory_selectors
 from inventory.models import Device, Node, SyncRun
 from runtime import actions, availability, outbox, tenant_secrets
@@ -78,6 +79,15 @@ class PackageRow:
     placeable_now: int
     free_devices: int
     reason: str
+    # [{name, placeableNow, freeDevices}] per region it is sold in (a tenant's view), or, for
+    # staff, the regions it is sold in with no count
+    regions: tuple[dict, ...] = ()
+
+    @property
+    def region_text(self) -> str:
+        if not self.regions:
+            return ", ".join(self.package.regions) or "every region"
+        return ", ".join(f"{r['name']} ({r['placeableNow']})" for r in self.regions)
 
 
 @dataclass(frozen=True)
@@ -216,6 +226,30 @@ def utilisation_samples(limit: int = 120) -> list[Sample]:
     ]
 
 
+@dataclass(frozen=True)
+class RegionRow:
+    name: str
+    takes_units: bool
+    clusters: tuple[inventory_selectors.ClusterState, ...]
+
+
+def region_rows() -> list[RegionRow]:
+    """The regions with an enabled cluster and their clusters' health (one query)."""
+    by_region: dict[str, list[inventory_selectors.ClusterState]] = {}
+    for state in inventory_selectors.cluster_states():
+        if state.cluster.enabled:
+            by_region.setdefault(state.cluster.region, []).append(state)
+    return [
+        RegionRow(name, any(s.takes_units for s in states), tuple(states))
+        for name, states in by_region.items()
+    ]
+
+
+def region_names() -> list[str]:
+    """The regions an order may name (those with an enabled cluster), in placement order."""
+    return clusters.region_names()
+
+
 def package_rows(scope: Scope, *, include_inactive: bool = False) -> list[PackageRow]:
     """Packages with what can be placed now: for a tenant bounded by its quota (the API's
     availability), for staff what the cluster could place."""
@@ -232,6 +266,7 @@ def package_rows(scope: Scope, *, include_inactive: bool = False) -> list[Packag
                 offered[package.id]["placeableNow"],
                 offered[package.id]["freeDevices"],
                 offered[package.id]["reason"],
+                tuple(offered[package.id]["regions"]),
             )
             for package in packages
         ]

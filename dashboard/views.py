@@ -291,6 +291,7 @@ class OverviewView(LiveBodyPage):
             **freshness_context(now),
             "phases": queries.units_by_phase(self.scope.units()),
             "packages": queries.package_rows(self.scope),
+            "regions": queries.region_rows(),
             "usage": queries.tenant_usage(self.scope.tenant) if self.scope.tenant else None,
             "costs": costs,
             "budget": queries.budget(self.scope.tenant, costs) if self.scope.tenant else None,
@@ -472,6 +473,7 @@ class UnitCreateView(DashboardView):
             data,
             initial=initial,
             packages=queries.package_rows(self.scope),
+            regions=queries.region_names(),
             tenants=self.scope.visible_tenants() if self.scope.is_staff else None,
             storage_names=None
             if tenant is None
@@ -507,6 +509,7 @@ class UnitCreateView(DashboardView):
                     access=data["access"],
                     storage_mounts=data["storage_mounts"],
                     ssh=data["ssh"],
+                    region=data["region"],
                 )
             except DomainError as error:
                 self.report(form, error)

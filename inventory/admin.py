@@ -2,12 +2,26 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+from django import forms
 from django.contrib import admin
+from django.core.exceptions import ValidationError
 from django.db.models import Model
 from django.http import HttpRequest
 
 from controlplane.admin import readable_bytes, readable_cpu
-from inventory.models import Claim, Device, DeviceClass, DevicePool, Node, Quota, SyncRun
+from inventory import clusters
+from inventory.models import (
+    Claim,
+    Cluster,
+    Device,
+    DeviceClass,
+    DevicePool,
+    Node,
+    Quota,
+    SyncRun,
+)
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -133,3 +147,74 @@ class QuotaAdmin(ReadOnlyAdmin):
 class SyncRunAdmin(ReadOnlyAdmin):
     list_display = ("started_at", "duration_ms", "total_devices", "allocated_devices", "error")
     list_filter = ("started_at",)
+
+
+class ClusterForm(forms.ModelForm):
+    class Meta:
+        model = Cluster
+        fields = (
+            "name",
+            "display_name",
+            "region",
+            "position",
+            "enabled",
+            "cordoned",
+            "kubeconfig",
+            "kube_context",
+            "pod_cidrs",
+            "service_cidrs",
+            "node_cidrs",
+            "properties",
+        )
+
+    def clean(self) -> dict[str, Any]:
+        data = super().clean() or {}
+        instance = self.instance
+        leaving = instance.pk and instance.enabled and not data.get("enabled", True)
+        if leaving and (count := clusters.live_units(instance.name)):
+            raise ValidationError(
+                f"{instance.name} holds {count} live unit(s): it stays enabled until they "
+                "are deleted (cordon it to place nothing new there)."
+            )
+        own = ("kubeconfig", "kube_context", "pod_cidrs", "service_cidrs", "node_cidrs")
+        if data.get("enabled") and any(data.get(field) for field in own):
+            # The observer, the sync and the workers reach the enabled cluster as their own
+            # (kube.HOME) until observation runs per cluster.
+            raise ValidationError(
+                "The enabled cluster is the control plane's own for now: it is reached "
+                "through KUBECONFIG (or the service account) and its ranges are the "
+                "CLUSTER_POD_CIDRS, CLUSTER_SERVICE_CIDRS and CLUSTER_NODE_CIDRS settings; "
+                "leave its kubeconfig, context and CIDRs empty."
+            )
+        return data
+
+
+@admin.register(Cluster)
+class ClusterAdmin(admin.ModelAdmin):
+    """The cluster registry: ops add, cordon and order clusters here (or import ClusterProfiles:
+    `manage.py import_clusters`). A cluster's name is what its units record: fixed once made."""
+
+    form = ClusterForm
+    list_display = ("name", "display_name", "region", "enabled", "cordoned", "position")
+    list_editable = ("cordoned", "position")
+    list_filter = ("region", "enabled", "cordoned")
+    search_fields = ("name", "display_name", "region")
+    fieldsets = (
+        (None, {"fields": ("name", "display_name", "region", "position")}),
+        ("Placement", {"fields": ("enabled", "cordoned")}),
+        ("Reach", {"fields": ("kubeconfig", "kube_context")}),
+        (
+            "Own ranges (never reached by a unit's internet rules)",
+            {"fields": ("pod_cidrs", "service_cidrs", "node_cidrs")},
+        ),
+        ("ClusterProfile", {"fields": ("properties",), "classes": ("collapse",)}),
+    )
+
+    def get_readonly_fields(self, request: HttpRequest, obj: Model | None = None) -> tuple:
+        return ("name",) if obj is not None else ()
+
+    def has_delete_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
+        # A cluster holding live units stays: they are observed and reconciled through it.
+        return super().has_delete_permission(request, obj) and (
+            not isinstance(obj, Cluster) or not clusters.live_units(obj.name)
+        )

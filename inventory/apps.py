@@ -1,7 +1,11 @@
+from typing import Any
+
 from django.apps import AppConfig
+from django.db.models.signals import post_migrate
 
 from catalog import offers as catalog_offers
 from controlplane import health, metrics
+from controlplane.kube import clusters as kube_clusters
 
 
 class InventoryConfig(AppConfig):
@@ -10,9 +14,17 @@ class InventoryConfig(AppConfig):
 
     def ready(self) -> None:
         # Modules that read the models load once the app registry is ready (Django's rule).
-        from inventory import offers
+        from inventory import clusters, offers
         from inventory.health import check_inventory, collect_gauges
 
         health.register("inventory", check_inventory)
         metrics.register_collector(collect_gauges)
         catalog_offers.register(offers.capacity_problem)
+        kube_clusters.register(clusters.reach)
+
+        def register_stand_in(**kwargs: Any) -> None:
+            # After `migrate` (and a test database's flush), a registry with no cluster gets
+            # the process's own as its first row, so ops see it in the admin.
+            clusters.ensure_registered()
+
+        post_migrate.connect(register_stand_in, sender=self, weak=False)

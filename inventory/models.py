@@ -8,6 +8,8 @@ from __future__ import annotations
 from django.contrib.postgres.fields import ArrayField
 from django.db import models
 
+from controlplane.validation import validate_cidr, validate_dns_label
+
 
 class Node(models.Model):
     name = models.CharField(max_length=253, unique=True)
@@ -210,3 +212,66 @@ class SyncRun(models.Model):
     @property
     def ok(self) -> bool:
         return self.finished_at is not None and not self.error
+
+
+class Cluster(models.Model):
+    """A Kubernetes cluster units are placed in (ARCHITECTURE §20), shaped after the
+    multicluster ClusterProfile API (multicluster.x-k8s.io/v1alpha1: its name, displayName,
+    and the region among its properties; `manage.py import_clusters` reads them).
+
+    Until observation runs per cluster, one cluster is enabled at a time (a constraint): the
+    observer, the inventory sync and the backstop reconcile watch that one."""
+
+    name = models.CharField(
+        max_length=63,
+        unique=True,
+        validators=[validate_dns_label],
+        help_text="a DNS label; units record it, so it is never renamed",
+    )
+    display_name = models.CharField(max_length=200, blank=True)
+    region = models.CharField(
+        max_length=63, validators=[validate_dns_label], help_text="a DNS label, e.g. us-east"
+    )
+    enabled = models.BooleanField(default=True, help_text="off: not reached at all")
+    cordoned = models.BooleanField(
+        default=False, help_text="no new placements; what runs there keeps running"
+    )
+    position = models.PositiveIntegerField(
+        default=100,
+        help_text="placement order among clusters with as many free devices (low first)",
+    )
+    kubeconfig = models.CharField(
+        max_length=500,
+        blank=True,
+        help_text="path of a kubeconfig file the control plane's processes can read; empty: "
+        "KUBECONFIG, or the service account when the control plane runs in this cluster (the "
+        "enabled cluster's, for now: one cluster is enabled at a time)",
+    )
+    kube_context = models.CharField(max_length=253, blank=True, help_text="context in it")
+    pod_cidrs = ArrayField(
+        models.CharField(max_length=49, validators=[validate_cidr]), default=list, blank=True
+    )
+    service_cidrs = ArrayField(
+        models.CharField(max_length=49, validators=[validate_cidr]), default=list, blank=True
+    )
+    node_cidrs = ArrayField(
+        models.CharField(max_length=49, validators=[validate_cidr]), default=list, blank=True
+    )
+    properties = models.JSONField(
+        default=dict, blank=True, help_text="a ClusterProfile's status.properties, as imported"
+    )
+
+    class Meta:
+        ordering = ["position", "name"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["enabled"],
+                condition=models.Q(enabled=True),
+                name="one_enabled_cluster",
+                violation_error_message="One cluster is enabled at a time until observation "
+                "runs per cluster: disable the other first.",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return self.name

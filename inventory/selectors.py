@@ -8,13 +8,15 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db.models import JSONField
+from django.db.models import JSONField, Subquery
 from django.db.models.fields.json import KeyTransform
 from django.db.models.functions import Cast
 from django.utils import timezone
 
-from inventory.models import Device, InventorySnapshot, PackageAvailability, SyncRun
+from inventory import clusters
+from inventory.models import Cluster, Device, InventorySnapshot, PackageAvailability, SyncRun
 from inventory.observe import Observation, build_document
+from inventory.placement import Candidate
 
 
 @dataclass(frozen=True)
@@ -114,3 +116,104 @@ def shared_devices() -> list[dict]:
         .first()
     )
     return list(shared or [])
+
+
+@dataclass(frozen=True)
+class ClusterState:
+    cluster: Cluster
+    health: str  # clusters.Health
+    as_of: datetime | None
+    last_error: str = ""
+
+    @property
+    def takes_units(self) -> bool:
+        return not self.cluster.cordoned and self.health != clusters.Health.UNREACHABLE
+
+
+def cluster_states(*, now: datetime | None = None) -> list[ClusterState]:
+    """Every registered cluster with its health, in placement order, in one query (the
+    clusters, with the mirror's as-of and the last sync's error as subqueries).
+
+    Until observation runs per cluster, the one mirror is the enabled cluster's: a disabled
+    cluster is not listed, so its health is unknown."""
+    now = now or timezone.now()
+    rows = list(
+        Cluster.objects.annotate(
+            as_of=Subquery(InventorySnapshot.objects.filter(pk=1).values("as_of")[:1]),
+            last_error=Subquery(
+                SyncRun.objects.filter(finished_at__isnull=False)
+                .order_by("-started_at")
+                .values("error")[:1]
+            ),
+        )
+    )
+    if not rows:
+        freshness = get_freshness()
+        stand_in = clusters.implicit()
+        health = clusters.health(freshness.as_of, failing=bool(freshness.last_error), now=now)
+        return [ClusterState(stand_in, health, freshness.as_of, freshness.last_error)]
+    return [
+        ClusterState(
+            row,
+            clusters.health(row.as_of, failing=bool(row.last_error), now=now)
+            if row.enabled
+            else clusters.Health.UNKNOWN,
+            row.as_of if row.enabled else None,
+            (row.last_error or "") if row.enabled else "",
+        )
+        for row in rows
+    ]
+
+
+def freshness_of(states: Iterable[ClusterState], *, now: datetime | None = None) -> Freshness:
+    """get_freshness, from what cluster_states read (no query): the enabled cluster's mirror."""
+    state = next((s for s in states if s.cluster.enabled), None)
+    if state is None:
+        return Freshness(as_of=None, stale=True)
+    too_old = state.as_of is None or (now or timezone.now()) - state.as_of > timedelta(
+        seconds=settings.INVENTORY_STALE_AFTER_SECONDS
+    )
+    return Freshness(
+        as_of=state.as_of, stale=too_old or bool(state.last_error), last_error=state.last_error
+    )
+
+
+def availability_by_cluster(
+    states: Iterable[ClusterState],
+) -> dict[str, dict[str, PackageAvailability]]:
+    """`{cluster name: {package id: its availability}}` for the enabled clusters (one query:
+    until observation runs per cluster, the one mirror is the enabled cluster's)."""
+    enabled = [s.cluster.name for s in states if s.cluster.enabled]
+    if not enabled:
+        return {}
+    return {enabled[0]: list_package_availability()}
+
+
+def placement_candidates(package_id: str, *, now: datetime | None = None) -> list[Candidate]:
+    """The registered clusters as placement sees them for a unit of `package_id`: one query,
+    and the package's availability only when there is a choice between clusters."""
+    states = cluster_states(now=now)
+    enabled = [s for s in states if s.cluster.enabled]
+    by_cluster: dict[str, dict[str, PackageAvailability]] = {}
+    if len(enabled) > 1:
+        by_cluster = availability_by_cluster(states)
+    return [
+        Candidate(
+            name=s.cluster.name,
+            region=s.cluster.region,
+            position=s.cluster.position,
+            enabled=s.cluster.enabled,
+            cordoned=s.cluster.cordoned,
+            unreachable=s.health == clusters.Health.UNREACHABLE,
+            placeable=row.placeable if (row := _row(by_cluster, s, package_id)) else 0,
+            free_devices=row.free_devices if row else 0,
+            known=row is not None,
+        )
+        for s in states
+    ]
+
+
+def _row(
+    by_cluster: dict[str, dict[str, PackageAvailability]], state: ClusterState, package_id: str
+) -> PackageAvailability | None:
+    return by_cluster.get(state.cluster.name, {}).get(package_id)

@@ -49,8 +49,23 @@ class PreconditionRequired(DomainError):
     code = "precondition_required"
 
 
+class InsufficientCapacity(DomainError):
+    """No cluster of the regions tried can place the unit now (placement, with a choice of
+    clusters): details name the regions."""
+
+    code = "insufficient_capacity"
+
+
+class RegionUnavailable(DomainError):
+    """No cluster of the region (or of any region) takes new units now: unreachable or
+    cordoned."""
+
+    code = "region_unavailable"
+
+
 __all__ = [
     "ImmutableField",
+    "InsufficientCapacity",
     "InvalidRequest",
     "InvalidState",
     "LimitExceeded",
@@ -61,6 +76,7 @@ __all__ = [
     "PreconditionFailed",
     "PreconditionRequired",
     "QuotaExceeded",
+    "RegionUnavailable",
     "ServiceUnavailable",
     "StorageInUse",
 ]

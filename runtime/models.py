@@ -74,6 +74,9 @@ class GPUUnit(models.Model):
     name = models.CharField(max_length=54)
     namespace = models.CharField(max_length=63)
     operation_id = models.CharField("operation ID", max_length=128)
+    # Where placement put it, once and for all (inventory.placement): its objects live there.
+    cluster = models.CharField(max_length=63, help_text="the cluster the unit was placed in")
+    region = models.CharField(max_length=63, help_text="the cluster's region, when placed")
     # The package contract as it was when the unit was ordered.
     package_id = models.CharField("package ID", max_length=63)
     spec_name = models.CharField(max_length=253)

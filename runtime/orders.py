@@ -28,14 +28,18 @@ from catalog.models import Package
 from controlplane import statements
 from controlplane.validation import dns_label
 from dracel import quantity
+from inventory import placement
+from inventory import selectors as inventory_selectors
 from runtime import access as unit_access
 from runtime import manifests, outbox, selectors, stopafter
 from runtime.access import host_label
 from runtime.errors import (
+    InsufficientCapacity,
     InvalidRequest,
     LimitExceeded,
     NameConflict,
     QuotaExceeded,
+    RegionUnavailable,
     StorageInUse,
 )
 from runtime.models import (
@@ -82,10 +86,12 @@ def create_unit(
     storage_mounts: list[dict] | None = None,
     ssh: dict | None = None,
     stop_after: str | None = None,
+    region: str = "",
 ) -> CreateResult:
-    """Record a new unit and its create operation, or return the unit an earlier identical
-    request created (same operationID and payload; a different payload is a conflict).
-    Provisioning is queued after commit. Nothing is written when the order is refused."""
+    """Record a new unit, placed in a cluster (of `region`, when named), and its create
+    operation, or return the unit an earlier identical request created (same operationID and
+    payload; a different payload is a conflict). Provisioning is queued after commit. Nothing
+    is written when the order is refused."""
     template = template or {}
     access = access or {}
     request: dict[str, Any] = {
@@ -106,6 +112,8 @@ def create_unit(
         request["ssh"] = ssh
     if stop_after:
         request["stopAfter"] = stop_after
+    if region:
+        request["region"] = region
     request_hash = outbox.request_hash(request)
     earlier, package = _lookup(tenant, operation_id, package_id)
     if earlier is not None:
@@ -116,6 +124,7 @@ def create_unit(
             details={"fields": {"packageID": ["Unknown or inactive package."]}},
         )
     tenancy_services.check_budget(tenant)
+    placed = place(package, region)
     if ssh:
         ssh = {"enabled": True, "keys": ssh_key_names(tenant, ssh.get("keys"))}
     now = timezone.now()
@@ -124,6 +133,8 @@ def create_unit(
         name=name,
         namespace=tenant.namespace,
         operation_id=operation_id,
+        cluster=placed.cluster,
+        region=placed.region,
         image=image,
         template=template,
         access=access,
@@ -220,6 +231,26 @@ def create_unit(
                 ) from None
             raise
         return CreateResult(unit=unit, created=True)
+
+
+def place(package: Package, region: str) -> placement.Placed:
+    """The cluster a new unit of `package` goes to (inventory.placement), or the refusal."""
+    decision = placement.place(
+        inventory_selectors.placement_candidates(package.id),
+        package=package.id,
+        sold_in=package.regions,
+        region=region,
+    )
+    if isinstance(decision, placement.Placed):
+        return decision
+    details = {"regions": decision.regions}
+    if decision.code in ("unknown_region", "not_sold"):
+        raise InvalidRequest(
+            decision.message, details={**details, "fields": {"region": [decision.message]}}
+        )
+    if decision.code == "region_unavailable":
+        raise RegionUnavailable(decision.message, details=details)
+    raise InsufficientCapacity(decision.message, details=details)
 
 
 def _host_label_taken(exc: Exception) -> bool:

@@ -44,6 +44,7 @@ def holding(unit: GPUUnit, dra: dict | None = None, pod_uid: str = "pod-1") -> l
         tenant_id=unit.tenant_id,
         package_id=unit.package_id,
         claim_uid=unit.claim_k8s_uid,
+        region=unit.region,
         pod_uid=pod_uid,
         alternative=dra.get("alternative", ""),
         devices=list(dra.get("devices") or []),

@@ -311,6 +311,9 @@ class TestExportDownload(EndpointTest):
 
 
 @pytest.mark.django_db(transaction=True)
+# The sweep sends the export again: the session's worker (up after an earlier test) must not
+# take it before the call below does.
+@pytest.mark.usefixtures("session_worker_paused")
 def test_a_second_delivery_leaves_a_running_export_alone_and_a_lost_one_starts_over(used):
     export = UsageExport.objects.create(
         format="stripe",

@@ -224,6 +224,8 @@ def test_focus_header_names_every_column_when_rendered(records: list[UsageRecord
         "ProviderName",
         "PublisherName",
         "InvoiceIssuerName",
+        "RegionId",
+        "RegionName",
         "ResourceId",
         "ResourceName",
         "ResourceType",

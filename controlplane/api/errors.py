@@ -30,14 +30,17 @@ HTTP_STATUS: dict[str, int] = {
     "budget_exceeded": 409,
     "namespace_not_ready": 409,
     "export_not_ready": 409,
+    "insufficient_capacity": 409,
     "precondition_failed": 412,
     "precondition_required": 428,
     "throttled": 429,
     "service_unavailable": 503,
+    "region_unavailable": 503,
 }
 HTTP_HEADERS: dict[str, dict[str, str]] = {
     "service_unavailable": {"Retry-After": "1"},
     "namespace_not_ready": {"Retry-After": "2"},
+    "region_unavailable": {"Retry-After": "30"},
 }
 
 

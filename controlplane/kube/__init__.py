@@ -32,6 +32,7 @@ from controlplane.kube.client import (
     reset,
     version,
 )
+from controlplane.kube.clusters import HOME, Reach, current_cluster, using
 from controlplane.kube.errors import KubeError, PermanentError, TemporaryError
 from controlplane.kube.objects import create_or_adopt, ensure
 from controlplane.kube.watch import Event, Gone, Informer, list_all
@@ -42,6 +43,7 @@ __all__ = [
     "DEVICECLASS",
     "DEVICETAINTRULE",
     "GPUUNIT",
+    "HOME",
     "HTTPROUTE",
     "INGRESS",
     "NAMESPACE",
@@ -60,9 +62,11 @@ __all__ = [
     "Kind",
     "KubeError",
     "PermanentError",
+    "Reach",
     "TemporaryError",
     "create",
     "create_or_adopt",
+    "current_cluster",
     "delete",
     "device_taint_rule_kind",
     "ensure",
@@ -74,5 +78,6 @@ __all__ = [
     "merge_patch",
     "replace",
     "reset",
+    "using",
     "version",
 ]

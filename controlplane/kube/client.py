@@ -1,5 +1,6 @@
-"""One Kubernetes connection per process, from KUBECONFIG or the in-cluster service account,
-and a small dict-in/dict-out REST API over the kinds the control plane uses.
+"""One Kubernetes connection per process and cluster (kube.clusters: KUBECONFIG or the
+in-cluster service account for the process's own, the registry's Reach for a named one), and a
+small dict-in/dict-out REST API over the kinds the control plane uses.
 
 Calls go through the official client's configured transport (auth, TLS, proxies) but skip its
 model classes: the control plane works on plain JSON, and decoding thousands of objects into
@@ -23,6 +24,7 @@ from kubernetes.client.exceptions import ApiException
 from kubernetes.watch.watch import iter_resp_lines
 
 from controlplane import metrics
+from controlplane.kube import clusters
 from controlplane.kube.errors import KubeError, TemporaryError, classify
 
 
@@ -66,52 +68,67 @@ CRD = Kind(
 )
 
 _lock = threading.Lock()
-_api_client: client.ApiClient | None = None
+# One ApiClient per cluster, for this process (rebuilt after fork: Celery's prefork pool forks).
+_api_clients: dict[str, client.ApiClient] = {}
 _pid: int | None = None
 
 
 def api_client() -> client.ApiClient:
-    """The process's ApiClient (rebuilt after fork, since Celery's prefork pool forks)."""
-    global _api_client, _pid
+    """The ApiClient of the cluster calls go to now (clusters.using), made on first use."""
+    global _pid
+    name = clusters.current_cluster()
     with _lock:
-        if _api_client is None or _pid != os.getpid():
-            configuration = client.Configuration()
-            if settings.KUBECONFIG:
-                config.load_kube_config(
-                    config_file=settings.KUBECONFIG,
-                    context=settings.KUBE_CONTEXT or None,
-                    client_configuration=configuration,
-                )
-            elif os.environ.get("KUBERNETES_SERVICE_HOST"):
-                config.load_incluster_config(client_configuration=configuration)
-            else:
-                raise KubeError("no cluster configured: set KUBECONFIG", reason="NotConfigured")
-            # Retries are ours to decide (tasks back off); a hung call must not hold a worker.
-            configuration.retries = 0
-            _api_client = client.ApiClient(configuration)
+        if _pid != os.getpid():
+            _api_clients.clear()
+            _device_taint_rule_kinds.clear()
             _pid = os.getpid()
-        return _api_client
+        if (api := _api_clients.get(name)) is None:
+            api = _api_clients[name] = client.ApiClient(_configuration(clusters.reach(name)))
+        return api
+
+
+def _configuration(reach: clusters.Reach) -> client.Configuration:
+    configuration = client.Configuration()
+    if reach.kubeconfig:
+        config.load_kube_config(
+            config_file=reach.kubeconfig,
+            context=reach.context or None,
+            client_configuration=configuration,
+        )
+    elif settings.KUBECONFIG:
+        config.load_kube_config(
+            config_file=settings.KUBECONFIG,
+            context=settings.KUBE_CONTEXT or None,
+            client_configuration=configuration,
+        )
+    elif os.environ.get("KUBERNETES_SERVICE_HOST"):
+        config.load_incluster_config(client_configuration=configuration)
+    else:
+        raise KubeError("no cluster configured: set KUBECONFIG", reason="NotConfigured")
+    # Retries are ours to decide (tasks back off); a hung call must not hold a worker.
+    configuration.retries = 0
+    return configuration
 
 
 def reset() -> None:
-    """Forget the connection (tests point the process at another cluster)."""
-    global _api_client, _device_taint_rule_kind
+    """Forget every connection (tests point the process at another cluster)."""
     with _lock:
-        _api_client = None
-        _device_taint_rule_kind = None
+        _api_clients.clear()
+        _device_taint_rule_kinds.clear()
 
 
-_device_taint_rule_kind: Kind | None = None
+# Per cluster: the version each serves DeviceTaintRule at.
+_device_taint_rule_kinds: dict[str, Kind] = {}
 
 
 def device_taint_rule_kind() -> Kind:
     """DeviceTaintRule at the newest version the cluster serves it (discovery, once per
-    process): a 1.36 cluster serves it at v1beta2 and need not serve v1alpha3 at all. When
-    discovery fails the v1alpha3 kind is returned, not remembered, so a later call asks again;
-    when no version serves it, its reads answer 404 (no rules)."""
-    global _device_taint_rule_kind
-    if _device_taint_rule_kind is not None:
-        return _device_taint_rule_kind
+    process and cluster): a 1.36 cluster serves it at v1beta2 and need not serve v1alpha3 at
+    all. When discovery fails the v1alpha3 kind is returned, not remembered, so a later call
+    asks again; when no version serves it, its reads answer 404 (no rules)."""
+    name = clusters.current_cluster()
+    if (known := _device_taint_rule_kinds.get(name)) is not None:
+        return known
     found = DEVICETAINTRULE
     for version in DEVICETAINTRULE_VERSIONS:
         try:
@@ -123,7 +140,7 @@ def device_taint_rule_kind() -> Kind:
         if any(r.get("name") == DEVICETAINTRULE.plural for r in listing.get("resources") or []):
             found = replace_kind(DEVICETAINTRULE, version=version)
             break
-    _device_taint_rule_kind = found
+    _device_taint_rule_kinds[name] = found
     return found
 
 

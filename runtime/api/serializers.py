@@ -8,7 +8,7 @@ from rest_framework import serializers
 from billing import periods
 from controlplane.api.fields import StrictSerializer, StringField
 from controlplane.api.pagination import DEFAULT_LIMIT, MAX_LIMIT
-from controlplane.validation import fold_case
+from controlplane.validation import dns_label, fold_case
 from runtime import access, spec, validation
 from runtime import storage as storage_service
 from runtime.errors import ImmutableField
@@ -31,6 +31,11 @@ class CreateUnitSerializer(StrictSerializer):
         help_text='auto-stop: a duration such as "8h" or "1h30m" after each start (at most '
         "the package's and the tenant's maximum, which applies when this is left out)",
     )
+    region = StringField(
+        max_length=63,
+        required=False,
+        help_text="the region to run in (GET /regions); left out: wherever the package fits",
+    )
 
     def validate_operationID(self, value: str) -> str:
         return _operation_id(value)
@@ -47,6 +52,12 @@ class CreateUnitSerializer(StrictSerializer):
 
     def validate_image(self, value: str) -> str:
         return spec.check_image(value)
+
+    def validate_region(self, value: str) -> str:
+        value = fold_case(value.strip())
+        if problem := dns_label(value):
+            raise serializers.ValidationError(problem)
+        return value
 
     def validate(self, attrs: dict) -> dict:
         return spec.check_access(attrs)
@@ -248,6 +259,8 @@ class UnitSerializer(serializers.ModelSerializer):
     allocation = UnitAllocationSerializer(source="*")
     draStatus = serializers.SerializerMethodField()
     nodeName = serializers.CharField(source="node_name")
+    region = serializers.CharField(help_text="the region of the unit's cluster")
+    cluster = serializers.CharField(help_text="the cluster the unit was placed in, for good")
     createdAt = serializers.DateTimeField(source="created_at")
     updatedAt = serializers.DateTimeField(source="updated_at")
     lastSyncTime = serializers.DateTimeField(source="last_sync_at", allow_null=True)
@@ -281,6 +294,8 @@ class UnitSerializer(serializers.ModelSerializer):
             "operationID",
             "packageID",
             "specName",
+            "region",
+            "cluster",
             "image",
             "template",
             "access",
@@ -457,3 +472,34 @@ class SecretSerializer(serializers.ModelSerializer):
     class Meta:
         model = TenantSecret
         fields = ["name", "keys", "createdAt", "updatedAt"]
+
+
+class RegionClusterSerializer(serializers.Serializer):
+    name = serializers.CharField()
+    displayName = serializers.CharField()
+    health = serializers.ChoiceField(
+        choices=["reachable", "unreachable", "unknown"],
+        help_text="unreachable: its listings have failed for CLUSTER_LOST_AFTER_SECONDS; "
+        "unknown: not listed yet",
+    )
+    cordoned = serializers.BooleanField(help_text="takes no new units; what runs there stays")
+    asOf = serializers.DateTimeField(
+        allow_null=True, help_text="when the inventory last listed the cluster"
+    )
+
+
+class RegionPackageSerializer(serializers.Serializer):
+    packageID = serializers.CharField()
+    placeableNow = serializers.IntegerField(help_text="more units that fit in the region now")
+    freeDevices = serializers.IntegerField(help_text="free devices there the package could use")
+
+
+class RegionSerializer(serializers.Serializer):
+    name = serializers.CharField(help_text="what a create names in `region`")
+    takesUnits = serializers.BooleanField(
+        help_text="a cluster of the region takes new units now (reachable, not cordoned)"
+    )
+    clusters = RegionClusterSerializer(many=True)
+    packages = RegionPackageSerializer(
+        many=True, help_text="the packages on sale in the region, and what fits of each"
+    )

@@ -15,6 +15,7 @@ urlpatterns = [
     path("gpu-units/<str:name>/restart", views.UnitRestartView.as_view(), name="unit-restart"),
     path("gpu-units/<str:name>/events", views.UnitEventsView.as_view(), name="unit-events"),
     path("gpu-units/<str:name>/logs", views.UnitLogsView.as_view(), name="unit-logs"),
+    path("regions", views.RegionListView.as_view(), name="region-list"),
     path("quota", views.QuotaView.as_view(), name="quota"),
     path("gpu-storages", views.StorageListView.as_view(), name="storage-list"),
     path("gpu-storages/<str:name>", views.StorageDetailView.as_view(), name="storage-detail"),

@@ -61,6 +61,7 @@ from runtime.api.serializers import (
     CreateStorageSerializer,
     CreateUnitSerializer,
     OperationSerializer,
+    RegionSerializer,
     SecretSerializer,
     StorageSerializer,
     UnitEventSerializer,
@@ -224,6 +225,7 @@ class UnitListView(TenantView):
             storage_mounts=data.get("storageMounts"),
             ssh=data.get("ssh"),
             stop_after=data.get("stopAfter"),
+            region=data.get("region", ""),
         )
         if result.created:
             result.unit.cost_to_date = Decimal(0)  # just ordered: nothing used yet
@@ -514,6 +516,19 @@ _quota_line: dict[str, serializers.Field] = {
 )
 class _DeviceQuotaField(serializers.JSONField):
     """{device class: {hard, used, free}} (devices)."""
+
+
+class RegionListView(TenantView):
+    """Where units can run: each region, its clusters' health, and what fits there now."""
+
+    @extend_schema(
+        summary="List the regions, their clusters' health and what fits in each now",
+        operation_id="regions_list",
+        responses={200: envelope(RegionSerializer, name="RegionListResponse", many=True)},
+    )
+    def get(self, request: Request) -> Response:
+        packages = catalog_selectors.list_active_packages()
+        return Response(availability.regions_for(self.tenant, packages))
 
 
 class QuotaView(TenantView):

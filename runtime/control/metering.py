@@ -30,6 +30,7 @@ def holding(unit: GPUUnit, *, claim: dict | None, pod: dict) -> ledger.Holding:
         tenant_id=unit.tenant_id,
         package_id=unit.package_id,
         claim_uid=((claim or {}).get("metadata") or {}).get("uid") or unit.claim_k8s_uid,
+        region=unit.region,
         pod_uid=(pod.get("metadata") or {}).get("uid") or "",
         pod_created_at=k8s_time((pod.get("metadata") or {}).get("creationTimestamp")),
         alternative=dra.get("alternative", ""),

@@ -18,6 +18,7 @@ from django.conf import settings
 
 from controlplane import kube
 from controlplane.kube.errors import KubeError, PermanentError, TemporaryError
+from inventory import clusters
 from runtime import access, lifecycle, manifests, outbox, selectors
 from runtime.models import EventType, GPUUnit, Operation, OperationKind, RunPolicy, UnitPhase
 from tenancy.models import Tenant
@@ -70,12 +71,9 @@ def ensure_tenant_namespace_of(tenant_pk: int) -> None:
 
 
 def _cluster_cidrs() -> list[str]:
-    """The cluster's own ranges, which no policy rule meaning "the internet" may reach."""
-    return [
-        *settings.CLUSTER_POD_CIDRS,
-        *settings.CLUSTER_SERVICE_CIDRS,
-        *settings.CLUSTER_NODE_CIDRS,
-    ]
+    """The cluster's own ranges, which no policy rule meaning "the internet" may reach: the
+    registry's for the cluster calls go to now (inventory.clusters.own_ranges)."""
+    return clusters.own_ranges(kube.current_cluster())
 
 
 def ensure_tenant_namespace(tenant: Tenant) -> None:

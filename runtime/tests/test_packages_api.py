@@ -44,6 +44,7 @@ class TestPackageList(EndpointTest):
                         "asOf": None,
                         "stale": True,
                     },
+                    "regions": [{"name": "default", "placeableNow": 0, "freeDevices": 0}],
                 }
             ]
         }
@@ -56,8 +57,8 @@ class TestPackageList(EndpointTest):
         for index in range(packages):
             PackageFactory(id=f"gpu-p{index}", spec_name=f"p{index}", gpu=1, count=1)
         auth_client.get(self.path)  # the key's last-used stamp is written once a minute
-        # key + tenant (with its usage counters), packages, cluster availability, last sync
-        # run, snapshot time
+        # key + tenant (with its usage counters), packages, the clusters (with the mirror's
+        # time and last sync error), their availability
         self.assert_statement_count(auth_client)
         assert len(auth_client.get(self.path).json()["data"]) == packages
 

@@ -1,0 +1,108 @@
+"""The cluster registry in the admin: one cluster enabled, the control plane's own, and a
+cluster holding live units stays."""
+
+from __future__ import annotations
+
+import pytest
+from django.db import IntegrityError, transaction
+
+from inventory.models import Cluster
+from runtime.models import UnitPhase
+from runtime.tests.factories import UnitFactory
+
+pytestmark = pytest.mark.django_db
+
+LIST_URL = "/admin/inventory/cluster/"
+
+
+def form(**overrides):
+    data = {
+        "display_name": "",
+        "region": "us-east",
+        "position": "100",
+        "kubeconfig": "",
+        "kube_context": "",
+        "pod_cidrs": "",
+        "service_cidrs": "",
+        "node_cidrs": "",
+        "properties": "{}",
+    }
+    for key, value in overrides.items():
+        if value is False:
+            data.pop(key, None)
+        else:
+            data[key] = value
+    return data
+
+
+def change_url(cluster: Cluster) -> str:
+    return f"{LIST_URL}{cluster.pk}/change/"
+
+
+def test_migrate_registered_the_process_cluster(admin_client):
+    page = admin_client.get(LIST_URL)
+    assert page.status_code == 200
+    assert b"default" in page.content
+
+
+def test_a_second_enabled_cluster_is_refused_by_the_database():
+    with pytest.raises(IntegrityError), transaction.atomic():
+        Cluster.objects.create(name="east-1", region="us-east", enabled=True)
+    Cluster.objects.create(name="east-2", region="us-east", enabled=False)
+
+
+def test_a_disabled_cluster_may_name_its_reach_the_enabled_one_may_not(admin_client):
+    response = admin_client.post(
+        f"{LIST_URL}add/",
+        form(name="west-1", region="eu-west", kubeconfig="/etc/k/west", pod_cidrs="10.9.0.0/16"),
+    )
+    assert response.status_code == 302, response.context["adminform"].form.errors
+    west = Cluster.objects.get(name="west-1")
+    assert (west.enabled, west.kubeconfig, west.pod_cidrs) == (
+        False,
+        "/etc/k/west",
+        ["10.9.0.0/16"],
+    )
+    home = Cluster.objects.get(name="default")
+    refused = admin_client.post(
+        change_url(home), form(region="default", enabled="on", kubeconfig="/etc/k/home")
+    )
+    assert refused.status_code == 200
+    assert "the control plane's own" in " ".join(
+        refused.context["adminform"].form.non_field_errors()
+    )
+    assert Cluster.objects.get(name="default").kubeconfig == ""
+
+
+def test_a_bad_cidr_or_region_is_shown_on_its_field(admin_client):
+    response = admin_client.post(
+        f"{LIST_URL}add/", form(name="west-1", region="EU West", node_cidrs="10.0.0.1/8")
+    )
+    errors = response.context["adminform"].form.errors
+    assert set(errors) == {"region", "node_cidrs"}
+    assert not Cluster.objects.filter(name="west-1").exists()
+
+
+def test_a_cluster_holding_live_units_stays_enabled_and_registered(admin_client):
+    home = Cluster.objects.get(name="default")
+    unit = UnitFactory(cluster="default", region="default", phase=UnitPhase.RUNNING)
+    response = admin_client.post(change_url(home), form(region="default", enabled=False))
+    assert response.status_code == 200
+    assert "1 live unit" in " ".join(response.context["adminform"].form.non_field_errors())
+    assert Cluster.objects.get(name="default").enabled
+    assert admin_client.get(f"{LIST_URL}{home.pk}/delete/").status_code == 403
+    # Cordoning is how ops stop new placements there.
+    assert (
+        admin_client.post(
+            change_url(home), form(region="default", enabled="on", cordoned="on")
+        ).status_code
+        == 302
+    )
+    assert Cluster.objects.get(name="default").cordoned
+    unit.phase = UnitPhase.TERMINATED
+    unit.save(update_fields=["phase"])
+    assert (
+        admin_client.post(change_url(home), form(region="default", enabled=False)).status_code
+        == 302
+    )
+    assert not Cluster.objects.get(name="default").enabled
