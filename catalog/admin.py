@@ -58,6 +58,7 @@ class PackageForm(forms.ModelForm):
             "id",
             "spec_name",
             "active",
+            "regions",
             "cpu",
             "memory",
             "gpu",
@@ -74,6 +75,9 @@ class PackageForm(forms.ModelForm):
             "price",
             "alternative_prices",
         ]
+        help_texts = {
+            "regions": "Comma-separated DNS labels, e.g. us-east,eu-west; empty: every region."
+        }
 
 
 @admin.register(Package)
@@ -88,6 +92,7 @@ class PackageAdmin(admin.ModelAdmin):
         "memory",
         "price",
         "active",
+        "sold_in",
         "updated_at",
     )
     list_editable = ("active",)
@@ -97,7 +102,7 @@ class PackageAdmin(admin.ModelAdmin):
     readonly_fields: ClassVar[tuple[str, ...]] = ("created_at", "updated_at")
     actions = ("export_yaml", "activate", "deactivate", "delete_selected")
     fieldsets = (
-        (None, {"fields": ("id", "spec_name", "active")}),
+        (None, {"fields": ("id", "spec_name", "active", "regions")}),
         ("Resources", {"fields": ("cpu", "memory", "ephemeral_storage", "gpu")}),
         ("Stopping", {"fields": ("max_stop_after", "termination_grace_seconds")}),
         ("Price", {"fields": ("price", "alternative_prices")}),
@@ -125,6 +130,10 @@ class PackageAdmin(admin.ModelAdmin):
         if obj is not None:
             return ("id", *self.readonly_fields)
         return self.readonly_fields
+
+    @admin.display(description="regions", ordering="regions")
+    def sold_in(self, package: Package) -> str:
+        return ", ".join(package.regions) or "every region"
 
     def delete_view(
         self, request: HttpRequest, object_id: str, extra_context: dict[str, Any] | None = None

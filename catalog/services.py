@@ -29,6 +29,7 @@ _COMPARED_FIELDS = [
     "max_stop_after",
     "ephemeral_storage",
     "termination_grace_seconds",
+    "regions",
     "price",
     "alternative_prices",
     "active",

@@ -21,6 +21,7 @@ ENTRY_KEYS = {
     "maxStopAfter",
     "ephemeralStorage",
     "terminationGracePeriodSeconds",
+    "regions",
     "price",
     "alternativePrices",
     "active",
@@ -89,6 +90,13 @@ def entry_to_fields(entry: Any) -> tuple[dict, dict[str, str]]:
             "value": json.dumps(grace, default=str)  # as YAML would say it: "30", null, true
         }
         grace = DEFAULT_TERMINATION_GRACE_SECONDS
+    regions = entry.get("regions")
+    if regions is None:
+        regions = []
+    # Not through `_text`: a YAML 1 or true would become a region nobody named.
+    if not isinstance(regions, list) or not all(isinstance(r, str) for r in regions):
+        errors["regions"] = "regions must be a list of region names (strings)."
+        regions = []
     fields = {
         "id": _text(entry.get("id")),
         "spec_name": _text(entry.get("specName")),
@@ -107,6 +115,7 @@ def entry_to_fields(entry: Any) -> tuple[dict, dict[str, str]]:
         "max_stop_after": _text(entry.get("maxStopAfter")),
         "ephemeral_storage": _text(entry.get("ephemeralStorage")),
         "termination_grace_seconds": grace,
+        "regions": regions,
         "price": _text(entry.get("price")) or "0",
         "alternative_prices": {str(k): _text(v) for k, v in entry["alternativePrices"].items()}
         if isinstance(entry.get("alternativePrices"), dict)
@@ -132,6 +141,8 @@ def package_to_entry(package: Any) -> dict:
         entry["ephemeralStorage"] = package.ephemeral_storage
     if package.termination_grace_seconds != DEFAULT_TERMINATION_GRACE_SECONDS:
         entry["terminationGracePeriodSeconds"] = package.termination_grace_seconds
+    if package.regions:
+        entry["regions"] = list(package.regions)
     if Decimal(package.price):
         entry["price"] = money(Decimal(package.price))
     if package.alternative_prices:
