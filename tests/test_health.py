@@ -24,7 +24,7 @@ class TestHealth(EndpointTest):
         assert set(checks) == {"database", "broker", "cluster", "worker", "inventory", "observer"}
 
     def test_statements_are_the_baseline(self, api_client):
-        # SELECT 1, then the inventory's last sync run and snapshot time.
+        # SELECT 1, then the clusters with the mirror's time and the last sync's error.
         self.assert_statement_count(api_client)
 
 
@@ -86,11 +86,21 @@ def test_health_reports_the_inventory_age(api_client, cluster):
     assert api_client.get("/api/v1/health").json()["data"]["checks"]["inventory"] == {
         "ok": False,
         "lastSync": None,
+        "clusters": [
+            {
+                "name": "default",
+                "region": "default",
+                "enabled": True,
+                "cordoned": False,
+                "health": "unknown",
+            }
+        ],
     }
     sync_inventory()
     inventory = api_client.get("/api/v1/health").json()["data"]["checks"]["inventory"]
     assert inventory["ok"] is True
     assert inventory["lastSync"]
+    assert inventory["clusters"][0]["health"] == "reachable"
 
 
 def test_redis_and_cluster_are_probed_at_the_same_time(api_client, monkeypatch):

@@ -8,12 +8,14 @@ import time
 import urllib.request
 
 import pytest
+from django.utils import timezone
 from prometheus_client.parser import text_string_to_metric_families
 
 from catalog.tests.factories import ARTICLE_PACKAGE_ID, PackageFactory
 from conftest import start_worker, stop_worker
 from controlplane import metrics
 from devstack.services import free_port
+from inventory.models import Cluster, InventorySnapshot
 from runtime import orders
 from runtime.tests.helpers import remove_namespace_objects
 from tenancy.tests.factories import TenantFactory
@@ -152,3 +154,15 @@ def test_the_worker_serves_what_its_pool_did(cluster, tmp_path):
     finally:
         stop_worker(worker)
         remove_namespace_objects(tenant.namespace)
+
+
+def test_each_cluster_shows_whether_it_is_reachable_and_cordoned(client):
+    labels = {"cluster": "default", "region": "default"}
+    text = client.get("/metrics").content.decode()
+    assert value(text, "controlplane_cluster_cordoned", **labels) == 0
+    assert value(text, "controlplane_cluster_reachable", **labels) is None  # never listed
+    InventorySnapshot.objects.create(pk=1, as_of=timezone.now(), document="{}")
+    Cluster.objects.filter(name="default").update(cordoned=True)
+    text = client.get("/metrics").content.decode()
+    assert value(text, "controlplane_cluster_cordoned", **labels) == 1
+    assert value(text, "controlplane_cluster_reachable", **labels) == 1
