@@ -1,14 +1,18 @@
-"""Read-only admin views of the inventory mirror: it is rewritten by every sync."""
+"""Read-only admin views of the inventory mirror (it is rewritten by every sync), and the
+cluster registry ops edit."""
 
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlencode
 
 from django import forms
 from django.contrib import admin
 from django.core.exceptions import ValidationError
 from django.db.models import Model
 from django.http import HttpRequest
+from django.urls import reverse
+from django.utils.html import format_html
 
 from controlplane.admin import readable_bytes, readable_cpu
 from inventory import clusters
@@ -195,7 +199,15 @@ class ClusterAdmin(admin.ModelAdmin):
     `manage.py import_clusters`). A cluster's name is what its units record: fixed once made."""
 
     form = ClusterForm
-    list_display = ("name", "display_name", "region", "enabled", "cordoned", "position")
+    list_display = (
+        "name",
+        "display_name",
+        "region",
+        "enabled",
+        "cordoned",
+        "position",
+        "live_units",
+    )
     list_editable = ("cordoned", "position")
     list_filter = ("region", "enabled", "cordoned")
     search_fields = ("name", "display_name", "region")
@@ -212,6 +224,16 @@ class ClusterAdmin(admin.ModelAdmin):
 
     def get_readonly_fields(self, request: HttpRequest, obj: Model | None = None) -> tuple:
         return ("name",) if obj is not None else ()
+
+    @admin.display(description="live units")
+    def live_units(self, cluster: Cluster) -> str:
+        """What still runs there (a cordoned cluster drains as its units are deleted), linked
+        to those units in the admin."""
+        count = clusters.live_units(cluster.name)
+        url = (
+            f"{reverse('admin:runtime_gpuunit_changelist')}?{urlencode({'cluster': cluster.name})}"
+        )
+        return format_html('<a href="{}">{}</a>', url, count)
 
     def has_delete_permission(self, request: HttpRequest, obj: Model | None = None) -> bool:
         # A cluster holding live units stays: they are observed and reconciled through it.

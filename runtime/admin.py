@@ -32,8 +32,18 @@ class UnitEventInline(admin.TabularInline):
 
 @admin.register(GPUUnit)
 class GPUUnitAdmin(admin.ModelAdmin):
-    list_display = ("name", "tenant", "package_id", "phase", "reason", "node_name", "created_at")
-    list_filter = ("phase", "tenant", "package_id")
+    list_display = (
+        "name",
+        "tenant",
+        "package_id",
+        "phase",
+        "reason",
+        "region",
+        "cluster",
+        "node_name",
+        "created_at",
+    )
+    list_filter = ("phase", "region", "cluster", "tenant", "package_id")
     search_fields = ("name", "operation_id", "tenant__slug")
     list_select_related = ("tenant",)
     inlines = [UnitEventInline]

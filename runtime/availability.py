@@ -29,9 +29,11 @@ def for_tenant(
     *,
     states: list[inventory_selectors.ClusterState] | None = None,
 ) -> dict[str, dict]:
-    """`{package id: {placeableNow, freeDevices, reason, asOf, stale, regions}}` in four
-    queries: the package over every cluster that takes units now, and per region it is sold in
-    (`regions`: [{name, placeableNow, freeDevices}], in placement order)."""
+    """`{package id: {placeableNow, freeDevices, reason, asOf, stale, regions}}` in two
+    queries (the clusters with their mirror's freshness, then the availability; `states` when
+    the caller read the first): the package over every cluster that takes units now, and per
+    region it is sold in (`regions`: [{name, placeableNow, freeDevices}], in placement
+    order)."""
     states = inventory_selectors.cluster_states() if states is None else states
     by_cluster = inventory_selectors.availability_by_cluster(states)
     freshness = inventory_selectors.freshness_of(states)

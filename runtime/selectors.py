@@ -24,10 +24,11 @@ def list_units(
     tenant: Tenant,
     phase: str | None = None,
     package_id: str | None = None,
+    region: str | None = None,
     include_terminated: bool = True,
 ) -> QuerySet[GPUUnit]:
-    """The tenant's units; Terminated ones only with `include_terminated` or when `phase`
-    asks for them."""
+    """The tenant's units (of `region`, when given); Terminated ones only with
+    `include_terminated` or when `phase` asks for them."""
     units = GPUUnit.objects.filter(tenant=tenant)
     if phase:
         units = units.filter(phase=phase)
@@ -35,6 +36,8 @@ def list_units(
         units = units.exclude(phase=UnitPhase.TERMINATED)
     if package_id:
         units = units.filter(package_id=fold_case(package_id.strip()))
+    if region:
+        units = units.filter(region=fold_case(region.strip()))
     return units
 
 

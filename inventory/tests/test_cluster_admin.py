@@ -106,3 +106,13 @@ def test_a_cluster_holding_live_units_stays_enabled_and_registered(admin_client)
         == 302
     )
     assert not Cluster.objects.get(name="default").enabled
+
+
+def test_the_list_shows_what_still_runs_in_each_cluster(admin_client):
+    UnitFactory(cluster="default", region="default", phase=UnitPhase.RUNNING, name="a")
+    UnitFactory(cluster="default", region="default", phase=UnitPhase.TERMINATED, name="b")
+    page = admin_client.get(LIST_URL).content.decode()
+    assert '<a href="/admin/runtime/gpuunit/?cluster=default">1</a>' in page
+    units = admin_client.get("/admin/runtime/gpuunit/?cluster=default&phase__exact=Running")
+    assert units.status_code == 200
+    assert [u.name for u in units.context["cl"].result_list] == ["a"]

@@ -149,6 +149,9 @@ class UnitListQuerySerializer(serializers.Serializer):
 
     phase = serializers.ChoiceField(choices=UnitPhase.choices, required=False)
     packageID = serializers.RegexField(r"^[A-Za-z0-9-]{1,63}$", required=False)
+    region = serializers.RegexField(
+        r"^[A-Za-z0-9-]{1,63}$", required=False, help_text="only the units placed in this region"
+    )
     include = serializers.ChoiceField(
         choices=["terminated"],
         required=False,

@@ -179,6 +179,7 @@ class UnitListView(TenantView):
             tenant=self.tenant,
             phase=params.get("phase"),
             package_id=params.get("packageID"),
+            region=params.get("region"),
             include_terminated=params.get("include") == "terminated",
         )
         page, next_cursor = paginate(
@@ -190,6 +191,8 @@ class UnitListView(TenantView):
                 params.get("phase"),
                 fold_case(params.get("packageID") or ""),
                 *([params["include"]] if params.get("include") else []),
+                # Only when filtered, so cursors of unfiltered lists stay what they were.
+                *([f"region={fold_case(params['region'])}"] if params.get("region") else []),
             ),
         )
         return EnvelopedResponse(

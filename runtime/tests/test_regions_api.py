@@ -184,3 +184,20 @@ class TestRegionList(EndpointTest):
         # key + tenant (with its usage counters), packages, the clusters (with the mirror's
         # time and last sync error), their availability
         self.assert_statement_count(auth_client)
+
+
+def test_units_are_listed_by_region(package, auth_client, tenant):
+    Cluster.objects.all().delete()
+    Cluster.objects.create(name="east-1", region="us-east")
+    assert order(auth_client, operationID="a", name="a").status_code == 201
+    Cluster.objects.all().update(enabled=False)
+    Cluster.objects.create(name="west-1", region="eu-west")
+    assert order(auth_client, operationID="b", name="b").status_code == 201
+    listed = auth_client.get("/api/v1/gpu-units", {"region": "EU-West"}).json()
+    assert [u["name"] for u in listed["data"]] == ["b"]
+    first = auth_client.get("/api/v1/gpu-units", {"region": "us-east", "limit": 1}).json()
+    assert [u["name"] for u in first["data"]] == ["a"]
+    # A cursor is for the list it came from.
+    cursor = auth_client.get("/api/v1/gpu-units", {"limit": 1}).json()["meta"]["nextCursor"]
+    refused = auth_client.get("/api/v1/gpu-units", {"region": "us-east", "cursor": cursor})
+    assert refused.status_code == 400
