@@ -271,7 +271,6 @@ class OperatorUsageExportsView(ApiView):
     permission_classes = [IsOperator]
 
     @extend_schema(
-        operation_id="usage_exports_create",
         summary="Request an export of the usage ledger (made by a worker; poll it, then download)",
         request=ExportRequestSerializer,
         responses={
@@ -297,7 +296,6 @@ class OperatorUsageExportsView(ApiView):
         return response
 
     @extend_schema(
-        operation_id="usage_exports_list",
         summary="The latest usage exports, newest first",
         responses={
             200: envelope(UsageExportSerializer, many=True, name="UsageExportListResponse"),
@@ -326,7 +324,6 @@ class OperatorUsageExportView(ApiView):
     permission_classes = [IsOperator]
 
     @extend_schema(
-        operation_id="usage_exports_get",
         summary="A usage export's progress",
         responses={
             200: _export_response,
@@ -343,7 +340,6 @@ class OperatorUsageExportDownloadView(NotJsonBodyMixin, ApiView):
     permission_classes = [IsOperator]
 
     @extend_schema(
-        operation_id="usage_exports_download",
         summary="Download a ready usage export",
         responses={
             (200, "text/csv"): OpenApiResponse(

@@ -193,10 +193,9 @@ X_FRAME_OPTIONS = "DENY"
 
 REST_FRAMEWORK = {
     "DEFAULT_RENDERER_CLASSES": ["controlplane.api.renderers.EnvelopeJSONRenderer"],
-    "DEFAULT_PARSER_CLASSES": [
-        "controlplane.api.parsers.StrictJSONParser",
-        "controlplane.api.parsers.MergePatchParser",
-    ],
+    # JSON everywhere; a PATCH takes a JSON merge patch as well (its view adds the parser), so
+    # each operation accepts, and documents, only what it reads.
+    "DEFAULT_PARSER_CLASSES": ["controlplane.api.parsers.StrictJSONParser"],
     "DEFAULT_AUTHENTICATION_CLASSES": ["tenancy.auth.ApiKeyAuthentication"],
     "DEFAULT_PERMISSION_CLASSES": ["tenancy.permissions.IsTenant"],
     "EXCEPTION_HANDLER": "controlplane.api.exceptions.envelope_exception_handler",
@@ -277,6 +276,7 @@ SPECTACULAR_SETTINGS = {
     "POSTPROCESSING_HOOKS": [
         "drf_spectacular.hooks.postprocess_schema_enums",
         "controlplane.api.schema.add_common_errors",
+        "controlplane.api.schema.name_operations",
     ],
 }
 

@@ -36,7 +36,6 @@ class SSHKeyListView(TenantView):
 
     @extend_schema(
         summary="The tenant's SSH public keys, by name, a page at a time (meta.nextCursor)",
-        operation_id="ssh_keys_list",
         parameters=[PageQuerySerializer],
         responses={
             200: envelope(SSHKeySerializer, name="SSHKeyList", many=True),
@@ -55,7 +54,6 @@ class SSHKeyListView(TenantView):
 
     @extend_schema(
         summary="Register an SSH public key",
-        operation_id="ssh_keys_create",
         request=CreateSSHKeySerializer,
         responses={
             201: envelope(SSHKeySerializer, name="SSHKeyResponse"),

@@ -95,3 +95,73 @@ def test_the_create_schema_states_what_the_server_enforces(client, auth_client):
     assert response.json()["data"]["template"] == body["template"]
     body.update(operationID="schema-2", name="n" * 55)
     assert auth_client.post("/api/v1/gpu-units", body, format="json").status_code == 400
+
+
+VERBS = r"(list|create|get|update|delete|stop|start|restart|events|logs|download)"
+
+
+def test_every_operation_is_named_resource_then_verb_and_tagged_by_resource(client):
+    schema = yaml.safe_load(client.get("/api/schema/").content)
+    operations = [
+        (method, path, operation)
+        for path, methods in schema["paths"].items()
+        for method, operation in methods.items()
+    ]
+    ids = [operation["operationId"] for _, _, operation in operations]
+    assert len(ids) == len(set(ids))
+    assert [i for i in ids if not re.fullmatch(rf"[a-z]+(_[a-z]+)*_{VERBS}", i)] == []
+    tags = {t["name"] for t in schema["tags"]}
+    assert all(len(op["tags"]) == 1 and op["tags"][0] in tags for _, _, op in operations)
+    named = {(m, p): op["operationId"] for m, p, op in operations}
+    assert named[("post", "/api/v1/gpu-units")] == "units_create"
+    assert named[("post", "/api/v1/gpu-units/{name}/stop")] == "units_stop"
+    assert named[("patch", "/api/v1/gpu-units/{name}")] == "units_update"
+
+
+def test_each_operation_documents_only_the_bodies_it_takes_and_its_errors(client):
+    schema = yaml.safe_load(client.get("/api/schema/").content)
+    for path, methods in schema["paths"].items():
+        for method, operation in methods.items():
+            body = set(operation.get("requestBody", {}).get("content", {}))
+            if method == "patch":
+                assert body == {"application/json", "application/merge-patch+json"}, path
+            elif body:
+                assert body == {"application/json"}, (method, path)
+            for status, response in operation["responses"].items():
+                if status.startswith("4"):
+                    content = response["content"]["application/json"]["schema"]
+                    assert content == {"$ref": "#/components/schemas/Error"}, (method, path)
+    assert schema["components"]["securitySchemes"]["apiKey"]["scheme"] == "bearer"
+
+
+def test_a_merge_patch_is_taken_by_patch_alone(auth_client):
+    from catalog.tests.factories import PackageFactory
+
+    package = PackageFactory(article=True)
+    refused = auth_client.generic(
+        "POST",
+        "/api/v1/gpu-units",
+        b'{"operationID": "mp", "name": "mp", "packageID": "%s", "image": "x"}'
+        % package.id.encode(),
+        content_type="application/merge-patch+json",
+    )
+    assert refused.status_code == 415
+    assert refused.json()["error"]["code"] == "unsupported_media_type"
+    assert (
+        auth_client.post(
+            "/api/v1/gpu-units",
+            {"operationID": "mp", "name": "mp", "packageID": package.id, "image": "x"},
+            format="json",
+        ).status_code
+        == 201
+    )
+    # Read as a merge patch: its fields are checked (an unknown one named), not refused as a type.
+    patched = auth_client.generic(
+        "PATCH",
+        "/api/v1/gpu-units/mp",
+        b'{"operationID": "mp-2", "imag": "y"}',
+        content_type="application/merge-patch+json",
+        HTTP_IF_MATCH='"1-x"',
+    )
+    assert patched.status_code == 400, patched.json()
+    assert "imag" in patched.json()["error"]["details"]["fields"]

@@ -74,3 +74,85 @@ def add_common_errors(
                     },
                 )
     return result
+
+
+# Every API operation's id and tag, in one scheme: the resource, then the verb (list, create,
+# get, update, delete, or the action), so a generated client reads `units.create`,
+# `units.stop`, `usage_exports.download`. A new route needs its line here: the schema is not
+# generated without it (`make lint` generates it).
+OPERATIONS: dict[tuple[str, str], tuple[str, str]] = {
+    ("GET", "/api/v1/health"): ("health_get", "health"),
+    ("GET", "/api/v1/packages"): ("packages_list", "packages"),
+    ("GET", "/api/v1/packages/{id}"): ("packages_get", "packages"),
+    ("GET", "/api/v1/regions"): ("regions_list", "regions"),
+    ("GET", "/api/v1/gpu-units"): ("units_list", "units"),
+    ("POST", "/api/v1/gpu-units"): ("units_create", "units"),
+    ("GET", "/api/v1/gpu-units/{name}"): ("units_get", "units"),
+    ("PATCH", "/api/v1/gpu-units/{name}"): ("units_update", "units"),
+    ("DELETE", "/api/v1/gpu-units/{name}"): ("units_delete", "units"),
+    ("POST", "/api/v1/gpu-units/{name}/stop"): ("units_stop", "units"),
+    ("POST", "/api/v1/gpu-units/{name}/start"): ("units_start", "units"),
+    ("POST", "/api/v1/gpu-units/{name}/restart"): ("units_restart", "units"),
+    ("GET", "/api/v1/gpu-units/{name}/events"): ("units_events", "units"),
+    ("GET", "/api/v1/gpu-units/{name}/logs"): ("units_logs", "units"),
+    ("GET", "/api/v1/operations/{operation_id}"): ("operations_get", "operations"),
+    ("GET", "/api/v1/quota"): ("quota_get", "quota"),
+    ("GET", "/api/v1/gpu-storages"): ("storages_list", "storages"),
+    ("POST", "/api/v1/gpu-storages"): ("storages_create", "storages"),
+    ("GET", "/api/v1/gpu-storages/{name}"): ("storages_get", "storages"),
+    ("DELETE", "/api/v1/gpu-storages/{name}"): ("storages_delete", "storages"),
+    ("GET", "/api/v1/ssh-keys"): ("ssh_keys_list", "ssh-keys"),
+    ("POST", "/api/v1/ssh-keys"): ("ssh_keys_create", "ssh-keys"),
+    ("GET", "/api/v1/ssh-keys/{name}"): ("ssh_keys_get", "ssh-keys"),
+    ("DELETE", "/api/v1/ssh-keys/{name}"): ("ssh_keys_delete", "ssh-keys"),
+    ("GET", "/api/v1/secrets"): ("secrets_list", "secrets"),
+    ("POST", "/api/v1/secrets"): ("secrets_create", "secrets"),
+    ("GET", "/api/v1/secrets/{name}"): ("secrets_get", "secrets"),
+    ("DELETE", "/api/v1/secrets/{name}"): ("secrets_delete", "secrets"),
+    ("GET", "/api/v1/budget"): ("budget_get", "billing"),
+    ("GET", "/api/v1/usage"): ("usage_get", "billing"),
+    ("GET", "/api/v1/usage/statements/{month}"): ("usage_statements_get", "billing"),
+    ("GET", "/api/v1/operator/usage"): ("operator_usage_get", "operator"),
+    ("GET", "/api/v1/operator/usage/exports"): ("usage_exports_list", "operator"),
+    ("POST", "/api/v1/operator/usage/exports"): ("usage_exports_create", "operator"),
+    ("GET", "/api/v1/operator/usage/exports/{id}"): ("usage_exports_get", "operator"),
+    ("GET", "/api/v1/operator/usage/exports/{id}/download"): (
+        "usage_exports_download",
+        "operator",
+    ),
+    ("GET", "/api/v1/operator/inventory"): ("operator_inventory_get", "operator"),
+}
+TAGS = [
+    {"name": "units", "description": "GPU units: order, read, update, stop, start, delete"},
+    {"name": "packages", "description": "What can be ordered, and what fits now"},
+    {"name": "regions", "description": "Where units run, and each region's clusters"},
+    {"name": "operations", "description": "The status of any create, stop, start or update"},
+    {"name": "storages", "description": "Persistent volumes a unit mounts"},
+    {"name": "ssh-keys", "description": "Public keys let into units with SSH"},
+    {"name": "secrets", "description": "Values units read as environment variables"},
+    {"name": "quota", "description": "The tenant's quota and what is left"},
+    {"name": "billing", "description": "Usage, statements and the budget"},
+    {
+        "name": "operator",
+        "description": "Operator keys only: every tenant's usage, exports, inventory",
+    },
+    {"name": "health", "description": "Whether the control plane and its dependencies answer"},
+]
+
+
+def name_operations(
+    result: dict, generator: SchemaGenerator, request: Request | None, public: bool
+) -> dict:
+    """drf-spectacular postprocessing hook: each operation's id and tag from OPERATIONS."""
+    for path, operations in result.get("paths", {}).items():
+        for method, operation in operations.items():
+            named = OPERATIONS.get((method.upper(), path))
+            if named is None:
+                raise LookupError(
+                    f"{method.upper()} {path} has no operationId: add it to "
+                    "controlplane.api.schema.OPERATIONS"
+                )
+            operation["operationId"], tag = named
+            operation["tags"] = [tag]
+    result["tags"] = TAGS
+    return result

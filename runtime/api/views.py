@@ -35,6 +35,7 @@ from controlplane.api.pagination import (
     page_by_name,
     paginate,
 )
+from controlplane.api.parsers import MergePatchParser, StrictJSONParser
 from controlplane.api.renderers import EnvelopedResponse
 from controlplane.api.schema import ErrorSerializer, envelope, error_responses
 from controlplane.api.views import NotJsonBodyMixin, StrictQueryMixin
@@ -166,7 +167,6 @@ class UnitListView(TenantView):
 
     @extend_schema(
         summary="List the tenant's GPU units",
-        operation_id="gpu_units_list",
         parameters=[UnitListQuerySerializer],
         responses={
             200: envelope(UnitSerializer, name="UnitListResponse", many=True),
@@ -204,7 +204,6 @@ class UnitListView(TenantView):
 
     @extend_schema(
         summary="Order a GPU unit (idempotent on operationID)",
-        operation_id="gpu_units_create",
         request=CreateUnitSerializer,
         responses={
             201: _UNIT,
@@ -257,6 +256,9 @@ _UNIT_WITH_OPERATION = envelope(
 
 
 class UnitDetailView(TenantView):
+    # An update is a JSON merge patch (RFC 7396), sent as either type.
+    parser_classes = [StrictJSONParser, MergePatchParser]
+
     @extend_schema(summary="One GPU unit", responses={200: _UNIT, **error_responses(401, 404)})
     def get(self, request: Request, name: str) -> Response:
         unit = _unit_or_404(self.tenant, name)
@@ -370,7 +372,6 @@ def _action_view(kind: str, summary: str, description: str) -> type[UnitActionVi
         post=extend_schema(
             summary=summary,
             description=description,
-            operation_id=f"gpu_units_{kind}",
             request=ActionSerializer,
             responses={
                 202: _OPERATION,
@@ -526,7 +527,6 @@ class RegionListView(TenantView):
 
     @extend_schema(
         summary="List the regions, their clusters' health and what fits in each now",
-        operation_id="regions_list",
         responses={200: envelope(RegionSerializer, name="RegionListResponse", many=True)},
     )
     def get(self, request: Request) -> Response:
@@ -671,7 +671,6 @@ def _mounts_of(tenant: Tenant) -> dict[str, list[str]]:
 class StorageListView(TenantView):
     @extend_schema(
         summary="The tenant's storages",
-        operation_id="gpu_storages_list",
         responses={
             200: envelope(StorageSerializer, name="StorageList", many=True),
             **error_responses(401),
@@ -684,7 +683,6 @@ class StorageListView(TenantView):
 
     @extend_schema(
         summary="Create a storage (a PersistentVolumeClaim the tenant's units can mount)",
-        operation_id="gpu_storages_create",
         request=CreateStorageSerializer,
         responses={
             201: envelope(StorageSerializer, name="StorageResponse"),
@@ -740,7 +738,6 @@ class SecretListView(TenantView):
 
     @extend_schema(
         summary="The tenant's secrets (names and keys, never values), a page at a time",
-        operation_id="secrets_list",
         parameters=[PageQuerySerializer],
         responses={
             200: envelope(SecretSerializer, name="SecretList", many=True),
@@ -765,7 +762,6 @@ class SecretListView(TenantView):
         "Values are never returned. 409 limit_exceeded past the tenant's secret limit "
         "(GET /quota), 409 secret_conflict when a Secret of that name exists that the control "
         "plane does not manage, 503 while the tenant's namespace is being prepared.",
-        operation_id="secrets_create",
         request=CreateSecretSerializer,
         responses={
             201: _SECRET,
@@ -787,7 +783,6 @@ class SecretListView(TenantView):
 class SecretDetailView(TenantView):
     @extend_schema(
         summary="One secret (its keys, never its values)",
-        operation_id="secrets_retrieve",
         responses={200: _SECRET, **error_responses(401, 404)},
     )
     def get(self, request: Request, name: str) -> Response:
@@ -797,7 +792,6 @@ class SecretDetailView(TenantView):
 
     @extend_schema(
         summary="Delete a secret (409 secret_in_use while a live unit reads it)",
-        operation_id="secrets_destroy",
         responses={204: None, **error_responses(401, 404, 409, 503)},
     )
     def delete(self, request: Request, name: str) -> Response:
