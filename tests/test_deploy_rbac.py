@@ -27,6 +27,7 @@ from billing.models import Meter, UsageRecord
 from catalog.tests.factories import PackageFactory
 from controlplane import kube
 from inventory import sync
+from inventory.models import Cluster
 from runtime.control import volumes as storage_claims
 from runtime.control.observer import Observer
 from runtime.models import GPUStorage, GPUUnit, Operation, OperationStatus, UnitPhase
@@ -341,9 +342,10 @@ def _observer_flow(client, tenant, package) -> None:
         observer.stop()
         thread.join(10)
         # The observer committed the inventory mirror from its own connection: leave none of
-        # it to later tests.
+        # it to later tests (the cluster registry beside it is configuration: it stays).
         for model in apps.get_app_config("inventory").get_models():
-            model.objects.all().delete()
+            if model is not Cluster:
+                model.objects.all().delete()
 
 
 def _wait(predicate, what: str, timeout: float = 30.0) -> None:

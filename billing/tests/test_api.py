@@ -128,9 +128,13 @@ class TestOperatorUsage(EndpointTest):
         self.assert_statement_count(operator, query={"from": "2026-11-28"})
 
 
-def test_units_and_quota_carry_their_cost_to_date(auth_client, tenant, used, package):
+def test_units_and_quota_carry_their_cost_to_date(auth_client, tenant, used, package, monkeypatch):
+    # The clock stands still, mid-month in the month after `used`'s: this month's cost is the
+    # live unit's whole hour, not the sliver of it after a month's start the request fell on.
+    now = datetime(2026, 12, 15, 12, 0, tzinfo=UTC)
+    monkeypatch.setattr(timezone, "now", lambda: now)
     live = UnitFactory(tenant=tenant, name="live", package=package, phase=UnitPhase.RUNNING)
-    hold(live, timezone.now() - timedelta(hours=1), None)
+    hold(live, now - timedelta(hours=1), None)
     units = {u["name"]: u for u in auth_client.get("/api/v1/gpu-units").json()["data"]}
     assert units["trainer"]["costToDate"] == "5.400000"
     assert 3.6 <= float(units["live"]["costToDate"]) < 3.61
@@ -179,6 +183,10 @@ class TestStatement(EndpointTest):
 def test_the_default_period_reads_this_month_from_its_rollup(auth_client, used, monkeypatch):
     # The period ends at the request's one "now": its month is read whole from the rollups,
     # not today's rows one by one (bench.ledger found the endpoint 11x slower at 1M rows).
+    # The clock stands still, so that the month asserted is the request's (not the next one,
+    # when a month ends between the request and the assertion).
+    now = datetime(2026, 11, 28, 12, 0, tzinfo=UTC)
+    monkeypatch.setattr(timezone, "now", lambda: now)
     plans = []
     real = periods.cover
 
@@ -190,5 +198,5 @@ def test_the_default_period_reads_this_month_from_its_rollup(auth_client, used, 
     response = auth_client.get("/api/v1/usage", {"groupBy": "unit"})
     assert response.status_code == 200
     (plan,) = plans
-    assert plan.months == (periods.month_start(timezone.now()),)
+    assert plan.months == (periods.month_start(now),)
     assert plan.add == ()

@@ -11,6 +11,7 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
+from billing import periods
 from billing.models import Meter, PriceVersion, QuantityUnit, UsageRecord
 from billing.tests.helpers import package
 from catalog.models import Package
@@ -168,7 +169,12 @@ def test_a_shared_unit_is_billed_by_its_share(tenant):
     assert sum((row.quantity for row in rows), Decimal(0)) == sum(
         (row.seconds for row in rows), Decimal(0)
     )
-    usage = client.get("/api/v1/usage", {"groupBy": "unit", "to": timezone.now().isoformat()})
+    # From the month the unit ran in: the default is the request's month, which holds none of
+    # its usage when a UTC month ends between the stop and the request.
+    since = periods.month_start(rows[0].start).isoformat()
+    usage = client.get(
+        "/api/v1/usage", {"groupBy": "unit", "from": since, "to": timezone.now().isoformat()}
+    )
     (item,) = usage.json()["data"]["items"]
     assert Decimal(item["shareSeconds"]) > 0
     assert item["deviceSeconds"] == "0.000"

@@ -8,7 +8,9 @@ import os
 import secrets
 import subprocess
 import sys
+import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import redis
@@ -45,8 +47,12 @@ def reports(monkeypatch) -> list[int]:
 
 
 @pytest.fixture
-def limited(settings):
+def limited(settings, monkeypatch):
     settings.HEALTH_RATE_PER_ADDRESS = "2/day"  # one window for the whole test
+    # The limiter's clock held at noon (UTC) of today: its windows are whole UTC days, so a
+    # test run just before midnight would otherwise count its last requests in a new window.
+    noon = time.time() // 86400 * 86400 + 43200
+    monkeypatch.setattr(ratelimit, "time", SimpleNamespace(time=lambda: noon))
 
 
 def test_health_is_429_throttled_in_the_envelope_when_one_address_asks_too_often(limited, reports):

@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import ipaddress
 import secrets
+import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import redis
@@ -31,9 +33,17 @@ def new_address() -> str:
     return str(ipaddress.IPv4Address("10.0.0.0") + secrets.randbelow(2**24))
 
 
+def held_at_noon(monkeypatch) -> None:
+    """The limiter's clock held at noon (UTC) of today: its windows are whole UTC days, so a
+    test run just before midnight would otherwise count its last requests in a new window."""
+    noon = time.time() // 86400 * 86400 + 43200
+    monkeypatch.setattr(ratelimit, "time", SimpleNamespace(time=lambda: noon))
+
+
 @pytest.fixture
-def limited(settings):
+def limited(settings, monkeypatch):
     settings.DASHBOARD_RATE_PER_ADDRESS = "2/day"  # one window for the whole test
+    held_at_noon(monkeypatch)
 
 
 def test_pages_past_the_limit_are_a_429_page_with_retry_after(
@@ -105,8 +115,9 @@ def _liveness_probe() -> dict:
     return container["livenessProbe"]["httpGet"]
 
 
-def test_static_files_and_the_admin_are_not_counted(settings):
+def test_static_files_and_the_admin_are_not_counted(settings, monkeypatch):
     settings.DASHBOARD_RATE_PER_ADDRESS = "1/day"
+    held_at_noon(monkeypatch)
     probe = _liveness_probe()
     headers = {
         "HTTP_" + header["name"].upper().replace("-", "_"): header["value"]

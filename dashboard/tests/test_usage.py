@@ -176,7 +176,7 @@ class TestOverviewCost:
             "Cost per UTC day from 30 Oct to 28 Nov, by package: USD 12.00 in all, most on "
             "27 Nov (USD 7.40). h100-2x USD 9.00; l40s-1x USD 3.00."
         )
-        table = body.split('<table class="visually-hidden usage-figures">')[1].split("</table>")[0]
+        table = body.split('<table class="usage-figures">')[1].split("</table>")[0]
         assert table.count("<tr>") == 5  # the head, three days with usage and the total
         assert '<time datetime="2026-11-27">27 Nov 2026</time>' in table
         assert ">USD 7.40<" in table

@@ -10,6 +10,7 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
+from billing import periods
 from dashboard.tests.conftest import PASSWORD, client_for, make_unit, make_user
 from inventory.models import Device, InventorySnapshot, Node, PackageAvailability, SyncRun
 from runtime.models import GPUUnit, Operation, UnitPhase
@@ -521,8 +522,12 @@ class TestLivePages:
         ("page", "live"), [(OVERVIEW, "/live/"), (PACKAGES, "/packages/live/")]
     )
     def test_live_body_answers_204_until_availability_moves(
-        self, member_client, package, page, live
+        self, member_client, package, page, live, monkeypatch
     ):
+        # One reading of the clock: the overview's body names the month's start, which moves
+        # when a UTC month ends between the page and its poll.
+        now = timezone.now()
+        monkeypatch.setattr(timezone, "now", lambda: now)
         seed_inventory(synced_ago=timedelta(hours=2))  # an age that reads the same all test
         row = PackageAvailability.objects.create(
             package_id=package.id, placeable=1, free_devices=2, reason=""
@@ -544,7 +549,9 @@ class TestLivePages:
     def test_live_body_answers_204_while_only_the_sync_age_moves(
         self, member_client, package, page, live, monkeypatch
     ):
-        start = timezone.now()
+        # Within the last hour that has ended, so that the 35 s below stay in one UTC month
+        # (the overview's body names the month's start).
+        start = periods.floor_hour(timezone.now()) - timedelta(minutes=30)
         monkeypatch.setattr(timezone, "now", lambda: start)  # the age is exact, not >= 5 s
         seed_inventory(synced_ago=timedelta(seconds=5))
         response = member_client.get(page)
@@ -695,7 +702,13 @@ class TestQueryCounts:
 
     @pytest.mark.parametrize("path", [UNITS, ROWS, OVERVIEW, PACKAGES])
     @pytest.mark.parametrize("staff", [False, True])
-    def test_flat_in_the_number_of_units(self, tenant, other_tenant, package, path, staff):
+    def test_flat_in_the_number_of_units(
+        self, tenant, other_tenant, package, path, staff, monkeypatch
+    ):
+        # One reading of the clock for both counts: the overview reads one statement fewer in
+        # a UTC day's first minute (its costs, counted to the minute, reach no further).
+        now = timezone.now()
+        monkeypatch.setattr(timezone, "now", lambda: now)
         seed_inventory()
         user = make_user(tenant, staff=staff)
         client = client_for(user)

@@ -14,13 +14,7 @@ from inventory.models import Cluster
 
 pytestmark = pytest.mark.django_db
 
-SAMPLE = (
-    Path(__file__).resolve().parents[2]
-    / "k8s"
-    / "components"
-    / "multicluster"
-    / "clusterprofiles.example.yaml"
-)
+SAMPLE = Path(__file__).resolve().parents[1] / "samples" / "clusterprofiles.yaml"
 SAMPLE_NAMES = ["eu-west", "us-east"]
 
 

@@ -13,7 +13,7 @@ import pytest
 from django.core.cache import cache
 from django.utils import timezone
 
-from billing import ledger
+from billing import ledger, periods
 from billing.models import Meter, UsageRecord
 from billing.tests.helpers import holding
 from catalog.tests.factories import PackageFactory
@@ -75,7 +75,9 @@ def test_the_page_selector_selects_our_objects_of_the_named_units():
 @pytest.mark.django_db
 def test_a_page_closes_only_its_own_leftover_meters_and_on_its_second_sight(tenant):
     package = PackageFactory(article=True, price="0.36")
-    earlier = timezone.now() - timedelta(minutes=30)
+    # Within the last hour that has ended, so that inside's two minutes are one ledger row
+    # whenever the test runs (two minutes across an hour's boundary are two).
+    earlier = periods.floor_hour(timezone.now()) - timedelta(minutes=30)
     running = UnitFactory(tenant=tenant, name="running", package=package, phase=UnitPhase.RUNNING)
     inside = UnitFactory(tenant=tenant, name="inside", package=package, phase=UnitPhase.TERMINATED)
     outside = UnitFactory(

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import time
+from types import SimpleNamespace
 
 import pytest
 from rest_framework.test import APIClient
@@ -125,11 +127,17 @@ def test_keys_are_never_logged(victim, caplog):
     assert api_key.key_hash not in caplog.text
 
 
-def test_each_key_is_rate_limited_on_its_own(victim, settings):
+def test_each_key_is_rate_limited_on_its_own(victim, settings, monkeypatch):
     from django.core.cache import cache
+
+    from controlplane import ratelimit
 
     cache.clear()
     settings.API_THROTTLE_RATE = "5/day"  # one window for the whole test
+    # The limiter's clock held at noon (UTC) of today: its windows are whole UTC days, so a
+    # test run just before midnight would otherwise count its last requests in a new window.
+    noon = time.time() // 86400 * 86400 + 43200
+    monkeypatch.setattr(ratelimit, "time", SimpleNamespace(time=lambda: noon))
     first, second = APIClient(), APIClient()
     first.credentials(HTTP_AUTHORIZATION=f"Bearer {key_for(victim)}")
     second.credentials(HTTP_AUTHORIZATION=f"Bearer {key_for(victim)}")
