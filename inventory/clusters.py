@@ -57,13 +57,6 @@ def enabled(clusters: Iterable[Cluster] | None = None) -> list[Cluster]:
     return [c for c in (registered() if clusters is None else clusters) if c.enabled]
 
 
-def default() -> Cluster:
-    """The cluster calls go to when none is named (kube.HOME): the first enabled one, or,
-    with none enabled, the first registered (then nothing is placed anywhere)."""
-    clusters = registered()
-    return next((c for c in clusters if c.enabled), clusters[0])
-
-
 def named(name: str) -> Cluster | None:
     if (row := Cluster.objects.filter(name=name).first()) is not None:
         return row
