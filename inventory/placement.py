@@ -4,7 +4,8 @@ registry, the mirror and the package, and binds the unit to the answer once and 
 Filters, in order, each with the refusal a customer sees when it leaves nothing:
   1. the region asked, if any, exists                           -> unknown_region (400)
   2. the package is sold there (a package sold nowhere listed: everywhere)
-                                                                 -> not_sold (400)
+                                                                 -> not_sold (400) when a
+     region was asked, else region_unavailable (503): its regions have no cluster yet
   3. the cluster is enabled, not cordoned, not unreachable       -> region_unavailable (503)
   4. the package is placeable there now, per the mirror less what was placed there since
                                                                  -> insufficient_capacity (409)
@@ -65,13 +66,20 @@ def place(
         pool = [c for c in pool if c.region == region]
     if sold_in:
         sold = [c for c in pool if c.region in sold_in]
-        if not sold:
-            where = f'in region "{region}"' if region else "in any region with a cluster"
+        if not sold and region:
             return Refused(
                 "not_sold",
-                f'Package "{package}" is not sold {where}; it is sold in '
+                f'Package "{package}" is not sold in region "{region}"; it is sold in '
                 f"{', '.join(sorted(sold_in))}.",
-                [region] if region else known_regions,
+                [region],
+            )
+        if not sold:  # on sale, but no region it is sold in has a cluster taking part
+            regions = sorted(sold_in)
+            return Refused(
+                "region_unavailable",
+                f'Package "{package}" is sold in {_regions(regions)}, where no cluster takes '
+                "new units now; try again later.",
+                regions,
             )
         pool = sold
     tried = sorted({c.region for c in pool})

@@ -39,7 +39,7 @@ def test_a_full_cluster_spills_into_the_next():
     ("candidates", "kwargs", "code", "regions"),
     [
         ([EAST, WEST], {"region": "ap-south"}, "unknown_region", ["ap-south"]),
-        ([EAST, WEST], {"sold_in": ["ap-south"]}, "not_sold", ["eu-west", "us-east"]),
+        ([EAST, WEST], {"sold_in": ["ap-south"]}, "region_unavailable", ["ap-south"]),
         ([EAST, WEST], {"sold_in": ["us-east"], "region": "eu-west"}, "not_sold", ["eu-west"]),
         (
             [Candidate("east-1", "us-east", cordoned=True, placeable=3), WEST],

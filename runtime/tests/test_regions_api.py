@@ -85,6 +85,15 @@ def test_a_package_not_sold_in_the_region_is_a_400(east, auth_client):
     assert nothing_written()
 
 
+def test_a_package_sold_only_where_no_cluster_is_yet_is_unavailable_not_invalid(east, auth_client):
+    PackageFactory(article=True, regions=["eu-west"])
+    response = order(auth_client)  # no region asked: nothing wrong with the request
+    assert response.status_code == 503, response.json()
+    assert response.json()["error"]["code"] == "region_unavailable"
+    assert response.json()["error"]["details"]["regions"] == ["eu-west"]
+    assert nothing_written()
+
+
 def test_a_cordoned_cluster_takes_no_new_unit(package, east, auth_client):
     Cluster.objects.filter(pk=east.pk).update(cordoned=True)
     response = order(auth_client, region="us-east")
