@@ -8,7 +8,6 @@ import importlib
 import pkgutil
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
@@ -20,7 +19,7 @@ from catalog.tests.factories import PackageFactory
 from runtime.control import reconcile
 from runtime.models import GPUUnit
 from runtime.tasks import sweep_operations
-from runtime.tests.helpers import remove_namespace_objects
+from runtime.tests.helpers import remove_namespace_objects, wait_until
 from tenancy.tests.factories import TenantFactory, key_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("celery_worker")]
@@ -66,17 +65,15 @@ def operation(package: ModuleType, name: str) -> Any:
     return importlib.import_module(f"{package.__name__}.api.{name}")
 
 
-def until(what: str, check: Callable[[], Any], *, timeout: float = 90.0) -> Any:
+def until(what: str, check: Callable[[], Any]) -> Any:
     """Sweep and reconcile as beat would until `check()` answers something true."""
-    deadline = time.monotonic() + timeout
-    while True:
+
+    def settled() -> Any:
         sweep_operations()
         reconcile.reconcile_units()
-        if found := check():
-            return found
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.3)
+        return check()
+
+    return wait_until(settled, what, timeout=90.0)
 
 
 def test_every_generated_module_imports(generated):

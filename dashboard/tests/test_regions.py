@@ -6,29 +6,17 @@ from __future__ import annotations
 import pytest
 
 from catalog.tests.factories import PackageFactory
+from dashboard.tests.test_views import NEW, order
 from inventory.models import Cluster, PackageAvailability
 from runtime.models import GPUUnit, Operation
 
 pytestmark = pytest.mark.django_db
-
-NEW = "/units/new"
 
 
 @pytest.fixture
 def east():
     Cluster.objects.all().delete()
     return Cluster.objects.create(name="east-1", region="us-east", display_name="East 1")
-
-
-def order(client, **fields):
-    body = {
-        "package": "gpu-rtx3080-2x-cpu10-mem40g",
-        "name": "demo",
-        "image": "python:3.12",
-        "operation_id": "dash-" + "a" * 32,
-        **fields,
-    }
-    return client.post(NEW, body)
 
 
 def test_the_order_form_offers_the_regions_and_places_the_unit_there(member_client, package, east):
