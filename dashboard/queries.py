@@ -142,22 +142,27 @@ def device_totals_by_class() -> DeviceClassTotals:
 
 
 def device_totals_by_node() -> list[NodeTotals]:
-    """Devices of complete pools per node, with the node's readiness (two queries)."""
-    ready = dict(Node.objects.values_list("name", "ready"))
+    """Devices of complete pools per node, with the node's readiness (two queries). Nodes are
+    named `cluster/node` when the mirror holds more than one cluster's."""
+    ready = {
+        (cluster, name): is_ready
+        for cluster, name, is_ready in Node.objects.values_list("cluster", "name", "ready")
+    }
     # Mappings, not the stubs' row type: that one misses the terms annotate(**terms) adds.
-    rows: Iterable[Mapping[str, Any]] = (
+    rows: list[Mapping[str, Any]] = list(
         Device.objects.filter(pool_complete=True)
-        .values("node_name")
+        .values("cluster", "node_name")
         .annotate(**_device_counts())
-        .order_by("node_name")
+        .order_by("cluster", "node_name")
     )
+    several = len({row["cluster"] for row in rows}) > 1
     return [
         NodeTotals(
-            row["node_name"] or "(no node)",
+            (f"{row['cluster']}/" if several else "") + (row["node_name"] or "(no node)"),
             row["n_total"],
             row["n_allocated"],
             row["n_unavailable"],
-            ready=ready.get(row["node_name"]),
+            ready=ready.get((row["cluster"], row["node_name"])),
         )
         for row in rows
     ]
@@ -212,18 +217,25 @@ def units_by_phase(units: QuerySet[GPUUnit]) -> list[tuple[str, int]]:
 
 
 def utilisation_samples(limit: int = 120) -> list[Sample]:
-    """Allocated and total devices of the latest successful syncs, oldest first."""
+    """Allocated and total devices over every cluster at the latest successful syncs, oldest
+    first: each sync's sample adds the other clusters' figures as of their last sync before
+    it."""
     runs = (
         SyncRun.objects.filter(finished_at__isnull=False, error="", total_devices__isnull=False)
         .order_by("-started_at")
-        .values_list("finished_at", "allocated_devices", "total_devices")[:limit]
+        .values_list("cluster", "finished_at", "allocated_devices", "total_devices")[:limit]
     )
+    latest: dict[str, tuple[int, int]] = {}
+    samples = []
     # The filter already excludes null times and totals; the test narrows the nullable columns.
-    return [
-        Sample(at, allocated or 0, total)
-        for at, allocated, total in reversed(runs)
-        if at is not None and total is not None
-    ]
+    for cluster, at, allocated, total in reversed(runs):
+        if at is None or total is None:
+            continue
+        latest[cluster] = (allocated or 0, total)
+        samples.append(
+            Sample(at, sum(a for a, _ in latest.values()), sum(t for _, t in latest.values()))
+        )
+    return samples
 
 
 @dataclass(frozen=True)

@@ -123,7 +123,9 @@ def updated_at(what: str) -> str:
 
 def freshness_context(now: datetime) -> dict[str, Any]:
     """What _freshness.html needs: how old the inventory mirror is, and when that is stale."""
-    freshness = inventory_selectors.get_freshness()
+    freshness = inventory_selectors.freshness_of(
+        inventory_selectors.cluster_states(now=now), now=now
+    )
     return {
         "freshness": freshness,
         "sync_age": age(freshness.as_of, now),

@@ -1,18 +1,35 @@
-"""The Postgres mirror of the cluster's observed DRA state, rewritten by each inventory sync.
+"""The Postgres mirror of each cluster's observed DRA state, rewritten by its inventory sync.
 
-Rows are keyed by their Kubernetes identity; the sync upserts what changed and deletes what
-disappeared, so the tables always equal the last successful observation."""
+Rows are keyed by their cluster and their Kubernetes identity; a cluster's sync upserts what
+changed there and deletes what disappeared, so each cluster's rows always equal its last
+successful observation."""
 
 from __future__ import annotations
 
+from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
 from django.db import models
 
 from controlplane.validation import validate_cidr, validate_dns_label
 
 
-class Node(models.Model):
-    name = models.CharField(max_length=253, unique=True)
+def own_cluster() -> str:
+    """The mirror's rows are the process's own cluster's unless a sync says otherwise."""
+    return settings.CLUSTER_NAME
+
+
+class Mirrored(models.Model):
+    """A row of one cluster's mirror: the `Cluster` it was observed in, by name (the mirror is
+    derived data; a cluster's rows go when its sync no longer sees them)."""
+
+    cluster = models.CharField(max_length=63, default=own_cluster)
+
+    class Meta:
+        abstract = True
+
+
+class Node(Mirrored):
+    name = models.CharField(max_length=253)
     ready = models.BooleanField(default=False)
     labels = models.JSONField(default=dict, blank=True)
     cpu_allocatable_millicores = models.BigIntegerField(default=0)
@@ -22,6 +39,7 @@ class Node(models.Model):
 
     class Meta:
         ordering = ["name"]
+        constraints = [models.UniqueConstraint(fields=["cluster", "name"], name="node_identity")]
 
     def __str__(self) -> str:
         return self.name
@@ -35,19 +53,22 @@ class Node(models.Model):
         return max(0, self.memory_allocatable_bytes - self.memory_requested_bytes)
 
 
-class DeviceClass(models.Model):
-    name = models.CharField(max_length=253, unique=True)
+class DeviceClass(Mirrored):
+    name = models.CharField(max_length=253)
     selectors = models.JSONField(default=list, blank=True, help_text="CEL expressions, ANDed")
 
     class Meta:
         ordering = ["name"]
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "name"], name="device_class_identity")
+        ]
         verbose_name_plural = "device classes"
 
     def __str__(self) -> str:
         return self.name
 
 
-class DevicePool(models.Model):
+class DevicePool(Mirrored):
     """A driver's pool: only its latest generation counts; complete when all slices are seen."""
 
     driver = models.CharField(max_length=253)
@@ -67,14 +88,14 @@ class DevicePool(models.Model):
     class Meta:
         ordering = ["driver", "name"]
         constraints = [
-            models.UniqueConstraint(fields=["driver", "name"], name="pool_identity"),
+            models.UniqueConstraint(fields=["cluster", "driver", "name"], name="pool_identity"),
         ]
 
     def __str__(self) -> str:
         return f"{self.driver}/{self.name}"
 
 
-class Device(models.Model):
+class Device(Mirrored):
     """One device of a pool's latest generation, with the classes and packages it can serve."""
 
     driver = models.CharField(max_length=253)
@@ -120,15 +141,17 @@ class Device(models.Model):
     class Meta:
         ordering = ["driver", "pool", "name"]
         constraints = [
-            models.UniqueConstraint(fields=["driver", "pool", "name"], name="device_identity"),
+            models.UniqueConstraint(
+                fields=["cluster", "driver", "pool", "name"], name="device_identity"
+            ),
         ]
-        indexes = [models.Index(fields=["node_name"], name="device_node")]
+        indexes = [models.Index(fields=["cluster", "node_name"], name="device_node")]
 
     def __str__(self) -> str:
         return f"{self.driver}/{self.pool}/{self.name}"
 
 
-class Claim(models.Model):
+class Claim(Mirrored):
     """A ResourceClaim and its allocation (every claim in the cluster, not only ours)."""
 
     namespace = models.CharField(max_length=63)
@@ -141,13 +164,15 @@ class Claim(models.Model):
 
     class Meta:
         ordering = ["namespace", "name"]
-        constraints = [models.UniqueConstraint(fields=["namespace", "name"], name="claim_identity")]
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "namespace", "name"], name="claim_identity")
+        ]
 
     def __str__(self) -> str:
         return f"{self.namespace}/{self.name}"
 
 
-class Quota(models.Model):
+class Quota(Mirrored):
     namespace = models.CharField(max_length=63)
     name = models.CharField(max_length=253)
     hard = models.JSONField(default=dict)
@@ -155,16 +180,18 @@ class Quota(models.Model):
 
     class Meta:
         ordering = ["namespace", "name"]
-        constraints = [models.UniqueConstraint(fields=["namespace", "name"], name="quota_identity")]
+        constraints = [
+            models.UniqueConstraint(fields=["cluster", "namespace", "name"], name="quota_identity")
+        ]
 
     def __str__(self) -> str:
         return f"{self.namespace}/{self.name}"
 
 
-class PackageAvailability(models.Model):
-    """How many units of a package the cluster could place at the last sync."""
+class PackageAvailability(Mirrored):
+    """How many units of a package a cluster could place at its last sync."""
 
-    package_id = models.CharField(max_length=63, unique=True)
+    package_id = models.CharField(max_length=63)
     placeable = models.PositiveIntegerField(help_text="units that fit, node by node")
     free_devices = models.PositiveIntegerField(help_text="free devices the package could use")
     reason = models.CharField(max_length=200, blank=True, help_text="why nothing fits")
@@ -172,26 +199,32 @@ class PackageAvailability(models.Model):
     class Meta:
         ordering = ["package_id"]
         verbose_name_plural = "package availability"
+        constraints = [
+            models.UniqueConstraint(
+                fields=["cluster", "package_id"], name="package_availability_identity"
+            )
+        ]
 
     def __str__(self) -> str:
         return f"{self.package_id}: {self.placeable}"
 
 
-class InventorySnapshot(models.Model):
-    """The operator inventory document as of the last successful sync, stored rendered so
-    serving it costs the same at 10 and 10,000 devices. There is one row."""
+class InventorySnapshot(Mirrored):
+    """A cluster's operator inventory document as of its last successful sync, stored rendered
+    so serving it costs the same at 10 and 10,000 devices. One row per cluster."""
 
     as_of = models.DateTimeField()
     document = models.TextField(help_text="JSON object of the inventory fields")
 
     class Meta:
         verbose_name = "inventory snapshot"
+        constraints = [models.UniqueConstraint(fields=["cluster"], name="snapshot_per_cluster")]
 
     def __str__(self) -> str:
         return f"inventory as of {self.as_of:%Y-%m-%d %H:%M:%S}"
 
 
-class SyncRun(models.Model):
+class SyncRun(Mirrored):
     started_at = models.DateTimeField()
     finished_at = models.DateTimeField(null=True, blank=True)
     duration_ms = models.PositiveIntegerField(null=True, blank=True)
@@ -204,7 +237,7 @@ class SyncRun(models.Model):
 
     class Meta:
         ordering = ["-started_at"]
-        indexes = [models.Index(fields=["-started_at"], name="sync_recent")]
+        indexes = [models.Index(fields=["cluster", "-started_at"], name="sync_recent")]
 
     def __str__(self) -> str:
         return f"sync {self.started_at:%Y-%m-%d %H:%M:%S} {'failed' if self.error else 'ok'}"

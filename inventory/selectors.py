@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db.models import JSONField, Subquery
+from django.db.models import JSONField, Min, OuterRef, Subquery, Sum
 from django.db.models.fields.json import KeyTransform
 from django.db.models.functions import Cast
 from django.utils import timezone
@@ -26,11 +26,18 @@ class Freshness:
     last_error: str = ""
 
 
-def get_freshness() -> Freshness:
-    """When the mirror was last refreshed, and whether to distrust it (last sync failed, or
-    none succeeded recently)."""
-    latest = SyncRun.objects.filter(finished_at__isnull=False).order_by("-started_at").first()
-    as_of = InventorySnapshot.objects.filter(pk=1).values_list("as_of", flat=True).first()
+def get_freshness(cluster: str | None = None) -> Freshness:
+    """When `cluster`'s mirror (the process's own cluster's by default) was last refreshed, and
+    whether to distrust it (last sync failed, or none succeeded recently)."""
+    cluster = cluster or settings.CLUSTER_NAME
+    latest = (
+        SyncRun.objects.filter(cluster=cluster, finished_at__isnull=False)
+        .order_by("-started_at")
+        .first()
+    )
+    as_of = (
+        InventorySnapshot.objects.filter(cluster=cluster).values_list("as_of", flat=True).first()
+    )
     too_old = as_of is None or timezone.now() - as_of > timedelta(
         seconds=settings.INVENTORY_STALE_AFTER_SECONDS
     )
@@ -38,56 +45,82 @@ def get_freshness() -> Freshness:
     return Freshness(as_of=as_of, stale=too_old or bool(last_error), last_error=last_error)
 
 
-# The stored document this process served last, by its snapshot's as_of: it only changes with a
-# sync, and reading it (600 KB at 10,000 devices, decompressed by PostgreSQL) and encoding it
-# cost more than everything else the endpoint does.
-_served: tuple[datetime, bytes] | None = None
+# The stored document this process served last per cluster, by its snapshot's as_of: it only
+# changes with a sync, and reading it (600 KB at 10,000 devices, decompressed by PostgreSQL) and
+# encoding it cost more than everything else the endpoint does.
+_served: dict[str, tuple[datetime, bytes]] = {}
 
 
-def _stored_document(as_of: datetime | None) -> bytes:
-    global _served
-    served = _served
+def _stored_document(cluster: str, as_of: datetime | None) -> bytes:
+    served = _served.get(cluster)
     if served is not None and served[0] == as_of:
         return served[1]
-    row = InventorySnapshot.objects.filter(pk=1).values_list("as_of", "document").first()
+    row = InventorySnapshot.objects.filter(cluster=cluster).values_list("as_of", "document").first()
     if row is None:
         return json.dumps(build_document(Observation())).encode()
-    _served = (row[0], row[1].encode())
-    return _served[1]
+    _served[cluster] = (row[0], row[1].encode())
+    return _served[cluster][1]
 
 
-def get_inventory_document() -> bytes:
-    """`{"data": {"asOf": ..., "stale": ..., <stored document>}}` as JSON bytes. The stored
-    document is spliced in as bytes rather than parsed and re-serialised, and read from the
-    database only when a sync replaced it, so this costs about the same whatever the cluster's
-    size. Before the first sync it is an empty inventory, stale."""
-    freshness = get_freshness()
-    document = _stored_document(freshness.as_of)
+def get_inventory_document(cluster: str | None = None) -> bytes:
+    """`{"data": {"cluster": ..., "asOf": ..., "stale": ..., <stored document>}}` as JSON bytes,
+    for `cluster` (the process's own cluster by default). The stored document is spliced in as
+    bytes rather than parsed and re-serialised, and read from the database only when a sync
+    replaced it, so this costs about the same whatever the cluster's size. Before the first
+    sync it is an empty inventory, stale."""
+    cluster = cluster or settings.CLUSTER_NAME
+    freshness = get_freshness(cluster)
+    document = _stored_document(cluster, freshness.as_of)
     head = json.dumps(
-        {"asOf": freshness.as_of.isoformat() if freshness.as_of else None, "stale": freshness.stale}
+        {
+            "cluster": cluster,
+            "asOf": freshness.as_of.isoformat() if freshness.as_of else None,
+            "stale": freshness.stale,
+        }
     ).encode()
     if document == b"{}":
         return b'{"data": ' + head + b"}"
     return b'{"data": ' + head[:-1] + b", " + document[1:] + b"}"
 
 
-def list_package_availability() -> dict[str, PackageAvailability]:
-    return {row.package_id: row for row in PackageAvailability.objects.all()}
+@dataclass(frozen=True)
+class Availability:
+    """What the mirror says of a package: units that fit now, free devices it could use, and
+    why nothing fits (summed over clusters where it is more than one's)."""
+
+    placeable: int
+    free_devices: int
+    reason: str = ""
+
+
+def list_package_availability(cluster: str | None = None) -> dict[str, Availability]:
+    """`{package id: its availability}` in `cluster`, or summed over every cluster's mirror
+    (one query either way)."""
+    rows = PackageAvailability.objects.all()
+    if cluster is not None:
+        rows = rows.filter(cluster=cluster)
+    return {
+        row["package_id"]: Availability(row["placeable"], row["free"], row["why"])
+        for row in rows.order_by()
+        .values("package_id")
+        .annotate(placeable=Sum("placeable"), free=Sum("free_devices"), why=Min("reason"))
+    }
 
 
 DeviceKey = tuple[str, str, str]  # (driver, pool, device)
 
 
-def device_taints(devices: Iterable[DeviceKey]) -> dict[DeviceKey, list[dict]]:
-    """The mirrored taints of those of `devices` that have any, by (driver, pool, device):
-    `[{"key", "value", "effect", "source"}]`, the slice's own first, then the DeviceTaintRules'
-    (source `ResourceSlice/<name>` or `DeviceTaintRule/<name>`). One query for any number of
-    devices (none for none)."""
+def device_taints(devices: Iterable[DeviceKey], *, cluster: str) -> dict[DeviceKey, list[dict]]:
+    """The mirrored taints of those of `cluster`'s `devices` that have any, by (driver, pool,
+    device): `[{"key", "value", "effect", "source"}]`, the slice's own first, then the
+    DeviceTaintRules' (source `ResourceSlice/<name>` or `DeviceTaintRule/<name>`). One query
+    for any number of devices (none for none)."""
     wanted = set(devices)
     if not wanted:
         return {}
     rows = (
         Device.objects.filter(
+            cluster=cluster,
             driver__in={d for d, _p, _n in wanted},
             pool__in={p for _d, p, _n in wanted},
             name__in={n for _d, _p, n in wanted},
@@ -106,16 +139,18 @@ def device_taints(devices: Iterable[DeviceKey]) -> dict[DeviceKey, list[dict]]:
 
 
 def shared_devices() -> list[dict]:
-    """The last sync's `sharedDevices` (the operator inventory's), in its order: one
-    statement, PostgreSQL picking them out of the stored document (the device rows do not say
-    which devices allow multiple allocations, nor what their shares consume)."""
-    shared = (
-        InventorySnapshot.objects.filter(pk=1)
+    """The last syncs' `sharedDevices` (the operator inventory's), each cluster's in its
+    order, with `cluster` added: one statement, PostgreSQL picking them out of the stored
+    documents (the device rows do not say which devices allow multiple allocations, nor what
+    their shares consume)."""
+    documents = (
+        InventorySnapshot.objects.order_by("cluster")
         .annotate(inventory=Cast("document", JSONField()))
-        .values_list(KeyTransform("sharedDevices", "inventory"), flat=True)
-        .first()
+        .values_list("cluster", KeyTransform("sharedDevices", "inventory"))
     )
-    return list(shared or [])
+    return [
+        {**device, "cluster": cluster} for cluster, shared in documents for device in shared or []
+    ]
 
 
 @dataclass(frozen=True)
@@ -132,16 +167,16 @@ class ClusterState:
 
 def cluster_states(*, now: datetime | None = None) -> list[ClusterState]:
     """Every registered cluster with its health, in placement order, in one query (the
-    clusters, with the mirror's as-of and the last sync's error as subqueries).
-
-    Until observation runs per cluster, the one mirror is the enabled cluster's: a disabled
+    clusters, with their mirror's as-of and their last sync's error as subqueries). A disabled
     cluster is not listed, so its health is unknown."""
     now = now or timezone.now()
     rows = list(
         Cluster.objects.annotate(
-            as_of=Subquery(InventorySnapshot.objects.filter(pk=1).values("as_of")[:1]),
+            as_of=Subquery(
+                InventorySnapshot.objects.filter(cluster=OuterRef("name")).values("as_of")[:1]
+            ),
             last_error=Subquery(
-                SyncRun.objects.filter(finished_at__isnull=False)
+                SyncRun.objects.filter(cluster=OuterRef("name"), finished_at__isnull=False)
                 .order_by("-started_at")
                 .values("error")[:1]
             ),
@@ -166,27 +201,32 @@ def cluster_states(*, now: datetime | None = None) -> list[ClusterState]:
 
 
 def freshness_of(states: Iterable[ClusterState], *, now: datetime | None = None) -> Freshness:
-    """get_freshness, from what cluster_states read (no query): the enabled cluster's mirror."""
-    state = next((s for s in states if s.cluster.enabled), None)
-    if state is None:
+    """get_freshness over the enabled clusters, from what cluster_states read (no query): as of
+    the oldest of their mirrors, stale when any of them is (a cluster that is unreachable
+    makes what is shown of it stale, not the others' figures wrong)."""
+    enabled = [s for s in states if s.cluster.enabled]
+    if not enabled:
         return Freshness(as_of=None, stale=True)
-    too_old = state.as_of is None or (now or timezone.now()) - state.as_of > timedelta(
-        seconds=settings.INVENTORY_STALE_AFTER_SECONDS
-    )
-    return Freshness(
-        as_of=state.as_of, stale=too_old or bool(state.last_error), last_error=state.last_error
-    )
+    now = now or timezone.now()
+    limit = timedelta(seconds=settings.INVENTORY_STALE_AFTER_SECONDS)
+    dated = [s.as_of for s in enabled if s.as_of is not None]
+    errors = [s.last_error for s in enabled if s.last_error]
+    stale = len(dated) < len(enabled) or any(now - at > limit for at in dated) or bool(errors)
+    return Freshness(as_of=min(dated, default=None), stale=stale, last_error="; ".join(errors))
 
 
 def availability_by_cluster(
     states: Iterable[ClusterState],
 ) -> dict[str, dict[str, PackageAvailability]]:
-    """`{cluster name: {package id: its availability}}` for the enabled clusters (one query:
-    until observation runs per cluster, the one mirror is the enabled cluster's)."""
+    """`{cluster name: {package id: its availability}}` for the enabled clusters, in one
+    query."""
     enabled = [s.cluster.name for s in states if s.cluster.enabled]
     if not enabled:
         return {}
-    return {enabled[0]: list_package_availability()}
+    by_cluster: dict[str, dict[str, PackageAvailability]] = {name: {} for name in enabled}
+    for row in PackageAvailability.objects.filter(cluster__in=enabled):
+        by_cluster[row.cluster][row.package_id] = row
+    return by_cluster
 
 
 def placement_candidates(package_id: str, *, now: datetime | None = None) -> list[Candidate]:

@@ -1,5 +1,5 @@
-"""sync_inventory: list the cluster's DRA state, diff it against the mirror in Python, and apply
-the difference in one transaction with a fixed number of bulk statements."""
+"""sync_inventory: list a cluster's DRA state, diff it against that cluster's mirror in Python,
+and apply the difference in one transaction with a fixed number of bulk statements."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from typing import Any
 
 import orjson
+from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
 from django.db import connection, transaction
 from django.db.models import Field, JSONField, Model
@@ -36,21 +37,22 @@ from inventory.models import (
 
 logger = logging.getLogger(__name__)
 
-# pg_try_advisory_lock key: "one inventory sync at a time" across every worker.
+# pg_try_advisory_lock(key, hashtext(cluster)): "one inventory sync of a cluster at a time"
+# across every worker and observer; clusters sync side by side.
 _LOCK_KEY = 0x1A7E_5C00
 
 
 @contextmanager
-def _exclusive() -> Iterator[bool]:
+def _exclusive(cluster: str) -> Iterator[bool]:
     with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_lock(%s)", [_LOCK_KEY])
+        cursor.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))", [_LOCK_KEY, cluster])
         acquired = cursor.fetchone()[0]
     try:
         yield acquired
     finally:
         if acquired:
             with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_advisory_unlock(%s)", [_LOCK_KEY])
+                cursor.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", [_LOCK_KEY, cluster])
 
 
 def package_specs() -> list[observe.PackageSpec]:
@@ -101,8 +103,8 @@ INVENTORY_KINDS: dict[str, kube.Kind] = {
 
 
 def fetch() -> dict[str, list[dict]]:
-    """One list call per kind, cluster-wide (DeviceTaintRules at the version the cluster
-    serves them, none where it serves none)."""
+    """One list call per kind, cluster-wide, in the cluster `kube.using` names (DeviceTaintRules
+    at the version the cluster serves them, none where it serves none)."""
     return {
         name: _list_if_served(kube.device_taint_rule_kind())
         if kind == kube.DEVICETAINTRULE
@@ -135,18 +137,18 @@ def _copy_adapter(field: Field) -> Callable[[Any], Any] | None:
     return None
 
 
-def _upsert(model: type[Model], key_fields: list[str], rows: list[dict]) -> None:
+def _upsert(model: type[Model], key_fields: list[str], rows: list[dict], *, cluster: str) -> None:
     """Write `rows` (field name -> value; a missing field gets its default) with COPY into a
     temporary table and one INSERT ... ON CONFLICT DO UPDATE: the same statements at 10 or
     10,000 rows, and no per-row SQL rendering or model building (which made a cold sync at
-    10,000 devices ten times the raw upsert)."""
+    10,000 devices ten times the raw upsert). Every row is `cluster`'s."""
     quote = connection.ops.quote_name
     fields = [f for f in model._meta.concrete_fields if f.name != "id"]
     adapters = [(f.name, f.get_default(), _copy_adapter(f)) for f in fields]
     # A field is concrete because it has a column: the test only narrows the stubs' `str | None`.
     column_of = {f.name: f.column for f in fields if f.column is not None}
     columns = ", ".join(quote(column) for column in column_of.values())
-    keys = {column_of[name] for name in key_fields}
+    keys = {column_of[name] for name in ("cluster", *key_fields)}
     table = quote(model._meta.db_table)
     staging = quote(f"sync_{model._meta.db_table}")
     updates = ", ".join(
@@ -163,7 +165,7 @@ def _upsert(model: type[Model], key_fields: list[str], rows: list[dict]) -> None
             for row in rows:
                 values = []
                 for name, default, adapt in adapters:
-                    value = row.get(name, default)
+                    value = cluster if name == "cluster" else row.get(name, default)
                     values.append(adapt(value) if adapt else value)
                 copy.write_row(values)
         cursor.execute(
@@ -180,13 +182,15 @@ _HASHED_DEVICE_FIELDS = ("product", "attributes", "capacity", "consumes_counters
 
 
 def _current(
-    model: type[Model], key_fields: list[str], *, omit: tuple[str, ...] = ()
+    model: type[Model], key_fields: list[str], *, cluster: str, omit: tuple[str, ...] = ()
 ) -> dict[tuple, dict]:
-    """The mirror's rows of `model` by key, every column but those in `omit`."""
-    value_fields = [f.name for f in model._meta.concrete_fields if f.name not in ("id", *omit)]
+    """`cluster`'s rows of `model` by key, every column but those in `omit` (and the cluster)."""
+    value_fields = [
+        f.name for f in model._meta.concrete_fields if f.name not in ("id", "cluster", *omit)
+    ]
     return {
         tuple(row[k] for k in key_fields): row
-        for row in model._default_manager.values("id", *value_fields)
+        for row in model._default_manager.filter(cluster=cluster).values("id", *value_fields)
     }
 
 
@@ -195,13 +199,15 @@ def _apply(
     key_fields: list[str],
     desired: dict[tuple, dict],
     current: dict[tuple, dict] | None = None,
+    *,
+    cluster: str,
 ) -> dict:
     """Upsert rows that differ and delete rows that vanished: a fixed number of statements.
     Runs inside the sync's transaction (the staging table lives until its commit). `current`
-    is the mirror as already read by this sync (only the sync writes it: advisory lock); a
-    field its rows leave out is not compared (a hash they hold stands for it)."""
+    is `cluster`'s mirror as already read by this sync (only the sync writes it: advisory
+    lock); a field its rows leave out is not compared (a hash they hold stands for it)."""
     if current is None:
-        current = _current(model, key_fields)
+        current = _current(model, key_fields, cluster=cluster)
     changed = [
         values
         for key, values in desired.items()
@@ -210,7 +216,7 @@ def _apply(
     ]
     gone = [row["id"] for key, row in current.items() if key not in desired]
     if changed:
-        _upsert(model, key_fields, changed)
+        _upsert(model, key_fields, changed, cluster=cluster)
     if gone:
         model._default_manager.filter(id__in=gone).delete()
     return {"changed": len(changed), "deleted": len(gone)}
@@ -235,16 +241,19 @@ def _collector_paused() -> Iterator[None]:
             gc.enable()
 
 
-def sync_inventory() -> SyncRun | None:
-    """Mirror the cluster (beat's full sync, the backstop behind the observer): list every
-    kind, then apply. Returns the run, or None when another sync holds the lock."""
-    with _collector_paused(), _exclusive() as acquired:
+def sync_inventory(cluster: str | None = None) -> SyncRun | None:
+    """Mirror `cluster` (the process's own, CLUSTER_NAME, by default): beat's full sync, the
+    backstop behind the observer. List every kind there, then apply. Returns the run, or None
+    when another sync of that cluster holds the lock."""
+    cluster = cluster or settings.CLUSTER_NAME
+    with _collector_paused(), _exclusive(cluster) as acquired:
         if not acquired:
             return None
         started = time.perf_counter()
-        run = SyncRun.objects.create(started_at=timezone.now())
+        run = SyncRun.objects.create(cluster=cluster, started_at=timezone.now())
         try:
-            raw = fetch()
+            with kube.using(cluster):
+                raw = fetch()
         except KubeError as exc:
             # Keep the previous mirror; the failed run makes it stale.
             run.error = f"cannot read the cluster: {exc}"
@@ -254,40 +263,46 @@ def sync_inventory() -> SyncRun | None:
             logger.warning("inventory sync failed: %s", exc)
             return run
         with metrics.INVENTORY_SYNC_SECONDS.labels("sync").time():
-            _observe_and_apply(raw, run=run, started=started)
+            _observe_and_apply(raw, cluster=cluster, run=run, started=started)
         return run
 
 
-def apply_observed(raw: dict[str, list[dict]]) -> dict | None:
-    """Apply objects the caller already holds (the observer's informers: every node, device
-    class, slice, device taint rule, claim, pod and quota) to the mirror, exactly as a sync
-    would, without a SyncRun row. Returns what was applied, or None when a sync holds the
-    lock."""
-    with _collector_paused(), _exclusive() as acquired:
+def apply_observed(raw: dict[str, list[dict]], *, cluster: str) -> dict | None:
+    """Apply objects the caller already holds (the observer's informers on `cluster`: every
+    node, device class, slice, device taint rule, claim, pod and quota) to that cluster's
+    mirror, exactly as a sync would, without a SyncRun row. Returns what was applied, or None
+    when a sync of that cluster holds the lock."""
+    with _collector_paused(), _exclusive(cluster) as acquired:
         if not acquired:
             return None
         with metrics.INVENTORY_SYNC_SECONDS.labels("observer").time():
-            applied = _observe_and_apply(raw)[2]
+            applied = _observe_and_apply(raw, cluster=cluster)[2]
     # What the apply held for a moment (its observation, the mirror's rows, the document) is
     # freed: the pages the C heap kept of it go back to the system.
     memory.release()
     return applied
 
 
-def touch_snapshot() -> None:
-    """Mark the mirror current as of now: a caller that watches every kind and saw nothing
-    change says so (the mirror counts as stale when it is old)."""
-    InventorySnapshot.objects.filter(pk=1).update(as_of=timezone.now())
+def touch_snapshot(cluster: str) -> None:
+    """Mark `cluster`'s mirror current as of now: a caller that watches every kind there and
+    saw nothing change says so (a mirror counts as stale when it is old)."""
+    InventorySnapshot.objects.filter(cluster=cluster).update(as_of=timezone.now())
 
 
 def _observe_and_apply(
-    raw: dict[str, list[dict]], *, run: SyncRun | None = None, started: float | None = None
+    raw: dict[str, list[dict]],
+    *,
+    cluster: str,
+    run: SyncRun | None = None,
+    started: float | None = None,
 ) -> tuple[observe.Observation, dict, dict]:
-    """The pure observation of `raw`, applied in one transaction with a fixed number of
-    statements; `run`, when given, records it."""
+    """The pure observation of `raw` (`cluster`'s objects), applied to that cluster's mirror in
+    one transaction with a fixed number of statements; `run`, when given, records it."""
     packages = package_specs()
     # Read the device mirror once: it feeds both CEL reuse and the diff below.
-    devices_now = _current(Device, ["driver", "pool", "name"], omit=_HASHED_DEVICE_FIELDS)
+    devices_now = _current(
+        Device, ["driver", "pool", "name"], cluster=cluster, omit=_HASHED_DEVICE_FIELDS
+    )
     previous = {
         key: (row["content_hash"], row["device_classes"], row["packages"])
         for key, row in devices_now.items()
@@ -297,21 +312,30 @@ def _observe_and_apply(
     availability = observe.package_availability(observation, packages)
     with transaction.atomic():
         applied = {
-            "nodes": _apply(Node, ["name"], _keyed(observation.nodes)),
-            "deviceClasses": _apply(DeviceClass, ["name"], _keyed(observation.classes)),
-            "pools": _apply(DevicePool, ["driver", "name"], observation.pools),
-            "devices": _apply(Device, ["driver", "pool", "name"], observation.devices, devices_now),
-            "claims": _apply(Claim, ["namespace", "name"], observation.claims),
-            "quotas": _apply(Quota, ["namespace", "name"], observation.quotas),
+            "nodes": _apply(Node, ["name"], _keyed(observation.nodes), cluster=cluster),
+            "deviceClasses": _apply(
+                DeviceClass, ["name"], _keyed(observation.classes), cluster=cluster
+            ),
+            "pools": _apply(DevicePool, ["driver", "name"], observation.pools, cluster=cluster),
+            "devices": _apply(
+                Device,
+                ["driver", "pool", "name"],
+                observation.devices,
+                devices_now,
+                cluster=cluster,
+            ),
+            "claims": _apply(Claim, ["namespace", "name"], observation.claims, cluster=cluster),
+            "quotas": _apply(Quota, ["namespace", "name"], observation.quotas, cluster=cluster),
             "packages": _apply(
                 PackageAvailability,
                 ["package_id"],
                 {(pid,): {"package_id": pid, **row} for pid, row in availability.items()},
+                cluster=cluster,
             ),
         }
         now = timezone.now()
         InventorySnapshot.objects.update_or_create(
-            pk=1, defaults={"as_of": now, "document": json.dumps(document)}
+            cluster=cluster, defaults={"as_of": now, "document": json.dumps(document)}
         )
         if run is not None:
             run.finished_at = now

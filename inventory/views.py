@@ -1,4 +1,4 @@
-"""GET /api/v1/operator/inventory: the cluster's DRA inventory for operators, from the mirror."""
+"""GET /api/v1/operator/inventory: a cluster's DRA inventory for operators, from its mirror."""
 
 from django.http import HttpResponse
 from drf_spectacular.utils import extend_schema, inline_serializer
@@ -7,7 +7,7 @@ from rest_framework.request import Request
 
 from controlplane.api.schema import envelope, error_responses
 from controlplane.api.views import ApiView
-from inventory import selectors
+from inventory import clusters, selectors
 from tenancy.permissions import IsOperator
 
 _device = inline_serializer(
@@ -94,6 +94,7 @@ _counter_set = inline_serializer(
 _inventory = inline_serializer(
     name="Inventory",
     fields={
+        "cluster": serializers.CharField(help_text="the registered cluster it is of"),
         "asOf": serializers.DateTimeField(allow_null=True),
         "stale": serializers.BooleanField(),
         "totalGpuAllocatable": serializers.IntegerField(),
@@ -137,15 +138,33 @@ _inventory = inline_serializer(
 )
 
 
+class InventoryQuery(serializers.Serializer):
+    cluster = serializers.CharField(
+        required=False,
+        help_text="a registered cluster's name (default: the control plane's own cluster, "
+        "CLUSTER_NAME)",
+    )
+
+    def validate_cluster(self, value: str) -> str:
+        if clusters.named(value) is None:
+            raise serializers.ValidationError(f"no cluster named {value!r} is registered")
+        return value
+
+
 class OperatorInventoryView(ApiView):
     permission_classes = [IsOperator]
+    query_serializer = InventoryQuery
 
     @extend_schema(
-        summary="Cluster DRA inventory (operator keys only)",
+        summary="A cluster's DRA inventory (operator keys only)",
+        parameters=[InventoryQuery],
         responses={
             200: envelope(_inventory, name="InventoryResponse"),
-            **error_responses(401, 403, 503),
+            **error_responses(400, 401, 403, 503),
         },
     )
     def get(self, request: Request) -> HttpResponse:
-        return HttpResponse(selectors.get_inventory_document(), content_type="application/json")
+        cluster = self.validated_query(request).get("cluster")
+        return HttpResponse(
+            selectors.get_inventory_document(cluster), content_type="application/json"
+        )

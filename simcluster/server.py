@@ -224,7 +224,8 @@ class Handler(BaseHTTPRequestHandler):
             "subresource": None,
         }
         body = self._read_body()
-        if self.server.faults.unreachable:
+        # A stopped server answers nothing, also on a keep-alive connection opened before.
+        if self.server.faults.unreachable or self.server.stopping.is_set():
             self._reset()
             return
         try:

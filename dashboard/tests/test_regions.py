@@ -52,7 +52,9 @@ def test_a_cordoned_region_refuses_the_order_on_the_form(member_client, package,
 def test_packages_show_their_regions_and_the_overview_the_clusters(
     member_client, staff_client, package, east
 ):
-    PackageAvailability.objects.create(package_id=package.id, placeable=2, free_devices=4)
+    PackageAvailability.objects.create(
+        cluster="east-1", package_id=package.id, placeable=2, free_devices=4
+    )
     assert "us-east (2)" in member_client.get("/packages/").content.decode()
     overview = member_client.get("/").content.decode()
     assert "taking new units" in overview

@@ -287,17 +287,37 @@ def test_failed_sync_keeps_the_mirror_and_marks_it_stale(cluster, operator_clien
     assert inventory(operator_client)["stale"] is False
 
 
-def test_one_sync_at_a_time(cluster):
+def test_one_sync_of_a_cluster_at_a_time_and_clusters_side_by_side(cluster):
+    from django.db import connections
+
     from inventory.sync import _exclusive
 
-    with _exclusive() as first:
+    with _exclusive("default") as first:
         assert first
-        # A second connection cannot take the lock while this one holds it.
-        from django.db import connections
-
         other = connections.create_connection("default")
-        with other.cursor() as cursor:
-            cursor.execute("SELECT pg_try_advisory_lock(%s)", [0x1A7E_5C00])
-            assert cursor.fetchone()[0] is False
-        other.close()
+        try:
+            # A second connection cannot sync that cluster while this one does ...
+            with _exclusive_on(other, "default") as second:
+                assert second is False
+            # ... and can sync another one meanwhile.
+            with _exclusive_on(other, "west-1") as elsewhere:
+                assert elsewhere is True
+        finally:
+            other.close()
     assert SyncRun.objects.count() == 0
+
+
+@contextlib.contextmanager
+def _exclusive_on(connection, cluster):
+    """inventory.sync._exclusive's lock, taken on another connection."""
+    with connection.cursor() as cursor:
+        cursor.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))", [0x1A7E_5C00, cluster])
+        acquired = cursor.fetchone()[0]
+    try:
+        yield acquired
+    finally:
+        if acquired:
+            with connection.cursor() as cursor:
+                cursor.execute(
+                    "SELECT pg_advisory_unlock(%s, hashtext(%s))", [0x1A7E_5C00, cluster]
+                )

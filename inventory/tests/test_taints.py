@@ -147,9 +147,9 @@ def test_device_taints_selector_answers_for_the_keys_asked_in_one_query(
         (DRIVER, "elsewhere", "gpu-1"),  # not in the mirror
     ]
     with django_assert_num_queries(1):
-        found = selectors.device_taints(asked)
+        found = selectors.device_taints(asked, cluster="default")
     with django_assert_num_queries(0):
-        assert selectors.device_taints([]) == {}
+        assert selectors.device_taints([], cluster="default") == {}
 
     assert found == {
         (DRIVER, pool, "gpu-0"): [

@@ -159,7 +159,9 @@ class Observer:
         *,
         batch_seconds: float | None = None,
         inventory_seconds: float | None = None,
+        cluster: str | None = None,
     ) -> None:
+        self.cluster = cluster or settings.CLUSTER_NAME
         self.batch_seconds = (
             settings.OBSERVER_BATCH_SECONDS if batch_seconds is None else batch_seconds
         )
@@ -338,7 +340,7 @@ class Observer:
             self._apply_inventory()
         elif self.synced() and now - self._last_touch > settings.OBSERVER_TOUCH_SECONDS:
             # Nothing changed, and the watches say so: the mirror is current as of now.
-            sync.touch_snapshot()
+            sync.touch_snapshot(self.cluster)
             self._last_touch = now
         self._publish_status()
 
@@ -433,7 +435,7 @@ class Observer:
             self._inventory_dirty_since = 0.0
         raw = {name: list(self._objects(kind).values()) for name, kind in INVENTORY_KINDS.items()}
         self._last_inventory = time.monotonic()
-        if sync.apply_observed(raw) is None:
+        if sync.apply_observed(raw, cluster=self.cluster) is None:
             # The backstop sync holds the lock and writes the same: come back after it.
             with self._wake:
                 self._inventory_dirty_since = self._inventory_dirty_since or time.monotonic()

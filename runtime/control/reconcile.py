@@ -328,12 +328,23 @@ def reconcile_batch(
     result = ReconcileResult()
     units = list(units)
     objects = {unit.pk: objects_of(unit) for unit in units}
-    taints = inventory_selectors.device_taints(
-        key for unit in units if needs_taints(unit, objects[unit.pk]) for key in held_devices(unit)
-    )
+    # One query per cluster the batch's units are in (the observer's and the backstop's
+    # batches are one cluster's).
+    taints = {
+        cluster: inventory_selectors.device_taints(
+            (
+                key
+                for unit in units
+                if unit.cluster == cluster and needs_taints(unit, objects[unit.pk])
+                for key in held_devices(unit)
+            ),
+            cluster=cluster,
+        )
+        for cluster in {unit.cluster for unit in units}
+    }
     refused: dict[int, RowChange] = {}
     for unit in units:
-        step = plan_pod(unit, objects[unit.pk], taints)
+        step = plan_pod(unit, objects[unit.pk], taints[unit.cluster])
         if step == PodStep.KEEP:
             continue
         try:
@@ -366,7 +377,7 @@ def reconcile_batch(
     def settle(unit: GPUUnit) -> None:
         unit_objects = objects[unit.pk]
         ending = unit.phase == UnitPhase.TERMINATING
-        change = refused.get(unit.pk) or plan_row(unit, unit_objects, taints)
+        change = refused.get(unit.pk) or plan_row(unit, unit_objects, taints[unit.cluster])
         try:
             with transaction.atomic():
                 _apply_row(unit, change, result)

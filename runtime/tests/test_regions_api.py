@@ -109,9 +109,12 @@ def test_a_cordoned_cluster_takes_no_new_unit(package, east, auth_client):
 def test_an_unreachable_cluster_takes_no_new_unit(package, east, auth_client, settings):
     settings.CLUSTER_LOST_AFTER_SECONDS = 60
     long_ago = timezone.now() - timedelta(seconds=61)
-    InventorySnapshot.objects.create(pk=1, as_of=long_ago, document="{}")
+    InventorySnapshot.objects.create(cluster="east-1", as_of=long_ago, document="{}")
     SyncRun.objects.create(
-        started_at=timezone.now(), finished_at=timezone.now(), error="cannot read the cluster"
+        cluster="east-1",
+        started_at=timezone.now(),
+        finished_at=timezone.now(),
+        error="cannot read the cluster",
     )
     response = order(auth_client)
     assert (response.status_code, response.json()["error"]["code"]) == (503, "region_unavailable")
@@ -128,9 +131,11 @@ def test_a_cluster_whose_listing_failed_only_briefly_still_takes_units(
 ):
     settings.CLUSTER_LOST_AFTER_SECONDS = 60
     InventorySnapshot.objects.create(
-        pk=1, as_of=timezone.now() - timedelta(seconds=30), document="{}"
+        cluster="east-1", as_of=timezone.now() - timedelta(seconds=30), document="{}"
     )
-    SyncRun.objects.create(started_at=timezone.now(), finished_at=timezone.now(), error="boom")
+    SyncRun.objects.create(
+        cluster="east-1", started_at=timezone.now(), finished_at=timezone.now(), error="boom"
+    )
     assert order(auth_client).status_code == 201
     assert auth_client.get("/api/v1/regions").json()["data"][0]["clusters"][0]["health"] == (
         "reachable"
@@ -144,10 +149,10 @@ class TestRegionList(EndpointTest):
         PackageFactory(article=True)
         PackageFactory(id="gpu-west-only", spec_name="w", gpu=1, count=1, regions=["eu-west"])
         PackageAvailability.objects.create(
-            package_id=ARTICLE_PACKAGE_ID, placeable=3, free_devices=6
+            cluster="east-1", package_id=ARTICLE_PACKAGE_ID, placeable=3, free_devices=6
         )
         as_of = timezone.now()
-        InventorySnapshot.objects.create(pk=1, as_of=as_of, document="{}")
+        InventorySnapshot.objects.create(cluster="east-1", as_of=as_of, document="{}")
         # A disabled cluster is no region yet (nothing is placed there).
         Cluster.objects.create(name="west-1", region="eu-west", enabled=False)
         assert self.get_success_response(auth_client).json()["data"] == [
@@ -186,7 +191,7 @@ class TestRegionList(EndpointTest):
         for index in range(size):
             PackageFactory(id=f"gpu-p{index}", spec_name=f"p{index}", gpu=1, count=1)
             PackageAvailability.objects.create(
-                package_id=f"gpu-p{index}", placeable=index, free_devices=index
+                cluster="east-1", package_id=f"gpu-p{index}", placeable=index, free_devices=index
             )
             Cluster.objects.create(name=f"off-{index}", region=f"r-{index}", enabled=False)
         auth_client.get(self.path)  # the key's last-used stamp is written once a minute
