@@ -93,9 +93,10 @@ def cluster(tmp_path_factory, pytestconfig):
     kube.reset()
 
 
-def start_worker(name: str, **extra_env: str) -> subprocess.Popen:
+def start_worker(name: str, *, queues: str = "", **extra_env: str) -> subprocess.Popen:
     """Start a real `celery worker` subprocess on the test database, Redis and cluster, and
-    wait until it answers a ping. Its node name is `<name>@<host>`."""
+    wait until it answers a ping. Its node name is `<name>@<host>`; with `queues`, it takes
+    those alone (`-Q`: a worker of one cluster's queue)."""
     from django.conf import settings
 
     from controlplane.celery import app
@@ -129,6 +130,7 @@ def start_worker(name: str, **extra_env: str) -> subprocess.Popen:
             "--without-heartbeat",
             "--without-gossip",
             "--without-mingle",
+            *(["--queues", queues] if queues else []),
         ],
         cwd=ROOT,
         env=env,

@@ -28,6 +28,8 @@ NODES, GPUS_PER_NODE = 1250, 8  # 10,000 devices
 def _seed_rows(tenant, gpuunits: list[dict]) -> None:
     """The database rows of units whose objects the cluster already has (as provisioning
     would have recorded them), in one bulk insert."""
+    from django.conf import settings
+
     from catalog.models import Package
     from runtime.models import GPUUnit, UnitPhase
 
@@ -41,6 +43,7 @@ def _seed_rows(tenant, gpuunits: list[dict]) -> None:
                 tenant=tenant,
                 name=contract.name,
                 namespace=UNIT_NAMESPACE,
+                cluster=settings.CLUSTER_NAME,
                 operation_id=contract.operation_id,
                 image=contract.image,
                 phase=UnitPhase.PROVISIONING,
@@ -121,11 +124,12 @@ def _one_event(observer, unit) -> tuple[int, float]:
 def _backstop_cycle() -> tuple[float, int]:
     """One cycle of beat's paged backstop, from the start, on a fleet in step: the slowest
     tick's duration and how many ticks it takes to visit every unit."""
+    from django.conf import settings
     from django.core.cache import cache
 
     from runtime.control import reconcile
 
-    cache.delete(reconcile.PAGE_CURSOR_KEY)
+    cache.delete(reconcile.page_cursor_key(settings.CLUSTER_NAME))
     slowest, ticks = 0.0, 0
     while True:
         started = time.perf_counter()
@@ -134,7 +138,7 @@ def _backstop_cycle() -> tuple[float, int]:
         ticks += 1
         if tick.changed or tick.skipped:
             raise RuntimeError(f"a tick of a fleet in step changed or skipped: {tick}")
-        if not cache.get(reconcile.PAGE_CURSOR_KEY):
+        if not cache.get(reconcile.page_cursor_key(settings.CLUSTER_NAME)):
             return slowest, ticks
 
 

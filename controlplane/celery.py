@@ -5,11 +5,17 @@ import os
 
 import redis
 from celery import Celery
-from celery.signals import task_postrun, task_prerun, worker_init, worker_ready
+from celery.signals import (
+    celeryd_after_setup,
+    task_postrun,
+    task_prerun,
+    worker_init,
+    worker_ready,
+)
 from django.conf import settings
 from django.db import close_old_connections
 
-from controlplane import health, metrics
+from controlplane import health, metrics, queues
 from controlplane.beat import beat_schedule
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "controlplane.settings")
@@ -41,6 +47,19 @@ def _serve_metrics(**_kwargs: object) -> None:
     if settings.WORKER_METRICS_PORT:
         metrics.clear_multiprocess_directory()  # before the pool's children start writing
         metrics.serve(settings.WORKER_METRICS_PORT)
+
+
+@celeryd_after_setup.connect
+def _consume_cluster_queues(sender: str, instance: object, **_kwargs: object) -> None:
+    """A worker that takes the default queue takes every registered cluster's too (a worker
+    started with -Q for named queues takes those alone): controlplane/queues.py."""
+    selected = app.amqp.queues
+    if app.conf.task_default_queue not in selected.consume_from:
+        return
+    for queue in queues.cluster_queues():
+        selected.select_add(queue)
+    if added := queues.cluster_queues():
+        logging.getLogger(__name__).info("consuming the clusters' queues too: %s", added)
 
 
 @worker_ready.connect

@@ -77,7 +77,8 @@ OBSERVER_LAG_SECONDS = Histogram(
 )
 OBSERVER_LEADING = Gauge(
     "controlplane_observer_leading",
-    "1 while this observer holds the lead.",
+    "1 while this observer holds the lead of the cluster's observation.",
+    ["cluster"],
     multiprocess_mode="max",
 )
 

@@ -28,6 +28,17 @@ DEV_ACCESS = {
     "ACCESS_PUBLIC_SCHEME": "http",
     "ACCESS_TCP_HOST": "127.0.0.1",
 }
+# The second region of `make run` (ARCHITECTURE §20): a smaller simulated cluster, registered
+# as a ClusterProfile would be (manage.py import_clusters), beside the first (the process's
+# own cluster, CLUSTER_NAME "default").
+SECOND_CLUSTER = "eu-west"
+SECOND_CLUSTER_PROFILE = {
+    "apiVersion": "multicluster.x-k8s.io/v1alpha1",
+    "kind": "ClusterProfile",
+    "metadata": {"name": SECOND_CLUSTER},
+    "spec": {"displayName": "EU West (simulated)"},
+    "status": {"properties": [{"name": "region", "value": "eu-west"}]},
+}
 # What `python -m devstack manage` needs to reach a running `make run`: written once it is up,
 # removed when it stops.
 STACK_FILE = "stack.json"
@@ -67,16 +78,44 @@ def _stop(processes: list[tuple[str, subprocess.Popen]]) -> None:
 
 def _start_cluster(
     data_root: Path, env: dict[str, str], processes: list[tuple[str, subprocess.Popen]]
-) -> None:
-    """The simulated cluster, unless KUBECONFIG points at a real one."""
+) -> bool:
+    """The simulated clusters, unless KUBECONFIG points at a real one: the first (sample
+    topology; .devdata/kubeconfig, also as kubeconfig-default) and eu-west, one node of four
+    RTX 3080s (.devdata/kubeconfig-eu-west). Whether they are simulated."""
     if env.get("KUBECONFIG"):
         print(f"using the cluster in KUBECONFIG={env['KUBECONFIG']}", flush=True)
-        return
+        return False
     kubeconfig = data_root / "kubeconfig"
+    _start_simcluster("cluster", kubeconfig, data_root / "cluster.json", env, processes, [])
+    shutil.copyfile(kubeconfig, data_root / "kubeconfig-default")
+    _start_simcluster(
+        f"cluster {SECOND_CLUSTER}",
+        data_root / f"kubeconfig-{SECOND_CLUSTER}",
+        data_root / f"cluster-{SECOND_CLUSTER}.json",
+        env,
+        processes,
+        ["--nodes", "1", "--gpus-per-node", "4", "--product", "NVIDIA GeForce RTX 3080"],
+    )
+    env["KUBECONFIG"] = str(kubeconfig)
+    # The dev component's Gateway publishes units: a newcomer's HTTP unit gets a URL (the
+    # simulated gateway routes nothing; on a real cluster these name a real one).
+    for name, value in DEV_ACCESS.items():
+        env.setdefault(name, value)
+    return True
+
+
+def _start_simcluster(
+    name: str,
+    kubeconfig: Path,
+    persist: Path,
+    env: dict[str, str],
+    processes: list[tuple[str, subprocess.Popen]],
+    topology: list[str],
+) -> None:
     kubeconfig.unlink(missing_ok=True)
     processes.append(
         _start(
-            "cluster",
+            name,
             [
                 sys.executable,
                 "-m",
@@ -86,13 +125,14 @@ def _start_cluster(
                 "--kubeconfig-out",
                 str(kubeconfig),
                 "--persist",
-                str(data_root / "cluster.json"),
+                str(persist),
                 "--dev-objects",
                 str(DEV_OBJECTS),
                 # DeviceTaintRules (off by default in 1.36) on, so an operator can drain a
                 # device with one, as README's device health says.
                 "--feature-gates",
                 "DRADeviceTaintRules=true",
+                *topology,
             ],
             env,
         )
@@ -100,13 +140,19 @@ def _start_cluster(
     deadline = time.monotonic() + 30
     while not kubeconfig.exists():
         if time.monotonic() > deadline or processes[-1][1].poll() is not None:
-            raise RuntimeError("the simulated cluster did not start")
+            raise RuntimeError(f"the simulated {name} did not start")
         time.sleep(0.1)
-    env["KUBECONFIG"] = str(kubeconfig)
-    # The dev component's Gateway publishes units: a newcomer's HTTP unit gets a URL (the
-    # simulated gateway routes nothing; on a real cluster these name a real one).
-    for name, value in DEV_ACCESS.items():
-        env.setdefault(name, value)
+
+
+def _register_second_cluster(env: dict[str, str], data_root: Path) -> None:
+    """eu-west in the registry as an operator would add it (a ClusterProfile imported, its
+    kubeconfig found in the data folder), enabled the first time, and its GPUUnit CRD."""
+    profile = data_root / "clusterprofiles.yaml"
+    profile.write_text(json.dumps(SECOND_CLUSTER_PROFILE))
+    args = ["import_clusters", str(profile), "--kubeconfig-dir", str(data_root)]
+    new = _manage(env, *args, "--dry-run", capture=True).startswith("created")
+    _manage(env, *args, *(["--enable"] if new else []))
+    _manage(env, "install_crd", "--cluster", SECOND_CLUSTER)
 
 
 def _ensure_key(env: dict[str, str], tenant: str, path: Path) -> str:
@@ -166,12 +212,14 @@ def run(*, data_root: Path) -> int:
     processes: list[tuple[str, subprocess.Popen]] = []
     with services.environment(data_root=data_root) as env:
         try:
-            _start_cluster(data_root, env, processes)
+            simulated = _start_cluster(data_root, env, processes)
             _manage(env, "migrate", "--noinput")
             _manage(env, "import_catalog", str(SAMPLE_CATALOG), "--if-empty")
             _manage(env, "ensure_superuser", "--username", "admin")
             _manage(env, "ensure_tenant_user", "--username", "demo", "--tenant", "default")
             _manage(env, "install_crd")
+            if simulated:
+                _register_second_cluster(env, data_root)
             _manage(
                 env,
                 "create_tenant",
@@ -302,6 +350,7 @@ def _print_welcome(base: str, data_root: Path, ports: dict[str, str], health: di
         f"{relative}/operator-api-key (tenant ops)\n"
         f"  kubectl      kubectl --kubeconfig {relative}/kubeconfig get gpuunits,pods,"
         "resourceclaims -A\n"
+        f"               (region eu-west: --kubeconfig {relative}/kubeconfig-{SECOND_CLUSTER})\n"
         f"  manage.py    make manage ARGS='export_catalog'  (against this stack)\n"
         "\nOrder a unit and watch it run:\n"
         f"  KEY=$(cat {relative}/demo-api-key)\n"

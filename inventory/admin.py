@@ -180,16 +180,6 @@ class ClusterForm(forms.ModelForm):
                 f"{instance.name} holds {count} live unit(s): it stays enabled until they "
                 "are deleted (cordon it to place nothing new there)."
             )
-        own = ("kubeconfig", "kube_context", "pod_cidrs", "service_cidrs", "node_cidrs")
-        if data.get("enabled") and any(data.get(field) for field in own):
-            # The observer, the sync and the workers reach the enabled cluster as their own
-            # (kube.HOME) until observation runs per cluster.
-            raise ValidationError(
-                "The enabled cluster is the control plane's own for now: it is reached "
-                "through KUBECONFIG (or the service account) and its ranges are the "
-                "CLUSTER_POD_CIDRS, CLUSTER_SERVICE_CIDRS and CLUSTER_NODE_CIDRS settings; "
-                "leave its kubeconfig, context and CIDRs empty."
-            )
         return data
 
 

@@ -4,7 +4,7 @@ from django.apps import AppConfig
 from django.db.models.signals import post_migrate
 
 from catalog import offers as catalog_offers
-from controlplane import health, metrics
+from controlplane import health, metrics, queues
 from controlplane.kube import clusters as kube_clusters
 
 
@@ -21,6 +21,7 @@ class InventoryConfig(AppConfig):
         metrics.register_collector(collect_gauges)
         catalog_offers.register(offers.capacity_problem)
         kube_clusters.register(clusters.reach)
+        queues.register(clusters.enabled_names)
 
         def register_stand_in(**kwargs: Any) -> None:
             # After `migrate` (and a test database's flush), a registry with no cluster gets

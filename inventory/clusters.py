@@ -57,6 +57,10 @@ def enabled(clusters: Iterable[Cluster] | None = None) -> list[Cluster]:
     return [c for c in (registered() if clusters is None else clusters) if c.enabled]
 
 
+def enabled_names() -> list[str]:
+    return [cluster.name for cluster in enabled()]
+
+
 def named(name: str) -> Cluster | None:
     if (row := Cluster.objects.filter(name=name).first()) is not None:
         return row

@@ -252,8 +252,9 @@ class Cluster(models.Model):
     multicluster ClusterProfile API (multicluster.x-k8s.io/v1alpha1: its name, displayName,
     and the region among its properties; `manage.py import_clusters` reads them).
 
-    Until observation runs per cluster, one cluster is enabled at a time (a constraint): the
-    observer, the inventory sync and the backstop reconcile watch that one."""
+    Each enabled cluster has its own observer, inventory sync, backstop reconcile and Celery
+    queue; the process's own cluster (CLUSTER_NAME) is reached through KUBECONFIG or the
+    service account unless its row names a kubeconfig."""
 
     name = models.CharField(
         max_length=63,
@@ -277,8 +278,7 @@ class Cluster(models.Model):
         max_length=500,
         blank=True,
         help_text="path of a kubeconfig file the control plane's processes can read; empty: "
-        "KUBECONFIG, or the service account when the control plane runs in this cluster (the "
-        "enabled cluster's, for now: one cluster is enabled at a time)",
+        "KUBECONFIG, or the service account when the control plane runs in this cluster",
     )
     kube_context = models.CharField(max_length=253, blank=True, help_text="context in it")
     pod_cidrs = ArrayField(
@@ -296,15 +296,6 @@ class Cluster(models.Model):
 
     class Meta:
         ordering = ["position", "name"]
-        constraints = [
-            models.UniqueConstraint(
-                fields=["enabled"],
-                condition=models.Q(enabled=True),
-                name="one_enabled_cluster",
-                violation_error_message="One cluster is enabled at a time until observation "
-                "runs per cluster: disable the other first.",
-            )
-        ]
 
     def __str__(self) -> str:
         return self.name

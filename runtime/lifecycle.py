@@ -375,3 +375,33 @@ def ssh_key_removed(tenant: Tenant, name: str) -> None:
             )
             if outbox.open_operation(locked) is None:
                 outbox.roll_out_change(locked, generation=locked.generation)
+
+
+# A unit's reason while its cluster cannot be reached (ARCHITECTURE §20): its phase is the last
+# one observed, and the reconcile replaces the reason with what the cluster says once it answers.
+CLUSTER_UNREACHABLE = "ClusterUnreachable"
+# The phases a reconcile derives from the cluster again when it returns.
+_OBSERVED_PHASES = (UnitPhase.PROVISIONING, UnitPhase.PENDING, UnitPhase.RUNNING)
+
+
+def mark_cluster_unreachable(cluster: str, *, since: datetime | None) -> int:
+    """Say on each of `cluster`'s observed units, once, that its cluster cannot be reached (a
+    warning on its timeline; its phase kept). Returns how many it marked."""
+    since_text = f" since {since:%Y-%m-%d %H:%M:%S} UTC" if since else ""
+    message = (
+        f"Cluster {cluster} has not answered{since_text}: the unit shows its last observed "
+        "phase, and is brought up to date when the cluster answers again."
+    )
+    marked = 0
+    units = GPUUnit.objects.filter(cluster=cluster, phase__in=_OBSERVED_PHASES).exclude(
+        reason=CLUSTER_UNREACHABLE
+    )
+    for unit in units:
+        marked += transition_unit(
+            unit,
+            to=unit.phase,
+            reason=CLUSTER_UNREACHABLE,
+            message=message,
+            event_type=EventType.WARNING,
+        )
+    return marked

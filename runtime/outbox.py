@@ -16,6 +16,7 @@ from django.db import transaction
 from django.db.models import Case, F, Value, When
 from django.utils import timezone
 
+from controlplane import queues
 from runtime import selectors, validation
 from runtime.errors import OperationConflict
 from runtime.models import GPUUnit, Operation, OperationKind, OperationStatus
@@ -88,11 +89,12 @@ def roll_out_change(unit: GPUUnit, *, generation: int) -> Operation | None:
     return operation
 
 
-def send(task: str, pk: int) -> bool:
-    """Send a task by name for one row; False (logged) when the broker is unreachable, which
-    must not fail the request that recorded the work: each caller's backstop sends it later."""
+def send(task: str, pk: int, *, cluster: str = "") -> bool:
+    """Send a task by name for one row, on the queue of the cluster it works on (the default
+    queue for the process's own); False (logged) when the broker is unreachable, which must not
+    fail the request that recorded the work: each caller's backstop sends it later."""
     try:
-        current_app.send_task(task, args=[pk], retry=False)
+        current_app.send_task(task, args=[pk], queue=queues.queue_for(cluster), retry=False)
     except Exception:
         logger.warning("could not send %s for %s; its backstop will", task, pk, exc_info=True)
         return False
@@ -102,7 +104,7 @@ def send(task: str, pk: int) -> bool:
 def enqueue(operation: Operation) -> None:
     """Hand the operation to a worker. If the broker is down the operation stays pending in
     the database and the sweeper sends it later, so the caller's request still succeeds."""
-    send(TASK_FOR_KIND[operation.kind], operation.pk)
+    send(TASK_FOR_KIND[operation.kind], operation.pk, cluster=operation.unit.cluster)
 
 
 def claim_operation(operation_pk: int) -> Operation | None:

@@ -124,42 +124,48 @@ _RECONCILED = (
 )
 
 
-def list_units_to_reconcile() -> list[GPUUnit]:
-    """Units whose objects exist (or are being deleted), with their tenants."""
+def list_units_to_reconcile(*, cluster: str) -> list[GPUUnit]:
+    """`cluster`'s units whose objects exist (or are being deleted), with their tenants."""
     return [
         unit
-        for unit in GPUUnit.objects.filter(phase__in=_RECONCILED).select_related("tenant")
+        for unit in GPUUnit.objects.filter(cluster=cluster, phase__in=_RECONCILED).select_related(
+            "tenant"
+        )
         if unit.unit_k8s_uid or unit.phase == UnitPhase.TERMINATING
     ]
 
 
-def list_units_to_reconcile_after(*, after: int, limit: int) -> list[GPUUnit]:
-    """The first `limit` units to reconcile (as `list_units_to_reconcile` chooses them) whose
-    pk is above `after`, by pk, with their tenants: a page of the backstop."""
+def list_units_to_reconcile_after(*, cluster: str, after: int, limit: int) -> list[GPUUnit]:
+    """The first `limit` units of `cluster` to reconcile (as `list_units_to_reconcile` chooses
+    them) whose pk is above `after`, by pk, with their tenants: a page of its backstop."""
     return list(
-        GPUUnit.objects.filter(phase__in=_RECONCILED, pk__gt=after)
+        GPUUnit.objects.filter(cluster=cluster, phase__in=_RECONCILED, pk__gt=after)
         .filter(~Q(unit_k8s_uid="") | Q(phase=UnitPhase.TERMINATING))
         .select_related("tenant")
         .order_by("pk")[:limit]
     )
 
 
-def list_unit_uids(*, after: int, upto: int | None) -> QuerySet[GPUUnit, uuid.UUID]:
-    """The uids of the units of any phase whose pk is in (after, upto] (`upto` None: no upper
-    bound), as a subquery: the units a page of the backstop answers for."""
-    units = GPUUnit.objects.filter(pk__gt=after)
+def list_unit_uids(
+    *, cluster: str, after: int = 0, upto: int | None = None
+) -> QuerySet[GPUUnit, uuid.UUID]:
+    """The uids of `cluster`'s units of any phase whose pk is in (after, upto] (`upto` None: no
+    upper bound), as a subquery: the units a pass or page of its backstop answers for."""
+    units = GPUUnit.objects.filter(cluster=cluster, pk__gt=after)
     if upto is not None:
         units = units.filter(pk__lte=upto)
     return units.values_list("uid", flat=True)
 
 
-def list_live_units_by_key(keys: Iterable[tuple[str, str]]) -> list[GPUUnit]:
-    """The live units with these (namespace, name) keys, with their tenants, in one query
-    whatever the number of units in the database."""
+def list_live_units_by_key(keys: Iterable[tuple[str, str]], *, cluster: str) -> list[GPUUnit]:
+    """The live units of `cluster` with these (namespace, name) keys, with their tenants, in
+    one query whatever the number of units in the database (an object in another cluster
+    that names a unit is never taken for it)."""
     wanted = set(keys)
     if not wanted:
         return []
     units = GPUUnit.objects.filter(
+        cluster=cluster,
         namespace__in={namespace for namespace, _ in wanted},
         name__in={name for _, name in wanted},
         phase__in=UnitPhase.LIVE,

@@ -13,8 +13,10 @@ from django.conf import settings
 from django.db import InterfaceError, OperationalError, connection
 from django.utils import timezone
 
-from controlplane import metrics
+from controlplane import metrics, queues
 from controlplane.kube.errors import KubeError, TemporaryError
+from inventory import clusters as inventory_clusters
+from inventory import selectors as inventory_selectors
 from runtime import actions, lifecycle, outbox, storage, tenant_secrets, usage_audit
 from runtime.control import provisioning, reconcile, volumes
 
@@ -111,11 +113,35 @@ def audit_usage() -> int:
 
 
 @shared_task(name="runtime.reconcile_units", expires=30)
-def reconcile_units() -> None:
-    """Beat's backstop tick: one page of units (every unit visited once per cycle)."""
-    result = reconcile.reconcile_page()
+def reconcile_units(cluster: str = "") -> None:
+    """Beat's backstop tick: one page of each enabled cluster's units (every unit visited once
+    per cycle), the other clusters' pages sent to their queues, the process's own cluster's
+    (and the storages) worked here; with a cluster, a page of that cluster's."""
+    if cluster:
+        _reconcile_page(cluster)
+        return
+    states = [s for s in inventory_selectors.cluster_states() if s.cluster.enabled]
+    enabled = [s.cluster.name for s in states]
+    for state in states:
+        if state.health == inventory_clusters.Health.UNREACHABLE:
+            # Database only: the cluster's own queue may be stuck on it.
+            lifecycle.mark_cluster_unreachable(state.cluster.name, since=state.as_of)
+    for name in enabled:
+        if name != settings.CLUSTER_NAME:
+            reconcile_units.apply_async(args=[name], queue=queues.queue_for(name))
+    if settings.CLUSTER_NAME in enabled:
+        _reconcile_page(settings.CLUSTER_NAME)
+    _sync_storages()
+
+
+def _reconcile_page(cluster: str) -> None:
+    result = reconcile.reconcile_page(cluster)
     if result.changed or result.recreated or result.terminated:
-        logger.info("reconcile: %s", result)
+        logger.info("reconcile of %s: %s", cluster, result)
+
+
+def _sync_storages() -> None:
+    """Storages live in the process's own cluster."""
     try:
         if changed := volumes.sync_storages():
             logger.info("reconcile: %s storages changed", changed)

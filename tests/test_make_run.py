@@ -97,16 +97,19 @@ def stop_whatever_is_left(process: subprocess.Popen) -> None:
         child.kill()
 
 
-def order_and_wait_for_running(base: str, key: str) -> dict:
+def order_and_wait_for_running(
+    base: str, key: str, name: str = "demo-instance", **extra: str
+) -> dict:
     """What the printed curl example does, then poll until the observer has seen it run."""
     request = urllib.request.Request(
         f"{base}/api/v1/gpu-units",
         data=json.dumps(
             {
-                "operationID": "demo-001",
-                "name": "demo-instance",
+                "operationID": f"{name}-001",
+                "name": name,
                 "packageID": "gpu-rtx3080-2x-cpu10-mem40g",
                 "image": "python:3.12",
+                **extra,
             }
         ).encode(),
         headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"},
@@ -115,18 +118,30 @@ def order_and_wait_for_running(base: str, key: str) -> dict:
         assert response.status == 201
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline:
-        unit = json.loads(get(f"{base}/api/v1/gpu-units/demo-instance", key)[1])["data"]
+        unit = json.loads(get(f"{base}/api/v1/gpu-units/{name}", key)[1])["data"]
         if unit["phase"] == "Running":
             return unit
         time.sleep(0.5)
-    pytest.fail(f"the demo unit did not reach Running: {unit}")
+    pytest.fail(f"the unit {name} did not reach Running: {unit}")
 
 
-def wait_for_inventory(base: str, key: str) -> dict:
-    """The observer mirrors the demo unit's allocation into the inventory."""
+def wait_for_regions(base: str, key: str) -> dict[str, dict]:
+    """Both simulated clusters listed (by the observer of each) and reachable."""
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        status, body = get(f"{base}/api/v1/operator/inventory", key)
+        regions = {r["name"]: r for r in json.loads(get(f"{base}/api/v1/regions", key)[1])["data"]}
+        health = [c["health"] for r in regions.values() for c in r["clusters"]]
+        if sorted(regions) == ["default", "eu-west"] and set(health) == {"reachable"}:
+            return regions
+        time.sleep(0.5)
+    pytest.fail(f"the two regions are not both reachable: {regions}")
+
+
+def wait_for_inventory(base: str, key: str, cluster: str = "default") -> dict:
+    """The observer mirrors the demo unit's allocation into its cluster's inventory."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        status, body = get(f"{base}/api/v1/operator/inventory?cluster={cluster}", key)
         if status == 200 and json.loads(body)["data"]["draAllocatedDevices"] >= 2:
             return json.loads(body)["data"]
         time.sleep(0.5)
@@ -150,8 +165,18 @@ def test_make_run_serves_api_and_admin_and_stops_on_ctrl_c(tmp_path):
         assert "current-context" in (data / "kubeconfig").read_text()
         status, body = get(f"{base}/api/v1/packages", key)
         assert len(json.loads(body)["data"]) == len(SAMPLE_PACKAGES)
-        assert order_and_wait_for_running(base, key)["draStatus"]["allocated"] is True
+        # Two regions: the first cluster and eu-west, each with a kubeconfig of its own.
+        assert (data / "kubeconfig-default").read_text() == (data / "kubeconfig").read_text()
+        assert "current-context" in (data / "kubeconfig-eu-west").read_text()
+        wait_for_regions(base, key)
+        unit = order_and_wait_for_running(base, key)
+        assert unit["draStatus"]["allocated"] is True
+        west = order_and_wait_for_running(base, key, "west-instance", region="eu-west")
+        assert (west["cluster"], west["region"]) == ("eu-west", "eu-west")
         operator_key = (data / "operator-api-key").read_text().strip()
+        assert wait_for_inventory(base, operator_key, "eu-west")["totalGpuAllocatable"] == 4
+        # Placed where most units of it fit: the sample topology's 8 RTX 3080s, not eu-west's 4.
+        assert unit["cluster"] == "default"
         inventory = wait_for_inventory(base, operator_key)
         # The sample topology: 3 nodes x 8 whole GPUs, 2 shared ones, 2 split into 6 MIG devices,
         # and a partitionable one published whole and as its 18 MIG placements.
@@ -159,11 +184,12 @@ def test_make_run_serves_api_and_admin_and_stops_on_ctrl_c(tmp_path):
         observer = json.loads(get(f"{base}/api/v1/health")[1])["data"]["checks"]["observer"]
         assert observer["ok"] is True, observer
         # /metrics on web, worker (web port + 1) and observer (+ 2), as the banner says.
-        assert 'controlplane_units{phase="Running"} 1.0' in get(f"{base}/metrics")[1].decode()
+        # The demo unit and the one in eu-west.
+        assert 'controlplane_units{phase="Running"} 2.0' in get(f"{base}/metrics")[1].decode()
         worker_metrics = get(f"http://127.0.0.1:{port + 1}/metrics")[1].decode()
         assert 'controlplane_kube_requests_total{outcome="ok",verb="create"}' in worker_metrics
         observer_metrics = get(f"http://127.0.0.1:{port + 2}/metrics")[1].decode()
-        assert "controlplane_observer_leading 1.0" in observer_metrics
+        assert 'controlplane_observer_leading{cluster="default"} 1.0' in observer_metrics
         children = stop_with_ctrl_c(process)
     finally:
         stop_whatever_is_left(process)

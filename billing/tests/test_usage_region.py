@@ -74,7 +74,8 @@ def test_sealed_hours_and_corrections_keep_the_region_when_a_meter_runs_on(tenan
 def test_exports_name_the_region_and_leave_it_empty_when_a_row_has_none(tenant, started):
     package = priced("h100-1x", "3.60")
     east = UnitFactory(tenant=tenant, name="east", package=package, region="us-east")
-    before = UnitFactory(tenant=tenant, name="before", package=package)  # no region kept
+    # Ordered before the registry: no cluster or region kept.
+    before = UnitFactory(tenant=tenant, name="before", package=package, cluster="", region="")
     hold(east, started, started + timedelta(minutes=2))
     hold(before, started + timedelta(minutes=5), started + timedelta(minutes=7))
 

@@ -11,6 +11,7 @@ and hands on each object as the transform returns it, not as the server sent it.
 
 from __future__ import annotations
 
+import contextvars
 import logging
 import random
 import threading
@@ -171,8 +172,10 @@ class Informer:
         self._thread: threading.Thread | None = None
 
     def start(self) -> Informer:
+        # The thread lists and watches the cluster the starter's calls go to (kube.using).
+        context = contextvars.copy_context()
         self._thread = threading.Thread(
-            target=self.run, name=f"informer-{self.kind.plural}", daemon=True
+            target=context.run, args=(self.run,), name=f"informer-{self.kind.plural}", daemon=True
         )
         self._thread.start()
         return self

@@ -290,16 +290,10 @@ def test_single_object_is_imported_when_the_input_is_not_a_list(monkeypatch):
     assert Cluster.objects.get(name="gpu-a").region == "r1"
 
 
-def test_enable_enables_a_new_cluster_when_no_other_is_enabled(tmp_path):
-    Cluster.objects.filter(name="default").update(enabled=False)
+def test_enable_enables_a_new_cluster_beside_the_enabled_ones(tmp_path):
     run(write(tmp_path, profile("gpu-a", properties={"region": "r1"})), "--enable")
     assert Cluster.objects.get(name="gpu-a").enabled
-
-
-def test_enable_is_an_error_when_another_cluster_is_enabled(tmp_path):
-    out = run_failing(write(tmp_path, profile("gpu-a", properties={"region": "r1"})), "--enable")
-    assert "error gpu-a: --enable: default is enabled" in out
-    assert imported() == {}
+    assert Cluster.objects.get(name="default").enabled
 
 
 def test_enable_is_refused_when_the_input_has_several_profiles():

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
+from django.conf import settings
+
 from billing import ledger
 from runtime import lifecycle, selectors
 from runtime.control.status import (
@@ -156,14 +158,21 @@ def close_meters_of_gone_pods(last_pods: Iterable[dict]) -> int:
 
 
 def settle_unreconciled(
-    reconciled: Iterable[GPUUnit], *, span: tuple[int, int | None] | None = None
+    reconciled: Iterable[GPUUnit],
+    *,
+    cluster: str | None = None,
+    span: tuple[int, int | None] | None = None,
 ) -> int:
-    """The backstop's check of meters whose units a pass did not reconcile (ended units, whose
-    pods' last states the observer did not read): the first pass marks them missing, the next
-    closes them at the last time their pods were seen running. With `span` (after, upto), only
-    the meters of units whose pk is in (after, upto]. Returns how many it closed."""
+    """The backstop's check of the meters of `cluster`'s units (the process's own cluster's by
+    default) that a pass did not reconcile (ended units, whose pods' last states the observer
+    did not read): the first pass marks them missing, the next closes them at the last time
+    their pods were seen running. With `span` (after, upto), only the meters of units whose pk
+    is in (after, upto]. Returns how many it closed."""
     seen = {unit.uid for unit in reconciled}
-    among = None if span is None else selectors.list_unit_uids(after=span[0], upto=span[1])
+    after, upto = span or (0, None)
+    among = selectors.list_unit_uids(
+        cluster=cluster or settings.CLUSTER_NAME, after=after, upto=upto
+    )
     leftover = [meter for uid, meter in ledger.open_meters(among).items() if uid not in seen]
     ledger.mark_missing(meter.unit_uid for meter in leftover if meter.missing_since is None)
     due = {meter.unit_uid: meter for meter in leftover if meter.missing_since is not None}

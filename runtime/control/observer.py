@@ -9,9 +9,11 @@ informers' view of slices, claims, pods, nodes and quotas to the inventory mirro
 sync's own apply path. What one event costs does not depend on how many units exist. The
 informers keep only the fields the controller reads of each object (controlplane/kube/trim.py).
 
-Three small parts: `Observer` (the watch loop), `Lead` (several replicas may run: the one
-holding a PostgreSQL advisory lock leads, the others wait for it) and `StatusBoard` (what
-health reads). A dead observer costs latency only; the backstop catches up.
+Four small parts: `Observer` (one cluster's watch loop), `Lead` (several replicas may run:
+for each cluster, the one holding a PostgreSQL advisory lock leads, the others wait for it),
+`StatusBoard` (what health reads) and `Fleet` (an observer per enabled cluster, each on a
+thread of its own, as the registry changes: ARCHITECTURE §20). A dead observer costs latency
+only; the backstop catches up.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
@@ -41,7 +44,8 @@ from runtime.models import GPUUnit, UnitPhase
 
 logger = logging.getLogger(__name__)
 
-# pg_try_advisory_lock key of the observer's lead (the inventory sync's is 0x1A7E_5C00).
+# pg_try_advisory_lock(LEAD_KEY, hashtext(cluster)): the lead of a cluster's observer (the
+# inventory sync's key is 0x1A7E_5C00).
 LEAD_KEY = 0x0B5E_77E0
 # The most units one batch takes: after a relist every unit is dirty, and loading them all at
 # once (rows, tenants, objects) held 55 MB for a moment at 10,000 units, which the process
@@ -53,12 +57,13 @@ INVENTORY_PLURALS = {kind.plural for kind in INVENTORY_KINDS.values()}
 
 
 class Lead:
-    """The observer's lead: a PostgreSQL advisory lock held on a connection of its own. One
-    replica holds it; the others try again now and then. The lock goes with the session, so
-    a replica that dies (or loses its connection) gives it up."""
+    """The lead of a cluster's observer: a PostgreSQL advisory lock held on a connection of its
+    own. One replica holds it; the others try again now and then. The lock goes with the
+    session, so a replica that dies (or loses its connection) gives it up."""
 
-    def __init__(self, identity: str) -> None:
+    def __init__(self, identity: str, cluster: str) -> None:
         self.identity = identity
+        self.cluster = cluster
         self.held = threading.Event()
         self.connection: psycopg.Connection | None = None
 
@@ -90,11 +95,13 @@ class Lead:
         except psycopg.Error:
             logger.warning("observer cannot reach the database", exc_info=True)
             return False
-        row = lead.execute("SELECT pg_try_advisory_lock(%s)", [LEAD_KEY]).fetchone()
+        row = lead.execute(
+            "SELECT pg_try_advisory_lock(%s, hashtext(%s))", [LEAD_KEY, self.cluster]
+        ).fetchone()
         if row is not None and row[0]:
             self.connection = lead
             self._set(held=True)
-            logger.info("observer %s holds the lead", self.identity)
+            logger.info("observer %s holds the lead of %s", self.identity, self.cluster)
             return True
         lead.close()
         return False
@@ -110,27 +117,45 @@ class Lead:
             self.held.set()
         else:
             self.held.clear()
-        metrics.OBSERVER_LEADING.set(1 if held else 0)
+        metrics.OBSERVER_LEADING.labels(self.cluster).set(1 if held else 0)
 
 
 class StatusBoard:
-    """Where the leading observer says how it is, for health (/api/v1/health): a Redis key
-    with a short TTL, so a dead observer's status expires by itself."""
+    """Where a cluster's leading observer says how it is, for health (/api/v1/health): a
+    Redis key per cluster with a short TTL, so a dead observer's status expires by itself."""
 
-    KEY = "controlplane:observer"
+    PREFIX = "controlplane:observer:"
+
+    def __init__(self, cluster: str) -> None:
+        self.key = f"{self.PREFIX}{cluster}"
 
     def publish(self, status: dict, *, stopping: bool = False) -> None:
         if not (status["leading"] or stopping):
             return
         try:
-            _redis().set(self.KEY, json.dumps(status), ex=settings.OBSERVER_STATUS_TTL_SECONDS)
+            _redis().set(self.key, json.dumps(status), ex=settings.OBSERVER_STATUS_TTL_SECONDS)
         except redis.RedisError:
             logger.debug("observer status not published", exc_info=True)
+
+    @classmethod
+    def read_all(cls) -> dict[str, dict]:
+        """Every cluster's lead observer's last published status, by cluster."""
+        try:
+            client = _redis()
+            keys = list(client.scan_iter(match=f"{cls.PREFIX}*", count=100))
+            values = client.mget(keys) if keys else []
+        except redis.RedisError:
+            return {}
+        return {
+            key.decode().removeprefix(cls.PREFIX): json.loads(value)
+            for key, value in zip(keys, values, strict=True)
+            if value
+        }
 
     def read(self) -> dict | None:
         """The lead observer's last published status, or None when none is running."""
         try:
-            raw = _redis().get(self.KEY)
+            raw = _redis().get(self.key)
         except redis.RedisError:
             return None
         return json.loads(raw) if raw else None
@@ -151,8 +176,8 @@ class Stats:
 
 
 class Observer:
-    """Informers on the seven kinds, a dirty set fed by their events, and the loop that works
-    it off. `run()` blocks until `stop()`."""
+    """Informers on the seven kinds in one cluster (the process's own by default), a dirty set
+    fed by their events, and the loop that works it off. `run()` blocks until `stop()`."""
 
     def __init__(
         self,
@@ -180,10 +205,11 @@ class Observer:
         self._last_status = 0.0
         self._generations: dict[Key, tuple] = {}
         self._gone_pods: dict[Key, dict] = {}  # unit key -> its pod as it was deleted
+        self._blind = False  # the unit kinds' watches were not all up at the last step
         self.informers: dict[kube.Kind, Informer] = {}
-        self.lead = Lead(self.identity)
+        self.lead = Lead(self.identity, self.cluster)
         self.leading = self.lead.held  # set while this replica leads
-        self.status_board = StatusBoard()
+        self.status_board = StatusBoard(self.cluster)
 
     # ------------------------------------------------------------------ events (informer threads)
 
@@ -264,7 +290,12 @@ class Observer:
             self._wake.notify()
 
     def run(self) -> None:
-        """Wait for the lead, then work events off until stopped."""
+        """Wait for the lead, then work events off until stopped: every call (the informers'
+        threads', the reconciles') goes to this observer's cluster."""
+        with kube.using(self.cluster):
+            self._run()
+
+    def _run(self) -> None:
         try:
             while not self._stop.is_set():
                 if not self.lead.hold():
@@ -318,7 +349,16 @@ class Observer:
         close_old_connections()
         now = time.monotonic()
         due: dict[Key, float] = {}
-        if self._units_observable():
+        observable = self._units_observable()
+        if observable and self._blind:
+            # Back from a gap (an outage, a failing watch): a watch resumed where it broke
+            # brings only what changed since, and units whose rows changed meanwhile (marked
+            # ClusterUnreachable) need a look too: every unit the cluster holds, once.
+            self._blind = False
+            self.replaced(kube.GPUUNIT, self._objects(kube.GPUUNIT))
+        elif not observable and self.informers:
+            self._blind = True
+        if observable:
             with self._wake:  # the first to arrive first; the rest on the next steps
                 due = dict(itertools.islice(self._dirty_units.items(), BATCH_UNITS))
                 for key in due:
@@ -377,7 +417,7 @@ class Observer:
     def _reconcile_batch(self, due: dict[Key, float]) -> None:
         """One batch: the units loaded in one query, then the one reconcile
         (runtime/control/reconcile.py) over them with their objects from the watch caches."""
-        units = selectors.list_live_units_by_key(due)
+        units = selectors.list_live_units_by_key(due, cluster=self.cluster)
         seen = {(unit.namespace, unit.name) for unit in units}
         ended_pods = []
         for key in due:
@@ -452,6 +492,7 @@ class Observer:
         self._last_status = now
         status = {
             "identity": self.identity,
+            "cluster": self.cluster,
             "leading": self.leading.is_set() and not stopping,
             "synced": self.synced(),
             "lastEventAt": (
@@ -472,15 +513,79 @@ def _redis() -> redis.Redis:
     )
 
 
-def read_status() -> dict | None:
-    """The lead observer's last published status, or None when none is running."""
-    return StatusBoard().read()
+def read_status(cluster: str | None = None) -> dict | None:
+    """The last published status of `cluster`'s lead observer (the process's own cluster's by
+    default), or None when none is running."""
+    return StatusBoard(cluster or settings.CLUSTER_NAME).read()
+
+
+class Fleet:
+    """An Observer per enabled cluster, each on a thread of its own: the registry is read
+    again every OBSERVER_LEAD_RETRY_SECONDS, so a cluster enabled later is watched and one
+    disabled is let go. `run()` blocks until `stop()`."""
+
+    def __init__(self, clusters: Callable[[], list[str]]) -> None:
+        self.clusters = clusters
+        self.identity = f"{socket.gethostname()}:{os.getpid()}"
+        self.observers: dict[str, tuple[Observer, threading.Thread]] = {}
+        self._stop = threading.Event()
+
+    def run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                try:
+                    wanted = set(self.clusters())
+                except Exception:  # the database away: keep what runs, look again
+                    logger.warning("observer cannot read the cluster registry", exc_info=True)
+                    close_old_connections()
+                else:
+                    self._converge(wanted)
+                self._stop.wait(settings.OBSERVER_LEAD_RETRY_SECONDS)
+        finally:
+            self._converge(set())
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def _converge(self, wanted: set[str]) -> None:
+        for name in sorted(set(self.observers) - wanted):
+            observer, thread = self.observers.pop(name)
+            observer.stop()
+            thread.join()
+            logger.info("observer of %s stopped", name)
+        for name in sorted(wanted - set(self.observers)):
+            observer = Observer(cluster=name)
+            thread = threading.Thread(
+                target=_run_then_close, args=(observer,), name=f"observer-{name}", daemon=True
+            )
+            self.observers[name] = (observer, thread)
+            thread.start()
+            logger.info("observer of %s started", name)
+
+
+def _run_then_close(observer: Observer) -> None:
+    try:
+        observer.run()
+    finally:
+        connection.close()  # this thread's own database connection
 
 
 def check_observer() -> dict:
-    """The observer's part of /api/v1/health: a replica leads, its watches are listed, when it
-    last saw an event and how long its last batch took from event to commit."""
-    status = read_status()
+    """The observer's part of /api/v1/health (Redis only: it runs beside the request's
+    thread): for the process's own cluster and every other cluster whose observer has said
+    how it is, a replica leads, its watches are listed, when it last saw an event and how long
+    its last batch took from event to commit. The own cluster's figures are at the top (as
+    before there were several); `clusters` has each's."""
+    statuses = StatusBoard.read_all()
+    each = {name: _check(statuses.get(name)) for name in sorted({settings.CLUSTER_NAME, *statuses})}
+    return {
+        **each[settings.CLUSTER_NAME],
+        "ok": all(c["ok"] for c in each.values()),
+        "clusters": each,
+    }
+
+
+def _check(status: dict | None) -> dict:
     if status is None:
         return {"ok": False, "error": "no observer holds the lead"}
     return {

@@ -34,6 +34,7 @@ _ensured: dict[tuple, float] = {}
 
 def _ensured_key(tenant: Tenant) -> tuple:
     return (
+        kube.current_cluster(),
         tenant.pk,
         tenant.namespace,
         tenant.quota_cpu,
@@ -402,11 +403,17 @@ def remove_objects(unit: GPUUnit, *, propagation: str = "Background") -> None:
 
 
 def provision_unit(*, operation_pk: int) -> None:
-    """Carry out a create operation: namespace and quota, then the unit's objects. A permanent
-    failure removes what was created and fails the unit with a reason the customer can read."""
+    """Carry out a create operation in the unit's cluster: namespace and quota, then the unit's
+    objects. A permanent failure removes what was created and fails the unit with a reason the
+    customer can read."""
     operation = outbox.claim_operation(operation_pk)
     if operation is None:
         return
+    with kube.using(operation.unit.cluster):
+        _provision(operation)
+
+
+def _provision(operation: Operation) -> None:
     unit = operation.unit
     if unit.phase in UnitPhase.ENDING:
         outbox.finish_operation(
@@ -481,11 +488,17 @@ def _fail(unit: GPUUnit, operation: Operation, exc: PermanentError) -> None:
 
 
 def delete_unit(*, operation_pk: int) -> None:
-    """Carry out a delete operation: delete the GPUUnit (foreground) and wait until the claim
-    and pod are gone too (TemporaryError until then), then mark the unit Terminated."""
+    """Carry out a delete operation in the unit's cluster: delete the GPUUnit (foreground) and
+    wait until the claim and pod are gone too (TemporaryError until then), then mark the unit
+    Terminated."""
     operation = outbox.claim_operation(operation_pk)
     if operation is None:
         return
+    with kube.using(operation.unit.cluster):
+        _delete(operation)
+
+
+def _delete(operation: Operation) -> None:
     unit = operation.unit
     remove_objects(unit, propagation="Foreground")
     remaining = [
@@ -588,6 +601,11 @@ def stop_unit(*, operation_pk: int) -> None:
     operation = _claim_lifecycle_operation(operation_pk)
     if operation is None:
         return
+    with kube.using(operation.unit.cluster):
+        _stop(operation)
+
+
+def _stop(operation: Operation) -> None:
     unit = operation.unit
     try:
         _patch_spec(unit, _contract(unit, kube.get(kube.GPUUNIT, unit.namespace, unit.name)))
@@ -606,6 +624,11 @@ def roll_out_unit(*, operation_pk: int) -> None:
     operation = _claim_lifecycle_operation(operation_pk)
     if operation is None:
         return
+    with kube.using(operation.unit.cluster):
+        _roll_out(operation)
+
+
+def _roll_out(operation: Operation) -> None:
     unit = operation.unit
     try:
         gpuunit = _patch_spec(

@@ -441,32 +441,36 @@ def _objects_from_lists(label_selector: str) -> Callable[[GPUUnit], UnitObjects]
     return objects_of
 
 
-def reconcile_units() -> ReconcileResult:
-    """The full pass over every unit (tests and tools drive units with it; beat runs
-    `reconcile_page`): one list call per kind, then every unit as the observer handles the
-    units of an event, and the usage meters checked against what it saw."""
-    with metrics.RECONCILE_SECONDS.time():
-        units = selectors.list_units_to_reconcile()
+def reconcile_units(cluster: str | None = None) -> ReconcileResult:
+    """The full pass over every unit of `cluster` (the process's own by default; tests and
+    tools drive units with it, beat runs `reconcile_page`): one list call per kind there, then
+    every unit as the observer handles the units of an event, and the usage meters checked
+    against what it saw."""
+    cluster = cluster or settings.CLUSTER_NAME
+    with metrics.RECONCILE_SECONDS.time(), kube.using(cluster):
+        units = selectors.list_units_to_reconcile(cluster=cluster)
         if not units:
-            metering.settle_unreconciled([])
+            metering.settle_unreconciled([], cluster=cluster)
             return ReconcileResult()
         try:
             objects_of = _objects_from_lists(manifests.OURS_SELECTOR)
         except KubeError:
             # Unreachable or failing cluster: keep the last known status rather than guess.
-            logger.warning("reconcile skipped: cannot list cluster objects", exc_info=True)
+            logger.warning("reconcile skipped: cannot list %s's objects", cluster, exc_info=True)
             return ReconcileResult(skipped=True)
         result = reconcile_batch(units, objects_of, backstop=True)
-        metering.settle_unreconciled(units)
+        metering.settle_unreconciled(units, cluster=cluster)
         return result
 
 
 # ---------------------------------------------------------------------------- the backstop's pages
 
-# Where the next page starts: the pk of the last unit visited (0: the start). In the shared
-# cache, so whichever worker gets beat's tick reads it and a restart keeps it; losing it only
-# starts the cycle over.
-PAGE_CURSOR_KEY = "runtime:reconcile:cursor"
+
+def page_cursor_key(cluster: str) -> str:
+    """Where `cluster`'s next page starts: the pk of the last unit visited (0: the start). In
+    the shared cache, so whichever worker gets beat's tick reads it and a restart keeps it;
+    losing it only starts the cycle over."""
+    return f"runtime:reconcile:cursor:{cluster}"
 
 
 @dataclass(frozen=True)
@@ -496,30 +500,35 @@ def page_selector(names: Iterable[str]) -> str:
     return f"{manifests.OURS_SELECTOR},{manifests.LABEL_UNIT} in ({','.join(sorted(set(names)))})"
 
 
-def reconcile_page() -> ReconcileResult:
-    """Beat's backstop tick: the next RECONCILE_PAGE_SIZE units by pk from the shared cursor,
-    their objects from one list call per kind that selects only theirs, then the usage meters
-    of the page's span of pks. Its cost follows the page size, not the fleet; a cycle of
-    ceil(units / page size) ticks visits every unit once. A tick whose lists fail leaves the
-    cursor, so the next tick tries the same page."""
-    with metrics.RECONCILE_SECONDS.time():
+def reconcile_page(cluster: str | None = None) -> ReconcileResult:
+    """Beat's backstop tick of `cluster` (the process's own by default): the next
+    RECONCILE_PAGE_SIZE of its units by pk from its cursor, their objects from one list call
+    per kind that selects only theirs, then the usage meters of the page's span of pks. Its
+    cost follows the page size, not the fleet; a cycle of ceil(units / page size) ticks visits
+    every unit once. A tick whose lists fail leaves the cursor, so the next tick tries the
+    same page."""
+    cluster = cluster or settings.CLUSTER_NAME
+    cursor = page_cursor_key(cluster)
+    with metrics.RECONCILE_SECONDS.time(), kube.using(cluster):
         size = settings.RECONCILE_PAGE_SIZE
-        after = int(cache.get(PAGE_CURSOR_KEY) or 0)
-        units = selectors.list_units_to_reconcile_after(after=after, limit=size + 1)
+        after = int(cache.get(cursor) or 0)
+        units = selectors.list_units_to_reconcile_after(
+            cluster=cluster, after=after, limit=size + 1
+        )
         page = page_of(after, [unit.pk for unit in units], size)
         units = units[:size]
         span = (page.after, page.upto)
         if not units:
-            cache.set(PAGE_CURSOR_KEY, page.next_after, timeout=None)
-            metering.settle_unreconciled([], span=span)
+            cache.set(cursor, page.next_after, timeout=None)
+            metering.settle_unreconciled([], cluster=cluster, span=span)
             return ReconcileResult()
         try:
             objects_of = _objects_from_lists(page_selector(unit.name for unit in units))
         except KubeError:
-            logger.warning("reconcile skipped: cannot list cluster objects", exc_info=True)
+            logger.warning("reconcile skipped: cannot list %s's objects", cluster, exc_info=True)
             return ReconcileResult(skipped=True)
         # Moved on before the batch: a page whose reconcile raises must not hold the rest back.
-        cache.set(PAGE_CURSOR_KEY, page.next_after, timeout=None)
+        cache.set(cursor, page.next_after, timeout=None)
         result = reconcile_batch(units, objects_of, backstop=True)
-        metering.settle_unreconciled(units, span=span)
+        metering.settle_unreconciled(units, cluster=cluster, span=span)
         return result

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import factory
+from django.conf import settings
 from factory.django import DjangoModelFactory
 
 from catalog.tests.factories import PackageFactory
@@ -24,6 +25,9 @@ class UnitFactory(DjangoModelFactory):
     tenant = factory.SubFactory(TenantFactory)
     name = factory.Sequence(lambda n: f"unit-{n}")
     namespace = factory.LazyAttribute(lambda unit: unit.tenant.namespace)
+    # Placed in the process's own cluster, as an order with one cluster registered is.
+    cluster = factory.LazyFunction(lambda: settings.CLUSTER_NAME)
+    region = factory.LazyFunction(lambda: settings.CLUSTER_REGION)
     operation_id = factory.LazyAttribute(lambda unit: f"op-{unit.name}")
     image = "python:3.12"
     package = None

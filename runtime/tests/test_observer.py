@@ -13,7 +13,7 @@ from django.db import connection
 
 from billing.models import Meter
 from catalog.tests.factories import ARTICLE_PACKAGE_ID, PackageFactory
-from inventory.models import Claim, InventorySnapshot
+from inventory.models import Claim, Cluster, InventorySnapshot
 from runtime import lifecycle
 from runtime.control.observer import Observer
 from runtime.models import GPUUnit, UnitPhase
@@ -94,7 +94,9 @@ def test_a_unit_reaches_running_and_terminated_by_events_alone(observer, tenant)
     assert observer.stats.units_reconciled > 0
 
 
-def test_an_event_costs_the_same_however_many_units_the_database_holds(tenant, cluster):
+def test_an_event_costs_the_same_however_many_units_and_clusters_the_database_holds(
+    tenant, cluster
+):
     PackageFactory(article=True)
     client = client_for(tenant)
     body = {"operationID": "o-1", "name": "costed", "packageID": ARTICLE_PACKAGE_ID}
@@ -132,9 +134,13 @@ def test_an_event_costs_the_same_however_many_units_the_database_holds(tenant, c
         few = one_event()
         UnitFactory.create_batch(2_000, tenant=tenant, phase=UnitPhase.RUNNING)
         many = one_event()
+        # A second cluster enabled, with units of its own: this cluster's event costs the same.
+        Cluster.objects.create(name="west-1", region="eu-west")
+        UnitFactory.create_batch(500, tenant=tenant, phase=UnitPhase.RUNNING, cluster="west-1")
+        two_clusters = one_event()
     finally:
         observer._stop_informers()
-    assert few == many
+    assert few == many == two_clusters
     statements, calls = few
     # The GPUUnit status already says Running (the informer holds it): nothing to patch.
     assert calls == 0

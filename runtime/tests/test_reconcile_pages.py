@@ -10,6 +10,7 @@ import time
 from datetime import timedelta
 
 import pytest
+from django.conf import settings
 from django.core.cache import cache
 from django.utils import timezone
 
@@ -108,11 +109,11 @@ def test_a_page_closes_only_its_own_leftover_meters_and_on_its_second_sight(tena
 def paged(tenant, cluster, settings):
     """Two units a page, the cursor at the start, and the tenant's objects removed after."""
     settings.RECONCILE_PAGE_SIZE = 2
-    cache.delete(reconcile.PAGE_CURSOR_KEY)
+    cache.delete(reconcile.page_cursor_key(settings.CLUSTER_NAME))
     ensure_tenant_namespace(tenant)
     yield
     cluster.faults.clear()
-    cache.delete(reconcile.PAGE_CURSOR_KEY)
+    cache.delete(reconcile.page_cursor_key(settings.CLUSTER_NAME))
     remove_namespace_objects(tenant.namespace)
 
 
@@ -182,7 +183,7 @@ def test_three_ticks_of_two_units_visit_each_of_six_units_once_when_rows_are_beh
     accepted.refresh_from_db()
     assert ending.phase == UnitPhase.TERMINATED  # in the third page, beside units[4]
     assert (accepted.phase, accepted.last_sync_at) == (UnitPhase.ACCEPTED, None)
-    assert cache.get(reconcile.PAGE_CURSOR_KEY) == 0
+    assert cache.get(reconcile.page_cursor_key(settings.CLUSTER_NAME)) == 0
 
     # The next cycle starts over with the first page, now in step: nothing to change.
     before = visited()
@@ -215,7 +216,7 @@ def test_a_tick_makes_three_list_calls_when_its_page_holds_one_unit_or_a_thousan
         for i in range(1_000)
     )
     settings.RECONCILE_PAGE_SIZE = 1_001
-    cache.delete(reconcile.PAGE_CURSOR_KEY)
+    cache.delete(reconcile.page_cursor_key(settings.CLUSTER_NAME))
     cluster.requests.clear()
     result = reconcile.reconcile_page()
     many = [(e.verb, e.resource) for e in cluster.requests.entries()]
@@ -236,8 +237,8 @@ def test_a_tick_whose_lists_fail_leaves_the_cursor_for_the_next_when_the_cluster
     units = provisioned(tenant, one_gpu_package(), 3)
     cluster.faults.set(verb="list", error_rate=1.0, status=500)
     assert reconcile.reconcile_page().skipped
-    assert not cache.get(reconcile.PAGE_CURSOR_KEY)
+    assert not cache.get(reconcile.page_cursor_key(settings.CLUSTER_NAME))
     cluster.faults.clear()
     reconcile.reconcile_page()
-    assert cache.get(reconcile.PAGE_CURSOR_KEY) == units[1].pk
+    assert cache.get(reconcile.page_cursor_key(settings.CLUSTER_NAME)) == units[1].pk
     assert GPUUnit.objects.get(pk=units[0].pk).phase == UnitPhase.RUNNING

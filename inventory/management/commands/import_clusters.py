@@ -188,17 +188,10 @@ class Change:
         return f"unchanged {self.cluster.name}"
 
 
-def plan_change(
-    profile: Profile, current: Cluster | None, *, enable: bool, enabled_elsewhere: list[str]
-) -> Change:
+def plan_change(profile: Profile, current: Cluster | None, *, enable: bool) -> Change:
     """The row after the import, validated (not saved). An existing row keeps its enabled,
     cordoned and position: those are operations' decisions, not the profile's."""
     if current is None:
-        if enable and enabled_elsewhere:
-            raise ProfileError(
-                f"--enable: {', '.join(enabled_elsewhere)} is enabled, and one cluster is "
-                "enabled at a time until observation runs per cluster; disable it first"
-            )
         change = Change(Cluster(name=profile.name, enabled=enable, **profile.fields), True, [])
     else:
         if enable and not current.enabled:
@@ -223,12 +216,10 @@ class Command(BaseCommand):
         "inventory API): a List, several YAML documents or one object, all or nothing. "
         "metadata.name is the cluster's name, spec.displayName its display name, and the "
         f"region the first of the properties {', '.join(REGION_PROPERTIES)}, else the label "
-        f"{REGION_LABEL}, else --region. A cluster the import creates starts disabled: until "
-        "observation runs per cluster, the observer, the inventory sync and the reconciler "
-        "watch one cluster, so one is enabled at a time (a database constraint), and enabling "
-        "another is a switch an operator makes (disable the current one in the admin, then "
-        "enable the new one), or --enable for a single new cluster while none is enabled. An "
-        "existing cluster keeps its enabled, cordoned and position."
+        f"{REGION_LABEL}, else --region. A cluster the import creates starts disabled (an "
+        "operator enables it in the admin once its kubeconfig is in place), or enabled with "
+        "--enable for a single new cluster: enabled, it is observed, synced and reconciled "
+        "and takes units. An existing cluster keeps its enabled, cordoned and position."
     )
 
     def add_arguments(self, parser: CommandParser) -> None:
@@ -246,7 +237,7 @@ class Command(BaseCommand):
         parser.add_argument(
             "--enable",
             action="store_true",
-            help="enable the cluster: one new profile only, and only while no cluster is enabled",
+            help="enable the new cluster (one profile only): it is observed and takes units",
         )
         parser.add_argument("--dry-run", action="store_true", help="print the plan, write nothing")
 
@@ -275,7 +266,6 @@ class Command(BaseCommand):
         with transaction.atomic():
             # Lock the registry so two imports (or an admin edit) cannot interleave with the plan.
             current = {c.name: c for c in Cluster.objects.select_for_update()}
-            enabled_elsewhere = [c.name for c in current.values() if c.enabled]
             seen: set[str] = set()
             for source in sources:
                 try:
@@ -285,12 +275,7 @@ class Command(BaseCommand):
                     if profile.name in seen:
                         raise ProfileError("the input names this cluster twice")
                     seen.add(profile.name)
-                    change = plan_change(
-                        profile,
-                        current.get(profile.name),
-                        enable=enable,
-                        enabled_elsewhere=enabled_elsewhere,
-                    )
+                    change = plan_change(profile, current.get(profile.name), enable=enable)
                 except ProfileError as error:
                     lines.append(f"error {source.label}: {error}")
                     continue

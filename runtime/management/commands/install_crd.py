@@ -1,15 +1,24 @@
-"""`manage.py install_crd`: create or update the GPUUnit CRD in the configured cluster."""
+"""`manage.py install_crd [--cluster NAME]`: create or update the GPUUnit CRD in a cluster."""
 
 from typing import Any
 
-from django.core.management.base import BaseCommand
+from django.core.management.base import BaseCommand, CommandParser
 
+from controlplane import kube
 from runtime.control.provisioning import install_crd
 
 
 class Command(BaseCommand):
-    help = "Create or update the GPUUnit CustomResourceDefinition (k8s/gpuunit-crd.yaml)."
+    help = (
+        "Create or update the GPUUnit CustomResourceDefinition (k8s/gpuunit-crd.yaml) in the "
+        "control plane's own cluster, or in a registered cluster (--cluster): every cluster "
+        "units are placed in needs it."
+    )
 
-    def handle(self, *args: Any, **options: Any) -> None:
-        install_crd()
-        self.stdout.write("GPUUnit CRD installed")
+    def add_arguments(self, parser: CommandParser) -> None:
+        parser.add_argument("--cluster", default=kube.HOME, help="a registered cluster's name")
+
+    def handle(self, *args: Any, cluster: str, **options: Any) -> None:
+        with kube.using(cluster):
+            install_crd()
+        self.stdout.write(f"GPUUnit CRD installed in {cluster or 'the own cluster'}")

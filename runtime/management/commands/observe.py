@@ -8,16 +8,20 @@ from django.conf import settings
 from django.core.management.base import BaseCommand
 
 from controlplane import metrics
-from runtime.control.observer import Observer
+from inventory import clusters
+from runtime.control.observer import Fleet
 
 logger = logging.getLogger(__name__)
 
 
 class Command(BaseCommand):
-    help = "Watch the cluster and keep units and the inventory mirror current (one replica leads)."
+    help = (
+        "Watch every enabled cluster and keep units and the inventory mirror current (for each "
+        "cluster, one replica leads)."
+    )
 
     def handle(self, *args: Any, **options: Any) -> None:
-        observer = Observer()
+        observer = Fleet(clusters.enabled_names)
 
         def stop(_signum: int, _frame: object) -> None:
             observer.stop()

@@ -1,0 +1,205 @@
+"""Two clusters behind one control plane, over the real stack: the session's simulated cluster
+(the process's own, `default`, region `default`) and a second one (`west-1`, region
+`eu-west`), each with its own observer (one `manage.py observe` watches both), inventory
+mirror and Celery queue (a worker of its own takes `cluster.west-1`). An order pinned to a
+region lands in that region's cluster, and its objects are there and nowhere else."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+from catalog.tests.factories import ARTICLE_PACKAGE_ID, PackageFactory
+from conftest import start_observer, start_worker, stop_worker
+from controlplane import kube
+from inventory import clusters as inventory_clusters
+from inventory import selectors as inventory_selectors
+from inventory import sync
+from inventory.models import Cluster, PackageAvailability
+from runtime import lifecycle, manifests, tasks
+from runtime.control.observer import read_status
+from runtime.control.provisioning import install_crd
+from runtime.models import GPUUnit, UnitEvent, UnitPhase
+from runtime.tests.helpers import order_unit, wait_until
+from simcluster.cluster import SimCluster
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("celery_worker")]
+
+WEST = "west-1"
+
+
+@pytest.fixture
+def west(cluster, tmp_path):
+    """The second cluster, registered and enabled, with the GPUUnit CRD, and what watches and
+    works it: an observer of every enabled cluster and a worker of west's queue."""
+    sim = SimCluster(
+        topology={
+            "generate": {"nodes": 1, "gpus_per_node": 2, "product": "NVIDIA GeForce RTX 3080"}
+        }
+    ).start()
+    observer = worker = None
+    try:
+        # Before the observer starts: its first listing computes what fits of each package.
+        PackageFactory(article=True)
+        Cluster.objects.create(
+            name=WEST,
+            region="eu-west",
+            kubeconfig=str(sim.write_kubeconfig(tmp_path / f"kubeconfig-{WEST}")),
+        )
+        with kube.using(WEST):
+            install_crd()
+        worker = start_worker("west", queues=f"cluster.{WEST}")
+        observer = start_observer("two-clusters")
+        wait_until(lambda: (read_status(WEST) or {}).get("synced"), "the observer to list west-1")
+        yield sim
+    finally:
+        if observer is not None:
+            os.killpg(observer.pid, signal.SIGTERM)
+            observer.wait(timeout=20)
+        if worker is not None:
+            stop_worker(worker)
+        sim.stop()
+        kube.reset()
+
+
+@pytest.fixture
+def deleted_at_end(west, auth_client, tenant):
+    """Every unit the test leaves is deleted (and gone from both clusters) before west's
+    worker and observer stop."""
+    yield
+    live = list(GPUUnit.objects.filter(tenant=tenant, phase__in=UnitPhase.LIVE))
+    for unit in live:
+        if unit.phase != UnitPhase.TERMINATING:
+            auth_client.delete(f"/api/v1/gpu-units/{unit.name}")
+    for unit in live:
+        wait_until(lambda u=unit: _phase(u, UnitPhase.TERMINATED), f"{unit.name} to end")
+
+
+def _objects_in(cluster: str, unit: GPUUnit) -> dict[str, bool]:
+    """Which of the unit's objects `cluster` holds."""
+    with kube.using(cluster):
+        return {
+            "gpuunit": kube.get(kube.GPUUNIT, unit.namespace, unit.name) is not None,
+            "claim": kube.get(kube.RESOURCECLAIM, unit.namespace, unit.claim_name) is not None,
+            "pod": kube.get(kube.POD, unit.namespace, manifests.pod_name_for(unit.name))
+            is not None,
+        }
+
+
+def _phase(unit: GPUUnit, phase: str) -> bool:
+    return GPUUnit.objects.filter(pk=unit.pk, phase=phase).exists()
+
+
+def test_an_order_pinned_to_a_region_lands_in_its_cluster_and_nowhere_else(
+    west, auth_client, deleted_at_end
+):
+    # The observer mirrors west's inventory into a mirror of its own.
+    wait_until(
+        lambda: PackageAvailability.objects.filter(
+            cluster=WEST, package_id=ARTICLE_PACKAGE_ID, placeable=1
+        ).exists(),
+        "west's mirror to show one RTX 3080 x2 unit placeable",
+    )
+    regions = {r["name"]: r for r in auth_client.get("/api/v1/regions").json()["data"]}
+    assert [c["name"] for c in regions["eu-west"]["clusters"]] == [WEST]
+    assert regions["eu-west"]["clusters"][0]["health"] == "reachable"
+
+    there = order_unit(auth_client, "in-west", ARTICLE_PACKAGE_ID, region="eu-west")
+    home = order_unit(auth_client, "at-home", ARTICLE_PACKAGE_ID, region="default")
+    assert (there.cluster, there.region, home.cluster) == (WEST, "eu-west", "default")
+
+    # West's worker provisions it there and west's observer sees it run.
+    wait_until(lambda: _phase(there, UnitPhase.RUNNING), "in-west to run", timeout=60)
+    wait_until(lambda: _phase(home, UnitPhase.RUNNING), "at-home to run", timeout=60)
+    everything = {"gpuunit": True, "claim": True, "pod": True}
+    nothing = {"gpuunit": False, "claim": False, "pod": False}
+    assert _objects_in(WEST, there) == everything
+    assert _objects_in("default", there) == nothing
+    assert _objects_in("default", home) == everything
+    assert _objects_in(WEST, home) == nothing
+    shown = auth_client.get("/api/v1/gpu-units/in-west").json()["data"]
+    assert (shown["cluster"], shown["region"], shown["phase"]) == (WEST, "eu-west", "Running")
+
+    for unit in (there, home):
+        assert auth_client.delete(f"/api/v1/gpu-units/{unit.name}").status_code == 202
+    for unit in (there, home):
+        wait_until(lambda u=unit: _phase(u, UnitPhase.TERMINATED), f"{unit.name} to end")
+    assert _objects_in(WEST, there) == nothing
+    assert _objects_in("default", home) == nothing
+
+
+def test_a_cluster_outage_loses_nothing(west, auth_client, deleted_at_end, settings):
+    """West stops answering with a unit running there: the unit keeps its phase with reason
+    ClusterUnreachable, /regions says so, an order goes to the other region and one pinned to
+    west is refused; west back, the unit is brought up to date from what west holds, with one
+    pod, in west only."""
+    wait_until(
+        lambda: PackageAvailability.objects.filter(cluster=WEST, placeable__gt=0).exists(),
+        "west's mirror",
+    )
+    unit = order_unit(auth_client, "in-west", ARTICLE_PACKAGE_ID, region="eu-west")
+    wait_until(lambda: _phase(unit, UnitPhase.RUNNING), "in-west to run", timeout=60)
+    pod_uid = GPUUnit.objects.get(pk=unit.pk).pod_k8s_uid
+
+    settings.CLUSTER_LOST_AFTER_SECONDS = 1
+    west.faults.unreachable = True
+    west.faults.drop_watches()
+    # Beat's sync of west fails, and once its mirror is older than the limit, west is lost.
+    assert not sync.sync_inventory(WEST).ok
+    wait_until(
+        lambda: _health(WEST) == inventory_clusters.Health.UNREACHABLE, "west to be unreachable"
+    )
+    tasks.reconcile_units()  # beat's backstop tick marks the units of a lost cluster
+    marked = GPUUnit.objects.get(pk=unit.pk)
+    assert (marked.phase, marked.reason) == (UnitPhase.RUNNING, lifecycle.CLUSTER_UNREACHABLE)
+    assert UnitEvent.objects.filter(unit=unit, reason=lifecycle.CLUSTER_UNREACHABLE).count() == 1
+    tasks.reconcile_units()
+    assert UnitEvent.objects.filter(unit=unit, reason=lifecycle.CLUSTER_UNREACHABLE).count() == 1
+
+    regions = {r["name"]: r for r in auth_client.get("/api/v1/regions").json()["data"]}
+    assert regions["eu-west"]["takesUnits"] is False
+    assert regions["eu-west"]["clusters"][0]["health"] == "unreachable"
+    refused = auth_client.post(
+        "/api/v1/gpu-units",
+        {
+            "operationID": "pinned",
+            "name": "pinned",
+            "packageID": ARTICLE_PACKAGE_ID,
+            "image": "busybox",
+            "region": "eu-west",
+        },
+        format="json",
+    )
+    assert (refused.status_code, refused.json()["error"]["code"]) == (503, "region_unavailable")
+    elsewhere = order_unit(auth_client, "elsewhere", ARTICLE_PACKAGE_ID)
+    assert elsewhere.cluster == "default"
+
+    west.faults.clear()
+    wait_until(
+        lambda: GPUUnit.objects.filter(
+            pk=unit.pk, phase=UnitPhase.RUNNING, reason="Running"
+        ).exists(),
+        "in-west to be observed running again",
+        timeout=90,
+    )
+    back = GPUUnit.objects.get(pk=unit.pk)
+    assert back.pod_k8s_uid == pod_uid  # the same pod: nothing was made again
+    with kube.using(WEST):
+        pods = kube.list_objects(
+            kube.POD,
+            namespace=unit.namespace,
+            label_selector=f"{manifests.LABEL_UNIT}={unit.name}",
+        )
+    assert [p["metadata"]["uid"] for p in pods] == [pod_uid]
+    assert _objects_in("default", unit) == {"gpuunit": False, "claim": False, "pod": False}
+
+    for name in ("in-west", "elsewhere"):
+        assert auth_client.delete(f"/api/v1/gpu-units/{name}").status_code == 202
+    for done in (unit, elsewhere):
+        wait_until(lambda u=done: _phase(u, UnitPhase.TERMINATED), f"{done.name} to end")
+
+
+def _health(cluster: str) -> str:
+    return next(s.health for s in inventory_selectors.cluster_states() if s.cluster.name == cluster)
