@@ -36,7 +36,7 @@ def west(cluster, tmp_path):
     works it: an observer of every enabled cluster and a worker of west's queue."""
     sim = SimCluster(
         topology={
-            "generate": {"nodes": 1, "gpus_per_node": 2, "product": "NVIDIA GeForce RTX 3080"}
+            "generate": {"nodes": 1, "gpus_per_node": 8, "product": "NVIDIA GeForce RTX 3080"}
         }
     ).start()
     observer = worker = None
@@ -98,9 +98,9 @@ def test_an_order_pinned_to_a_region_lands_in_its_cluster_and_nowhere_else(
     # The observer mirrors west's inventory into a mirror of its own.
     wait_until(
         lambda: PackageAvailability.objects.filter(
-            cluster=WEST, package_id=ARTICLE_PACKAGE_ID, placeable=1
+            cluster=WEST, package_id=ARTICLE_PACKAGE_ID, placeable__gt=0
         ).exists(),
-        "west's mirror to show one RTX 3080 x2 unit placeable",
+        "west's mirror to show RTX 3080 x2 units placeable",
     )
     regions = {r["name"]: r for r in auth_client.get("/api/v1/regions").json()["data"]}
     assert [c["name"] for c in regions["eu-west"]["clusters"]] == [WEST]
@@ -203,3 +203,36 @@ def test_a_cluster_outage_loses_nothing(west, auth_client, deleted_at_end, setti
 
 def _health(cluster: str) -> str:
     return next(s.health for s in inventory_selectors.cluster_states() if s.cluster.name == cluster)
+
+
+def test_an_order_naming_no_region_fills_one_cluster_then_spills_into_the_other(
+    west, auth_client, deleted_at_end
+):
+    """A unit of all eight RTX 3080s of a node: each cluster has room for one. They tie on
+    room, so ops' order decides (west first); west full, the next goes to the other."""
+    whole = PackageFactory(
+        id="gpu-rtx3080-8x", spec_name="rtx3080.8x", gpu=8, count=8, cpu="16", memory="64Gi"
+    )
+    Cluster.objects.filter(name=WEST).update(position=50)
+    for name in ("default", WEST):
+        assert sync.sync_inventory(name).ok  # what fits of the new package, in each
+    assert _placeable(whole.id) == {"default": 1, WEST: 1}
+
+    first = order_unit(auth_client, "first", whole.id)
+    assert first.cluster == WEST
+    wait_until(lambda: _phase(first, UnitPhase.RUNNING), "first to run", timeout=60)
+    # West's observer mirrors the allocation: nothing more fits there.
+    wait_until(lambda: _placeable(whole.id)[WEST] == 0, "west to be full in its mirror")
+
+    second = order_unit(auth_client, "second", whole.id)
+    assert (second.cluster, second.region) == ("default", "default")
+    wait_until(lambda: _phase(second, UnitPhase.RUNNING), "second to run", timeout=60)
+    assert _objects_in(WEST, second) == {"gpuunit": False, "claim": False, "pod": False}
+
+
+def _placeable(package_id: str) -> dict[str, int]:
+    return dict(
+        PackageAvailability.objects.filter(package_id=package_id).values_list(
+            "cluster", "placeable"
+        )
+    )
