@@ -9,6 +9,7 @@ import time
 
 from django.conf import settings
 
+from controlplane import kube
 from controlplane.errors import DomainError, InvalidRequest, NotFound, Throttled
 from controlplane.kube import logs as kube_logs
 from controlplane.kube.errors import KubeError
@@ -50,7 +51,10 @@ def _pod(unit: GPUUnit) -> str:
 def read(unit: GPUUnit, options: kube_logs.LogOptions) -> bytes:
     pod = _pod(unit)
     try:
-        return kube_logs.read(unit.namespace, pod, options, timeout=settings.KUBE_REQUEST_TIMEOUT)
+        with kube.using(unit.cluster):
+            return kube_logs.read(
+                unit.namespace, pod, options, timeout=settings.KUBE_REQUEST_TIMEOUT
+            )
     except KubeError as exc:
         raise _refusal(unit, exc) from exc
 
@@ -74,13 +78,14 @@ def follow(unit: GPUUnit, options: kube_logs.LogOptions) -> FollowedLog:
         raise _throttled(taken)
     deadline = time.monotonic() + settings.LOGS_FOLLOW_SECONDS
     try:
-        chunks = kube_logs.follow(
-            unit.namespace,
-            pod,
-            dataclasses.replace(options, limit_bytes=settings.LOGS_FOLLOW_MAX_BYTES),
-            connect_timeout=settings.KUBE_REQUEST_TIMEOUT,
-            deadline=deadline,
-        )
+        with kube.using(unit.cluster):  # the stream keeps the connection it opened
+            chunks = kube_logs.follow(
+                unit.namespace,
+                pod,
+                dataclasses.replace(options, limit_bytes=settings.LOGS_FOLLOW_MAX_BYTES),
+                connect_timeout=settings.KUBE_REQUEST_TIMEOUT,
+                deadline=deadline,
+            )
     except BaseException as exc:
         FOLLOWERS.give_back(taken)
         if isinstance(exc, KubeError):

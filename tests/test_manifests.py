@@ -16,6 +16,7 @@ import yaml
 
 K8S = Path(__file__).resolve().parent.parent / "k8s"
 TENANT_PROVISIONING = K8S / "components" / "tenant-provisioning"
+MULTICLUSTER = K8S / "components" / "multicluster"
 KUSTOMIZATION_FILES = {"kustomization.yaml"}
 MANIFESTS = sorted(
     p.relative_to(K8S) for p in K8S.rglob("*.yaml") if p.name not in KUSTOMIZATION_FILES
@@ -52,7 +53,11 @@ def kustomize(directory: Path) -> list[dict]:
 
 
 def kustomize_with_tenant_provisioning(tmp_path: Path) -> list[dict]:
-    """k8s/ plus the opt-in component, composed the way a user's overlay does it (an overlay
+    return kustomize_with(TENANT_PROVISIONING, tmp_path)
+
+
+def kustomize_with(component: Path, tmp_path: Path) -> list[dict]:
+    """k8s/ plus an opt-in component, composed the way a user's overlay does it (an overlay
     inside k8s/ would be a kustomize cycle, so it lives outside, with relative paths)."""
     overlay = tmp_path / "overlay"
     overlay.mkdir()
@@ -62,7 +67,7 @@ def kustomize_with_tenant_provisioning(tmp_path: Path) -> list[dict]:
                 "apiVersion": "kustomize.config.k8s.io/v1beta1",
                 "kind": "Kustomization",
                 "resources": [os.path.relpath(K8S, overlay)],
-                "components": [os.path.relpath(TENANT_PROVISIONING, overlay)],
+                "components": [os.path.relpath(component, overlay)],
             }
         )
     )
@@ -101,7 +106,8 @@ def test_every_manifest_belongs_to_a_kustomization():
     listed: set[Path] = set()
     for kustomization in K8S.rglob("kustomization.yaml"):
         spec = yaml.safe_load(kustomization.read_text())
-        entries = spec.get("resources", []) + [p["path"] for p in spec.get("patches", [])]
+        patches = [p["path"] for p in spec.get("patches", []) if "path" in p]  # else inline
+        entries = spec.get("resources", []) + patches
         for entry in entries:
             target = (kustomization.parent / entry).resolve()
             if target.is_file():
@@ -219,3 +225,27 @@ def test_tenant_provisioning_component_turns_the_setting_on(tmp_path):
 
     assert setting(kustomize(K8S)) == "0"
     assert setting(kustomize_with_tenant_provisioning(tmp_path)) == "1"
+
+
+def test_the_multicluster_component_mounts_the_other_clusters_kubeconfigs(tmp_path):
+    """What import_clusters --kubeconfig-dir reads: the Secret's keys, kubeconfig-<cluster>, in
+    the pods that reach clusters (web for logs, workers, observer), never in beat's."""
+    deployments = {
+        obj["metadata"]["name"]: obj["spec"]["template"]["spec"]
+        for obj in kustomize_with(MULTICLUSTER, tmp_path)
+        if obj["kind"] == "Deployment"
+    }
+    for name in ("web", "worker", "observer"):
+        pod = deployments[name]
+        (volume,) = [v for v in pod["volumes"] if v["name"] == "cluster-kubeconfigs"]
+        assert volume["secret"] == {
+            "secretName": "cluster-kubeconfigs",
+            "optional": True,
+            "defaultMode": 0o444,
+        }
+        assert {
+            "name": "cluster-kubeconfigs",
+            "mountPath": "/etc/controlplane/kubeconfigs",
+            "readOnly": True,
+        } in pod["containers"][0]["volumeMounts"]
+    assert all(v["name"] != "cluster-kubeconfigs" for v in deployments["beat"].get("volumes", []))

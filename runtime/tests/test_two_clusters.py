@@ -121,6 +121,11 @@ def test_an_order_pinned_to_a_region_lands_in_its_cluster_and_nowhere_else(
     assert _objects_in(WEST, home) == nothing
     shown = auth_client.get("/api/v1/gpu-units/in-west").json()["data"]
     assert (shown["cluster"], shown["region"], shown["phase"]) == (WEST, "eu-west", "Running")
+    # Its log is read from west, where its pod runs.
+    west.append_log(there.namespace, manifests.pod_name_for(there.name), ["hello from eu-west"])
+    log = auth_client.get("/api/v1/gpu-units/in-west/logs")
+    assert log.status_code == 200, log.content
+    assert b"hello from eu-west" in log.content
 
     for unit in (there, home):
         assert auth_client.delete(f"/api/v1/gpu-units/{unit.name}").status_code == 202
