@@ -1,4 +1,6 @@
-"""Pure checks for what customers send: operation IDs, unit names, image references, templates."""
+"""Pure checks for what customers send: operation IDs, unit names, image references, templates.
+A body's shape (each field's JSON type) is declared in runtime/spec.py; these are the rules a
+well-shaped value must also meet, safe to run on any JSON value."""
 
 from __future__ import annotations
 
@@ -64,6 +66,16 @@ def reserved_env(name: str) -> str | None:
             "claim, so it is reserved."
         )
     return None
+
+
+ENV_NAME_RULE = "not a valid environment variable name."
+
+
+def env_name(name: str) -> str | None:
+    """Why a tenant may not name a variable `name` (None when it may)."""
+    if not ENV_NAME.fullmatch(name) or len(name) > 256:
+        return ENV_NAME_RULE
+    return reserved_env(name)
 
 
 MAX_IMAGE = 512
@@ -165,16 +177,21 @@ _PORT_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]*[a-z0-9])?$")
 PROTOCOLS = ("TCP", "UDP")
 SCHEMES = ("http", "https", "tcp")
 MAX_PORTS = 16
+# Said alike by the declared fields (runtime/spec.py) and the rules below.
+PORT_NAME_RULE = (
+    "name must be an IANA service name: at most 15 lower-case letters, digits and "
+    "'-', not starting, ending or doubled '-'."
+)
+PORT_NUMBER_RULE = "port must be an integer from 1 to 65535."
+PROTOCOL_RULE = "protocol must be TCP or UDP."
+SCHEME_RULE = "scheme must be http, https or tcp."
 
 
 def port_name(value: object) -> str | None:
     if not isinstance(value, str) or not value:
         return "name is required: an IANA service name such as http."
     if len(value) > 15 or not _PORT_NAME.fullmatch(value) or "--" in value:
-        return (
-            "name must be an IANA service name: at most 15 lower-case letters, digits and "
-            "'-', not starting, ending or doubled '-'."
-        )
+        return PORT_NAME_RULE
     if not re.search(r"[a-z]", value):
         return "name must contain a letter."
     return None
@@ -195,14 +212,14 @@ def ports(value: object) -> dict[str, str]:
         name, number = entry.get("name"), entry.get("port")
         protocol = entry.get("protocol", "TCP")
         if not isinstance(protocol, str) or protocol not in PROTOCOLS:
-            problems[f"{where}.protocol"] = "protocol must be TCP or UDP."
+            problems[f"{where}.protocol"] = PROTOCOL_RULE
             protocol = "TCP"  # judged as TCP for the checks below, which name their own fields
         if problem := port_name(name):
             problems[f"{where}.name"] = problem
         elif name in names:
             problems[f"{where}.name"] = f"port name {name} is listed twice."
         if isinstance(number, bool) or not isinstance(number, int) or not 1 <= number <= 65535:
-            problems[f"{where}.port"] = "port must be an integer from 1 to 65535."
+            problems[f"{where}.port"] = PORT_NUMBER_RULE
         elif (number, protocol) in numbers:
             problems[f"{where}.port"] = f"port {number}/{protocol} is listed twice."
         if isinstance(name, str):
@@ -227,7 +244,7 @@ def access(value: object, unit_ports: list[dict]) -> tuple[dict, dict[str, str]]
     primary = value.get("primaryPort", unit_ports[0]["name"])
     problems: dict[str, str] = {}
     if not isinstance(scheme, str) or scheme.lower() not in SCHEMES:
-        problems["access.scheme"] = "scheme must be http, https or tcp."
+        problems["access.scheme"] = SCHEME_RULE
     names = [port["name"] for port in unit_ports]
     if primary not in names:
         problems["access.primaryPort"] = f"primaryPort must name a port: {', '.join(names)}."
@@ -268,10 +285,10 @@ def template(value: object) -> dict[str, str]:
             problems[where] = "each env entry is {name, value} or {name, secretRef}."
             continue
         name, val = entry.get("name"), entry.get("value", "")
-        if not isinstance(name, str) or not ENV_NAME.fullmatch(name) or len(name) > 256:
-            problems[f"{where}.name"] = "not a valid environment variable name."
-        elif reason := reserved_env(name):
-            problems[f"{where}.name"] = reason
+        if not isinstance(name, str):
+            problems[f"{where}.name"] = ENV_NAME_RULE
+        elif problem := env_name(name):
+            problems[f"{where}.name"] = problem
         elif name in seen:
             problems[f"{where}.name"] = f"{name} is listed twice."
         if "secretRef" in entry:

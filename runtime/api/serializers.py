@@ -15,17 +15,18 @@ from runtime.errors import ImmutableField
 from runtime.models import GPUStorage, GPUUnit, Operation, TenantSecret, UnitEvent, UnitPhase
 
 
-class CreateUnitSerializer(StrictSerializer):
-    """An order for one GPU unit of a package. Fields not listed here are refused."""
+class CreateUnitSerializer(spec.BodySerializer):
+    """An order for one GPU unit of a package. Fields not listed here are refused; a problem
+    anywhere is named by its field path (`template.ports[0].protocol`)."""
 
     operationID = StringField(max_length=128, trim_whitespace=False)
     name = StringField(max_length=validation.UNIT_NAME_MAX)
     packageID = StringField(max_length=63)
     image = StringField(max_length=validation.MAX_IMAGE)
-    template = spec.TemplateField(required=False)
-    access = spec.AccessField(required=False)
+    template = spec.TemplateSerializer(required=False)
+    access = spec.AccessSerializer(required=False)
     storageMounts = spec.StorageMountsField(required=False)
-    ssh = spec.SSHField(required=False)
+    ssh = spec.SSHSerializer(required=False)
     stopAfter = spec.DurationField(
         required=False,
         help_text='auto-stop: a duration such as "8h" or "1h30m" after each start (at most '
@@ -61,13 +62,6 @@ class CreateUnitSerializer(StrictSerializer):
 
     def validate(self, attrs: dict) -> dict:
         return spec.check_access(attrs)
-
-    def to_internal_value(self, data):
-        # A template's problems are keyed by their own paths, beside the other fields'.
-        try:
-            return super().to_internal_value(data)
-        except serializers.ValidationError as exc:
-            raise serializers.ValidationError(spec.flatten(exc.detail)) from None
 
 
 def _operation_id(value: str) -> str:
@@ -448,7 +442,7 @@ class StorageSerializer(serializers.ModelSerializer):
         return storage_service.mounted_by(storage)
 
 
-class CreateSecretSerializer(StrictSerializer):
+class CreateSecretSerializer(spec.BodySerializer):
     """A tenant secret: keys and values a unit reads by `template.env[].secretRef`. Sending
     a name again replaces the secret's keys and values."""
 

@@ -181,7 +181,7 @@ def test_the_pod_with_ssh_validates_for_kubernetes_1_34(auth_client, tenant):
         ({"enabled": "yes"}, ["laptop"], "ssh.enabled"),
         ({"enabled": True, "keys": []}, ["laptop"], "ssh.keys"),
         ({"enabled": False, "keys": ["laptop"]}, ["laptop"], "ssh.keys"),
-        ({"enabled": True, "password": "x"}, ["laptop"], "ssh"),
+        ({"enabled": True, "password": "x"}, ["laptop"], "ssh.password"),
     ],
 )
 def test_bad_ssh_is_400_naming_the_field_and_creates_nothing(auth_client, ssh, keys, field):
