@@ -7,7 +7,9 @@ Filters, in order, each with the refusal a customer sees when it leaves nothing:
                                                                  -> not_sold (400) when a
      region was asked, else region_unavailable (503): its regions have no cluster yet
   3. the cluster is enabled, not cordoned, not unreachable       -> region_unavailable (503)
-  4. the package is placeable there now, per the mirror less what was placed there since
+  4. the tenant's device quota in the cluster's region, if it has one there, takes the unit
+                                                                 -> quota_exceeded (409)
+  5. the package is placeable there now, per the mirror less what was placed there since
                                                                  -> insufficient_capacity (409)
 Scores of what is left: most units placeable now, then most free matching devices, then the
 order ops set (position), then the name: the same inputs always give the same cluster.
@@ -17,7 +19,7 @@ With one cluster registered nothing is chosen: an order it cannot place now wait
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 
@@ -44,16 +46,24 @@ class Placed:
 
 @dataclass(frozen=True)
 class Refused:
-    code: str  # unknown_region | not_sold | region_unavailable | insufficient_capacity
+    # unknown_region | not_sold | region_unavailable | quota_exceeded | insufficient_capacity
+    code: str
     message: str
     regions: list[str]
 
 
 def place(
-    candidates: Sequence[Candidate], *, package: str, sold_in: Sequence[str], region: str = ""
+    candidates: Sequence[Candidate],
+    *,
+    package: str,
+    sold_in: Sequence[str],
+    region: str = "",
+    devices: int = 0,
+    room: Mapping[str, int] | None = None,
 ) -> Placed | Refused:
-    """The cluster a unit of `package` (sold in `sold_in`; empty: everywhere) goes to, asked
-    for `region` (empty: any), or why none."""
+    """The cluster a unit of `package` (sold in `sold_in`; empty: everywhere; `devices` of
+    them) goes to, asked for `region` (empty: any), or why none. `room`: the devices the
+    tenant may still hold per region where it has a quota (a region not in it: no limit)."""
     known_regions = sorted({c.region for c in candidates if c.enabled})
     pool = [c for c in candidates if c.enabled]
     if region:
@@ -91,6 +101,14 @@ def place(
             "try again later.",
             tried,
         )
+    if room:
+        open_ = [c for c in open_ if room.get(c.region, devices) >= devices]
+        if not open_:
+            return Refused(
+                "quota_exceeded",
+                f"Your device quota in {_regions(tried)} has no room for {devices} more device(s).",
+                tried,
+            )
     ranked = sorted(open_, key=_score)
     if sum(1 for c in candidates if c.enabled) == 1:
         return Placed(ranked[0].name, ranked[0].region)

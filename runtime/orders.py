@@ -124,7 +124,7 @@ def create_unit(
             details={"fields": {"packageID": ["Unknown or inactive package."]}},
         )
     tenancy_services.check_budget(tenant)
-    placed = place(package, region)
+    placed = place(package, region, tenant)
     if ssh:
         ssh = {"enabled": True, "keys": ssh_key_names(tenant, ssh.get("keys"))}
     now = timezone.now()
@@ -196,6 +196,8 @@ def create_unit(
                     raise problem
                 if problem := device_quota_problem(tenant, unit.device_class_name, unit.count):
                     raise problem
+                if problem := region_quota_problem(tenant, unit.region, unit.count):
+                    raise problem
                 if problem := ephemeral_storage_problem(tenant, unit.ephemeral_storage):
                     raise problem
                 # In the ORM, not the order statement: most orders open no port and pay
@@ -233,17 +235,25 @@ def create_unit(
         return CreateResult(unit=unit, created=True)
 
 
-def place(package: Package, region: str) -> placement.Placed:
+def place(package: Package, region: str, tenant: Tenant) -> placement.Placed:
     """The cluster a new unit of `package` goes to (inventory.placement), or the refusal."""
+    room = None
+    if tenant.quota_regions:  # a query only for a tenant with a quota per region
+        held = selectors.devices_held_by_region(tenant=tenant)
+        room = {name: hard - held.get(name, 0) for name, hard in tenant.quota_regions.items()}
     decision = placement.place(
         inventory_selectors.placement_candidates(package.id),
         package=package.id,
         sold_in=package.regions,
         region=region,
+        devices=package.count,
+        room=room,
     )
     if isinstance(decision, placement.Placed):
         return decision
     details = {"regions": decision.regions}
+    if decision.code == "quota_exceeded":
+        raise QuotaExceeded(decision.message, details=details)
     if decision.code in ("unknown_region", "not_sold"):
         raise InvalidRequest(
             decision.message, details={**details, "fields": {"region": [decision.message]}}
@@ -280,6 +290,26 @@ def device_quota_problem(tenant: Tenant, device_class: str, count: int) -> Quota
     return tenancy_services.quota_exceeded(
         tenant,
         f"{device_class}{manifests.DEVICE_QUOTA_SUFFIX}",
+        used=str(used),
+        requested=str(count),
+        hard=str(hard),
+        larger=count > hard,
+    )
+
+
+def region_quota_problem(tenant: Tenant, region: str, count: int) -> QuotaExceeded | None:
+    """Why `count` more devices in `region` do not fit the tenant's quota there (placement
+    chose the region with room; this, under the tenant lock, keeps two orders from one last
+    device), or None. No query for a region without one."""
+    hard = (tenant.quota_regions or {}).get(region)
+    if hard is None:
+        return None
+    used = selectors.devices_held_by_region(tenant=tenant).get(region, 0)
+    if used + count <= hard:
+        return None
+    return tenancy_services.quota_exceeded(
+        tenant,
+        f"devices in region {region}",
         used=str(used),
         requested=str(count),
         hard=str(hard),

@@ -247,6 +247,18 @@ def devices_requested(*, tenant: Tenant, device_class: str) -> int:
     return int(total or 0)
 
 
+def devices_held_by_region(*, tenant: Tenant) -> dict[str, int]:
+    """Devices the tenant's live units request, per region they were placed in (a stopped
+    unit's too: it keeps its place)."""
+    rows = (
+        GPUUnit.objects.filter(tenant=tenant, phase__in=UnitPhase.LIVE)
+        .values("region")
+        .annotate(total=Sum("count"))
+        .values_list("region", "total")
+    )
+    return {name: int(total) for name, total in rows}
+
+
 def devices_requested_by_class(*, tenant: Tenant) -> dict[str, int]:
     """Devices requested by the tenant's live units, per device class."""
     rows = (

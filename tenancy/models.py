@@ -30,6 +30,18 @@ def device_quota_problem(value: object) -> str | None:
     return None
 
 
+def region_quota_problem(value: object) -> str | None:
+    """Why a per-region device quota is not `{region: whole number >= 0}`."""
+    if not isinstance(value, dict):
+        return 'a mapping of region to device count, e.g. {"eu-west": 8}.'
+    for name, count in value.items():
+        if problem := dns_label(name):
+            return f"region {problem}"
+        if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+            return f"the quota for {name} must be a whole number of devices, 0 or more."
+    return None
+
+
 class BudgetMode(models.TextChoices):
     ALERT = "alert"
     ENFORCE = "enforce"
@@ -64,6 +76,14 @@ class Tenant(models.Model):
         help_text="Devices the tenant's claims may request per DeviceClass, e.g. "
         '{"nvidia-h100": 8} (no entry: no limit). Written into its ResourceQuota as '
         "<class>.deviceclass.resource.k8s.io/devices; a stopped unit's claim still counts.",
+    )
+    quota_regions = models.JSONField(
+        "device quota per region",
+        default=dict,
+        blank=True,
+        help_text='Devices the tenant\'s live units may hold in each region, e.g. {"eu-west": 8} '
+        "(no entry: no limit there). An order naming no region goes where the tenant has room; "
+        "a stopped unit still counts.",
     )
     max_stop_after = models.CharField(
         "longest stopAfter",
@@ -164,6 +184,7 @@ class Tenant(models.Model):
             ),
         }
         errors["quota_devices"] = device_quota_problem(self.quota_devices)
+        errors["quota_regions"] = region_quota_problem(self.quota_regions)
         problems = {field: message for field, message in errors.items() if message}
         if problems:
             raise ValidationError(problems)

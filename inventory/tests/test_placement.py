@@ -101,3 +101,27 @@ def test_with_one_cluster_an_order_it_cannot_place_now_waits_there():
     cordoned = place([Candidate("default", "default", cordoned=True)], package="p", sold_in=[])
     assert isinstance(cordoned, Refused)
     assert cordoned.code == "region_unavailable"
+
+
+def test_the_tenants_quota_in_a_region_sends_the_unit_where_it_has_room():
+    # East has the most room, but the tenant may hold only 3 more devices there.
+    assert place(
+        [EAST, EAST_2, WEST], package="p", sold_in=[], devices=4, room={"us-east": 3}
+    ) == Placed("west-1", "eu-west")
+    # Enough room there (a region not named in the quota is not bounded by it).
+    assert place(
+        [EAST, EAST_2, WEST], package="p", sold_in=[], devices=2, room={"us-east": 2}
+    ) == Placed("east-2", "us-east")
+
+
+def test_no_room_in_any_region_is_quota_exceeded_naming_them():
+    refused = place(
+        [EAST, WEST], package="p", sold_in=[], devices=2, room={"us-east": 1, "eu-west": 0}
+    )
+    assert isinstance(refused, Refused)
+    assert (refused.code, refused.regions) == ("quota_exceeded", ["eu-west", "us-east"])
+    asked = place(
+        [EAST, WEST], package="p", sold_in=[], region="us-east", devices=2, room={"us-east": 0}
+    )
+    assert isinstance(asked, Refused)
+    assert (asked.code, asked.regions) == ("quota_exceeded", ["us-east"])

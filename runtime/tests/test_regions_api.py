@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
+from django.core.exceptions import ValidationError
 from django.utils import timezone
 
 from catalog.tests.factories import ARTICLE_PACKAGE_ID, PackageFactory
@@ -215,3 +216,50 @@ def test_units_are_listed_by_region(package, auth_client, tenant):
     cursor = auth_client.get("/api/v1/gpu-units", {"limit": 1}).json()["meta"]["nextCursor"]
     refused = auth_client.get("/api/v1/gpu-units", {"region": "us-east", "cursor": cursor})
     assert refused.status_code == 400
+
+
+@pytest.fixture
+def east_and_west(package):
+    """Two enabled clusters, each with room for the package in its mirror."""
+    Cluster.objects.all().delete()
+    for name, region in (("east-1", "us-east"), ("west-1", "eu-west")):
+        Cluster.objects.create(name=name, region=region)
+        PackageAvailability.objects.create(
+            cluster=name, package_id=ARTICLE_PACKAGE_ID, placeable=4, free_devices=8
+        )
+        InventorySnapshot.objects.create(cluster=name, as_of=timezone.now(), document="{}")
+
+
+def test_a_region_quota_sends_an_order_where_the_tenant_has_room(
+    east_and_west, auth_client, tenant
+):
+    tenant.quota_regions = {"us-east": 2}
+    tenant.save()
+    first = order(auth_client, operationID="a", name="a")
+    assert first.json()["data"]["region"] == "us-east"  # east first by name: a tie
+    # East's two devices are the tenant's whole quota there: the next goes west.
+    second = order(auth_client, operationID="b", name="b")
+    assert second.json()["data"]["region"] == "eu-west"
+    refused = order(auth_client, operationID="c", name="c", region="us-east")
+    assert refused.status_code == 409, refused.json()
+    assert refused.json()["error"]["code"] == "quota_exceeded"
+    assert refused.json()["error"]["details"]["regions"] == ["us-east"]
+    assert not GPUUnit.objects.filter(name="c").exists()
+
+
+def test_no_room_in_any_region_is_a_409_and_nothing_is_written(east_and_west, auth_client, tenant):
+    tenant.quota_regions = {"us-east": 1, "eu-west": 0}
+    tenant.save()
+    refused = order(auth_client)
+    assert refused.status_code == 409, refused.json()
+    assert refused.json()["error"]["code"] == "quota_exceeded"
+    assert refused.json()["error"]["details"]["regions"] == ["eu-west", "us-east"]
+    assert nothing_written()
+
+
+def test_a_region_quota_is_a_mapping_of_regions_to_whole_numbers(tenant):
+    for bad in ({"EU West": 1}, {"eu-west": -1}, {"eu-west": True}, ["eu-west"]):
+        tenant.quota_regions = bad
+        with pytest.raises(ValidationError) as refused:
+            tenant.full_clean()
+        assert "quota_regions" in refused.value.message_dict
