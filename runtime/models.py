@@ -9,6 +9,7 @@ from decimal import Decimal
 from typing import Any
 
 from django.conf import settings
+from django.contrib.postgres.fields import ArrayField
 from django.db import models
 from django.db.models import Q
 
@@ -77,6 +78,9 @@ class GPUUnit(models.Model):
     # Where placement put it, once and for all (inventory.placement): its objects live there.
     cluster = models.CharField(max_length=63, help_text="the cluster the unit was placed in")
     region = models.CharField(max_length=63, help_text="the cluster's region, when placed")
+    # Clusters of its region that refused to make it before anything of it existed there
+    # (orders.place_again): it was placed again elsewhere, never back in one of these.
+    clusters_refused = ArrayField(models.CharField(max_length=63), default=list, blank=True)
     # The package contract as it was when the unit was ordered.
     package_id = models.CharField("package ID", max_length=63)
     spec_name = models.CharField(max_length=253)

@@ -31,7 +31,7 @@ from dracel import quantity
 from inventory import placement
 from inventory import selectors as inventory_selectors
 from runtime import access as unit_access
-from runtime import manifests, outbox, selectors, stopafter
+from runtime import lifecycle, manifests, outbox, selectors, stopafter
 from runtime.access import host_label
 from runtime.errors import (
     InsufficientCapacity,
@@ -50,6 +50,7 @@ from runtime.models import (
     OperationKind,
     StoragePhase,
     UnitEvent,
+    UnitPhase,
 )
 from tenancy import services as tenancy_services
 from tenancy.models import SSHKey, Tenant
@@ -261,6 +262,52 @@ def place(package: Package, region: str, tenant: Tenant) -> placement.Placed:
     if decision.code == "region_unavailable":
         raise RegionUnavailable(decision.message, details=details)
     raise InsufficientCapacity(decision.message, details=details)
+
+
+def place_again(unit: GPUUnit, *, why: str) -> placement.Placed | None:
+    """Another cluster of the unit's region for a unit its cluster refused to make before
+    anything of it existed there (ARCHITECTURE §20: placed again before, never after), moved
+    there with a timeline warning and its create operation sent again to that cluster's queue.
+    None, with nothing changed, when no other cluster of the region takes it: the caller fails
+    the unit."""
+    refused = [*unit.clusters_refused, unit.cluster]
+    decision = placement.place(
+        [
+            candidate
+            for candidate in inventory_selectors.placement_candidates(unit.package_id)
+            if candidate.name not in refused
+        ],
+        package=unit.package_id,
+        sold_in=[],
+        region=unit.region,
+        devices=unit.count,
+    )
+    if not isinstance(decision, placement.Placed):
+        return None
+    with transaction.atomic():
+        # Only while nothing of it was made and it was not deleted meanwhile.
+        moved = GPUUnit.objects.filter(
+            pk=unit.pk,
+            cluster=unit.cluster,
+            unit_k8s_uid="",
+            phase__in=(UnitPhase.ACCEPTED, UnitPhase.PROVISIONING),
+        ).update(cluster=decision.cluster, region=decision.region, clusters_refused=refused)
+        if not moved:
+            return None
+        lifecycle.append_event(
+            unit,
+            reason="ClusterRefused",
+            message=f"Cluster {unit.cluster} refused to make it ({why}); placed again in "
+            f"cluster {decision.cluster} of region {decision.region}.",
+            type=EventType.WARNING,
+        )
+        unit.cluster, unit.region, unit.clusters_refused = (
+            decision.cluster,
+            decision.region,
+            refused,
+        )
+        outbox.send_again(unit)
+    return decision
 
 
 def _host_label_taken(exc: Exception) -> bool:

@@ -107,6 +107,21 @@ def enqueue(operation: Operation) -> None:
     send(TASK_FOR_KIND[operation.kind], operation.pk, cluster=operation.unit.cluster)
 
 
+def send_again(unit: GPUUnit) -> None:
+    """The unit's open create operation pending again, sent once the caller's transaction
+    commits to the queue of the cluster the unit is in now (placed again: orders.place_again)."""
+    operation = Operation.objects.filter(
+        unit=unit, kind=OperationKind.CREATE, status__in=OperationStatus.OPEN
+    ).first()
+    if operation is None:
+        return
+    Operation.objects.filter(pk=operation.pk).update(
+        status=OperationStatus.PENDING, updated_at=timezone.now()
+    )
+    operation.unit = unit
+    transaction.on_commit(lambda: enqueue(operation))
+
+
 def claim_operation(operation_pk: int) -> Operation | None:
     """Compare-and-set an open operation to running, counting the attempt; None when it is
     finished (or gone)."""

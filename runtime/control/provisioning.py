@@ -19,7 +19,7 @@ from django.conf import settings
 from controlplane import kube
 from controlplane.kube.errors import KubeError, PermanentError, TemporaryError
 from inventory import clusters
-from runtime import access, lifecycle, manifests, outbox, selectors
+from runtime import access, lifecycle, manifests, orders, outbox, selectors
 from runtime.models import EventType, GPUUnit, Operation, OperationKind, RunPolicy, UnitPhase
 from tenancy.models import Tenant
 
@@ -455,6 +455,8 @@ def _provision(operation: Operation) -> None:
                 status=404,
                 reason="NamespaceNotFound",
             )
+        if _nothing_made(unit) and orders.place_again(unit, why=exc.message) is not None:
+            return  # its create runs again, in the cluster it is in now
         _fail(unit, operation, exc)
         return
     provisioned = lifecycle.record_provisioned(
@@ -468,6 +470,15 @@ def _provision(operation: Operation) -> None:
     if not provisioned:
         # Deleted while we created: the delete task may have swept before our objects existed.
         remove_objects(unit)
+
+
+def _nothing_made(unit: GPUUnit) -> bool:
+    """Whether the cluster holds nothing of the unit (its GPUUnit, which owns the rest, is
+    made first); False when it cannot say."""
+    try:
+        return kube.get(kube.GPUUNIT, unit.namespace, unit.name) is None
+    except KubeError:
+        return False
 
 
 def _fail(unit: GPUUnit, operation: Operation, exc: PermanentError) -> None:

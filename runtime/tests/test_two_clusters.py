@@ -241,3 +241,51 @@ def _placeable(package_id: str) -> dict[str, int]:
             "cluster", "placeable"
         )
     )
+
+
+def test_a_cluster_that_refuses_before_anything_is_made_lets_the_unit_be_placed_again(
+    west, auth_client, tenant, tmp_path
+):
+    """Two clusters in eu-west; the first refuses to make GPUUnits (403, as RBAC would). The
+    unit's create fails there before anything of it exists, so it is placed again in the other
+    cluster of its region, and runs there; nothing of it is left in the first."""
+    second = SimCluster(
+        topology={
+            "generate": {"nodes": 1, "gpus_per_node": 2, "product": "NVIDIA GeForce RTX 3080"}
+        }
+    ).start()
+    worker = None
+    try:
+        Cluster.objects.create(
+            name="west-2",
+            region="eu-west",
+            position=200,  # after west-1
+            kubeconfig=str(second.write_kubeconfig(tmp_path / "kubeconfig-west-2")),
+        )
+        with kube.using("west-2"):
+            install_crd()
+        worker = start_worker("west-2", queues="cluster.west-2")
+        wait_until(lambda: (read_status("west-2") or {}).get("synced"), "west-2 to be watched")
+        west.faults.set(verb="create", resource="gpuunits", error_rate=1.0, status=403)
+
+        unit = order_unit(auth_client, "moved", ARTICLE_PACKAGE_ID, region="eu-west")
+        assert unit.cluster == WEST
+        wait_until(lambda: _phase(unit, UnitPhase.RUNNING), "moved to run", timeout=60)
+        unit.refresh_from_db()
+        assert (unit.cluster, unit.region, unit.clusters_refused) == (
+            "west-2",
+            "eu-west",
+            [WEST],
+        )
+        refused = UnitEvent.objects.get(unit=unit, reason="ClusterRefused")
+        assert "placed again in cluster west-2" in refused.message
+        assert _objects_in("west-2", unit) == {"gpuunit": True, "claim": True, "pod": True}
+        assert _objects_in(WEST, unit) == {"gpuunit": False, "claim": False, "pod": False}
+
+        assert auth_client.delete("/api/v1/gpu-units/moved").status_code == 202
+        wait_until(lambda: _phase(unit, UnitPhase.TERMINATED), "moved to end")
+    finally:
+        west.faults.clear()
+        if worker is not None:
+            stop_worker(worker)
+        second.stop()
