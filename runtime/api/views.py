@@ -552,6 +552,11 @@ class QuotaView(TenantView):
                             required=False,
                             help_text="per DeviceClass, when the tenant has a device quota",
                         ),
+                        "regions": _DeviceQuotaField(
+                            required=False,
+                            help_text="devices per region, when the tenant has a quota in a "
+                            "region: {region: {hard, used, free}}",
+                        ),
                         "limits": inline_serializer(
                             name="QuotaLimits",
                             fields={
@@ -627,6 +632,16 @@ class QuotaView(TenantView):
                     "free": str(max(0, hard - requested.get(name, 0))),
                 }
                 for name, hard in sorted(tenant.quota_devices.items())
+            }
+        if tenant.quota_regions:
+            held_in = selectors.devices_held_by_region(tenant=tenant)
+            body["regions"] = {
+                name: {
+                    "hard": str(hard),
+                    "used": str(held_in.get(name, 0)),
+                    "free": str(max(0, hard - held_in.get(name, 0))),
+                }
+                for name, hard in sorted(tenant.quota_regions.items())
             }
         keys = tenancy_selectors.count_ssh_keys(tenant)
         held = selectors.exposure_held(tenant=tenant, config=unit_access.from_settings())

@@ -240,6 +240,8 @@ def test_a_region_quota_sends_an_order_where_the_tenant_has_room(
     # East's two devices are the tenant's whole quota there: the next goes west.
     second = order(auth_client, operationID="b", name="b")
     assert second.json()["data"]["region"] == "eu-west"
+    quota = auth_client.get("/api/v1/quota").json()["data"]["regions"]
+    assert quota == {"us-east": {"hard": "2", "used": "2", "free": "0"}}
     refused = order(auth_client, operationID="c", name="c", region="us-east")
     assert refused.status_code == 409, refused.json()
     assert refused.json()["error"]["code"] == "quota_exceeded"
