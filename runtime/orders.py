@@ -12,6 +12,7 @@ index.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cache
@@ -242,8 +243,11 @@ def place(package: Package, region: str, tenant: Tenant) -> placement.Placed:
     if tenant.quota_regions:  # a query only for a tenant with a quota per region
         held = selectors.devices_held_by_region(tenant=tenant)
         room = {name: hard - held.get(name, 0) for name, hard in tenant.quota_regions.items()}
+    candidates = inventory_selectors.placement_candidates(package.id)
+    if sum(1 for c in candidates if c.enabled) > 1:
+        candidates = _less_what_waits(candidates, package.id)
     decision = placement.place(
-        inventory_selectors.placement_candidates(package.id),
+        candidates,
         package=package.id,
         sold_in=package.regions,
         region=region,
@@ -262,6 +266,21 @@ def place(package: Package, region: str, tenant: Tenant) -> placement.Placed:
     if decision.code == "region_unavailable":
         raise RegionUnavailable(decision.message, details=details)
     raise InsufficientCapacity(decision.message, details=details)
+
+
+def _less_what_waits(
+    candidates: list[placement.Candidate], package_id: str
+) -> list[placement.Candidate]:
+    """The candidates with what the mirror cannot know yet taken off: the units of the package
+    placed in each cluster that hold no devices yet (ordered, being made or waiting to be
+    allocated), one query. Without this, a burst of orders between two mirror updates would
+    all go to the cluster that had the most room at the last one, and wait there while the
+    other had room. (Units of other packages drawing on the same devices are not counted.)"""
+    waiting = selectors.units_waiting_by_cluster(package_id=package_id)
+    return [
+        dataclasses.replace(c, placeable=max(0, c.placeable - waiting.get(c.name, 0)))
+        for c in candidates
+    ]
 
 
 def place_again(unit: GPUUnit, *, why: str) -> placement.Placed | None:

@@ -247,6 +247,22 @@ def devices_requested(*, tenant: Tenant, device_class: str) -> int:
     return int(total or 0)
 
 
+def units_waiting_by_cluster(*, package_id: str) -> dict[str, int]:
+    """Per cluster, the live units of `package_id` that hold no devices yet: ordered, being
+    made, or Pending (placement takes them off what the inventory mirror says fits)."""
+    rows = (
+        GPUUnit.objects.filter(
+            package_id=package_id,
+            phase__in=(UnitPhase.ACCEPTED, UnitPhase.PROVISIONING, UnitPhase.PENDING),
+        )
+        .exclude(dra__allocated=True)  # a Pending unit starting on its devices: counted there
+        .values("cluster")
+        .annotate(n=Count("id"))
+        .values_list("cluster", "n")
+    )
+    return dict(rows)
+
+
 def devices_held_by_region(*, tenant: Tenant) -> dict[str, int]:
     """Devices the tenant's live units request, per region they were placed in (a stopped
     unit's too: it keeps its place)."""

@@ -265,3 +265,23 @@ def test_a_region_quota_is_a_mapping_of_regions_to_whole_numbers(tenant):
         with pytest.raises(ValidationError) as refused:
             tenant.full_clean()
         assert "quota_regions" in refused.value.message_dict
+
+
+def test_orders_between_two_mirror_updates_spill_over_by_what_waits(east_and_west, auth_client):
+    """The mirror says each cluster has room for 4 units. Units ordered since, which hold no
+    devices yet, are taken off: each order goes to the cluster with the most room left, not all
+    to the one the mirror still calls emptiest."""
+    placed = []
+    for i in range(4):
+        response = order(auth_client, operationID=f"o{i}", name=f"u{i}")
+        assert response.status_code == 201, response.json()
+        placed.append(response.json()["data"]["cluster"])
+    # Ties go by name: east first, then wherever more room is left.
+    assert placed == ["east-1", "west-1", "east-1", "west-1"]
+    # A unit whose devices are allocated is the mirror's to count, not taken off twice.
+    GPUUnit.objects.filter(cluster="east-1").update(
+        phase="Pending", dra={"claimName": "x", "allocated": True, "devices": []}
+    )
+    last = order(auth_client, operationID="o4", name="u4")
+    assert last.status_code == 201, last.json()
+    assert last.json()["data"]["cluster"] == "east-1"
