@@ -43,7 +43,7 @@ test: $(STAMP)
 test-reliability: $(STAMP)
 	$(DEVSTACK) $(PY) -m pytest tests/reliability $(PYTEST_ARGS)
 
-# Benchmarks (bench/): one JSON line each, then docs/benchmarks.md. Takes ~8 minutes.
+# Benchmarks (bench/): one JSON line each, then docs/benchmarks.md. Takes ~10 minutes.
 bench: $(STAMP)
 	$(DEVSTACK) $(PY) -m bench.run
 

@@ -28,7 +28,7 @@ TIMEOUT_SECONDS = 300.0
 SIM_ARGS = ("--nodes", str(NODES), "--gpus-per-node", "8", "--scheduler")
 
 
-def _stats(sent: dict[str, float], running: dict[str, float]) -> dict:
+def burst_stats(sent: dict[str, float], running: dict[str, float]) -> dict:
     times = sorted(running[name] - sent[name] for name in running)
     span = max(running.values()) - min(sent.values())
     result = harness.LoadResult(latencies=times)
@@ -89,7 +89,7 @@ def control_plane(tenant, key: str, package) -> dict:
     result = load["result"]
     result.check(201)
     sent = {f"e2e-{index}": at for index, at in result.sent_at.items()}
-    return {**_stats(sent, running), "post_rps": round(result.rps, 1)}
+    return {**burst_stats(sent, running), "post_rps": round(result.rps, 1)}
 
 
 def direct(package) -> dict:
@@ -140,7 +140,7 @@ def direct(package) -> dict:
             time.sleep(POLL_SECONDS)
         for thread in threads:
             thread.join()
-    return _stats(sent, running)
+    return burst_stats(sent, running)
 
 
 def main() -> None:

@@ -51,6 +51,7 @@ _REDIS_DB = {
     "time_to_running": 6,
     "observer_cost": 7,
     "ledger": 8,
+    "two_clusters": 9,
 }
 
 

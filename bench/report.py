@@ -202,6 +202,31 @@ def _end_to_end(f: dict) -> list[str]:
     return out
 
 
+def _two_clusters(f: dict) -> list[str]:
+    out = _header(f, "6c. The burst over two clusters")
+    out += [
+        f"{f['units']} units, `POST` (8 connections) naming no region, to phase Running, placed "
+        f"over {f['clusters']} (the process's own and one in another region); {f['workers']}; "
+        "one observer watching both; beat. Baseline: the same ResourceClaim + Pod per unit "
+        f"created directly on both clusters, half each, from {f['direct_threads']} threads.",
+        "",
+        "| | units/s | p50 time to Running s | p99 s | first request to last Running s |",
+        "| --- | --- | --- | --- | --- |",
+        f"| control plane | {f['control_plane_units_per_s']} | {f['control_plane_p50_s']} | "
+        f"{f['control_plane_p99_s']} | {f['control_plane_span_s']} |",
+        f"| direct | {f['direct_units_per_s']} | {f['direct_p50_s']} | {f['direct_p99_s']} | "
+        f"{f['direct_span_s']} |",
+        f"| ratio | {f['units_per_s_ratio']} | {f['p50_ratio']} | | |",
+        "",
+        f"Placed: {f['control_plane_units_own_cluster']} units in the own cluster, "
+        f"{f['control_plane_units_other_cluster']} in the other. Floor, units/s ≥ "
+        f"{BURST_FLOOR} of direct (as for one cluster): "
+        f"{_floor(f['units_per_s_ratio'] >= BURST_FLOOR)}.",
+        "",
+    ]
+    return out
+
+
 def _time_to_running(f: dict) -> list[str]:
     out = _header(f, "6a. Time to Running on an idle stack")
     out += [
@@ -406,6 +431,7 @@ SECTIONS = {
     "end_to_end": _end_to_end,
     "time_to_running": _time_to_running,
     "observer_cost": _observer_cost,
+    "two_clusters": _two_clusters,
     "sim_scheduler": _scheduler,
     "ledger": _ledger,
 }

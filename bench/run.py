@@ -17,6 +17,7 @@ SCRIPTS = (
     "api_list",
     "inventory",
     "end_to_end",
+    "two_clusters",
     "time_to_running",
     "observer_cost",
     "sim_scheduler",
