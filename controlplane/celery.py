@@ -13,7 +13,7 @@ from celery.signals import (
     worker_ready,
 )
 from django.conf import settings
-from django.db import close_old_connections
+from django.db import DatabaseError, close_old_connections
 
 from controlplane import health, metrics, queues
 from controlplane.beat import beat_schedule
@@ -56,9 +56,16 @@ def _consume_cluster_queues(sender: str, instance: object, **_kwargs: object) ->
     selected = app.amqp.queues
     if app.conf.task_default_queue not in selected.consume_from:
         return
-    for queue in queues.cluster_queues():
+    try:
+        added = queues.cluster_queues()
+    except DatabaseError:  # the database away at start: the own cluster's work still runs
+        logging.getLogger(__name__).warning(
+            "cannot read the cluster registry: consuming the default queue only", exc_info=True
+        )
+        return
+    for queue in added:
         selected.select_add(queue)
-    if added := queues.cluster_queues():
+    if added:
         logging.getLogger(__name__).info("consuming the clusters' queues too: %s", added)
 
 
