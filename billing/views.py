@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import re
 import uuid
-from datetime import UTC, date, datetime, time, timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 
 from django.conf import settings
@@ -28,6 +28,7 @@ from rest_framework.response import Response
 from billing import budgets, exporting, jobs, periods, selectors, statements
 from billing.errors import ExportNotReady
 from billing.models import ExportState, UsageExport
+from controlplane.api.fields import Moment
 from controlplane.api.schema import envelope, error_responses
 from controlplane.api.views import ApiView, NotJsonBodyMixin
 from controlplane.errors import NotFound
@@ -38,42 +39,6 @@ MAX_PERIOD = timedelta(days=400)
 EXPORTS_LISTED = 50
 # As Django's GZipMiddleware reads Accept-Encoding.
 ACCEPTS_GZIP = re.compile(r"\bgzip\b")
-
-
-@extend_schema_field(OpenApiTypes.STR)
-class Moment(serializers.Field):
-    """An RFC 3339 time with its offset (`2026-12-01T17:00:00Z`) or a date (UTC midnight)."""
-
-    # What periods can be cut from and rendered (a month either side stays representable).
-    EARLIEST = datetime(1, 2, 1, tzinfo=UTC)
-    LATEST = datetime(9999, 12, 1, tzinfo=UTC)
-    default_error_messages = {
-        "invalid": "Give an RFC 3339 time with an offset (2026-12-01T17:00:00Z) or a date "
-        "(2026-12-01).",
-        "range": "Give a time from 0001-02-01T00:00:00Z to 9999-12-01T00:00:00Z.",
-    }
-
-    def to_internal_value(self, data: object) -> datetime:
-        text = str(data).strip()
-        try:
-            if len(text) == 10:
-                moment = datetime.combine(date.fromisoformat(text), time(), tzinfo=UTC)
-            else:
-                moment = datetime.fromisoformat(text)
-        except ValueError:
-            self.fail("invalid")
-        if moment.tzinfo is None:
-            self.fail("invalid")
-        try:
-            moment = moment.astimezone(UTC)
-        except OverflowError:  # year 1 east of UTC, year 9999 west of it
-            self.fail("range")
-        if not self.EARLIEST <= moment <= self.LATEST:
-            self.fail("range")
-        return moment
-
-    def to_representation(self, value: datetime) -> str:
-        return value.isoformat()
 
 
 class PeriodQuerySerializer(serializers.Serializer):

@@ -66,6 +66,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First, so every answer names its request (X-Request-ID), refusals below included.
+    "controlplane.request_id.RequestIdMiddleware",
     "controlplane.api.middleware.MetricsMiddleware",
     "controlplane.api.middleware.ApiMetricsMiddleware",
     "django.middleware.security.SecurityMiddleware",
@@ -78,6 +80,9 @@ MIDDLEWARE = [
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
+    # Every write by a known actor (an API key, a signed-in user), once answered: it reads the
+    # user and the messages a page queued, so it comes after both.
+    "tenancy.audit.AuditMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     "django_htmx.middleware.HtmxMiddleware",
     # Last, as django-axes asks: it turns a lockout into the lockout page.

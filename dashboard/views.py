@@ -68,6 +68,7 @@ from runtime.errors import (
 from runtime.models import GPUUnit, OperationKind, RunPolicy, StoragePhase, UnitPhase
 from runtime.storage import StorageConflict
 from runtime.tenant_secrets import NamespaceNotReady, SecretConflict, SecretInUse
+from tenancy import audit
 from tenancy import services as tenancy_services
 from tenancy.errors import LimitExceeded, SSHKeyConflict
 from tenancy.models import Tenant
@@ -171,6 +172,8 @@ class DashboardView(LoginRequiredMixin, View):
             if self.request.htmx:
                 return HttpResponseClientRedirect(target)
             return redirect(target)
+        if self.scope.tenant is not None:
+            audit.note(request, tenant=self.scope.tenant)
         if not self.scope.may_act and (self.acts or request.method not in READING_METHODS):
             return self.page("dashboard/forbidden.html", {}, status=403)
         try:
@@ -214,7 +217,9 @@ class UnitPage(DashboardView):
     """Pages about one unit, named by its uid in the address."""
 
     def get_unit(self, uid: UUID) -> GPUUnit:
-        return self.found(queries.get_unit(self.scope, uid), "unit")
+        unit = self.found(queries.get_unit(self.scope, uid), "unit")
+        audit.note(self.request, tenant=unit.tenant, target_name=unit.name)
+        return unit
 
 
 class LivePage(DashboardView):
@@ -499,6 +504,7 @@ class UnitCreateView(DashboardView):
             data = form.cleaned_data
             # Staff order for the tenant they picked in the form.
             tenant = self.scope.tenant or data["tenant"]
+            audit.note(request, tenant=tenant)
             try:
                 tenant_secrets.check_references(tenant=tenant, template=data["template"])
                 result = orders.create_unit(
@@ -517,6 +523,7 @@ class UnitCreateView(DashboardView):
                 self.report(form, error)
             else:
                 unit = result.unit
+                audit.note(request, target_name=unit.name)
                 if result.created:
                     messages.success(request, f"Unit {unit.name} ordered; it starts shortly.")
                 return HttpResponseRedirect(reverse("dashboard:unit-detail", args=[unit.uid]))
@@ -806,7 +813,9 @@ class TenantPage(DashboardView):
         tenants = self.scope.visible_tenants()
         slug = self.request.GET.get("tenant", "")
         picker = TenantPickForm({"tenant": slug} if slug else None, tenants=tenants)
-        return (picker.cleaned_data["tenant"] if picker.is_valid() else None), picker
+        chosen = picker.cleaned_data["tenant"] if picker.is_valid() else None
+        audit.note(self.request, tenant=chosen)
+        return chosen, picker
 
     def chosen_tenant(self) -> Tenant:
         """The tenant, for a page about one of its things: none chosen, there is no such
@@ -908,6 +917,7 @@ class SSHKeyListView(SSHKeyPage):
                         "or delete that key first.",
                     )
             else:
+                audit.note(request, target_name=key.name)
                 messages.success(request, f"SSH key {key.name} added ({key.fingerprint}).")
                 return HttpResponseRedirect(self.list_url(tenant))
         return self.show(form)
@@ -979,6 +989,7 @@ class SecretListView(SecretPage):
             except DomainError as error:
                 self.report(form, error)
             else:
+                audit.note(request, target_name=secret.name)
                 keys = ", ".join(secret.keys)
                 if created:
                     messages.success(request, f"Secret {secret.name} created with keys {keys}.")
@@ -1121,6 +1132,7 @@ class StorageListView(StoragePage, LivePage):
                     quota_refusal(error.details, asked="storage"),
                 )
             else:
+                audit.note(request, target_name=storage.name)
                 messages.success(
                     request,
                     f"Storage {storage.name} ({storage.size}) created; it is Pending until the "
@@ -1222,6 +1234,7 @@ class ChooseTenantView(LoginRequiredMixin, View):
         chosen = request.POST.get("tenant", "")
         for tenant in linked_tenants(request.user):
             if tenant.slug == chosen:
+                audit.note(request, tenant=tenant, target_name=tenant.slug)
                 request.session[SESSION_TENANT] = tenant.pk
                 return HttpResponseRedirect(self.next_url())
         return self.get(request)

@@ -1,6 +1,7 @@
-"""Admin for tenants and their keys. A key is created from "API keys → Add" or a tenant action,
-through the tenancy service, and its secret is shown on the response page once: it is never
-stored, so it goes neither into the database nor into a message cookie."""
+"""Admin for tenants and their keys, and the audit log (read only). A key is created from
+"API keys → Add" or a tenant action, through the tenancy service, and its secret is shown on the
+response page once: it is never stored, so it goes neither into the database nor into a message
+cookie."""
 
 from __future__ import annotations
 
@@ -12,8 +13,8 @@ from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 
 from controlplane.admin import readable_bytes, readable_cpu
-from tenancy import services
-from tenancy.models import ApiKey, SSHKey, Tenant
+from tenancy import audit, services
+from tenancy.models import ApiKey, AuditEvent, SSHKey, Tenant
 
 SECRET_TEMPLATE = "admin/tenancy/apikey/secret.html"
 
@@ -87,9 +88,16 @@ class TenantAdmin(admin.ModelAdmin):
     def claim_usage(self, tenant: Tenant) -> str:
         return f"{tenant.used_claims} of {tenant.quota_claims}"
 
+    def save_model(self, request: HttpRequest, obj: Tenant, form: Any, change: bool) -> None:
+        super().save_model(request, obj, form, change)
+        if not change:
+            audit.note(request, tenant=obj, target_name=str(obj.pk))
+
     @admin.action(description="Create an API key (shown once)")
     def create_key(self, request: HttpRequest, queryset: QuerySet[Tenant]) -> HttpResponse:
         keys = [services.create_api_key(tenant=tenant, name="admin") for tenant in queryset]
+        # Done: the answer is the page showing the secrets, not a redirect.
+        audit.note(request, succeeded=True)
         context = {
             **self.admin_site.each_context(request),
             "opts": ApiKey._meta,
@@ -143,6 +151,7 @@ class ApiKeyAdmin(admin.ModelAdmin):
         obj._state.db = api_key._state.db
         # Only in memory, for response_add: the secret is never stored.
         obj.new_secret = secret  # type: ignore[attr-defined]
+        audit.note(request, tenant=obj.tenant, target_name=str(api_key.pk), succeeded=True)
 
     def response_add(
         self, request: HttpRequest, obj: ApiKey, post_url_continue: str | None = None
@@ -186,3 +195,57 @@ class SSHKeyAdmin(admin.ModelAdmin):
     def delete_queryset(self, request: HttpRequest, queryset: QuerySet[SSHKey]) -> None:
         for key in queryset.select_related("tenant"):
             services.remove_ssh_key(tenant=key.tenant, name=key.name)
+
+
+@admin.register(AuditEvent)
+class AuditEventAdmin(admin.ModelAdmin):
+    """The audit log, read only: nobody adds, changes or deletes an entry (the database
+    refuses the last two as well)."""
+
+    list_display = (
+        "occurred_at",
+        "source",
+        "actor",
+        "tenant_slug",
+        "action",
+        "target_kind",
+        "target_name",
+        "status",
+        "outcome",
+        "request_id",
+    )
+    list_filter = ("source", "outcome", "actor_kind", "occurred_at")
+    search_fields = ("actor", "tenant_slug", "action", "target_name", "request_id", "path")
+    date_hierarchy = "occurred_at"
+    # The id is the order events were written in; a page counts nothing (estimates only).
+    ordering = ("-id",)
+    show_full_result_count = False
+    fields = (
+        "uid",
+        "occurred_at",
+        "source",
+        "actor_kind",
+        "actor",
+        "tenant_id",
+        "tenant_slug",
+        "action",
+        "target_kind",
+        "target_name",
+        "method",
+        "path",
+        "status",
+        "outcome",
+        "error_code",
+        "request_id",
+        "remote_address",
+    )
+    readonly_fields = fields
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: AuditEvent | None = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: AuditEvent | None = None) -> bool:
+        return False

@@ -1,12 +1,17 @@
-"""Tenants (a customer, its namespace, quota and usage counters), their API keys and the
-dashboard users who act for them."""
+"""Tenants (a customer, its namespace, quota and usage counters), their API keys, the
+dashboard users who act for them, and the audit log of every write they and ops make."""
 
 from __future__ import annotations
 
+import uuid
+from typing import Any, NoReturn
+
 from django.conf import settings
+from django.contrib.postgres.indexes import BrinIndex
 from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator
 from django.db import models
+from django.utils import timezone
 
 from controlplane.validation import (
     dns_label,
@@ -254,3 +259,92 @@ class SSHKey(models.Model):
 
     def __str__(self) -> str:
         return f"{self.name} ({self.fingerprint})"
+
+
+class AuditSource(models.TextChoices):
+    API = "api", "API"
+    DASHBOARD = "dashboard", "dashboard"
+    ADMIN = "admin", "admin"
+
+
+class AuditActorKind(models.TextChoices):
+    API_KEY = "api_key", "API key"
+    USER = "user", "user"
+
+
+class AuditOutcome(models.TextChoices):
+    SUCCESS = "success", "success"
+    FAILURE = "failure", "failure"
+
+
+class AppendOnly(TypeError):
+    """An audit event was to be changed or deleted: the log only grows."""
+
+
+class AuditEventQuerySet(models.QuerySet["AuditEvent"]):
+    def update(self, **kwargs: Any) -> NoReturn:
+        raise AppendOnly("Audit events are never changed.")
+
+    def delete(self) -> NoReturn:
+        raise AppendOnly("Audit events are never deleted.")
+
+
+class AuditEvent(models.Model):
+    """One write through the API, the dashboard or the admin, as it ended: who (an API key's
+    prefix or a user's name), for which tenant, what (the action and its target), the request
+    id and the outcome. Never a request body. Rows are only ever inserted: the ORM refuses to
+    change or delete them and a trigger in the database refuses UPDATE and DELETE (migration
+    0013). The tenant is kept by id and slug without a foreign key constraint, so a tenant's
+    history outlives the tenant (its deletion is itself an audited write)."""
+
+    uid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    occurred_at = models.DateTimeField(default=timezone.now, editable=False)
+    source = models.CharField(max_length=9, choices=AuditSource)
+    actor_kind = models.CharField(max_length=7, choices=AuditActorKind)
+    actor = models.CharField(max_length=150, help_text="An API key's prefix, or a username.")
+    tenant = models.ForeignKey(
+        Tenant,
+        on_delete=models.DO_NOTHING,
+        db_constraint=False,
+        null=True,
+        blank=True,
+        related_name="+",
+        db_index=False,  # audit_event_tenant leads with it
+    )
+    tenant_slug = models.CharField("tenant", max_length=63, blank=True)
+    action = models.CharField(
+        max_length=100,
+        help_text="The API's operationId (units_create), the same for the dashboard's writes, "
+        "or <app>.<model>.<verb> for the admin's.",
+    )
+    target_kind = models.CharField(max_length=100, blank=True)
+    target_name = models.CharField(max_length=255, blank=True)
+    method = models.CharField(max_length=7)
+    path = models.CharField(max_length=500)
+    status = models.PositiveSmallIntegerField(help_text="The HTTP status of the answer.")
+    outcome = models.CharField(max_length=7, choices=AuditOutcome)
+    error_code = models.CharField(max_length=64, blank=True)
+    request_id = models.CharField("request ID", max_length=128, blank=True)
+    remote_address = models.GenericIPAddressField(null=True, blank=True)
+
+    objects = AuditEventQuerySet.as_manager()
+
+    class Meta:
+        ordering = ["-id"]
+        indexes = [
+            models.Index(fields=["tenant", "-id"], name="audit_event_tenant"),
+            # The log is written in time order: a block range index finds a period cheaply
+            # and costs next to nothing per insert.
+            BrinIndex(fields=["occurred_at"], name="audit_event_occurred"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.action} by {self.actor} ({self.outcome})"
+
+    def save(self, *args: Any, **kwargs: Any) -> None:
+        if not self._state.adding:
+            raise AppendOnly("Audit events are never changed.")
+        super().save(*args, **kwargs)
+
+    def delete(self, *args: Any, **kwargs: Any) -> NoReturn:
+        raise AppendOnly("Audit events are never deleted.")

@@ -1,11 +1,14 @@
-"""Tenant reads."""
+"""Tenant reads, and the audit log's."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime
+
+from django.db.models import QuerySet
 
 from controlplane.validation import fold_case
-from tenancy.models import SSHKey, Tenant
+from tenancy.models import AuditEvent, SSHKey, Tenant
 
 
 @dataclass(frozen=True)
@@ -32,3 +35,43 @@ def get_tenant(*, slug: str) -> Tenant | None:
 
 def count_ssh_keys(tenant: Tenant) -> int:
     return SSHKey.objects.filter(tenant=tenant).count()
+
+
+@dataclass(frozen=True)
+class AuditFilter:
+    """What a reader of the audit log narrows it to; None (or "") is any."""
+
+    tenant: Tenant | None = None
+    tenant_slug: str = ""
+    action: str = ""
+    target_kind: str = ""
+    target_name: str = ""
+    actor: str = ""
+    source: str = ""
+    outcome: str = ""
+    request_id: str = ""
+    start: datetime | None = None
+    end: datetime | None = None
+
+
+def list_audit_events(found: AuditFilter) -> QuerySet[AuditEvent]:
+    """The audit events `found` selects (a tenant's own when it names one), newest first."""
+    events = AuditEvent.objects.all()
+    if found.tenant is not None:
+        events = events.filter(tenant=found.tenant)
+    exact = {
+        "tenant_slug": found.tenant_slug,
+        "action": found.action,
+        "target_kind": found.target_kind,
+        "target_name": found.target_name,
+        "actor": found.actor,
+        "source": found.source,
+        "outcome": found.outcome,
+        "request_id": found.request_id,
+    }
+    events = events.filter(**{field: value for field, value in exact.items() if value})
+    if found.start is not None:
+        events = events.filter(occurred_at__gte=found.start)
+    if found.end is not None:
+        events = events.filter(occurred_at__lt=found.end)
+    return events.order_by("-id")

@@ -1,21 +1,36 @@
-"""The tenant's SSH keys: register once, used by every unit with SSH enabled."""
+"""The tenant's SSH keys (register once, used by every unit with SSH enabled) and the audit
+log: a tenant's own writes, and every tenant's for operator keys."""
 
 from __future__ import annotations
 
-from drf_spectacular.utils import extend_schema
+import json
+from typing import Any
+from urllib.parse import urlencode
+
+from django.db.models import QuerySet
+from django.http import HttpResponse
+from drf_spectacular.types import OpenApiTypes
+from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from controlplane.api.pagination import PageQuerySerializer, cursor_scope, page_by_name
+from controlplane.api.pagination import PageQuerySerializer, cursor_scope, page_by_name, paginate
 from controlplane.api.renderers import EnvelopedResponse
 from controlplane.api.schema import envelope, error_responses
-from controlplane.api.views import ApiView
+from controlplane.api.views import ApiView, NotJsonBodyMixin
 from controlplane.errors import NotFound
 from controlplane.validation import fold_case
-from tenancy import services
-from tenancy.models import SSHKey, Tenant
-from tenancy.permissions import IsTenant, tenant_of
-from tenancy.serializers import CreateSSHKeySerializer, SSHKeySerializer
+from tenancy import selectors, services
+from tenancy.models import AuditEvent, SSHKey, Tenant
+from tenancy.permissions import IsOperator, IsTenant, tenant_of
+from tenancy.serializers import (
+    AuditEventQuerySerializer,
+    AuditEventSerializer,
+    CreateSSHKeySerializer,
+    OperatorAuditEventQuerySerializer,
+    SSHKeySerializer,
+    audit_cloudevent,
+)
 
 
 class TenantView(ApiView):
@@ -95,3 +110,105 @@ class SSHKeyDetailView(TenantView):
     def delete(self, request: Request, name: str) -> Response:
         services.remove_ssh_key(tenant=self.tenant, name=name)
         return Response(status=204)
+
+
+_AUDIT_FILTERS = ("action", "target", "actor", "source", "outcome", "requestId", "from", "to")
+_AUDIT_RESPONSES: dict[Any, Any] = {
+    (200, "application/x-ndjson"): OpenApiResponse(
+        response=OpenApiTypes.STR,
+        description="format=cloudevents: one CloudEvent (type io.lokiwager.gpu.audit) per line",
+    ),
+}
+
+
+def audit_page(
+    request: Request, events: QuerySet[AuditEvent], params: dict[str, Any], *, scope: str
+) -> Response | HttpResponse:
+    """A page of `events`, newest first: JSON with `meta.nextCursor`, or (format=cloudevents)
+    NDJSON with the next page's address in a Link header."""
+    page, next_cursor = paginate(
+        events, cursor=params.get("cursor"), limit=params["limit"], scope=scope
+    )
+    if params["format"] != "cloudevents":
+        return EnvelopedResponse(
+            {
+                "data": AuditEventSerializer(page, many=True).data,
+                "meta": {"nextCursor": next_cursor},
+            }
+        )
+    source = f"//{request.get_host()}/audit"
+    response = HttpResponse(
+        "".join(
+            json.dumps(audit_cloudevent(event, source=source), separators=(",", ":")) + "\n"
+            for event in page
+        ),
+        content_type="application/x-ndjson",
+    )
+    if next_cursor is not None:
+        query = urlencode({**request.query_params.dict(), "cursor": next_cursor})
+        response["Link"] = f'<{request.build_absolute_uri(request.path)}?{query}>; rel="next"'
+    return response
+
+
+def audit_filter(params: dict[str, Any], **scope: Any) -> selectors.AuditFilter:
+    return selectors.AuditFilter(
+        action=params.get("action", ""),
+        target_kind=params["target_kind"],
+        target_name=params["target_name"],
+        actor=params.get("actor", ""),
+        source=params.get("source", ""),
+        outcome=params.get("outcome", ""),
+        request_id=params.get("requestId", ""),
+        start=params.get("from"),
+        end=params.get("to"),
+        **scope,
+    )
+
+
+def audit_scope(params: dict[str, Any], *owner: object) -> str:
+    """A cursor is good for the list it came from: this reader, these filters."""
+    return cursor_scope(*owner, "audit", *(params.get(name) for name in _AUDIT_FILTERS))
+
+
+class AuditEventListView(NotJsonBodyMixin, TenantView):
+    """The tenant's audit log: every write its keys made, and every write its dashboard users
+    and ops made for it (the admin's included)."""
+
+    query_serializer = AuditEventQuerySerializer
+
+    @extend_schema(
+        summary="The tenant's audit log, newest first, a page at a time (meta.nextCursor)",
+        parameters=[AuditEventQuerySerializer],
+        responses={
+            200: envelope(AuditEventSerializer, name="AuditEventList", many=True),
+            **_AUDIT_RESPONSES,
+            **error_responses(400, 401),
+        },
+    )
+    def get(self, request: Request) -> Response | HttpResponse:
+        params = self.validated_query(request)
+        events = selectors.list_audit_events(audit_filter(params, tenant=self.tenant))
+        return audit_page(request, events, params, scope=audit_scope(params, self.tenant.pk))
+
+
+class OperatorAuditEventListView(NotJsonBodyMixin, ApiView):
+    """Every tenant's audit log, and the writes that were for no tenant (the catalog, the
+    clusters in the admin): operator keys only."""
+
+    permission_classes = [IsOperator]
+    query_serializer = OperatorAuditEventQuerySerializer
+
+    @extend_schema(
+        summary="The audit log of every tenant (operator keys only)",
+        parameters=[OperatorAuditEventQuerySerializer],
+        responses={
+            200: envelope(AuditEventSerializer, name="OperatorAuditEventList", many=True),
+            **_AUDIT_RESPONSES,
+            **error_responses(400, 401, 403),
+        },
+    )
+    def get(self, request: Request) -> Response | HttpResponse:
+        params = self.validated_query(request)
+        tenant = params.get("tenant", "")
+        events = selectors.list_audit_events(audit_filter(params, tenant_slug=tenant))
+        return audit_page(request, events, params, scope=audit_scope(params, "operator", tenant))

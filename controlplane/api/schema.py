@@ -121,6 +121,8 @@ OPERATIONS: dict[tuple[str, str], tuple[str, str]] = {
         "operator",
     ),
     ("GET", "/api/v1/operator/inventory"): ("operator_inventory_get", "operator"),
+    ("GET", "/api/v1/audit-events"): ("audit_events_list", "audit"),
+    ("GET", "/api/v1/operator/audit-events"): ("operator_audit_events_list", "operator"),
 }
 TAGS = [
     {"name": "units", "description": "GPU units: order, read, update, stop, start, delete"},
@@ -133,8 +135,12 @@ TAGS = [
     {"name": "quota", "description": "The tenant's quota and what is left"},
     {"name": "billing", "description": "Usage, statements and the budget"},
     {
+        "name": "audit",
+        "description": "Who did what: every write through the API, the dashboard and the admin",
+    },
+    {
         "name": "operator",
-        "description": "Operator keys only: every tenant's usage, exports, inventory",
+        "description": "Operator keys only: every tenant's usage, exports, inventory, audit log",
     },
     {"name": "health", "description": "Whether the control plane and its dependencies answer"},
 ]

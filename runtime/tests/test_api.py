@@ -171,7 +171,7 @@ class TestUnitCreate(EndpointTest):
         first = self.assert_statement_count(client, data=body(operationID="first", name="first"))
         make_units(tenant, 40)
         later = self.assert_statement_count(client, data=body(operationID="later", name="later"))
-        # key + tenant, lookup, the clusters (placement), tenant lock, the order
+        # key + tenant, lookup, the clusters (placement), tenant lock, the order, the audit event
         assert len(later) == len(first)
         # The quota check reads the tenant's counters; nothing sums the tenant's units.
         assert not [sql for sql in later if "sum(" in sql.lower() or "count(" in sql.lower()]
@@ -180,8 +180,9 @@ class TestUnitCreate(EndpointTest):
         self.get_success_response(auth_client, data=body(), status=201)
         with recording() as log:
             self.get_success_response(auth_client, data=body(), status=200)
-        # key + tenant, lookup, the unit, its cost to date (ledger rows, running meter)
-        assert len(log.statements) == 5
+        # key + tenant, lookup, the unit, its cost to date (ledger rows, running meter), the
+        # audit event
+        assert len(log.statements) == 6
 
     @pytest.mark.parametrize(
         ("overrides", "field"),
