@@ -20,6 +20,7 @@ help:
 	@echo "make bench  - the benchmarks; writes docs/benchmarks.md"
 
 # uv installs the pinned requirements (docs: README "First start"); plain pip if uv fails.
+# requirements/dev.txt also installs this checkout editable: that is .venv/bin/gpuctl.
 PIP := $(PY) -m pip install --quiet --disable-pip-version-check
 $(STAMP): requirements/base.txt requirements/dev.txt requirements/installer.txt
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11) and "Python 3.11+ is required")'

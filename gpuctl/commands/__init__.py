@@ -1,0 +1,1 @@
+"""gpuctl's command groups, one module per part of the API."""

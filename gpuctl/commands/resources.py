@@ -1,0 +1,239 @@
+"""The tenant's resources besides units: packages and regions (what can be ordered, and
+where), storages, SSH keys and secrets."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from gpuctl import spec
+from gpuctl.client import path
+from gpuctl.commands.common import Output, client, note
+from gpuctl.errors import ExitCode, GpuctlError
+from gpuctl.output import Column, Format, age, emit
+
+Name = Annotated[str, typer.Argument(help="its name")]
+
+
+def _fits(package: Mapping[str, Any]) -> Any:
+    return (package.get("availability") or {}).get("placeableNow")
+
+
+def _price(package: Mapping[str, Any]) -> str:
+    price = package.get("price") or {}
+    return f"{price.get('hourly', '')} {price.get('currency', '')}".strip()
+
+
+packages = typer.Typer(
+    help="What can be ordered, its price, and how many fit now.", no_args_is_help=True
+)
+PACKAGE_COLUMNS = [
+    Column("ID", "id"),
+    Column(
+        "GPU",
+        show=lambda p: f"{p.get('gpu')}x {(p.get('allocation') or {}).get('deviceClassName', '')}",
+    ),
+    Column("CPU", "cpu"),
+    Column("MEMORY", "memory"),
+    Column("PRICE/H", show=_price),
+    Column("FITS NOW", show=_fits),
+]
+
+
+@packages.command("list")
+def list_packages(ctx: typer.Context, output: Output = Format.TABLE) -> None:
+    """The packages on sale, with what fits now."""
+    emit(client(ctx).get("/packages"), output, columns=PACKAGE_COLUMNS)
+
+
+@packages.command("get")
+def get_package(
+    ctx: typer.Context,
+    package_id: Annotated[str, typer.Argument(help="its ID")],
+    output: Output = Format.TABLE,
+) -> None:
+    """One package."""
+    emit(
+        client(ctx).get(path("packages", package_id)), output, columns=PACKAGE_COLUMNS, single=True
+    )
+
+
+regions = typer.Typer(help="Where units run, and what fits in each region.", no_args_is_help=True)
+REGION_COLUMNS = [
+    Column("NAME", "name"),
+    Column("TAKES UNITS", "takesUnits"),
+    Column(
+        "CLUSTERS", show=lambda r: [f"{c['name']} ({c['health']})" for c in r.get("clusters", [])]
+    ),
+    Column(
+        "FITS NOW",
+        show=lambda r: [f"{p['packageID']}={p['placeableNow']}" for p in r.get("packages", [])],
+    ),
+]
+
+
+@regions.command("list")
+def list_regions(ctx: typer.Context, output: Output = Format.TABLE) -> None:
+    """The regions, their clusters' health, and what fits in each."""
+    emit(client(ctx).get("/regions"), output, columns=REGION_COLUMNS)
+
+
+storage = typer.Typer(help="Persistent volumes your units mount (--mount).", no_args_is_help=True)
+STORAGE_COLUMNS = [
+    Column("NAME", "name"),
+    Column("SIZE", "size"),
+    Column("CLASS", "storageClass"),
+    Column("ACCESS", "accessMode"),
+    Column("PHASE", "phase"),
+    Column("MOUNTED BY", "mountedBy"),
+    Column("AGE", show=lambda s: age(s.get("createdAt"))),
+]
+
+
+@storage.command("list")
+def list_storage(ctx: typer.Context, output: Output = Format.TABLE) -> None:
+    """Your storages."""
+    emit(client(ctx).get("/gpu-storages"), output, columns=STORAGE_COLUMNS)
+
+
+@storage.command("get")
+def get_storage(ctx: typer.Context, name: Name, output: Output = Format.TABLE) -> None:
+    """One storage."""
+    emit(client(ctx).get(path("gpu-storages", name)), output, columns=STORAGE_COLUMNS, single=True)
+
+
+@storage.command("create")
+def create_storage(
+    ctx: typer.Context,
+    name: Name,
+    size: Annotated[str, typer.Option("--size", help='a quantity, e.g. "100Gi"')],
+    storage_class: Annotated[
+        str | None, typer.Option("--class", help="a StorageClass (gpuctl quota lists them)")
+    ] = None,
+    access_mode: Annotated[
+        str | None,
+        typer.Option("--access-mode", help="ReadWriteOnce (default), ReadWriteMany, ..."),
+    ] = None,
+    output: Output = Format.TABLE,
+) -> None:
+    """Create a storage."""
+    body = {"name": name, "size": size, "storageClass": storage_class, "accessMode": access_mode}
+    created = (
+        client(ctx).call("POST", "/gpu-storages", body={k: v for k, v in body.items() if v}).data
+    )
+    note(f"storage {created['name']} created")
+    emit(created, output, columns=STORAGE_COLUMNS, single=True)
+
+
+@storage.command("delete")
+def delete_storage(ctx: typer.Context, name: Name, output: Output = Format.TABLE) -> None:
+    """Delete a storage (refused while a live unit mounts it)."""
+    deleted = client(ctx).call("DELETE", path("gpu-storages", name)).data
+    note(f"deletion of storage {name} requested")
+    emit(deleted, output, columns=STORAGE_COLUMNS, single=True)
+
+
+ssh_keys = typer.Typer(help="Public keys let into units with SSH (--ssh).", no_args_is_help=True)
+KEY_COLUMNS = [
+    Column("NAME", "name"),
+    Column("KIND", "kind"),
+    Column("BITS", "bits"),
+    Column("FINGERPRINT", "fingerprint"),
+    Column("COMMENT", "comment"),
+    Column("AGE", show=lambda k: age(k.get("createdAt"))),
+]
+
+
+@ssh_keys.command("list")
+def list_keys(ctx: typer.Context, output: Output = Format.TABLE) -> None:
+    """Your SSH keys."""
+    emit(list(client(ctx).pages("/ssh-keys")), output, columns=KEY_COLUMNS)
+
+
+@ssh_keys.command("get")
+def get_key(ctx: typer.Context, name: Name, output: Output = Format.TABLE) -> None:
+    """One SSH key."""
+    emit(client(ctx).get(path("ssh-keys", name)), output, columns=KEY_COLUMNS, single=True)
+
+
+@ssh_keys.command("create")
+def create_key(
+    ctx: typer.Context,
+    name: Name,
+    file: Annotated[
+        Path | None,
+        typer.Option("--file", "-f", help="a public key file, e.g. ~/.ssh/id_ed25519.pub"),
+    ] = None,
+    key: Annotated[str | None, typer.Option("--key", help="the public key line itself")] = None,
+    output: Output = Format.TABLE,
+) -> None:
+    """Register an SSH public key."""
+    if bool(file) == bool(key):
+        raise GpuctlError("give --file PATH or --key TEXT", exit_code=ExitCode.USAGE)
+    if file:
+        try:
+            key = file.read_text(encoding="utf-8").strip()
+        except OSError as error:
+            raise GpuctlError(f"cannot read {file}: {error}", exit_code=ExitCode.USAGE) from None
+    created = client(ctx).call("POST", "/ssh-keys", body={"name": name, "publicKey": key}).data
+    note(f"SSH key {created['name']} registered")
+    emit(created, output, columns=KEY_COLUMNS, single=True)
+
+
+@ssh_keys.command("delete")
+def delete_key(ctx: typer.Context, name: Name) -> None:
+    """Remove an SSH key (units using it lose it)."""
+    client(ctx).call("DELETE", path("ssh-keys", name))
+    note(f"SSH key {name} removed")
+
+
+secrets = typer.Typer(
+    help="Values units read as environment variables (--secret-env); values never come back.",
+    no_args_is_help=True,
+)
+SECRET_COLUMNS = [
+    Column("NAME", "name"),
+    Column("KEYS", "keys"),
+    Column("UPDATED", show=lambda s: age(s.get("updatedAt"))),
+]
+
+
+@secrets.command("list")
+def list_secrets(ctx: typer.Context, output: Output = Format.TABLE) -> None:
+    """Your secrets (their keys, never their values)."""
+    emit(list(client(ctx).pages("/secrets")), output, columns=SECRET_COLUMNS)
+
+
+@secrets.command("get")
+def get_secret(ctx: typer.Context, name: Name, output: Output = Format.TABLE) -> None:
+    """One secret's keys."""
+    emit(client(ctx).get(path("secrets", name)), output, columns=SECRET_COLUMNS, single=True)
+
+
+@secrets.command("set")
+def set_secret(
+    ctx: typer.Context,
+    name: Name,
+    literal: Annotated[
+        list[str] | None, typer.Option("--from-literal", help="KEY=VALUE (repeatable)")
+    ] = None,
+    env_file: Annotated[
+        Path | None, typer.Option("--from-env-file", help="a file of KEY=VALUE lines")
+    ] = None,
+    output: Output = Format.TABLE,
+) -> None:
+    """Create a secret, or replace all of an existing one's keys and values."""
+    data = spec.secret_data(literal or (), env_file)
+    reply = client(ctx).call("POST", "/secrets", body={"name": name, "data": data})
+    note(f"secret {name} {'created' if reply.status == 201 else 'replaced'}")
+    emit(reply.data, output, columns=SECRET_COLUMNS, single=True)
+
+
+@secrets.command("delete")
+def delete_secret(ctx: typer.Context, name: Name) -> None:
+    """Delete a secret (refused while a live unit reads it)."""
+    client(ctx).call("DELETE", path("secrets", name))
+    note(f"secret {name} deleted")

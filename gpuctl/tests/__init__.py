@@ -1,0 +1,1 @@
+"""gpuctl's tests: pure ones, and ones that run .venv/bin/gpuctl against the stack."""
