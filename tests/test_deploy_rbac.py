@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 from django.apps import apps
-from django.db import transaction
+from django.db import connection, transaction
 from rest_framework.test import APIClient
 
 from billing.models import Meter, UsageRecord
@@ -33,6 +33,7 @@ from runtime.control.observer import Observer
 from runtime.models import GPUStorage, GPUUnit, Operation, OperationStatus, UnitPhase
 from runtime.tests.helpers import remove_namespace_objects, wait_for_phase
 from tenancy import services as tenancy_services
+from tenancy.models import AuditEvent
 from tests.test_manifests import kustomize, kustomize_with_tenant_provisioning, needs_kubectl
 
 # The flows commit their rows (a real worker reads them); the marker gets the test database set up.
@@ -316,6 +317,11 @@ def recorded(cluster, celery_worker, django_db_blocker) -> dict[str, list]:
             UsageRecord.objects.filter(tenant=tenant).delete()
             tenant.delete()
             package.delete()
+            # The audit log refuses deletes (append-only: a trigger) and keeps a deleted
+            # tenant's rows; what this module's writes recorded goes as a test flush's does,
+            # by TRUNCATE, so later tests count only their own events.
+            with connection.cursor() as cursor:
+                cursor.execute(f"TRUNCATE {connection.ops.quote_name(AuditEvent._meta.db_table)}")
 
 
 def _observer_flow(client, tenant, package) -> None:
