@@ -6,9 +6,10 @@ import json
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
-from django.db.models import JSONField, Min, OuterRef, Subquery, Sum
+from django.db.models import JSONField, Min, OuterRef, QuerySet, Subquery, Sum
 from django.db.models.fields.json import KeyTransform
 from django.db.models.functions import Cast
 from django.utils import timezone
@@ -165,34 +166,47 @@ class ClusterState:
         return not self.cluster.cordoned and self.health != clusters.Health.UNREACHABLE
 
 
-def cluster_states(*, now: datetime | None = None) -> list[ClusterState]:
-    """Every registered cluster with its health, in placement order, in one query (the
-    clusters, with their mirror's as-of and their last sync's error as subqueries). A disabled
-    cluster is not listed, so its health is unknown."""
-    now = now or timezone.now()
-    rows = list(
-        Cluster.objects.annotate(
-            as_of=Subquery(
-                InventorySnapshot.objects.filter(cluster=OuterRef("name")).values("as_of")[:1]
-            ),
-            last_error=Subquery(
-                SyncRun.objects.filter(cluster=OuterRef("name"), finished_at__isnull=False)
-                .order_by("-started_at")
-                .values("error")[:1]
-            ),
-        )
+def _with_mirror() -> QuerySet[Any]:
+    """The registered clusters, each with its mirror's as-of and its last finished sync's
+    error (subqueries: one query)."""
+    return Cluster.objects.annotate(
+        as_of=Subquery(
+            InventorySnapshot.objects.filter(cluster=OuterRef("name")).values("as_of")[:1]
+        ),
+        last_error=Subquery(
+            SyncRun.objects.filter(cluster=OuterRef("name"), finished_at__isnull=False)
+            .order_by("-started_at")
+            .values("error")[:1]
+        ),
     )
+
+
+def _health(enabled: bool, as_of: datetime | None, last_error: str | None, now: datetime) -> str:
+    """A registered cluster's health (a disabled one is not reached, so it is unknown)."""
+    if not enabled:
+        return clusters.Health.UNKNOWN
+    return clusters.health(as_of, failing=bool(last_error), now=now)
+
+
+def _implicit_state(now: datetime) -> ClusterState:
+    """While no cluster is registered: the process's own, from its mirror."""
+    freshness = get_freshness()
+    stand_in = clusters.implicit()
+    health = clusters.health(freshness.as_of, failing=bool(freshness.last_error), now=now)
+    return ClusterState(stand_in, health, freshness.as_of, freshness.last_error)
+
+
+def cluster_states(*, now: datetime | None = None) -> list[ClusterState]:
+    """Every registered cluster with its health, in placement order, in one query. A disabled
+    cluster's health is unknown (it is not reached)."""
+    now = now or timezone.now()
+    rows = list(_with_mirror())
     if not rows:
-        freshness = get_freshness()
-        stand_in = clusters.implicit()
-        health = clusters.health(freshness.as_of, failing=bool(freshness.last_error), now=now)
-        return [ClusterState(stand_in, health, freshness.as_of, freshness.last_error)]
+        return [_implicit_state(now)]
     return [
         ClusterState(
             row,
-            clusters.health(row.as_of, failing=bool(row.last_error), now=now)
-            if row.enabled
-            else clusters.Health.UNKNOWN,
+            _health(row.enabled, row.as_of, row.last_error, now),
             row.as_of if row.enabled else None,
             (row.last_error or "") if row.enabled else "",
         )
@@ -220,40 +234,53 @@ def availability_by_cluster(
 ) -> dict[str, dict[str, PackageAvailability]]:
     """`{cluster name: {package id: its availability}}` for the enabled clusters, in one
     query."""
-    enabled = [s.cluster.name for s in states if s.cluster.enabled]
-    if not enabled:
+    return _availability([s.cluster.name for s in states if s.cluster.enabled])
+
+
+def _availability(names: list[str]) -> dict[str, dict[str, PackageAvailability]]:
+    if not names:
         return {}
-    by_cluster: dict[str, dict[str, PackageAvailability]] = {name: {} for name in enabled}
-    for row in PackageAvailability.objects.filter(cluster__in=enabled):
+    by_cluster: dict[str, dict[str, PackageAvailability]] = {name: {} for name in names}
+    for row in PackageAvailability.objects.filter(cluster__in=names):
         by_cluster[row.cluster][row.package_id] = row
     return by_cluster
+
+
+# What placement reads of each cluster, as values and from a query built once: building and
+# filling model rows was most of a create's placement cost.
+_FOR_PLACEMENT = _with_mirror().values_list(
+    "name", "region", "position", "enabled", "cordoned", "as_of", "last_error"
+)
 
 
 def placement_candidates(package_id: str, *, now: datetime | None = None) -> list[Candidate]:
     """The registered clusters as placement sees them for a unit of `package_id`: one query,
     and the package's availability only when there is a choice between clusters."""
-    states = cluster_states(now=now)
-    enabled = [s for s in states if s.cluster.enabled]
+    now = now or timezone.now()
+    rows = list(_FOR_PLACEMENT.all())
+    if not rows:
+        state = _implicit_state(now)
+        own = state.cluster
+        rows = [(own.name, own.region, own.position, True, False, state.as_of, state.last_error)]
     by_cluster: dict[str, dict[str, PackageAvailability]] = {}
+    enabled = [row[0] for row in rows if row[3]]
     if len(enabled) > 1:
-        by_cluster = availability_by_cluster(states)
-    return [
-        Candidate(
-            name=s.cluster.name,
-            region=s.cluster.region,
-            position=s.cluster.position,
-            enabled=s.cluster.enabled,
-            cordoned=s.cluster.cordoned,
-            unreachable=s.health == clusters.Health.UNREACHABLE,
-            placeable=row.placeable if (row := _row(by_cluster, s, package_id)) else 0,
-            free_devices=row.free_devices if row else 0,
-            known=row is not None,
+        by_cluster = _availability(enabled)
+    candidates = []
+    for name, region, position, is_enabled, cordoned, as_of, last_error in rows:
+        row = by_cluster.get(name, {}).get(package_id)
+        health = _health(is_enabled, as_of, last_error, now)
+        candidates.append(
+            Candidate(
+                name=name,
+                region=region,
+                position=position,
+                enabled=is_enabled,
+                cordoned=cordoned,
+                unreachable=health == clusters.Health.UNREACHABLE,
+                placeable=row.placeable if row else 0,
+                free_devices=row.free_devices if row else 0,
+                known=row is not None,
+            )
         )
-        for s in states
-    ]
-
-
-def _row(
-    by_cluster: dict[str, dict[str, PackageAvailability]], state: ClusterState, package_id: str
-) -> PackageAvailability | None:
-    return by_cluster.get(state.cluster.name, {}).get(package_id)
+    return candidates
