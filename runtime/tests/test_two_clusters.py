@@ -6,11 +6,14 @@ region lands in that region's cluster, and its objects are there and nowhere els
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 
 import pytest
+from django.utils import timezone
 
+from billing.models import Meter, UsageRecord
 from catalog.tests.factories import ARTICLE_PACKAGE_ID, PackageFactory
 from conftest import start_observer, start_worker, stop_worker
 from controlplane import kube
@@ -18,7 +21,7 @@ from inventory import clusters as inventory_clusters
 from inventory import selectors as inventory_selectors
 from inventory import sync
 from inventory.models import Cluster, PackageAvailability
-from runtime import lifecycle, manifests, tasks
+from runtime import lifecycle, manifests, tasks, usage_audit
 from runtime.control.observer import read_status
 from runtime.control.provisioning import install_crd
 from runtime.models import GPUUnit, UnitEvent, UnitPhase
@@ -289,3 +292,101 @@ def test_a_cluster_that_refuses_before_anything_is_made_lets_the_unit_be_placed_
         if worker is not None:
             stop_worker(worker)
         second.stop()
+
+
+def test_a_cluster_stopped_mid_burst_loses_nothing(
+    west, auth_client, tenant, deleted_at_end, settings
+):
+    """A burst to eu-west: two units run there, then west stops answering and two more are
+    ordered before it counts as lost (placed there, their provisioning waiting on it). Lost:
+    all four say ClusterUnreachable and keep their phase, /regions says so and new orders go
+    to the other region. Back: every unit runs in west with one GPUUnit, claim and pod, none in
+    the other cluster, the two that ran keep their pods, and the ledger bills each unit once
+    for the time its pods held devices."""
+    started = timezone.now()
+    wait_until(
+        lambda: PackageAvailability.objects.filter(cluster=WEST, placeable__gte=4).exists(),
+        "west's mirror to show room for four",
+    )
+    ran = [
+        order_unit(auth_client, f"ran-{n}", ARTICLE_PACKAGE_ID, region="eu-west") for n in (1, 2)
+    ]
+    for unit in ran:
+        wait_until(lambda u=unit: _phase(u, UnitPhase.RUNNING), f"{unit.name} to run", timeout=60)
+    pods = {u.pk: GPUUnit.objects.get(pk=u.pk).pod_k8s_uid for u in ran}
+
+    west.faults.unreachable = True
+    west.faults.drop_watches()
+    late = [
+        order_unit(auth_client, f"late-{n}", ARTICLE_PACKAGE_ID, region="eu-west") for n in (1, 2)
+    ]
+    assert {u.cluster for u in late} == {WEST}  # not lost yet: west still takes orders
+
+    settings.CLUSTER_LOST_AFTER_SECONDS = 1
+    assert not sync.sync_inventory(WEST).ok
+    wait_until(
+        lambda: _health(WEST) == inventory_clusters.Health.UNREACHABLE, "west to be unreachable"
+    )
+    tasks.reconcile_units()
+    burst = [*ran, *late]
+    marked = {
+        u.name: (u.phase, u.reason) for u in GPUUnit.objects.filter(pk__in=[u.pk for u in burst])
+    }
+    assert {name: reason for name, (_, reason) in marked.items()} == {
+        u.name: lifecycle.CLUSTER_UNREACHABLE for u in burst
+    }
+    assert {marked[u.name][0] for u in ran} == {UnitPhase.RUNNING}
+    assert all(marked[u.name][0] != UnitPhase.RUNNING for u in late)  # never made: not running
+
+    regions = {r["name"]: r for r in auth_client.get("/api/v1/regions").json()["data"]}
+    assert regions["eu-west"]["clusters"][0]["health"] == "unreachable"
+    assert regions["eu-west"]["takesUnits"] is False
+    elsewhere = order_unit(auth_client, "elsewhere", ARTICLE_PACKAGE_ID)
+    assert elsewhere.cluster == "default"
+
+    west.faults.clear()
+    for unit in burst:
+        wait_until(
+            lambda u=unit: GPUUnit.objects.filter(
+                pk=u.pk, phase=UnitPhase.RUNNING, reason="Running"
+            ).exists(),
+            f"{unit.name} to run in west",
+            timeout=120,
+        )
+    everything = {"gpuunit": True, "claim": True, "pod": True}
+    nothing = {"gpuunit": False, "claim": False, "pod": False}
+    with kube.using(WEST):
+        in_west = kube.list_objects(kube.POD, namespace=tenant.namespace)
+    by_unit: dict[str, list[str]] = {}
+    for pod in in_west:
+        unit_name = pod["metadata"].get("labels", {}).get(manifests.LABEL_UNIT, "")
+        by_unit.setdefault(unit_name, []).append(pod["metadata"]["uid"])
+    for unit in burst:
+        current = GPUUnit.objects.get(pk=unit.pk)
+        assert current.cluster == WEST
+        assert _objects_in(WEST, current) == everything
+        assert _objects_in("default", current) == nothing
+        assert by_unit[unit.name] == [current.pod_k8s_uid]  # one pod, the one it records
+    for unit in ran:
+        assert GPUUnit.objects.get(pk=unit.pk).pod_k8s_uid == pods[unit.pk]
+
+    # Billing: every unit of the burst billed in its region, its records never overlapping,
+    # and the ledger agreeing with the timeline of each (the usage audit finds no difference).
+    now = timezone.now()
+    uids = {str(GPUUnit.objects.get(pk=u.pk).uid) for u in burst}
+    records = list(
+        UsageRecord.objects.filter(unit_uid__in=uids, corrects__isnull=True).order_by("start")
+    )
+    assert {r.region for r in records} <= {"eu-west"}
+    spans: dict[str, list[tuple]] = {}
+    for record in records:
+        spans.setdefault(str(record.unit_uid), []).append((record.start, record.end))
+    for intervals in spans.values():
+        assert all(a[1] <= b[0] for a, b in itertools.pairwise(intervals))
+    meters = {str(m.unit_uid): m for m in Meter.objects.filter(unit_uid__in=uids)}
+    assert {uid: (m.region, m.pod_uid) for uid, m in meters.items()} == {
+        str(current.uid): ("eu-west", current.pod_k8s_uid)
+        for current in GPUUnit.objects.filter(pk__in=[u.pk for u in burst])
+    }  # each billed now, once, for the pod that runs
+    differences = [d for d in usage_audit.audit(started, now, now=now) if d.unit_uid in uids]
+    assert differences == []
