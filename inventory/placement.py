@@ -19,7 +19,7 @@ With one cluster registered nothing is chosen: an order it cannot place now wait
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 
 
@@ -47,6 +47,7 @@ class Placed:
 @dataclass(frozen=True)
 class Refused:
     # unknown_region | not_sold | region_unavailable | quota_exceeded | insufficient_capacity
+    # | elsewhere (its storages live in clusters it cannot run in)
     code: str
     message: str
     regions: list[str]
@@ -60,12 +61,25 @@ def place(
     region: str = "",
     devices: int = 0,
     room: Mapping[str, int] | None = None,
+    within: Collection[str] | None = None,
 ) -> Placed | Refused:
     """The cluster a unit of `package` (sold in `sold_in`; empty: everywhere; `devices` of
     them) goes to, asked for `region` (empty: any), or why none. `room`: the devices the
-    tenant may still hold per region where it has a quota (a region not in it: no limit)."""
+    tenant may still hold per region where it has a quota (a region not in it: no limit).
+    `within`: the only clusters it may run in (where its storages live), when given."""
     known_regions = sorted({c.region for c in candidates if c.enabled})
     pool = [c for c in candidates if c.enabled]
+    if within is not None:
+        held = [c for c in pool if c.name in within]
+        if not held or (region and all(c.region != region for c in held)):
+            asked = f' (region "{region}" asked)' if region else ""
+            return Refused(
+                "elsewhere",
+                f"The unit mounts storages of cluster {', '.join(sorted(within))}, where it "
+                f"cannot run{asked}.",
+                sorted({c.region for c in held} | ({region} if region else set())),
+            )
+        pool = held
     if region:
         if region not in known_regions:
             return Refused(

@@ -403,7 +403,9 @@ def _record_update(
         operation.save()
         return ActionResult(operation=operation, unit=unit, changed=False)
     if "storageMounts" in changes and wanted["storageMounts"]:
-        orders.check_storage_mounts(unit.tenant, wanted["storageMounts"], exclude=unit)
+        orders.check_storage_mounts(
+            unit.tenant, wanted["storageMounts"], cluster=unit.cluster, exclude=unit
+        )
     orders.check_exposure(unit.tenant, wanted, before=unit)
     fields: dict[str, Any] = {
         "image": wanted["image"],

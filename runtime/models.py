@@ -284,10 +284,20 @@ class StoragePhase(models.TextChoices):
     TERMINATING = "Terminating"  # deletion requested; the row goes once the claim is gone
 
 
+def home_cluster() -> str:
+    """The process's own cluster (CLUSTER_NAME): where a storage lives unless placed."""
+    return settings.CLUSTER_NAME
+
+
+def home_region() -> str:
+    return settings.CLUSTER_REGION
+
+
 class GPUStorage(models.Model):
     """A tenant's persistent volume (the seed runtime's GPUStorage): the PersistentVolumeClaim
-    `storage-<name>` in its namespace, mounted by units through `storageMounts`, outliving
-    them. `phase` is the claim's as last seen."""
+    `storage-<name>` in its namespace of one cluster, mounted by units through
+    `storageMounts` (so placed in that cluster), outliving them. `phase` is the claim's as
+    last seen."""
 
     tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="storages")
     name = models.CharField(max_length=55, help_text="DNS label; the claim is storage-<name>.")
@@ -297,6 +307,12 @@ class GPUStorage(models.Model):
     access_mode = models.CharField(
         max_length=16, choices=StorageAccessMode, default=StorageAccessMode.READ_WRITE_ONCE
     )
+    cluster = models.CharField(
+        max_length=63,
+        default=home_cluster,
+        help_text="the cluster its claim lives in: units that mount it run there",
+    )
+    region = models.CharField(max_length=63, default=home_region, help_text="its region")
     phase = models.CharField(max_length=16, choices=StoragePhase, default=StoragePhase.PENDING)
     message = models.TextField(blank=True)
     claim_k8s_uid = models.CharField("PVC UID", max_length=64, blank=True)

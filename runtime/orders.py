@@ -126,7 +126,7 @@ def create_unit(
             details={"fields": {"packageID": ["Unknown or inactive package."]}},
         )
     tenancy_services.check_budget(tenant)
-    placed = place(package, region, tenant)
+    placed = place(package, region, tenant, within=storage_clusters(tenant, storage_mounts))
     if ssh:
         ssh = {"enabled": True, "keys": ssh_key_names(tenant, ssh.get("keys"))}
     now = timezone.now()
@@ -206,7 +206,7 @@ def create_unit(
                 # nothing for it; the tenant lock above keeps two orders from one last port.
                 check_exposure(tenant, {"template": template, "access": access, "ssh": ssh})
                 if storage_mounts:  # under the tenant lock: two orders cannot take one storage
-                    check_storage_mounts(tenant, storage_mounts)
+                    check_storage_mounts(tenant, storage_mounts, cluster=unit.cluster)
                 sql.execute(_order_sql(), params)
                 unit_pk, operation_pk = sql.fetchone()
                 statements.saved(unit, unit_pk)
@@ -237,8 +237,11 @@ def create_unit(
         return CreateResult(unit=unit, created=True)
 
 
-def place(package: Package, region: str, tenant: Tenant) -> placement.Placed:
-    """The cluster a new unit of `package` goes to (inventory.placement), or the refusal."""
+def place(
+    package: Package, region: str, tenant: Tenant, *, within: dict[str, str] | None = None
+) -> placement.Placed:
+    """The cluster a new unit of `package` goes to (inventory.placement), or the refusal;
+    `within`: the cluster of each storage it mounts (storage_clusters), where it must run."""
     room = None
     if tenant.quota_regions:  # a query only for a tenant with a quota per region
         held = selectors.devices_held_by_region(tenant=tenant)
@@ -253,10 +256,16 @@ def place(package: Package, region: str, tenant: Tenant) -> placement.Placed:
         region=region,
         devices=package.count,
         room=room,
+        within=set(within.values()) if within else None,
     )
     if isinstance(decision, placement.Placed):
         return decision
     details = {"regions": decision.regions}
+    if decision.code == "elsewhere" and within:
+        raise InvalidRequest(
+            decision.message,
+            details={**details, "fields": {"storageMounts": [_where(within, region)]}},
+        )
     if decision.code == "quota_exceeded":
         raise QuotaExceeded(decision.message, details=details)
     if decision.code in ("unknown_region", "not_sold"):
@@ -266,6 +275,30 @@ def place(package: Package, region: str, tenant: Tenant) -> placement.Placed:
     if decision.code == "region_unavailable":
         raise RegionUnavailable(decision.message, details=details)
     raise InsufficientCapacity(decision.message, details=details)
+
+
+def storage_clusters(tenant: Tenant, mounts: list[dict] | None) -> dict[str, str] | None:
+    """`{storage name: the cluster it lives in}` for the tenant's storages among `mounts`
+    (None without mounts; a name the tenant has no storage of is left to
+    check_storage_mounts). A unit runs where its storages are: one cluster, or it is refused."""
+    if not mounts:
+        return None
+    names = [mount["name"] for mount in mounts]
+    found = dict(
+        GPUStorage.objects.filter(tenant=tenant, name__in=names).values_list("name", "cluster")
+    )
+    if len(set(found.values())) > 1:
+        raise InvalidRequest(
+            "The storages a unit mounts must live in one cluster.",
+            details={"fields": {"storageMounts": [_where(found, "")]}},
+        )
+    return found
+
+
+def _where(storages: dict[str, str], region: str) -> str:
+    listed = ", ".join(f"{name} in cluster {cluster}" for name, cluster in sorted(storages.items()))
+    asked = f' of region "{region}"' if region else ""
+    return f"the unit runs where its storages live ({listed}), and no cluster{asked} can."
 
 
 def _less_what_waits(
@@ -287,8 +320,10 @@ def place_again(unit: GPUUnit, *, why: str) -> placement.Placed | None:
     """Another cluster of the unit's region for a unit its cluster refused to make before
     anything of it existed there (ARCHITECTURE §20: placed again before, never after), moved
     there with a timeline warning and its create operation sent again to that cluster's queue.
-    None, with nothing changed, when no other cluster of the region takes it: the caller fails
-    the unit."""
+    None, with nothing changed, when no other cluster of the region takes it, or the unit
+    mounts storages (they live in the cluster that refused): the caller fails the unit."""
+    if unit.storage_mounts:
+        return None
     refused = [*unit.clusters_refused, unit.cluster]
     decision = placement.place(
         [
@@ -546,11 +581,11 @@ def check_order_models(
 
 
 def check_storage_mounts(
-    tenant: Tenant, mounts: list[dict], *, exclude: GPUUnit | None = None
+    tenant: Tenant, mounts: list[dict], *, cluster: str, exclude: GPUUnit | None = None
 ) -> None:
-    """Every mounted storage is the tenant's and usable, and none that only one live unit
-    may mount is mounted by another (than `exclude`, the unit being updated): 400 naming the
-    mount, 409 `storage_in_use`."""
+    """Every mounted storage is the tenant's, usable and in `cluster` (the unit's), and none
+    that only one live unit may mount is mounted by another (than `exclude`, the unit being
+    updated): 400 naming the mount, 409 `storage_in_use`."""
     names = [mount["name"] for mount in mounts]
     found = {s.name: s for s in GPUStorage.objects.filter(tenant=tenant, name__in=names)}
     problems = {}
@@ -561,6 +596,11 @@ def check_storage_mounts(
         elif storage.phase in (StoragePhase.TERMINATING, StoragePhase.FAILED):
             problems[f"storageMounts[{index}].name"] = [
                 f"storage {name} is {storage.phase.lower()}: {storage.message}"
+            ]
+        elif storage.cluster != cluster:
+            problems[f"storageMounts[{index}].name"] = [
+                f"storage {name} lives in cluster {storage.cluster} (region {storage.region}); "
+                f"the unit runs in cluster {cluster}."
             ]
     if problems:
         raise InvalidRequest("A storage mount is invalid.", details={"fields": problems})

@@ -17,8 +17,10 @@ from django.db.models import Count, Sum
 from controlplane.errors import DomainError, InvalidRequest, NotFound
 from controlplane.validation import dns_subdomain, fold_case, positive_quantity
 from dracel import quantity
+from inventory import placement
+from inventory import selectors as inventory_selectors
 from runtime import outbox, validation
-from runtime.errors import QuotaExceeded, StorageInUse
+from runtime.errors import QuotaExceeded, RegionUnavailable, StorageInUse
 from runtime.models import GPUStorage, GPUUnit, StorageAccessMode, StoragePhase
 from tenancy import services as tenancy_services
 from tenancy.models import Tenant
@@ -58,16 +60,25 @@ def _problems(name: str, size: str, storage_class: str, access_mode: str) -> dic
 
 
 def create_storage(
-    *, tenant: Tenant, name: str, size: str, storage_class: str = "", access_mode: str = ""
+    *,
+    tenant: Tenant,
+    name: str,
+    size: str,
+    storage_class: str = "",
+    access_mode: str = "",
+    region: str = "",
 ) -> GPUStorage:
-    """Record the storage and create its claim; 400 naming fields, 409 for a taken name or
-    a full storage quota. Nothing is left behind when the cluster refuses the claim."""
+    """Record the storage, placed in a cluster (of `region`, when named), and have a worker
+    create its claim there; 400 naming fields, 409 for a taken name or a full storage quota,
+    503 when no cluster of the region takes new work. Nothing is left behind when the cluster
+    refuses the claim."""
     name = fold_case(name.strip())
     size, storage_class = size.strip(), storage_class.strip()
     access_mode = access_mode or StorageAccessMode.READ_WRITE_ONCE
     if problems := _problems(name, size, storage_class, access_mode):
         raise InvalidRequest("The storage is invalid.", details={"fields": problems})
     size_bytes = quantity.parse_bytes(size)
+    placed = _place(region)
     try:
         with transaction.atomic():
             tenancy_services.lock_tenant(tenant.pk)
@@ -79,8 +90,10 @@ def create_storage(
                 size_bytes=size_bytes,
                 storage_class=storage_class,
                 access_mode=access_mode,
+                cluster=placed.cluster,
+                region=placed.region,
             )
-            transaction.on_commit(lambda: outbox.send(PROVISION_STORAGE_TASK, storage.pk))
+            transaction.on_commit(lambda: send(PROVISION_STORAGE_TASK, storage))
     except IntegrityError:
         raise StorageConflict(f"a storage named {name} exists.", details={"name": name}) from None
     return storage
@@ -89,6 +102,25 @@ def create_storage(
 # Sent by outbox.send; if the broker is down, beat's reconcile (sync_storages) sends them.
 PROVISION_STORAGE_TASK = "runtime.provision_storage"
 DELETE_STORAGE_TASK = "runtime.delete_storage"
+
+
+def send(task: str, storage: GPUStorage) -> None:
+    """Send a storage's task to the queue of the cluster it lives in."""
+    outbox.send(task, storage.pk, cluster=storage.cluster)
+
+
+def _place(region: str) -> placement.Placed:
+    """The cluster a new storage goes to: the first, in ops' order, of `region` (any, when
+    not named) that takes new work (enabled, reachable, not cordoned). Units that mount it
+    run there."""
+    decision = placement.place(
+        inventory_selectors.placement_candidates(""), package="", sold_in=[], region=region
+    )
+    if isinstance(decision, placement.Placed):
+        return decision
+    if decision.code == "unknown_region":
+        raise InvalidRequest(decision.message, details={"fields": {"region": [decision.message]}})
+    raise RegionUnavailable(decision.message, details={"regions": decision.regions})
 
 
 def _check_quota(tenant: Tenant, size_bytes: int) -> None:
@@ -152,5 +184,5 @@ def delete_storage(*, tenant: Tenant, name: str) -> GPUStorage:
             phase=StoragePhase.TERMINATING, message="Deletion requested."
         )
         storage.phase = StoragePhase.TERMINATING
-        transaction.on_commit(lambda: outbox.send(DELETE_STORAGE_TASK, storage.pk))
+        transaction.on_commit(lambda: send(DELETE_STORAGE_TASK, storage))
     return storage

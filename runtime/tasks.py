@@ -119,6 +119,7 @@ def reconcile_units(cluster: str = "") -> None:
     (and the storages) worked here; with a cluster, a page of that cluster's."""
     if cluster:
         _reconcile_page(cluster)
+        _sync_storages(cluster)
         return
     states = [s for s in inventory_selectors.cluster_states() if s.cluster.enabled]
     enabled = [s.cluster.name for s in states]
@@ -131,7 +132,7 @@ def reconcile_units(cluster: str = "") -> None:
             reconcile_units.apply_async(args=[name], queue=queues.queue_for(name))
     if settings.CLUSTER_NAME in enabled:
         _reconcile_page(settings.CLUSTER_NAME)
-    _sync_storages()
+    _sync_storages(settings.CLUSTER_NAME)
 
 
 def _reconcile_page(cluster: str) -> None:
@@ -140,13 +141,12 @@ def _reconcile_page(cluster: str) -> None:
         logger.info("reconcile of %s: %s", cluster, result)
 
 
-def _sync_storages() -> None:
-    """Storages live in the process's own cluster."""
+def _sync_storages(cluster: str) -> None:
     try:
-        if changed := volumes.sync_storages():
-            logger.info("reconcile: %s storages changed", changed)
+        if changed := volumes.sync_storages(cluster):
+            logger.info("reconcile of %s: %s storages changed", cluster, changed)
     except KubeError:
-        logger.warning("storage sync skipped: cannot list claims", exc_info=True)
+        logger.warning("storage sync of %s skipped: cannot list claims", cluster, exc_info=True)
 
 
 @shared_task(name="runtime.recount_usage", expires=30)

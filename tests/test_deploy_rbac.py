@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 from django.apps import apps
+from django.conf import settings
 from django.db import connection, transaction
 from rest_framework.test import APIClient
 
@@ -285,7 +286,8 @@ def recorded(cluster, celery_worker, django_db_blocker) -> dict[str, list]:
             assert client.delete("/api/v1/gpu-units/rbac-unit").status_code == 202
             wait_for_phase(unit, "Terminated")
             _wait_for_operations(tenant)
-            assert storage_claims.sync_storages() >= 0  # beat's pass: one list of claims
+            # Beat's pass: one list of claims.
+            assert storage_claims.sync_storages(settings.CLUSTER_NAME) >= 0
             assert client.delete("/api/v1/gpu-storages/rbac-data").status_code == 202
             _wait(
                 lambda: not GPUStorage.objects.filter(tenant=tenant).exists(),

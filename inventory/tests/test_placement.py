@@ -125,3 +125,27 @@ def test_no_room_in_any_region_is_quota_exceeded_naming_them():
     )
     assert isinstance(asked, Refused)
     assert (asked.code, asked.regions) == ("quota_exceeded", ["us-east"])
+
+
+def test_a_unit_runs_where_its_storages_live_even_with_more_room_elsewhere():
+    assert place([EAST, EAST_2, WEST], package="p", sold_in=[], within={"west-1"}) == Placed(
+        "west-1", "eu-west"
+    )
+    # Full there: no capacity, rather than a cluster without its storages.
+    full = Candidate("west-1", "eu-west", placeable=0, free_devices=0)
+    refused = place([EAST, full], package="p", sold_in=[], within={"west-1"})
+    assert (refused.code, refused.regions) == ("insufficient_capacity", ["eu-west"])
+
+
+@pytest.mark.parametrize(
+    ("within", "region", "regions"),
+    [
+        ({"west-1"}, "us-east", ["eu-west", "us-east"]),  # its storages are in another region
+        ({"gone-1"}, "", []),  # not a cluster that takes part
+        (set(), "", []),
+    ],
+)
+def test_a_unit_whose_storages_live_where_it_cannot_run_is_refused(within, region, regions):
+    refused = place([EAST, WEST], package="p", sold_in=[], region=region, within=within)
+    assert isinstance(refused, Refused)
+    assert (refused.code, refused.regions) == ("elsewhere", regions)

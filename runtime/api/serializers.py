@@ -411,6 +411,18 @@ class CreateStorageSerializer(StrictSerializer):
         required=False,
         help_text="ReadWriteOnce storages are mounted by one live unit at a time",
     )
+    region = StringField(
+        max_length=63,
+        required=False,
+        help_text="the region it lives in (GET /regions); the units that mount it run there. "
+        "Left out: the first region taking new work",
+    )
+
+    def validate_region(self, value: str) -> str:
+        value = fold_case(value.strip())
+        if problem := dns_label(value):
+            raise serializers.ValidationError(problem)
+        return value
 
 
 class StorageSerializer(serializers.ModelSerializer):
@@ -427,6 +439,8 @@ class StorageSerializer(serializers.ModelSerializer):
             "size",
             "storageClass",
             "accessMode",
+            "region",
+            "cluster",
             "phase",
             "message",
             "claimName",

@@ -714,6 +714,7 @@ class StorageListView(TenantView):
             size=data["size"],
             storage_class=data.get("storageClass", ""),
             access_mode=data.get("accessMode", ""),
+            region=data.get("region", ""),
         )
         return Response(StorageSerializer(created, context={"mounted_by": {}}).data, status=201)
 

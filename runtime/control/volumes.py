@@ -9,10 +9,10 @@ import logging
 
 from controlplane import kube
 from controlplane.kube.errors import KubeError, TemporaryError
-from runtime import manifests, outbox
+from runtime import manifests
 from runtime.control import provisioning
 from runtime.models import GPUStorage, StoragePhase
-from runtime.storage import DELETE_STORAGE_TASK, PROVISION_STORAGE_TASK
+from runtime.storage import DELETE_STORAGE_TASK, PROVISION_STORAGE_TASK, send
 
 logger = logging.getLogger(__name__)
 
@@ -25,14 +25,15 @@ def provision_storage(storage_pk: int) -> None:
         return
     tenant = storage.tenant
     try:
-        provisioning.ensure_tenant_namespace_once(tenant)
-        claim = kube.create_or_adopt(
-            kube.PERSISTENTVOLUMECLAIM,
-            _claim(storage),
-            ours=lambda found: manifests.labelled_storage(
-                found, tenant=tenant.slug, name=storage.name
-            ),
-        )
+        with kube.using(storage.cluster):
+            provisioning.ensure_tenant_namespace_once(tenant)
+            claim = kube.create_or_adopt(
+                kube.PERSISTENTVOLUMECLAIM,
+                _claim(storage),
+                ours=lambda found: manifests.labelled_storage(
+                    found, tenant=tenant.slug, name=storage.name
+                ),
+            )
     except TemporaryError:
         raise
     except KubeError as exc:
@@ -60,9 +61,10 @@ def finish_storage_deletion(storage_pk: int) -> None:
     if storage is None or storage.phase != StoragePhase.TERMINATING:
         return
     namespace = storage.tenant.namespace
-    kube.delete(kube.PERSISTENTVOLUMECLAIM, namespace, storage.claim_name)
-    if kube.get(kube.PERSISTENTVOLUMECLAIM, namespace, storage.claim_name) is not None:
-        raise TemporaryError(f"waiting for claim {storage.claim_name} to be deleted", delay=1)
+    with kube.using(storage.cluster):
+        kube.delete(kube.PERSISTENTVOLUMECLAIM, namespace, storage.claim_name)
+        if kube.get(kube.PERSISTENTVOLUMECLAIM, namespace, storage.claim_name) is not None:
+            raise TemporaryError(f"waiting for claim {storage.claim_name} to be deleted", delay=1)
     storage.delete()
 
 
@@ -89,25 +91,26 @@ def _observe(storage: GPUStorage, claim: dict | None) -> None:
         _transition(storage, phase, claim_k8s_uid=uid, message="")
 
 
-def sync_storages() -> int:
-    """Beat's pass over every storage, from one list of the control plane's claims: phases
-    mirrored, a lost or never-made claim made (again), deletions finished. How many changed."""
-    if not GPUStorage.objects.exists():
+def sync_storages(cluster: str) -> int:
+    """Beat's pass over the storages of `cluster`, from one list of the control plane's
+    claims there: phases mirrored, a lost or never-made claim made (again), deletions
+    finished. How many changed."""
+    storages = GPUStorage.objects.filter(cluster=cluster)
+    if not storages.exists():
         return 0
-    claims = {
-        (c["metadata"]["namespace"], c["metadata"]["name"]): c
-        for c in kube.list_objects(
+    with kube.using(cluster):
+        listed = kube.list_objects(
             kube.PERSISTENTVOLUMECLAIM, label_selector=manifests.STORAGE_SELECTOR
         )
-    }
+    claims = {(c["metadata"]["namespace"], c["metadata"]["name"]): c for c in listed}
     changed = 0
-    for storage in GPUStorage.objects.select_related("tenant"):
+    for storage in storages.select_related("tenant"):
         claim = claims.get((storage.tenant.namespace, storage.claim_name))
         if storage.phase == StoragePhase.TERMINATING:
-            outbox.send(DELETE_STORAGE_TASK, storage.pk)
+            send(DELETE_STORAGE_TASK, storage)
             continue
         if claim is None and storage.phase != StoragePhase.FAILED:
-            outbox.send(PROVISION_STORAGE_TASK, storage.pk)
+            send(PROVISION_STORAGE_TASK, storage)
         before = storage.phase
         _observe(storage, claim)
         changed += storage.phase != before

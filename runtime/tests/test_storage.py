@@ -8,6 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
+from django.conf import settings
 
 from catalog.tests.factories import PackageFactory
 from controlplane import kube
@@ -89,7 +90,7 @@ def test_the_seed_request_mounts_its_storage_which_outlives_the_unit(auth_client
     assert mounts == {"/data": "storage-model-cache", "/dev/shm": "dshm"}
     assert unit.storage_mounts == [{"name": "model-cache", "mountPath": "/data", "readOnly": False}]
 
-    storage_claims.sync_storages()
+    storage_claims.sync_storages(settings.CLUSTER_NAME)
     shown = auth_client.get("/api/v1/gpu-storages/model-cache").json()["data"]
     assert (shown["phase"], shown["mountedBy"]) == ("Bound", ["demo-instance"])
     listed = auth_client.get("/api/v1/gpu-storages").json()["data"]
@@ -144,7 +145,9 @@ def test_a_deletion_committed_while_the_claim_is_being_made_stays_deleted(
     assert storage.phase == "Terminating"
     assert kube.get(kube.PERSISTENTVOLUMECLAIM, tenant.namespace, "storage-racing") is not None
 
-    storage_claims.sync_storages()  # beat's pass finds it Terminating too, and leaves it so
+    storage_claims.sync_storages(
+        settings.CLUSTER_NAME
+    )  # beat's pass finds it Terminating too, and leaves it so
     storage.refresh_from_db()
     assert storage.phase == "Terminating"
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 import itertools
 import os
 import signal
+from pathlib import Path
 
 import pytest
 from django.utils import timezone
@@ -22,15 +23,17 @@ from inventory import selectors as inventory_selectors
 from inventory import sync
 from inventory.models import Cluster, PackageAvailability
 from runtime import lifecycle, manifests, tasks, usage_audit
+from runtime.control import volumes
 from runtime.control.observer import read_status
 from runtime.control.provisioning import install_crd
-from runtime.models import GPUUnit, UnitEvent, UnitPhase
+from runtime.models import GPUStorage, GPUUnit, UnitEvent, UnitPhase
 from runtime.tests.helpers import order_unit, wait_until
 from simcluster.cluster import SimCluster
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("celery_worker")]
 
 WEST = "west-1"
+DEV_GATEWAY = Path(__file__).resolve().parents[2] / "k8s" / "components" / "dev-gateway"
 
 
 @pytest.fixture
@@ -390,3 +393,69 @@ def test_a_cluster_stopped_mid_burst_loses_nothing(
     }  # each billed now, once, for the pod that runs
     differences = [d for d in usage_audit.audit(started, now, now=now) if d.unit_uid in uids]
     assert differences == []
+
+
+def test_a_storage_lives_in_one_cluster_and_its_units_run_there(
+    west, auth_client, tenant, deleted_at_end
+):
+    """A storage made in eu-west has its claim in west only; a unit mounting it runs there
+    though no region was named, one pinned elsewhere is refused naming the mount, and the
+    storage's deletion removes the claim from west."""
+    wait_until(
+        lambda: PackageAvailability.objects.filter(cluster=WEST, placeable__gt=0).exists(),
+        "west's mirror",
+    )
+    west.apply_manifests(DEV_GATEWAY)  # the default StorageClass `standard`
+    made = auth_client.post(
+        "/api/v1/gpu-storages", {"name": "data", "size": "1Gi", "region": "eu-west"}, format="json"
+    )
+    assert made.status_code == 201, made.json()
+    assert (made.json()["data"]["region"], made.json()["data"]["cluster"]) == ("eu-west", WEST)
+    storage = GPUStorage.objects.get(tenant=tenant, name="data")
+
+    def claim_in(cluster: str) -> bool:
+        with kube.using(cluster):
+            return (
+                kube.get(kube.PERSISTENTVOLUMECLAIM, tenant.namespace, "storage-data") is not None
+            )
+
+    # West's worker makes the claim there (bound once a pod uses it: WaitForFirstConsumer).
+    wait_until(lambda: claim_in(WEST), "the storage's claim in west")
+    assert not claim_in("default")
+
+    mounts = [{"name": "data", "mountPath": "/data"}]
+    refused = auth_client.post(
+        "/api/v1/gpu-units",
+        {
+            "operationID": "pinned-home",
+            "name": "pinned-home",
+            "packageID": ARTICLE_PACKAGE_ID,
+            "image": "busybox",
+            "region": "default",
+            "storageMounts": mounts,
+        },
+        format="json",
+    )
+    assert refused.status_code == 400, refused.json()
+    error = refused.json()["error"]
+    assert "data in cluster west-1" in error["details"]["fields"]["storageMounts"][0]
+    assert not GPUUnit.objects.filter(tenant=tenant, name="pinned-home").exists()
+
+    unit = order_unit(auth_client, "with-data", ARTICLE_PACKAGE_ID, storageMounts=mounts)
+    assert (unit.cluster, unit.region) == (WEST, "eu-west")
+    wait_until(lambda: _phase(unit, UnitPhase.RUNNING), "with-data to run in west", timeout=60)
+    assert _objects_in(WEST, unit) == {"gpuunit": True, "claim": True, "pod": True}
+
+    def bound() -> bool:
+        volumes.sync_storages(WEST)  # beat's pass over west's storages
+        return GPUStorage.objects.filter(pk=storage.pk, phase="Bound").exists()
+
+    wait_until(bound, "the storage's claim to be bound in west")
+
+    assert auth_client.delete("/api/v1/gpu-units/with-data").status_code == 202
+    wait_until(lambda: _phase(unit, UnitPhase.TERMINATED), "with-data to end")
+    assert auth_client.delete("/api/v1/gpu-storages/data").status_code == 202
+    wait_until(
+        lambda: not GPUStorage.objects.filter(pk=storage.pk).exists(), "the storage to be deleted"
+    )
+    assert (claim_in(WEST), claim_in("default")) == (False, False)
