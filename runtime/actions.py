@@ -372,6 +372,7 @@ def update_unit(
             tenancy_services.lock_tenant(tenant.pk)
             if "template" in patch:  # under the lock a secret's deletion takes
                 tenant_secrets.check_references(tenant=tenant, template=wanted.get("template"))
+                tenant_secrets.check_cluster(template=wanted.get("template"), cluster=unit.cluster)
             locked = selectors.lock_unit(tenant=tenant, name=unit.name, uid=str(unit.uid))
             # The version the patch was merged on: a change committed since refuses it.
             _check_etag(locked, unit.etag)

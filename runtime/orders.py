@@ -32,7 +32,7 @@ from dracel import quantity
 from inventory import placement
 from inventory import selectors as inventory_selectors
 from runtime import access as unit_access
-from runtime import lifecycle, manifests, outbox, selectors, stopafter
+from runtime import lifecycle, manifests, outbox, selectors, stopafter, validation
 from runtime.access import host_label
 from runtime.errors import (
     InsufficientCapacity,
@@ -126,7 +126,7 @@ def create_unit(
             details={"fields": {"packageID": ["Unknown or inactive package."]}},
         )
     tenancy_services.check_budget(tenant)
-    placed = place(package, region, tenant, within=storage_clusters(tenant, storage_mounts))
+    placed = place(package, region, tenant, within=bound_to(tenant, storage_mounts, template))
     if ssh:
         ssh = {"enabled": True, "keys": ssh_key_names(tenant, ssh.get("keys"))}
     now = timezone.now()
@@ -241,7 +241,7 @@ def place(
     package: Package, region: str, tenant: Tenant, *, within: dict[str, str] | None = None
 ) -> placement.Placed:
     """The cluster a new unit of `package` goes to (inventory.placement), or the refusal;
-    `within`: the cluster of each storage it mounts (storage_clusters), where it must run."""
+    `within`: where what it mounts and reads lives (bound_to): there it must run."""
     room = None
     if tenant.quota_regions:  # a query only for a tenant with a quota per region
         held = selectors.devices_held_by_region(tenant=tenant)
@@ -264,7 +264,7 @@ def place(
     if decision.code == "elsewhere" and within:
         raise InvalidRequest(
             decision.message,
-            details={**details, "fields": {"storageMounts": [_where(within, region)]}},
+            details={**details, "fields": _fields(within, _where(within, region))},
         )
     if decision.code == "quota_exceeded":
         raise QuotaExceeded(decision.message, details=details)
@@ -277,28 +277,52 @@ def place(
     raise InsufficientCapacity(decision.message, details=details)
 
 
-def storage_clusters(tenant: Tenant, mounts: list[dict] | None) -> dict[str, str] | None:
-    """`{storage name: the cluster it lives in}` for the tenant's storages among `mounts`
-    (None without mounts; a name the tenant has no storage of is left to
-    check_storage_mounts). A unit runs where its storages are: one cluster, or it is refused."""
-    if not mounts:
+# What a unit reads from its tenant's secrets lives in the process's own cluster: the web
+# process writes each Secret there (runtime/tenant_secrets.py), so units that read one run there.
+SECRETS = "its secrets"
+
+
+def bound_to(
+    tenant: Tenant, mounts: list[dict] | None, template: dict | None
+) -> dict[str, str] | None:
+    """Where what a unit needs lives: `{"storage NAME": its cluster, SECRETS: the own
+    cluster}` for the storages it mounts and the secrets it reads (None when neither; a
+    storage the tenant has none of is left to check_storage_mounts). A unit runs in one
+    cluster, so they must share one: else a 400 naming them."""
+    found: dict[str, str] = {}
+    if mounts:
+        names = [mount["name"] for mount in mounts]
+        storages = GPUStorage.objects.filter(tenant=tenant, name__in=names)
+        found = {
+            f"storage {name}": cluster for name, cluster in storages.values_list("name", "cluster")
+        }
+    if validation.secret_refs(template):
+        found[SECRETS] = settings.CLUSTER_NAME
+    if not found:
         return None
-    names = [mount["name"] for mount in mounts]
-    found = dict(
-        GPUStorage.objects.filter(tenant=tenant, name__in=names).values_list("name", "cluster")
-    )
     if len(set(found.values())) > 1:
+        message = _where(found, "")
         raise InvalidRequest(
-            "The storages a unit mounts must live in one cluster.",
-            details={"fields": {"storageMounts": [_where(found, "")]}},
+            "What a unit mounts and reads must live in one cluster.",
+            details={"fields": _fields(found, message)},
         )
     return found
 
 
-def _where(storages: dict[str, str], region: str) -> str:
-    listed = ", ".join(f"{name} in cluster {cluster}" for name, cluster in sorted(storages.items()))
+def _where(bound: dict[str, str], region: str) -> str:
+    listed = ", ".join(f"{what} in cluster {cluster}" for what, cluster in sorted(bound.items()))
     asked = f' of region "{region}"' if region else ""
-    return f"the unit runs where its storages live ({listed}), and no cluster{asked} can."
+    return f"the unit runs where they live ({listed}), and no cluster{asked} can."
+
+
+def _fields(bound: dict[str, str], message: str) -> dict[str, list[str]]:
+    """The request's fields that bind a unit to a cluster, each with `message`."""
+    fields = {}
+    if any(what != SECRETS for what in bound):
+        fields["storageMounts"] = [message]
+    if SECRETS in bound:
+        fields["template.env"] = [message]
+    return fields
 
 
 def _less_what_waits(
@@ -321,8 +345,9 @@ def place_again(unit: GPUUnit, *, why: str) -> placement.Placed | None:
     anything of it existed there (ARCHITECTURE §20: placed again before, never after), moved
     there with a timeline warning and its create operation sent again to that cluster's queue.
     None, with nothing changed, when no other cluster of the region takes it, or the unit
-    mounts storages (they live in the cluster that refused): the caller fails the unit."""
-    if unit.storage_mounts:
+    mounts storages or reads secrets (bound_to: they live in the cluster that refused): the
+    caller fails the unit."""
+    if unit.storage_mounts or validation.secret_refs(unit.template):
         return None
     refused = [*unit.clusters_refused, unit.cluster]
     decision = placement.place(

@@ -6,7 +6,11 @@ lists, counts and checks references without reading a value.
 Unlike storages, the web process writes the Secret itself, in the request: a value handed to
 a worker would have to wait in the database or a broker message, and a value must have no
 home but the Secret. Web may create, patch and delete Secrets and never read one
-(k8s/control-plane/rbac.yaml); no message, log line or error names a value."""
+(k8s/control-plane/rbac.yaml); no message, log line or error names a value.
+
+Secrets are written to the process's own cluster (CLUSTER_NAME) only, so units that read one
+are placed there (orders.bound_to) and a unit in another cluster cannot be changed to read
+one (check_cluster)."""
 
 from __future__ import annotations
 
@@ -265,4 +269,19 @@ def check_references(*, tenant: Tenant, template: dict | None) -> None:
     if problems:
         raise InvalidRequest(
             "The unit references secrets it cannot read.", details={"fields": problems}
+        )
+
+
+def check_cluster(*, template: dict | None, cluster: str) -> None:
+    """Secrets are written to the process's own cluster only: a unit placed in another cannot
+    read one (400 naming template.env). Units that read secrets are placed there
+    (orders.bound_to)."""
+    if cluster != settings.CLUSTER_NAME and validation.secret_refs(template):
+        message = (
+            f"secrets live in cluster {settings.CLUSTER_NAME}; the unit runs in cluster "
+            f"{cluster}: order a unit that reads them there."
+        )
+        raise InvalidRequest(
+            "The unit cannot read secrets in its cluster.",
+            details={"fields": {"template.env": [message]}},
         )

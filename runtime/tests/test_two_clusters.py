@@ -23,7 +23,7 @@ from inventory import selectors as inventory_selectors
 from inventory import sync
 from inventory.models import Cluster, PackageAvailability
 from runtime import lifecycle, manifests, tasks, usage_audit
-from runtime.control import volumes
+from runtime.control import provisioning, volumes
 from runtime.control.observer import read_status
 from runtime.control.provisioning import install_crd
 from runtime.models import GPUStorage, GPUUnit, UnitEvent, UnitPhase
@@ -459,3 +459,62 @@ def test_a_storage_lives_in_one_cluster_and_its_units_run_there(
         lambda: not GPUStorage.objects.filter(pk=storage.pk).exists(), "the storage to be deleted"
     )
     assert (claim_in(WEST), claim_in("default")) == (False, False)
+
+
+def test_a_unit_that_reads_secrets_runs_in_the_cluster_holding_them(
+    west, auth_client, tenant, deleted_at_end
+):
+    """Secrets are written to the process's own cluster: an order reading one is placed
+    there, one pinned to west is refused naming template.env, and a unit in west cannot be
+    changed to read one."""
+    wait_until(
+        lambda: PackageAvailability.objects.filter(cluster=WEST, placeable__gt=0).exists(),
+        "west's mirror",
+    )
+    provisioning.ensure_tenant_namespace(tenant)  # the secret's namespace, at home
+    made = auth_client.post(
+        "/api/v1/secrets", {"name": "hf", "data": {"token": "not-shown"}}, format="json"
+    )
+    assert made.status_code == 201, made.json()
+    env = [{"name": "HF_TOKEN", "secretRef": {"name": "hf", "key": "token"}}]
+    try:
+        pinned = auth_client.post(
+            "/api/v1/gpu-units",
+            {
+                "operationID": "reads-in-west",
+                "name": "reads-in-west",
+                "packageID": ARTICLE_PACKAGE_ID,
+                "image": "busybox",
+                "region": "eu-west",
+                "template": {"env": env},
+            },
+            format="json",
+        )
+        assert pinned.status_code == 400, pinned.json()
+        assert (
+            "its secrets in cluster default"
+            in (pinned.json()["error"]["details"]["fields"]["template.env"][0])
+        )
+        assert not GPUUnit.objects.filter(tenant=tenant, name="reads-in-west").exists()
+
+        reader = order_unit(auth_client, "reader", ARTICLE_PACKAGE_ID, template={"env": env})
+        assert reader.cluster == "default"
+
+        there = order_unit(auth_client, "in-west", ARTICLE_PACKAGE_ID, region="eu-west")
+        wait_until(lambda: _phase(there, UnitPhase.RUNNING), "in-west to run", timeout=60)
+        etag = auth_client.get("/api/v1/gpu-units/in-west").json()["data"]["etag"]
+        changed = auth_client.patch(
+            "/api/v1/gpu-units/in-west",
+            {"operationID": "read-a-secret", "template": {"env": env}},
+            format="json",
+            HTTP_IF_MATCH=etag,
+        )
+        assert changed.status_code == 400, changed.json()
+        assert "template.env" in changed.json()["error"]["details"]["fields"]
+        assert GPUUnit.objects.get(pk=there.pk).template.get("env") in (None, [])
+    finally:
+        for unit in GPUUnit.objects.filter(tenant=tenant, phase__in=UnitPhase.LIVE):
+            auth_client.delete(f"/api/v1/gpu-units/{unit.name}")
+        for unit in GPUUnit.objects.filter(tenant=tenant):
+            wait_until(lambda u=unit: _phase(u, UnitPhase.TERMINATED), f"{unit.name} to end")
+        assert auth_client.delete("/api/v1/secrets/hf").status_code in (202, 204)
