@@ -722,6 +722,7 @@ class StorageForm(SummarisedForm):
         "size": "size",
         "storageClass": "storage_class",
         "accessMode": "access_mode",
+        "region": "region",
     }
 
     name = forms.CharField(
@@ -757,6 +758,17 @@ class StorageForm(SummarisedForm):
         initial=StorageAccessMode.READ_WRITE_ONCE,
         help_text="The several-unit modes need a storage class that supports them.",
     )
+    region = forms.ChoiceField(
+        required=False,
+        help_text="Where it lives, for good: units that mount it run there. Any region: the "
+        "first taking new work.",
+    )
+
+    def __init__(self, *args: Any, regions: list[str], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        declared(self, "region", forms.ChoiceField).choices = [("", "Any region")] + [
+            (name, name) for name in regions
+        ]
 
     def report(self, problems: dict[str, list[str]]) -> None:
         """Put the service's problems, keyed by API field, next to the fields they are about."""

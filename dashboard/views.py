@@ -1095,7 +1095,7 @@ class StorageListView(StoragePage, LivePage):
 
     def get(self, request: HtmxHttpRequest) -> HttpResponse:
         if not self.live:
-            return self.show(StorageForm())
+            return self.show(StorageForm(regions=queries.region_names()))
         tenant, _ = self.tenant_choice()
         if tenant is None:
             # A page of staff who chose no tenant has no table to poll.
@@ -1105,8 +1105,8 @@ class StorageListView(StoragePage, LivePage):
     def post(self, request: HtmxHttpRequest) -> HttpResponse:
         tenant, _ = self.tenant_choice()
         if tenant is None:
-            return self.show(StorageForm(), status=400)
-        form = StorageForm(request.POST)
+            return self.show(StorageForm(regions=queries.region_names()), status=400)
+        form = StorageForm(request.POST, regions=queries.region_names())
         if form.is_valid():
             data = form.cleaned_data
             try:
@@ -1116,6 +1116,7 @@ class StorageListView(StoragePage, LivePage):
                     size=data["size"],
                     storage_class=data["storage_class"],
                     access_mode=data["access_mode"],
+                    region=data["region"],
                 )
             except InvalidRequest as error:
                 form.report(error.details.get("fields") or {None: [error.message]})

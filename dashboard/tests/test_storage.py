@@ -8,6 +8,7 @@ import pytest
 
 from dashboard.tests.conftest import client_for, make_unit
 from dashboard.tests.test_views import count_queries, detail, order
+from inventory.models import Cluster
 from runtime import storage as storage_service
 from runtime.models import GPUStorage, GPUUnit, StoragePhase, UnitPhase
 
@@ -154,6 +155,20 @@ class TestCreate:
         body = member_client.get(STORAGE).content.decode()
         assert "Storage model-cache (50Gi) created; it is Pending" in body
         assert 'data-phase="Pending"' in row_of(body, "model-cache")
+
+    def test_a_region_chosen_is_where_the_storage_lives_and_is_shown(self, member_client, tenant):
+        Cluster.objects.create(name="west-1", region="eu-west", position=500)
+        page = member_client.get(STORAGE).content.decode()
+        assert '<option value="eu-west">eu-west</option>' in page
+        response = member_client.post(
+            STORAGE,
+            {"name": "data", "size": "1Gi", "access_mode": "ReadWriteOnce", "region": "eu-west"},
+        )
+        assert response.status_code == 302
+        storage = GPUStorage.objects.get()
+        assert (storage.region, storage.cluster) == ("eu-west", "west-1")
+        row = row_of(member_client.get(STORAGE).content.decode(), "data")
+        assert 'title="cluster west-1">eu-west<' in row
 
     def test_form_offers_the_access_modes_read_write_once_first(self, member_client):
         body = member_client.get(STORAGE).content.decode()
