@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Collection
+from datetime import timedelta
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -274,8 +275,31 @@ def _session_worker_idle_before_flush(request):
         held = [inspect.active(), inspect.reserved()]
         if all(reply is not None and not any(reply.get(node) for node in nodes) for reply in held):
             app.control.purge()  # what the test left queued is its own (see above)
+            _audit_usage(request)
             return
         time.sleep(0.1)
+
+
+def _audit_usage(request) -> None:
+    """The usage audit over everything the test's units did (the database holds only this
+    test's rows: each transactional test's are flushed after it), before the flush: a test
+    whose units' ledger and timelines disagree by over a second fails, so across the suite
+    every unit the real stack ran is billed for exactly the time its pods held devices
+    (issue 26). Tests that plant a difference on purpose say so with `planted_usage`."""
+    if request.node.get_closest_marker("planted_usage"):
+        return
+    from django.utils import timezone
+
+    from runtime import usage_audit
+
+    now = timezone.now()
+    differences = usage_audit.audit(now - timedelta(days=3660), now, now=now)
+    if differences:
+        pytest.fail(
+            f"{request.node.nodeid}: the usage audit found {len(differences)} difference(s): "
+            + "; ".join(str(d) for d in differences),
+            pytrace=False,
+        )
 
 
 _PAUSED_NODES = pytest.StashKey[list]()

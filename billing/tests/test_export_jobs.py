@@ -76,6 +76,7 @@ def made(client, fmt: str) -> dict:
 
 @pytest.mark.django_db(transaction=True)
 @pytest.mark.usefixtures("celery_worker")
+@pytest.mark.planted_usage  # ledger rows written directly, without units' timelines
 def test_a_worker_makes_each_format_and_the_download_holds_every_row_of_the_period(used):
     operator = client_for(TenantFactory(is_operator=True))
     ids = {
