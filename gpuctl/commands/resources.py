@@ -87,6 +87,7 @@ STORAGE_COLUMNS = [
     Column("SIZE", "size"),
     Column("CLASS", "storageClass"),
     Column("ACCESS", "accessMode"),
+    Column("REGION", "region"),
     Column("PHASE", "phase"),
     Column("MOUNTED BY", "mountedBy"),
     Column("AGE", show=lambda s: age(s.get("createdAt"))),
@@ -117,10 +118,20 @@ def create_storage(
         str | None,
         typer.Option("--access-mode", help="ReadWriteOnce (default), ReadWriteMany, ..."),
     ] = None,
+    region: Annotated[
+        str | None,
+        typer.Option(help="the region it lives in (gpuctl regions list); its units run there"),
+    ] = None,
     output: Output = Format.TABLE,
 ) -> None:
     """Create a storage."""
-    body = {"name": name, "size": size, "storageClass": storage_class, "accessMode": access_mode}
+    body = {
+        "name": name,
+        "size": size,
+        "storageClass": storage_class,
+        "accessMode": access_mode,
+        "region": region,
+    }
     created = (
         client(ctx).call("POST", "/gpu-storages", body={k: v for k, v in body.items() if v}).data
     )

@@ -284,8 +284,9 @@ def test_keys_secrets_storage_and_the_account_through_gpuctl(customer, cluster, 
         gpuctl.run("secrets", "delete", "hf")
         gpuctl.run("secrets", "get", "hf", code=3)
 
-        created = gpuctl.json("storage", "create", "cache", "--size", "1Gi")
-        assert (created["name"], created["size"]) == ("cache", "1Gi")
+        created = gpuctl.json("storage", "create", "cache", "--size", "1Gi", "--region", "default")
+        assert (created["name"], created["size"], created["region"]) == ("cache", "1Gi", "default")
+        gpuctl.run("storage", "create", "elsewhere", "--size", "1Gi", "--region", "nowhere", code=2)
         assert [s["name"] for s in gpuctl.json("storage", "list")] == ["cache"]
         gpuctl.run("storage", "delete", "cache")
 
