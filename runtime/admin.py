@@ -87,8 +87,18 @@ class GPUStorageAdmin(admin.ModelAdmin):
     """Tenants create and delete storages through the API and the dashboard (a worker makes
     the claim); ops see them here, read-only."""
 
-    list_display = ("name", "tenant", "size", "access_mode", "storage_class", "phase", "created_at")
-    list_filter = ("phase", "access_mode", "tenant")
+    list_display = (
+        "name",
+        "tenant",
+        "size",
+        "access_mode",
+        "storage_class",
+        "region",
+        "cluster",
+        "phase",
+        "created_at",
+    )
+    list_filter = ("phase", "access_mode", "region", "cluster", "tenant")
     search_fields = ("name", "tenant__slug")
     readonly_fields = [field.name for field in GPUStorage._meta.fields]
 
