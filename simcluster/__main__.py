@@ -22,6 +22,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument(
+        "--gateway-port",
+        type=int,
+        help="serve the simulated gateway (port 80 of its Gateways) here (0 picks a free one)",
+    )
+    parser.add_argument(
         "--topology", help="topology YAML file (nodes, GPU products, device classes)"
     )
     parser.add_argument("--kubeconfig-out", help="write a kubeconfig pointing at this server here")
@@ -99,6 +104,7 @@ def main(argv: list[str] | None = None) -> None:
             scheduler=not args.no_scheduler,
             emulated_version=args.emulated_version,
             feature_gates=args.feature_gates,
+            gateway_port=args.gateway_port,
         )
     except ValueError as exc:
         sys.exit(f"python -m simcluster: {exc}")
@@ -133,6 +139,8 @@ def serve(
         if kubeconfig_out:
             cluster.write_kubeconfig(kubeconfig_out)
         print(f"simcluster serving on {cluster.url}", flush=True)
+        if cluster.gateway is not None:
+            print(f"simcluster gateway serving on {cluster.gateway.url}", flush=True)
         done.wait()
     finally:
         cluster.stop()

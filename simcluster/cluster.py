@@ -12,6 +12,7 @@ import yaml
 
 from simcluster.faults import FaultInjector, RequestLog
 from simcluster.features import DEFAULT_VERSION, FeatureGates
+from simcluster.gateway import SimGateway
 from simcluster.kubelet import ContainerLogs, Kubelet
 from simcluster.network import NetworkAllocator
 from simcluster.persistence import Persister
@@ -71,12 +72,15 @@ class SimCluster:
         device_taint_rules: bool = True,
         emulated_version: str = DEFAULT_VERSION,
         feature_gates: Mapping[str, bool] | None = None,
+        gateway_port: int | None = None,
     ) -> None:
         """`emulated_version` ("1.34", "1.35" or "1.36") is the Kubernetes version served:
         its /version, its nodes' kubelets and its feature gates' defaults, which
         `feature_gates` changes as a cluster's `--feature-gates` does (ValueError for a gate
         the version does not have). `device_taint_rules=False` serves no DeviceTaintRule kind
-        whatever the gates say (list and watch answer 404); slice taints still apply."""
+        whatever the gates say (list and watch answer 404); slice taints still apply.
+        `gateway_port` (0: a free one) serves the simulated gateway's data plane there: port
+        80 of the Gateways the simulated controller programs (simcluster.gateway)."""
         self.topology = topology
         self.host = host
         self.port = port
@@ -98,6 +102,11 @@ class SimCluster:
         self.volumes: VolumeController | None = None
         self._server: SimServer | None = None
         self._thread: threading.Thread | None = None
+        self.gateway = (
+            SimGateway(self.store, host=host, port=gateway_port)
+            if gateway_port is not None
+            else None
+        )
 
     @property
     def url(self) -> str:
@@ -127,6 +136,8 @@ class SimCluster:
             daemon=True,
         )
         self._thread.start()
+        if self.gateway is not None:
+            self.gateway.start()
         self.volumes.start()
         if self._run_scheduler:
             self.scheduler = Scheduler(self.store, kubelet=self.kubelet)
@@ -134,6 +145,8 @@ class SimCluster:
         return self
 
     def stop(self) -> None:
+        if self.gateway is not None:
+            self.gateway.stop()
         if self.scheduler is not None:
             self.scheduler.stop()
             self.scheduler = None

@@ -7,6 +7,15 @@ import ipaddress
 from typing import TYPE_CHECKING, Any
 
 from simcluster.errors import ApiError, cause
+from simcluster.gateway import StoreObjects
+from simcluster.gatewayapi import (
+    GATEWAY_CLASSES,
+    GATEWAY_CONTROLLER,
+    GATEWAY_GROUP,
+    GATEWAYS,
+    HTTP_ROUTES,
+    route_conditions,
+)
 from simcluster.store import now_rfc3339
 from simcluster.validation import go_value
 
@@ -22,12 +31,6 @@ INGRESS_ADDRESS = str(LOAD_BALANCER_POOL[1])
 # The first addresses of the range belong to `kubernetes` (.1) and kube-dns (.10).
 _FIRST_DYNAMIC_IP = 11
 _NODE_PORT_TYPES = ("NodePort", "LoadBalancer")
-# The simulated Gateway API implementation: it programs Gateways of classes naming it.
-GATEWAY_CONTROLLER = "simcluster.dev/gateway-controller"
-GATEWAY_GROUP = "gateway.networking.k8s.io"
-GATEWAY_CLASSES = f"gatewayclasses.{GATEWAY_GROUP}"
-GATEWAYS = f"gateways.{GATEWAY_GROUP}"
-HTTP_ROUTES = f"httproutes.{GATEWAY_GROUP}"
 
 
 class NetworkAllocator:
@@ -132,6 +135,7 @@ class NetworkAllocator:
             }
             return
         parents = []
+        resolved, message = route_conditions(StoreObjects(self.store), obj)["ResolvedRefs"]
         for ref in spec.get("parentRefs") or []:
             namespace = ref.get("namespace") or obj["metadata"].get("namespace")
             gateway = self.store.get_shared(GATEWAYS, namespace, ref.get("name", ""))
@@ -145,7 +149,7 @@ class NetworkAllocator:
                     "controllerName": GATEWAY_CONTROLLER,
                     "conditions": [
                         _accepted(generation, now),
-                        _condition("ResolvedRefs", "ResolvedRefs", generation, now),
+                        _condition("ResolvedRefs", resolved, generation, now, message=message),
                     ],
                 }
             )
@@ -284,12 +288,15 @@ class NetworkAllocator:
         return ""
 
 
-def _condition(kind: str, reason: str, generation: int, now: str) -> dict[str, Any]:
+def _condition(
+    kind: str, reason: str, generation: int, now: str, *, message: str = ""
+) -> dict[str, Any]:
+    """A condition, True when its reason is its type (Accepted/Accepted), else False."""
     return {
         "type": kind,
-        "status": "True",
+        "status": "True" if reason == kind else "False",
         "reason": reason,
-        "message": "",
+        "message": message,
         "observedGeneration": generation,
         "lastTransitionTime": now,
     }
