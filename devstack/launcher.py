@@ -77,16 +77,27 @@ def _stop(processes: list[tuple[str, subprocess.Popen]]) -> None:
 
 
 def _start_cluster(
-    data_root: Path, env: dict[str, str], processes: list[tuple[str, subprocess.Popen]]
+    data_root: Path,
+    env: dict[str, str],
+    processes: list[tuple[str, subprocess.Popen]],
+    gateway_ports: dict[str, str],
 ) -> bool:
     """The simulated clusters, unless KUBECONFIG points at a real one: the first (sample
     topology; .devdata/kubeconfig, also as kubeconfig-default) and eu-west, one node of four
-    RTX 3080s (.devdata/kubeconfig-eu-west). Whether they are simulated."""
+    RTX 3080s (.devdata/kubeconfig-eu-west), each with its gateway on its port of
+    `gateway_ports`. Whether they are simulated."""
     if env.get("KUBECONFIG"):
         print(f"using the cluster in KUBECONFIG={env['KUBECONFIG']}", flush=True)
         return False
     kubeconfig = data_root / "kubeconfig"
-    _start_simcluster("cluster", kubeconfig, data_root / "cluster.json", env, processes, [])
+    _start_simcluster(
+        "cluster",
+        kubeconfig,
+        data_root / "cluster.json",
+        env,
+        processes,
+        ["--gateway-port", gateway_ports["default"]],
+    )
     shutil.copyfile(kubeconfig, data_root / "kubeconfig-default")
     _start_simcluster(
         f"cluster {SECOND_CLUSTER}",
@@ -94,11 +105,15 @@ def _start_cluster(
         data_root / f"cluster-{SECOND_CLUSTER}.json",
         env,
         processes,
-        ["--nodes", "1", "--gpus-per-node", "4", "--product", "NVIDIA GeForce RTX 3080"],
+        [
+            *("--nodes", "1", "--gpus-per-node", "4", "--product", "NVIDIA GeForce RTX 3080"),
+            *("--gateway-port", gateway_ports[SECOND_CLUSTER]),
+        ],
     )
     env["KUBECONFIG"] = str(kubeconfig)
-    # The dev component's Gateway publishes units: a newcomer's HTTP unit gets a URL (the
-    # simulated gateway routes nothing; on a real cluster these name a real one).
+    # The dev component's Gateway publishes units: a newcomer's HTTP unit gets a URL, which
+    # each simulated cluster's gateway routes (no container answers behind it); on a real
+    # cluster these name a real gateway.
     for name, value in DEV_ACCESS.items():
         env.setdefault(name, value)
     return True
@@ -212,7 +227,8 @@ def run(*, data_root: Path) -> int:
     processes: list[tuple[str, subprocess.Popen]] = []
     with services.environment(data_root=data_root) as env:
         try:
-            simulated = _start_cluster(data_root, env, processes)
+            ports = _metrics_ports(int(port))
+            simulated = _start_cluster(data_root, env, processes, _gateway_ports(int(port)))
             _manage(env, "migrate", "--noinput")
             _manage(env, "import_catalog", str(SAMPLE_CATALOG), "--if-empty")
             _manage(env, "ensure_superuser", "--username", "admin")
@@ -235,7 +251,6 @@ def run(*, data_root: Path) -> int:
             _ensure_key(env, "ops", data_root / "operator-api-key")
             redis.Redis.from_url(env["REDIS_URL"]).delete(HEARTBEAT_KEY)
             python = sys.executable
-            ports = _metrics_ports(int(port))
             processes += [
                 _start(
                     "web",
@@ -300,7 +315,9 @@ def run(*, data_root: Path) -> int:
                     {"pid": os.getpid(), "env": {k: env[k] for k in STACK_VARIABLES if k in env}}
                 )
             )
-            _print_welcome(base, data_root, ports, health)
+            _print_welcome(
+                base, data_root, ports, health, _gateway_ports(int(port)) if simulated else {}
+            )
             while all(process.poll() is None for _name, process in processes):
                 time.sleep(0.5)
             failed = [name for name, process in processes if process.poll() is not None]
@@ -324,6 +341,11 @@ def _metrics_ports(port: int) -> dict[str, str]:
     return {"worker": str(port + 1), "observer": str(port + 2)}
 
 
+def _gateway_ports(port: int) -> dict[str, str]:
+    """Each simulated cluster's gateway (port 80 of its Gateways): the two after /metrics."""
+    return {"default": str(port + 3), SECOND_CLUSTER: str(port + 4)}
+
+
 def _metrics_env(env: dict[str, str], data_root: Path, process: str, **extra: str) -> dict:
     """`env` for a process that forks workers: an empty PROMETHEUS_MULTIPROC_DIR of its own,
     so its /metrics sums its children (and never a previous run's)."""
@@ -333,7 +355,13 @@ def _metrics_env(env: dict[str, str], data_root: Path, process: str, **extra: st
     return {**env, "PROMETHEUS_MULTIPROC_DIR": str(directory), **extra}
 
 
-def _print_welcome(base: str, data_root: Path, ports: dict[str, str], health: dict) -> None:
+def _print_welcome(
+    base: str,
+    data_root: Path,
+    ports: dict[str, str],
+    health: dict,
+    gateways: dict[str, str],
+) -> None:
     relative = os.path.relpath(data_root)
     status = health.get("status", "not answering")
     waiting = [name for name, check in (health.get("checks") or {}).items() if not check["ok"]]
@@ -352,14 +380,43 @@ def _print_welcome(base: str, data_root: Path, ports: dict[str, str], health: di
         "resourceclaims -A\n"
         f"               (region eu-west: --kubeconfig {relative}/kubeconfig-{SECOND_CLUSTER})\n"
         f"  manage.py    make manage ARGS='export_catalog'  (against this stack)\n"
+        f"{_gateway_line(gateways)}"
         "\nOrder a unit and watch it run:\n"
         f"  KEY=$(cat {relative}/demo-api-key)\n"
         f'  curl -s -X POST {base}/api/v1/gpu-units -H "Authorization: Bearer $KEY" \\\n'
         "       -H 'Content-Type: application/json' \\\n"
         f"       -d '{EXAMPLE_ORDER}'\n"
         f'  curl -s {base}/api/v1/gpu-units/{EXAMPLE_UNIT} -H "Authorization: Bearer $KEY"\n'
+        f"{_gateway_example(base, gateways)}"
         "\nPress Ctrl-C to stop everything.\n",
         flush=True,
+    )
+
+
+def _gateway_line(gateways: dict[str, str]) -> str:
+    """Where each simulated cluster's gateway listens: units' URLs lead there."""
+    if not gateways:
+        return ""
+    return (
+        f"  gateway      http://127.0.0.1:{gateways['default']} (region default), "
+        f"http://127.0.0.1:{gateways[SECOND_CLUSTER]} ({SECOND_CLUSTER}): where units' URLs "
+        "lead\n"
+    )
+
+
+def _gateway_example(base: str, gateways: dict[str, str]) -> str:
+    """How to reach the example unit's URL through the simulated gateway, and what answers."""
+    if not gateways:
+        return ""
+    url = (
+        f'curl -s {base}/api/v1/gpu-units/{EXAMPLE_UNIT} -H "Authorization: Bearer $KEY" | '
+        """python3 -c 'import json, sys; print(json.load(sys.stdin)["data"]["access"]["url"])'"""
+    )
+    return (
+        "\nReach its access.url through the gateway. The simulated cluster runs no containers:\n"
+        "the gateway answers 503 naming the unit, its Service and pod; SSH reaches nothing;\n"
+        "logs are the simulated kubelet's lines.\n"
+        f'  curl -s --connect-to ::127.0.0.1:{gateways["default"]} "$({url})"\n'
     )
 
 

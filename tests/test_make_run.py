@@ -149,8 +149,9 @@ def wait_for_inventory(base: str, key: str, cluster: str = "default") -> dict:
 
 
 def test_make_run_serves_api_and_admin_and_stops_on_ctrl_c(tmp_path):
-    # The web port and the two after it (the worker's and the observer's /metrics).
-    port, data, log = free_port_block(3), tmp_path / "devdata", tmp_path / "run.log"
+    # The web port and the four after it (the worker's and the observer's /metrics, the two
+    # simulated clusters' gateways).
+    port, data, log = free_port_block(5), tmp_path / "devdata", tmp_path / "run.log"
     base = f"http://127.0.0.1:{port}"
     process = start(data, port, log)
     try:
@@ -169,6 +170,10 @@ def test_make_run_serves_api_and_admin_and_stops_on_ctrl_c(tmp_path):
         assert (data / "kubeconfig-default").read_text() == (data / "kubeconfig").read_text()
         assert "current-context" in (data / "kubeconfig-eu-west").read_text()
         wait_for_regions(base, key)
+        # Each simulated cluster's gateway (web port + 3, + 4): no route for a bare address.
+        for gateway in (port + 3, port + 4):
+            status, body = get(f"http://127.0.0.1:{gateway}/")
+            assert (status, b"No HTTPRoute attached" in body) == (404, True), body
         unit = order_and_wait_for_running(base, key)
         assert unit["draStatus"]["allocated"] is True
         west = order_and_wait_for_running(base, key, "west-instance", region="eu-west")

@@ -32,8 +32,16 @@ NOT_HERE = {
 }
 # `make run` and `make test` themselves: this test runs inside both.
 THE_TWO_COMMANDS = re.compile(r"^make (run|test)\b", re.MULTILINE)
-# Run `curl` so that an HTTP error fails the block but its body is still printed.
-PRELUDE = 'curl() { command curl --fail-with-body --max-time 20 "$@"; }\n'
+# Run `curl` so that an HTTP error fails the block but its body is still printed; except
+# through the simulated gateway (`--connect-to`), whose answer for a unit is an HTTP error by
+# design (503: no process serves it), a page the test reads instead.
+PRELUDE = (
+    'curl() { case " $* " in\n'
+    '  *" --connect-to "*) command curl --max-time 20 "$@" ;;\n'
+    '  *) command curl --fail-with-body --max-time 20 "$@" ;;\n'
+    "esac; }\n"
+)
+GATEWAY_PAGE = "No process serves this unit in the simulated cluster"
 
 
 def readme_blocks() -> list[tuple[str, str]]:
@@ -69,7 +77,8 @@ def runnable_blocks() -> list[tuple[str, str]]:
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
     data = tmp_path_factory.mktemp("readme") / "devdata"
-    port, log = free_port_block(3), data.parent / "run.log"
+    # The web port, the worker's and observer's /metrics, the two clusters' gateways.
+    port, log = free_port_block(5), data.parent / "run.log"
     env = {
         k: v for k, v in os.environ.items() if k not in {"DATABASE_URL", "REDIS_URL", "KUBECONFIG"}
     }
@@ -96,7 +105,8 @@ def stack(tmp_path_factory):
 
 def run_block(stack, block: str) -> subprocess.CompletedProcess:
     script = block.replace(".devdata", str(stack["data"]))
-    for offset in (0, 1, 2):  # web, then the worker's and the observer's /metrics
+    # Web, the worker's and the observer's /metrics, then the two simulated gateways.
+    for offset in (0, 1, 2, 3, 4):
         script = script.replace(f"127.0.0.1:{8000 + offset}", f"127.0.0.1:{stack['port'] + offset}")
     return subprocess.run(
         ["bash", "-euo", "pipefail", "-c", PRELUDE + script],
@@ -122,7 +132,13 @@ def test_every_readme_command_works_as_printed(stack):
             f"\n--- err\n{result.stderr}"
         )
         ran.append(block)
+        if "--connect-to" in block:
+            # The unit's URL through the gateway reached its pod: the page names them.
+            assert GATEWAY_PAGE in result.stdout, result.stdout
+            assert "Unit       GPUUnit runtime-instance/web-demo" in result.stdout, result.stdout
+            assert "Pod        runtime-instance/unit-web-demo on node" in result.stdout
     assert any("gpu-units" in block for block in ran)
+    assert any("--connect-to" in block for block in ran)
     assert any("make manage" in block for block in ran)
     # The example order runs (it serves http on 8080 in its pod).
     key = (stack["data"] / "demo-api-key").read_text().strip()
