@@ -12,7 +12,8 @@ DATA ?= .devdata
 .PHONY: run manage test test-reliability lint lint-checks pytest bench clean help
 
 help:
-	@echo "make run    - set up and serve the product on 127.0.0.1:$${PORT:-8000} (Ctrl-C stops)"
+	@echo "make run    - set up and serve the product on 127.0.0.1:$${PORT:-8000} (Ctrl-C stops);"
+	@echo "              the simulated clusters' gateways on that port + 3 (default) and + 4 (eu-west)"
 	@echo "make manage ARGS='...' - manage.py against the running make run"
 	@echo "make test   - lint, then the whole test suite"
 	@echo "make lint   - ruff, Django checks, migrations check, OpenAPI schema, import contract, mypy"
