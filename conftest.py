@@ -111,6 +111,9 @@ def start_worker(name: str, *, queues: str = "", **extra_env: str) -> subprocess
     env.setdefault("KUBE_REQUEST_TIMEOUT", "2")
     # Fault scenarios test convergence; the attempt cap has its own test.
     env.setdefault("OPERATION_MAX_ATTEMPTS", "50")
+    # Webhook tests receive on this machine, and see a retry soon after a refusal.
+    env.setdefault("WEBHOOK_ALLOWED_NETWORKS", "127.0.0.0/8")
+    env.setdefault("WEBHOOK_RETRY_FIRST_SECONDS", "0.5")
     env.update(extra_env)
     process = subprocess.Popen(
         [
@@ -222,6 +225,11 @@ def start_observer(name: str) -> subprocess.Popen:
     raise RuntimeError(f"observer {name} did not lead within 60 s")
 
 
+# The queues the session's worker takes (besides the clusters'): the default one and the
+# webhooks' (controlplane/queues.py).
+SESSION_QUEUES = ("celery", "webhooks")
+
+
 @pytest.fixture
 def session_worker_paused():
     """Only the workers a test starts may take tasks while it runs: the session's worker (if
@@ -237,11 +245,13 @@ def session_worker_paused():
 
     nodes = session_nodes()
     if nodes:
-        app.control.cancel_consumer("celery", destination=nodes, reply=True)
+        for queue in SESSION_QUEUES:
+            app.control.cancel_consumer(queue, destination=nodes, reply=True)
     yield
     app.control.purge()
     if nodes:
-        app.control.add_consumer("celery", destination=nodes, reply=True)
+        for queue in SESSION_QUEUES:
+            app.control.add_consumer(queue, destination=nodes, reply=True)
 
 
 @pytest.fixture(autouse=True)
@@ -256,7 +266,8 @@ def _session_worker_idle_before_flush(request):
 
     paused = request.config.stash.get(_PAUSED_NODES, [])
     if paused:
-        app.control.add_consumer("celery", destination=paused, reply=True)
+        for queue in SESSION_QUEUES:
+            app.control.add_consumer(queue, destination=paused, reply=True)
         request.config.stash[_PAUSED_NODES] = []
     yield
     marker = request.node.get_closest_marker("django_db")
@@ -265,7 +276,8 @@ def _session_worker_idle_before_flush(request):
     ):
         return
     nodes = [f"session@{socket.gethostname()}"]  # start_worker's --hostname (name@%h)
-    app.control.cancel_consumer("celery", destination=nodes, reply=True)
+    for queue in SESSION_QUEUES:
+        app.control.cancel_consumer(queue, destination=nodes, reply=True)
     request.config.stash[_PAUSED_NODES] = nodes
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:

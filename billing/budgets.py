@@ -8,6 +8,7 @@ has passed (runtime.actions.enforce_budgets, beat)."""
 from __future__ import annotations
 
 import logging
+import uuid
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -18,6 +19,7 @@ from django.db.models import Q
 from billing import periods, prices, selectors
 from billing.models import BudgetAlert, Meter
 from controlplane.validation import parse_duration
+from tenancy import webhooks
 from tenancy.models import BudgetMode, Tenant
 
 logger = logging.getLogger(__name__)
@@ -105,6 +107,29 @@ def budget_of(tenant: Tenant, *, now: datetime, spent: Decimal | None = None) ->
     )
 
 
+def _announce(alert: BudgetAlert, budget: Budget) -> None:
+    """Tell the tenant's webhooks; the event's id is the alert's own (tenant, month,
+    threshold), so a pass that raced another sends the same webhook-id twice at most."""
+    webhooks.emit(
+        alert.tenant_id,
+        "budget.threshold_reached",
+        subject="budget",
+        data={
+            "month": alert.month.isoformat(),
+            "threshold": alert.threshold,
+            "limit": str(budget.limit),
+            "spent": str(budget.spent),
+            "forecast": str(budget.forecast),
+            "currency": budget.currency,
+            "mode": budget.mode,
+        },
+        event_id=uuid.uuid5(
+            uuid.NAMESPACE_URL, f"budget/{alert.tenant_id}/{alert.month}/{alert.threshold}"
+        ),
+        time=alert.at,
+    )
+
+
 def check_budgets(*, now: datetime) -> list[Budget]:
     """Beat's pass over the tenants with a budget (or a spent one to clear): record the
     alerts newly reached, mark or clear the moment an enforced budget was spent. Returns the
@@ -132,6 +157,8 @@ def check_budgets(*, now: datetime) -> list[Budget]:
             ]
             if new:
                 BudgetAlert.objects.bulk_create(new, ignore_conflicts=True)
+                for alert in new:
+                    _announce(alert, budget)
                 logger.info(
                     "tenant %s reached %s %% of its budget (%s of %s %s)",
                     tenant.slug,

@@ -42,6 +42,10 @@ def beat_schedule() -> dict[str, dict]:
             "task": "billing.sweep_exports",
             "schedule": 60.0,
         },
+        "tenancy.sweep_webhooks": {
+            "task": "tenancy.sweep_webhooks",
+            "schedule": settings.SWEEP_INTERVAL_SECONDS,
+        },
         "runtime.sweep_operations": {
             "task": "runtime.sweep_operations",
             "schedule": settings.SWEEP_INTERVAL_SECONDS,

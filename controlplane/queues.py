@@ -13,6 +13,10 @@ from collections.abc import Callable
 
 from django.conf import settings
 
+# Webhook deliveries (tenancy/webhooks.py): their own queue, so a slow receiver never holds a
+# unit's work. A worker that takes the default queue takes this one too.
+WEBHOOKS = "webhooks"
+
 # -> the names of the registered, enabled clusters (registered by the inventory: apps.py)
 _registered: Callable[[], list[str]] | None = None
 

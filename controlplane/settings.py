@@ -428,6 +428,21 @@ NETWORK_EGRESS_ALLOW = _networks("NETWORK_EGRESS_ALLOW")
 CLUSTER_POD_CIDRS = _networks("CLUSTER_POD_CIDRS", may_be_everything=False)
 CLUSTER_SERVICE_CIDRS = _networks("CLUSTER_SERVICE_CIDRS", may_be_everything=False)
 CLUSTER_NODE_CIDRS = _networks("CLUSTER_NODE_CIDRS", may_be_everything=False)
+# Webhooks (tenancy/webhooks.py): targets must be public addresses; ops may allow ranges
+# (e.g. 10.20.0.0/16 for an in-house receiver). Link-local addresses (cloud metadata) and the
+# cluster's own ranges above are refused even inside an allowed range.
+WEBHOOK_ALLOWED_NETWORKS = _networks("WEBHOOK_ALLOWED_NETWORKS")
+WEBHOOKS_PER_TENANT = env.int("WEBHOOKS_PER_TENANT", default=16)
+WEBHOOK_TIMEOUT_SECONDS = env.float("WEBHOOK_TIMEOUT_SECONDS", default=10.0)
+# Retries back off from the first delay, tripling each time up to the cap, for RETRY_FOR.
+WEBHOOK_RETRY_FIRST_SECONDS = env.float("WEBHOOK_RETRY_FIRST_SECONDS", default=5.0)
+WEBHOOK_RETRY_MAX_SECONDS = env.float("WEBHOOK_RETRY_MAX_SECONDS", default=6 * 3600.0)
+WEBHOOK_RETRY_FOR_SECONDS = env.float("WEBHOOK_RETRY_FOR_SECONDS", default=24 * 3600.0)
+# After a rotation the previous secret signs beside the new one for this long.
+WEBHOOK_SECRET_OVERLAP_SECONDS = env.float("WEBHOOK_SECRET_OVERLAP_SECONDS", default=24 * 3600.0)
+WEBHOOK_DELIVERY_RETENTION_DAYS = env.int("WEBHOOK_DELIVERY_RETENTION_DAYS", default=30)
+# The CloudEvents `source` of the events webhooks carry.
+WEBHOOK_EVENT_SOURCE = env.str("WEBHOOK_EVENT_SOURCE", default="/api/v1")
 # SSH into units: the sidecar's image runs sshd as a non-root user on port 2222, trusting the
 # keys in /etc/ssh-keys/authorized_keys (docs/ssh-server/Dockerfile builds one); the session
 # user is SSH_USERNAME; clients connect to the unit's ssh Service on ACCESS_TCP_HOST.

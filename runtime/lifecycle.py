@@ -27,6 +27,7 @@ from runtime.models import (
     UnitPhase,
 )
 from tenancy import services as tenancy_services
+from tenancy import webhooks
 from tenancy.models import Tenant
 from tenancy.selectors import NO_USAGE, usage_of
 
@@ -86,15 +87,53 @@ def transition_unit(
     if to == UnitPhase.RUNNING and unit.phase != UnitPhase.RUNNING and unit.created_at:
         metrics.UNIT_TIME_TO_RUNNING.observe((now - unit.created_at).total_seconds())
     changed = unit.phase != to or unit.reason != reason
+    previous = unit.phase
     unit.phase, unit.reason, unit.message, unit.updated_at = to, reason, message, now
     for name, value in fields.items():
         setattr(unit, name, value)
     if to not in sources:
         # The unit left a phase for another: its latest entry is of an earlier phase.
         append_event(unit, reason=reason or to, message=message, type=event_type)
+        announce_phase(unit, previous=previous, time=now)
     elif changed:
         record_event(unit, reason=reason or to, message=message, type=event_type)
     return True
+
+
+# Phase changes whose reason is an event of its own for the unit's webhooks.
+_EVENT_FOR_REASON = {
+    "AutoStop": "unit.auto_stopped",
+    "DeviceUnhealthy": "unit.device_unhealthy",
+}
+
+
+def announce_phase(unit: GPUUnit, *, previous: str, time: datetime) -> None:
+    """Tell the tenant's webhooks the unit moved from `previous` to its phase (and, for an
+    auto-stop or an unhealthy device, that too), in order per unit."""
+    data = {
+        "name": unit.name,
+        "uid": str(unit.uid),
+        "phase": unit.phase,
+        "previousPhase": previous,
+        "reason": unit.reason,
+        "message": unit.message,
+        "packageID": unit.package_id,
+        "region": unit.region,
+        "cluster": unit.cluster,
+    }
+    subject, key = f"units/{unit.name}", f"unit:{unit.uid}"
+    webhooks.emit(
+        unit.tenant_id,
+        "unit.phase_changed",
+        subject=subject,
+        data=data,
+        ordering_key=key,
+        time=time,
+    )
+    if event := _EVENT_FOR_REASON.get(unit.reason):
+        webhooks.emit(
+            unit.tenant_id, event, subject=subject, data=data, ordering_key=key, time=time
+        )
 
 
 def record_provisioned(

@@ -23,6 +23,7 @@ from runtime import outbox, validation
 from runtime.errors import QuotaExceeded, RegionUnavailable, StorageInUse
 from runtime.models import GPUStorage, GPUUnit, StorageAccessMode, StoragePhase
 from tenancy import services as tenancy_services
+from tenancy import webhooks
 from tenancy.models import Tenant
 
 logger = logging.getLogger(__name__)
@@ -169,6 +170,26 @@ def mounted_by(storage: GPUStorage) -> list[str]:
     )
 
 
+def announce(storage: GPUStorage, *, previous: str, phase: str = "") -> None:
+    """Tell the tenant's webhooks the volume moved from `previous` to its phase (or `phase`:
+    Deleted, once it is gone), in order per volume."""
+    webhooks.emit(
+        storage.tenant_id,
+        "storage.phase_changed",
+        subject=f"gpu-storages/{storage.name}",
+        data={
+            "name": storage.name,
+            "phase": phase or storage.phase,
+            "previousPhase": previous,
+            "message": storage.message,
+            "size": storage.size,
+            "region": storage.region,
+            "cluster": storage.cluster,
+        },
+        ordering_key=f"storage:{storage.pk}",
+    )
+
+
 def delete_storage(*, tenant: Tenant, name: str) -> GPUStorage:
     """Mark the storage Terminating and have a worker delete its claim (its data goes with
     the volume's reclaim policy); 409 while a live unit mounts it. Repeating it is harmless."""
@@ -183,6 +204,9 @@ def delete_storage(*, tenant: Tenant, name: str) -> GPUStorage:
         GPUStorage.objects.filter(pk=storage.pk).update(
             phase=StoragePhase.TERMINATING, message="Deletion requested."
         )
-        storage.phase = StoragePhase.TERMINATING
+        previous, storage.phase = storage.phase, StoragePhase.TERMINATING
+        storage.message = "Deletion requested."
+        if previous != storage.phase:
+            announce(storage, previous=previous)
         transaction.on_commit(lambda: send(DELETE_STORAGE_TASK, storage))
     return storage

@@ -7,6 +7,7 @@ import uuid
 from typing import Any, NoReturn
 
 from django.conf import settings
+from django.contrib.postgres.fields import ArrayField
 from django.contrib.postgres.indexes import BrinIndex
 from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator
@@ -348,3 +349,106 @@ class AuditEvent(models.Model):
 
     def delete(self, *args: Any, **kwargs: Any) -> NoReturn:
         raise AppendOnly("Audit events are never deleted.")
+
+
+class WebhookEndpoint(models.Model):
+    """A tenant's webhook: where its events are sent (`url`), which ones (`events`, "*" for
+    all) and the secret they are signed with (Standard Webhooks: `whsec_` and base64). The
+    secret is shown once, when made; after a rotation the previous one keeps signing beside it
+    until `previous_secret_until`, so a receiver can switch without losing a delivery."""
+
+    uid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    tenant = models.ForeignKey(
+        Tenant, on_delete=models.CASCADE, related_name="webhooks", db_index=False
+    )
+    url = models.URLField(max_length=2048)
+    description = models.CharField(max_length=200, blank=True)
+    events = ArrayField(models.CharField(max_length=64))
+    enabled = models.BooleanField(default=True)
+    secret = models.CharField(max_length=100, editable=False)
+    previous_secret = models.CharField(max_length=100, blank=True, editable=False)
+    previous_secret_until = models.DateTimeField(null=True, blank=True, editable=False)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [models.Index(fields=["tenant", "enabled"], name="webhook_tenant")]
+
+    def __str__(self) -> str:
+        return f"{self.tenant_id}: {self.url}"
+
+
+class DeliveryStatus(models.TextChoices):
+    PENDING = "pending"
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+
+
+class WebhookDelivery(models.Model):
+    """One event on its way to one endpoint: the outbox row of a webhook. It is written in
+    the transaction that made the event and sent after commit; a lost message is sent again
+    by the sweeper. Pending until a 2xx answers it or its retries run out (failed). Rows with
+    the same `ordering_key` (one unit's, one volume's) are delivered in id order: a later one
+    waits while an earlier one is pending."""
+
+    uid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    endpoint = models.ForeignKey(
+        WebhookEndpoint, on_delete=models.CASCADE, related_name="deliveries", db_index=False
+    )
+    event_id = models.UUIDField(help_text="The event's id: webhook-id and the CloudEvent's id.")
+    event_type = models.CharField(max_length=64)
+    ordering_key = models.CharField(max_length=80, blank=True)
+    payload = models.JSONField(help_text="The CloudEvent sent, as sent.")
+    status = models.CharField(max_length=9, choices=DeliveryStatus, default=DeliveryStatus.PENDING)
+    attempts = models.PositiveIntegerField(default=0)
+    created_at = models.DateTimeField(default=timezone.now)
+    next_attempt_at = models.DateTimeField(default=timezone.now)
+    leased_until = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    last_status = models.PositiveSmallIntegerField(null=True, blank=True)
+    last_error = models.CharField(max_length=500, blank=True)
+
+    class Meta:
+        ordering = ["-id"]
+        indexes = [
+            models.Index(fields=["endpoint", "-id"], name="webhook_delivery_endpoint"),
+            models.Index(
+                fields=["endpoint", "ordering_key", "id"],
+                name="webhook_delivery_order",
+                condition=models.Q(status="pending"),
+            ),
+            models.Index(
+                fields=["next_attempt_at"],
+                name="webhook_delivery_due",
+                condition=models.Q(status="pending"),
+            ),
+            BrinIndex(fields=["created_at"], name="webhook_delivery_created"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.event_type} to {self.endpoint_id} ({self.status})"
+
+    @property
+    def message_id(self) -> str:
+        return f"msg_{self.event_id.hex}"
+
+
+class WebhookAttempt(models.Model):
+    """One try at sending a delivery: what the receiver answered, or why nothing did."""
+
+    delivery = models.ForeignKey(
+        WebhookDelivery, on_delete=models.CASCADE, related_name="attempt_log", db_index=False
+    )
+    at = models.DateTimeField(default=timezone.now)
+    status = models.PositiveSmallIntegerField(null=True, blank=True)
+    error = models.CharField(max_length=500, blank=True)
+    duration_ms = models.PositiveIntegerField(default=0)
+    response = models.CharField(max_length=1000, blank=True, help_text="The answer's start.")
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [models.Index(fields=["delivery", "id"], name="webhook_attempt_delivery")]
+
+    def __str__(self) -> str:
+        return f"{self.delivery_id} at {self.at}: {self.status or self.error}"

@@ -10,7 +10,16 @@ from rest_framework import serializers
 from controlplane.api.fields import Moment, StrictSerializer, StringField
 from controlplane.api.pagination import PageQuerySerializer
 from tenancy import sshkeys
-from tenancy.models import AuditActorKind, AuditEvent, AuditOutcome, AuditSource, SSHKey
+from tenancy.models import (
+    AuditActorKind,
+    AuditEvent,
+    AuditOutcome,
+    AuditSource,
+    DeliveryStatus,
+    SSHKey,
+    WebhookDelivery,
+)
+from tenancy.webhooks import EVENT_TYPES
 
 # The CloudEvents `type` of an audit event (the usage export's is io.lokiwager.gpu.usage).
 AUDIT_CLOUDEVENT_TYPE = "io.lokiwager.gpu.audit"
@@ -149,3 +158,92 @@ class OperatorAuditEventQuerySerializer(AuditEventQuerySerializer):
     tenant = serializers.RegexField(
         r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$", required=False, help_text="a tenant's slug"
     )
+
+
+_EVENT_HELP = "events to send: " + ", ".join(EVENT_TYPES) + ', or "*" for every one'
+
+
+class CreateWebhookSerializer(StrictSerializer):
+    """A new webhook: where to send which events. The answer carries its signing secret,
+    shown this once."""
+
+    url = StringField(
+        max_length=2048,
+        help_text="an https:// URL at a public address (ops may allow private ranges)",
+    )
+    events = serializers.ListField(
+        child=StringField(max_length=64), min_length=1, max_length=32, help_text=_EVENT_HELP
+    )
+    description = StringField(max_length=200, required=False, allow_blank=True, default="")
+
+
+class UpdateWebhookSerializer(StrictSerializer):
+    """What a PATCH may change; what it leaves out stays."""
+
+    url = StringField(max_length=2048, required=False)
+    events = serializers.ListField(
+        child=StringField(max_length=64),
+        min_length=1,
+        max_length=32,
+        required=False,
+        help_text=_EVENT_HELP,
+    )
+    description = StringField(max_length=200, required=False, allow_blank=True)
+    enabled = serializers.BooleanField(required=False, help_text="false pauses deliveries")
+
+
+class WebhookSerializer(serializers.Serializer):
+    id = serializers.UUIDField(source="uid")
+    url = serializers.CharField()
+    events = serializers.ListField(child=serializers.CharField())
+    description = serializers.CharField()
+    enabled = serializers.BooleanField()
+    previousSecretValidUntil = serializers.DateTimeField(
+        source="previous_secret_until",
+        allow_null=True,
+        help_text="after a rotation: until when the previous secret also signs",
+    )
+    createdAt = serializers.DateTimeField(source="created_at")
+    updatedAt = serializers.DateTimeField(source="updated_at")
+
+
+class WebhookWithSecretSerializer(WebhookSerializer):
+    secret = serializers.CharField(
+        help_text="the signing secret (whsec_...), shown only in this answer: keep it"
+    )
+
+
+class WebhookAttemptSerializer(serializers.Serializer):
+    at = serializers.DateTimeField()
+    status = serializers.IntegerField(allow_null=True, help_text="the receiver's HTTP status")
+    error = serializers.CharField(help_text="why it did not count as delivered")
+    durationMs = serializers.IntegerField(source="duration_ms")
+    response = serializers.CharField(help_text="the start of the receiver's answer")
+
+
+class WebhookDeliverySerializer(serializers.Serializer):
+    id = serializers.UUIDField(source="uid")
+    webhookId = serializers.CharField(source="message_id", help_text="the webhook-id header")
+    eventType = serializers.CharField(source="event_type")
+    status = serializers.ChoiceField(choices=DeliveryStatus.choices)
+    attempts = serializers.IntegerField()
+    createdAt = serializers.DateTimeField(source="created_at")
+    nextAttemptAt = serializers.SerializerMethodField(help_text="when pending: the next try")
+    finishedAt = serializers.DateTimeField(source="finished_at", allow_null=True)
+    lastStatus = serializers.IntegerField(source="last_status", allow_null=True)
+    lastError = serializers.CharField(source="last_error")
+    payload = serializers.JSONField(help_text="the CloudEvent sent")
+    attemptLog = WebhookAttemptSerializer(
+        source="attempt_log.all", many=True, help_text="each try, oldest first"
+    )
+
+    @extend_schema_field(serializers.DateTimeField(allow_null=True))
+    def get_nextAttemptAt(self, delivery: WebhookDelivery) -> str | None:
+        if delivery.status != DeliveryStatus.PENDING:
+            return None
+        return serializers.DateTimeField().to_representation(delivery.next_attempt_at)
+
+
+class WebhookDeliveryQuerySerializer(PageQuerySerializer):
+    status = serializers.ChoiceField(choices=DeliveryStatus.choices, required=False)
+    eventType = serializers.CharField(max_length=64, required=False)

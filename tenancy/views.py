@@ -15,20 +15,27 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from controlplane.api.pagination import PageQuerySerializer, cursor_scope, page_by_name, paginate
+from controlplane.api.parsers import MergePatchParser, StrictJSONParser
 from controlplane.api.renderers import EnvelopedResponse
 from controlplane.api.schema import envelope, error_responses
 from controlplane.api.views import ApiView, NotJsonBodyMixin
 from controlplane.errors import NotFound
 from controlplane.validation import fold_case
-from tenancy import selectors, services
-from tenancy.models import AuditEvent, SSHKey, Tenant
+from tenancy import selectors, services, webhooks
+from tenancy.models import AuditEvent, SSHKey, Tenant, WebhookDelivery, WebhookEndpoint
 from tenancy.permissions import IsOperator, IsTenant, tenant_of
 from tenancy.serializers import (
     AuditEventQuerySerializer,
     AuditEventSerializer,
     CreateSSHKeySerializer,
+    CreateWebhookSerializer,
     OperatorAuditEventQuerySerializer,
     SSHKeySerializer,
+    UpdateWebhookSerializer,
+    WebhookDeliveryQuerySerializer,
+    WebhookDeliverySerializer,
+    WebhookSerializer,
+    WebhookWithSecretSerializer,
     audit_cloudevent,
 )
 
@@ -212,3 +219,151 @@ class OperatorAuditEventListView(NotJsonBodyMixin, ApiView):
         tenant = params.get("tenant", "")
         events = selectors.list_audit_events(audit_filter(params, tenant_slug=tenant))
         return audit_page(request, events, params, scope=audit_scope(params, "operator", tenant))
+
+
+def _webhook_scope(tenant: Tenant, *parts: object) -> str:
+    return cursor_scope(tenant.pk, "webhooks", *parts)
+
+
+class WebhookListView(TenantView):
+    query_serializer = PageQuerySerializer
+    query_methods = frozenset({"GET"})
+
+    @extend_schema(
+        summary="The tenant's webhooks, oldest first, a page at a time (meta.nextCursor)",
+        parameters=[PageQuerySerializer],
+        responses={
+            200: envelope(WebhookSerializer, name="WebhookList", many=True),
+            **error_responses(400, 401),
+        },
+    )
+    def get(self, request: Request) -> Response:
+        params = self.validated_query(request)
+        page, next_cursor = paginate(
+            WebhookEndpoint.objects.filter(tenant=self.tenant),
+            cursor=params.get("cursor"),
+            limit=params["limit"],
+            scope=_webhook_scope(self.tenant),
+            newest_first=False,
+        )
+        return EnvelopedResponse(
+            {
+                "data": WebhookSerializer(page, many=True).data,
+                "meta": {"nextCursor": next_cursor},
+            }
+        )
+
+    @extend_schema(
+        summary="Add a webhook: its signing secret is in this answer only",
+        request=CreateWebhookSerializer,
+        responses={
+            201: envelope(WebhookWithSecretSerializer, name="WebhookCreated"),
+            **error_responses(400, 401, 409),
+        },
+    )
+    def post(self, request: Request) -> Response:
+        serializer = CreateWebhookSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        endpoint = webhooks.create_endpoint(tenant=self.tenant, **serializer.validated_data)
+        return Response(WebhookWithSecretSerializer(endpoint).data, status=201)
+
+
+class WebhookDetailView(TenantView):
+    parser_classes = [StrictJSONParser, MergePatchParser]
+
+    @extend_schema(
+        summary="One webhook",
+        responses={
+            200: envelope(WebhookSerializer, name="WebhookDetail"),
+            **error_responses(401, 404),
+        },
+    )
+    def get(self, request: Request, id: str) -> Response:
+        return Response(WebhookSerializer(webhooks.endpoint_of(self.tenant, id)).data)
+
+    @extend_schema(
+        summary="Change a webhook's URL, events, description, or pause it (enabled: false)",
+        request=UpdateWebhookSerializer,
+        responses={
+            200: envelope(WebhookSerializer, name="WebhookUpdated"),
+            **error_responses(400, 401, 404),
+        },
+    )
+    def patch(self, request: Request, id: str) -> Response:
+        endpoint = webhooks.endpoint_of(self.tenant, id)
+        serializer = UpdateWebhookSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        endpoint = webhooks.update_endpoint(endpoint, serializer.validated_data)
+        return Response(WebhookSerializer(endpoint).data)
+
+    @extend_schema(
+        summary="Remove a webhook and its delivery log (nothing more is sent to it)",
+        responses={204: None, **error_responses(401, 404)},
+    )
+    def delete(self, request: Request, id: str) -> Response:
+        webhooks.endpoint_of(self.tenant, id).delete()
+        return Response(status=204)
+
+
+class WebhookRotateSecretView(TenantView):
+    @extend_schema(
+        summary="A new signing secret (in this answer only); the previous one keeps signing "
+        "beside it until previousSecretValidUntil",
+        request=None,
+        responses={
+            200: envelope(WebhookWithSecretSerializer, name="WebhookRotated"),
+            **error_responses(401, 404),
+        },
+    )
+    def post(self, request: Request, id: str) -> Response:
+        endpoint = webhooks.rotate_secret(webhooks.endpoint_of(self.tenant, id))
+        return Response(WebhookWithSecretSerializer(endpoint).data)
+
+
+class WebhookTestView(TenantView):
+    @extend_schema(
+        summary="Send a webhook.test event to this webhook now (see its deliveries)",
+        request=None,
+        responses={
+            202: envelope(WebhookDeliverySerializer, name="WebhookTestDelivery"),
+            **error_responses(401, 404),
+        },
+    )
+    def post(self, request: Request, id: str) -> Response:
+        delivery = webhooks.send_test(webhooks.endpoint_of(self.tenant, id))
+        return Response(WebhookDeliverySerializer(delivery).data, status=202)
+
+
+class WebhookDeliveryListView(TenantView):
+    query_serializer = WebhookDeliveryQuerySerializer
+
+    @extend_schema(
+        summary="A webhook's deliveries, newest first, each with its attempts",
+        parameters=[WebhookDeliveryQuerySerializer],
+        responses={
+            200: envelope(WebhookDeliverySerializer, name="WebhookDeliveryList", many=True),
+            **error_responses(400, 401, 404),
+        },
+    )
+    def get(self, request: Request, id: str) -> Response:
+        params = self.validated_query(request)
+        endpoint = webhooks.endpoint_of(self.tenant, id)
+        deliveries = WebhookDelivery.objects.filter(endpoint=endpoint).prefetch_related(
+            "attempt_log"
+        )
+        if status := params.get("status"):
+            deliveries = deliveries.filter(status=status)
+        if event_type := params.get("eventType"):
+            deliveries = deliveries.filter(event_type=event_type)
+        page, next_cursor = paginate(
+            deliveries,
+            cursor=params.get("cursor"),
+            limit=params["limit"],
+            scope=_webhook_scope(self.tenant, endpoint.pk, status, event_type),
+        )
+        return EnvelopedResponse(
+            {
+                "data": WebhookDeliverySerializer(page, many=True).data,
+                "meta": {"nextCursor": next_cursor},
+            }
+        )

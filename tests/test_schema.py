@@ -97,7 +97,9 @@ def test_the_create_schema_states_what_the_server_enforces(client, auth_client):
     assert auth_client.post("/api/v1/gpu-units", body, format="json").status_code == 400
 
 
-VERBS = r"(list|create|get|update|delete|stop|start|restart|events|logs|download)"
+VERBS = (
+    r"(list|create|get|update|delete|stop|start|restart|events|logs|download|rotate_secret|test)"
+)
 
 
 def test_every_operation_is_named_resource_then_verb_and_tagged_by_resource(client):

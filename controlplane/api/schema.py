@@ -121,6 +121,14 @@ OPERATIONS: dict[tuple[str, str], tuple[str, str]] = {
         "operator",
     ),
     ("GET", "/api/v1/operator/inventory"): ("operator_inventory_get", "operator"),
+    ("GET", "/api/v1/webhooks"): ("webhooks_list", "webhooks"),
+    ("POST", "/api/v1/webhooks"): ("webhooks_create", "webhooks"),
+    ("GET", "/api/v1/webhooks/{id}"): ("webhooks_get", "webhooks"),
+    ("PATCH", "/api/v1/webhooks/{id}"): ("webhooks_update", "webhooks"),
+    ("DELETE", "/api/v1/webhooks/{id}"): ("webhooks_delete", "webhooks"),
+    ("POST", "/api/v1/webhooks/{id}/rotate-secret"): ("webhooks_rotate_secret", "webhooks"),
+    ("POST", "/api/v1/webhooks/{id}/test"): ("webhooks_test", "webhooks"),
+    ("GET", "/api/v1/webhooks/{id}/deliveries"): ("webhook_deliveries_list", "webhooks"),
     ("GET", "/api/v1/audit-events"): ("audit_events_list", "audit"),
     ("GET", "/api/v1/operator/audit-events"): ("operator_audit_events_list", "operator"),
 }
@@ -134,6 +142,10 @@ TAGS = [
     {"name": "secrets", "description": "Values units read as environment variables"},
     {"name": "quota", "description": "The tenant's quota and what is left"},
     {"name": "billing", "description": "Usage, statements and the budget"},
+    {
+        "name": "webhooks",
+        "description": "Signed event deliveries (Standard Webhooks, CloudEvents) and their log",
+    },
     {
         "name": "audit",
         "description": "Who did what: every write through the API, the dashboard and the admin",

@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import logging
 
+from django.db import transaction
+
 from controlplane import kube
 from controlplane.kube.errors import KubeError, TemporaryError
 from runtime import manifests
 from runtime.control import provisioning
 from runtime.models import GPUStorage, StoragePhase
-from runtime.storage import DELETE_STORAGE_TASK, PROVISION_STORAGE_TASK, send
+from runtime.storage import DELETE_STORAGE_TASK, PROVISION_STORAGE_TASK, announce, send
 
 logger = logging.getLogger(__name__)
 
@@ -65,18 +67,25 @@ def finish_storage_deletion(storage_pk: int) -> None:
         kube.delete(kube.PERSISTENTVOLUMECLAIM, namespace, storage.claim_name)
         if kube.get(kube.PERSISTENTVOLUMECLAIM, namespace, storage.claim_name) is not None:
             raise TemporaryError(f"waiting for claim {storage.claim_name} to be deleted", delay=1)
-    storage.delete()
+    with transaction.atomic():
+        announce(storage, previous=storage.phase, phase="Deleted")
+        storage.delete()
 
 
 def _transition(storage: GPUStorage, to: str, **fields: str) -> bool:
     """Compare-and-set, as units' phases move: only from the phase `storage` was read in, so
     a deletion committed since (Terminating) is never written over by what a cluster call
     started before it saw. False when someone else moved it first."""
-    moved = GPUStorage.objects.filter(pk=storage.pk, phase=storage.phase).update(phase=to, **fields)
-    if moved:
-        storage.phase = to
-        for name, value in fields.items():
-            setattr(storage, name, value)
+    with transaction.atomic():
+        moved = GPUStorage.objects.filter(pk=storage.pk, phase=storage.phase).update(
+            phase=to, **fields
+        )
+        if moved:
+            previous, storage.phase = storage.phase, to
+            for name, value in fields.items():
+                setattr(storage, name, value)
+            if previous != to:
+                announce(storage, previous=previous)
     return bool(moved)
 
 
