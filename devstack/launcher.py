@@ -116,6 +116,8 @@ def _start_cluster(
     # cluster these name a real gateway.
     for name, value in DEV_ACCESS.items():
         env.setdefault(name, value)
+    # Webhooks may reach a receiver on this machine (a real deployment: public addresses only).
+    env.setdefault("WEBHOOK_ALLOWED_NETWORKS", "127.0.0.0/8")
     return True
 
 

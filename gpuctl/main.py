@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from gpuctl import __version__
-from gpuctl.commands import account, audit, profiles, resources, units
+from gpuctl.commands import account, audit, profiles, resources, units, webhooks
 from gpuctl.commands.common import State
 from gpuctl.errors import EXIT_CODES_HELP, GpuctlError
 
@@ -28,6 +28,7 @@ app.add_typer(resources.storage, name="storage")
 app.add_typer(resources.ssh_keys, name="ssh-keys")
 app.add_typer(resources.secrets, name="secrets")
 app.add_typer(units.operations, name="operations")
+app.add_typer(webhooks.app, name="webhooks")
 app.add_typer(audit.app, name="audit")
 app.add_typer(profiles.app, name="config")
 app.command()(account.quota)

@@ -14,7 +14,7 @@ from django.template.response import TemplateResponse
 
 from controlplane.admin import readable_bytes, readable_cpu
 from tenancy import audit, services
-from tenancy.models import ApiKey, AuditEvent, SSHKey, Tenant
+from tenancy.models import ApiKey, AuditEvent, SSHKey, Tenant, WebhookDelivery, WebhookEndpoint
 
 SECRET_TEMPLATE = "admin/tenancy/apikey/secret.html"
 
@@ -248,4 +248,79 @@ class AuditEventAdmin(admin.ModelAdmin):
         return False
 
     def has_delete_permission(self, request: HttpRequest, obj: AuditEvent | None = None) -> bool:
+        return False
+
+
+class WebhookDeliveryInline(admin.TabularInline):
+    model = WebhookDelivery
+    fields = ("event_type", "status", "attempts", "created_at", "last_status", "last_error")
+    readonly_fields = fields
+    ordering = ("-id",)
+    extra = 0
+    max_num = 0
+    can_delete = False
+    show_change_link = True
+
+    def get_queryset(self, request: HttpRequest) -> QuerySet[WebhookDelivery]:
+        # The newest deliveries only: an endpoint's log can be long.
+        newest = super().get_queryset(request).order_by("-id").values("pk")[:20]
+        return super().get_queryset(request).filter(pk__in=newest)
+
+
+@admin.register(WebhookEndpoint)
+class WebhookEndpointAdmin(admin.ModelAdmin):
+    """Tenants add their webhooks through the API (gpuctl webhooks); ops see them and their
+    latest deliveries, pause them (enabled) and remove them. The secret is never shown."""
+
+    list_display = ("uid", "tenant", "url", "enabled", "created_at")
+    list_filter = ("enabled", "tenant")
+    search_fields = ("url", "description", "tenant__slug", "uid")
+    fields = ("uid", "tenant", "url", "events", "description", "enabled", "created_at")
+    readonly_fields = ("uid", "tenant", "url", "events", "description", "created_at")
+    inlines = (WebhookDeliveryInline,)
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+
+@admin.register(WebhookDelivery)
+class WebhookDeliveryAdmin(admin.ModelAdmin):
+    """Every delivery and its attempts, read only: what a tenant asks support about."""
+
+    list_display = ("uid", "endpoint", "event_type", "status", "attempts", "created_at")
+    list_filter = ("status", "event_type")
+    search_fields = ("uid", "event_id", "endpoint__url", "endpoint__tenant__slug")
+    list_select_related = ("endpoint",)
+    fields = (
+        "uid",
+        "endpoint",
+        "event_id",
+        "event_type",
+        "ordering_key",
+        "status",
+        "attempts",
+        "created_at",
+        "next_attempt_at",
+        "finished_at",
+        "last_status",
+        "last_error",
+        "payload",
+        "attempt_log",
+    )
+    readonly_fields = fields
+
+    @admin.display(description="attempts (oldest first)")
+    def attempt_log(self, delivery: WebhookDelivery) -> str:
+        return "\n".join(
+            f"{attempt.at:%Y-%m-%d %H:%M:%S} {attempt.status or '-'} {attempt.error} "
+            f"({attempt.duration_ms} ms)"
+            for attempt in delivery.attempt_log.all()
+        )
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(
+        self, request: HttpRequest, obj: WebhookDelivery | None = None
+    ) -> bool:
         return False

@@ -82,15 +82,15 @@ def address_problem(address: Address) -> str | None:
         ]
     )
     if any(address in network for network in _ALWAYS_REFUSED):
-        return f"{address} is link-local (metadata services live there)"
+        return f"{address}, which is link-local (metadata services live there)"
     if any(address in network for network in cluster):
-        return f"{address} is in the cluster's own ranges"
+        return f"{address}, which is in the cluster's own ranges"
     if address.is_multicast or address.is_unspecified:
-        return f"{address} is not a host's address"
+        return f"{address}, which is not a host's address"
     if any(address in network for network in _networks(settings.WEBHOOK_ALLOWED_NETWORKS)):
         return None
     if not address.is_global:
-        return f"{address} is not a public address"
+        return f"{address}, which is not a public address"
     return None
 
 
@@ -137,7 +137,7 @@ def target_problem(url: str) -> str | None:
         return f"its host does not resolve ({error.strerror or error})"
     for address in addresses:
         if problem := address_problem(address):
-            return problem
+            return f"resolves to {problem}"
     return None
 
 
@@ -172,7 +172,7 @@ def post(url: str, *, body: bytes, headers: dict[str, str], timeout: float) -> A
         return answer(None, f"the host does not resolve: {error.strerror or error}")
     for address in addresses:
         if problem := address_problem(address):
-            return answer(None, f"refused: {problem}")
+            return answer(None, f"refused: the host resolves to {problem}")
     parts = urlsplit(url)
     host = parts.hostname or ""
     port = parts.port or (443 if parts.scheme == "https" else 80)

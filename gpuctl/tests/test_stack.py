@@ -15,6 +15,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -318,3 +319,59 @@ def test_a_wrong_key_is_exit_5_and_the_profile_can_be_overridden(customer, live_
     assert "(401 unauthenticated)" in refused.stderr
     shown = gpuctl.json("config", "show")
     assert (shown["profile"], shown["apiUrl"]) == ("test", live_server.url)
+
+
+def test_webhooks_through_gpuctl(customer, settings):
+    gpuctl, _tenant = customer
+    settings.WEBHOOK_ALLOWED_NETWORKS = ["127.0.0.0/8"]  # the worker's too: conftest
+    received: list[bytes] = []
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            received.append(self.rfile.read(int(self.headers["Content-Length"])))
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/hook"
+        made = gpuctl.run("webhooks", "create", "--url", url, "-e", "unit.phase_changed")
+        assert "keep its secret" in made.stderr
+        hook = gpuctl.json("webhooks", "list")[0]
+        assert (hook["url"], hook["events"], hook["enabled"]) == (url, ["unit.phase_changed"], True)
+        assert "secret" not in hook
+        assert "whsec_" in made.stdout
+
+        gpuctl.run("webhooks", "test", hook["id"])
+        wait_until(lambda: received, "the test delivery")
+        delivered = wait_until(
+            lambda: [
+                d
+                for d in gpuctl.json("webhooks", "deliveries", hook["id"])
+                if d["status"] == "succeeded"
+            ],
+            "the delivery's log to say succeeded",
+        )
+        assert delivered[0]["eventType"] == "webhook.test"
+        table = gpuctl.run("webhooks", "deliveries", hook["id"]).stdout.splitlines()
+        assert table[0].split()[:4] == ["ID", "EVENT", "SUBJECT", "STATUS"]
+        assert "succeeded" in table[1].split()
+
+        rotated = gpuctl.json("webhooks", "rotate-secret", hook["id"])
+        assert rotated["secret"].startswith("whsec_")
+        assert rotated["previousSecretValidUntil"]
+        paused = gpuctl.json("webhooks", "update", hook["id"], "--disable")
+        assert paused["enabled"] is False
+        refused = gpuctl.run(
+            "webhooks", "update", hook["id"], "--url", "http://169.254.169.254/", code=2
+        )
+        assert "link-local" in refused.stderr
+        gpuctl.run("webhooks", "delete", hook["id"])
+        gpuctl.run("webhooks", "get", hook["id"], code=3)
+    finally:
+        server.shutdown()
+        server.server_close()

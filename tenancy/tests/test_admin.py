@@ -4,7 +4,8 @@ import pytest
 from django.urls import reverse
 from rest_framework.test import APIClient
 
-from tenancy.models import ApiKey, Tenant
+from tenancy import webhooks
+from tenancy.models import ApiKey, Tenant, WebhookAttempt
 from tenancy.services import hash_key
 from tenancy.tests.factories import TenantFactory
 
@@ -88,3 +89,23 @@ def test_tenant_action_shows_each_new_secret_on_the_page_not_in_a_message(admin_
         assert f'value="{secret}"' in page
     assert page.count('class="button copy-key"') == 2
     assert not list(response.context["messages"])
+
+
+def test_webhooks_and_their_deliveries_show_without_the_secret(admin_client, settings):
+    settings.WEBHOOK_ALLOWED_NETWORKS = ["127.0.0.0/8"]
+    endpoint = webhooks.create_endpoint(
+        tenant=TenantFactory(), url="http://127.0.0.1:9/hook", events=["*"]
+    )
+    delivery = webhooks.send_test(endpoint)
+    WebhookAttempt.objects.create(delivery=delivery, status=500, error="not 2xx", duration_ms=7)
+    listed = admin_client.get(reverse("admin:tenancy_webhookendpoint_changelist"))
+    assert listed.status_code == 200
+    assert "http://127.0.0.1:9/hook" in listed.content.decode()
+    page = admin_client.get(reverse("admin:tenancy_webhookendpoint_change", args=[endpoint.pk]))
+    assert page.status_code == 200
+    assert "webhook.test" in page.content.decode()
+    assert endpoint.secret not in page.content.decode()
+    shown = admin_client.get(reverse("admin:tenancy_webhookdelivery_change", args=[delivery.pk]))
+    assert shown.status_code == 200
+    assert "500 not 2xx (7 ms)" in shown.content.decode()
+    assert endpoint.secret not in shown.content.decode()
