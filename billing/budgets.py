@@ -107,6 +107,11 @@ def budget_of(tenant: Tenant, *, now: datetime, spent: Decimal | None = None) ->
     )
 
 
+def _cents(amount: Decimal | None) -> Decimal | None:
+    """As GET /budget shows an amount: to the cent."""
+    return None if amount is None else amount.quantize(Decimal("0.01"))
+
+
 def _announce(alert: BudgetAlert, budget: Budget) -> None:
     """Tell the tenant's webhooks; the event's id is the alert's own (tenant, month,
     threshold), so a pass that raced another sends the same webhook-id twice at most."""
@@ -117,9 +122,9 @@ def _announce(alert: BudgetAlert, budget: Budget) -> None:
         data={
             "month": alert.month.isoformat(),
             "threshold": alert.threshold,
-            "limit": str(budget.limit),
-            "spent": str(budget.spent),
-            "forecast": str(budget.forecast),
+            "limit": str(_cents(budget.limit)),
+            "spent": str(_cents(budget.spent)),
+            "forecast": str(_cents(budget.forecast)),
             "currency": budget.currency,
             "mode": budget.mode,
         },

@@ -17,7 +17,8 @@ from catalog.tests.factories import ARTICLE_PACKAGE_ID
 from runtime import actions
 from runtime.models import GPUUnit, Operation, OperationKind, RunPolicy, UnitPhase
 from runtime.tests.factories import UnitFactory
-from tenancy.models import BudgetMode, Tenant
+from tenancy import webhooks
+from tenancy.models import BudgetMode, Tenant, WebhookDelivery
 from tests.endpoints import client_for
 
 pytestmark = pytest.mark.django_db
@@ -134,3 +135,32 @@ def test_an_enforced_budget_refuses_orders_and_starts_then_stops_units_after_the
     tenant.refresh_from_db()
     assert tenant.budget_exceeded_at is None
     assert _order(tenant, "again").status_code == 201
+
+
+@time_machine.travel(NOW, tick=False)
+def test_each_threshold_reached_is_one_webhook_event(tenant, package, settings):
+    settings.WEBHOOK_ALLOWED_NETWORKS = ["127.0.0.0/8"]
+    hook = webhooks.create_endpoint(
+        tenant=tenant, url="http://127.0.0.1:9/hook", events=["budget.threshold_reached"]
+    )
+    webhooks.create_endpoint(
+        tenant=tenant, url="http://127.0.0.1:9/other", events=["unit.phase_changed"]
+    )
+    _budget(tenant, "100.00")
+    _ran(tenant, package, "done", 8.5)  # 85.00: 50 and 80 at once
+    check_budgets(now=NOW)
+    check_budgets(now=NOW)  # nothing new: nothing sent again
+    sent = WebhookDelivery.objects.order_by("id")
+    assert [(d.endpoint_id, d.payload["data"]["threshold"]) for d in sent] == [
+        (hook.pk, 50),
+        (hook.pk, 80),
+    ]
+    event = sent[1].payload
+    assert event["type"] == "io.lokiwager.gpu.budget.threshold_reached"
+    assert event["subject"] == "budget"
+    assert (event["data"]["spent"], event["data"]["limit"], event["data"]["currency"]) == (
+        "85.00",
+        "100.00",
+        "USD",
+    )
+    assert event["data"]["month"] == "2026-12-01"

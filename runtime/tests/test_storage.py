@@ -16,6 +16,8 @@ from controlplane.kube.errors import TemporaryError
 from runtime.control import volumes as storage_claims
 from runtime.models import GPUStorage, GPUUnit
 from runtime.tests.helpers import remove_namespace_objects, wait_for_phase
+from tenancy import webhooks
+from tenancy.models import WebhookDelivery
 from tenancy.tests.factories import TenantFactory
 from tests.endpoints import EndpointTest, client_for
 
@@ -295,3 +297,30 @@ class TestStorageDelete(EndpointTest):
         auth_client.post("/api/v1/gpu-storages", {"name": "a", "size": "1Gi"}, format="json")
         auth_client.get("/api/v1/gpu-storages")
         self.assert_statement_count(auth_client, name="a")
+
+
+def test_a_volumes_phases_are_webhook_events_in_order(auth_client, tenant, settings):
+    settings.WEBHOOK_ALLOWED_NETWORKS = ["127.0.0.0/8"]
+    # Nothing listens on port 9: the deliveries are written and refused, which is all this
+    # test reads (tests/test_webhooks.py receives them).
+    hook = webhooks.create_endpoint(
+        tenant=tenant, url="http://127.0.0.1:9/hook", events=["storage.phase_changed"]
+    )
+    create_storage(auth_client, name="scratch")  # Pending: it binds with its first unit
+    request = {**SEED_REQUEST, "storageMounts": [{"name": "scratch", "mountPath": "/data"}]}
+    assert auth_client.post("/api/v1/gpu-units", request, format="json").status_code == 201
+    unit = wait_for_phase(GPUUnit.objects.get(name="demo-instance"), "Running")
+    storage_claims.sync_storages(settings.CLUSTER_NAME)
+    assert GPUStorage.objects.get(name="scratch").phase == "Bound"
+    assert auth_client.delete("/api/v1/gpu-units/demo-instance").status_code == 202
+    wait_for_phase(unit, "Terminated")
+    assert auth_client.delete("/api/v1/gpu-storages/scratch").status_code == 202
+    wait_for(lambda: not GPUStorage.objects.filter(name="scratch").exists(), "the deletion")
+    events = [d.payload for d in WebhookDelivery.objects.filter(endpoint=hook).order_by("id")]
+    assert [(e["data"]["previousPhase"], e["data"]["phase"]) for e in events] == [
+        ("Pending", "Bound"),
+        ("Bound", "Terminating"),
+        ("Terminating", "Deleted"),
+    ]
+    assert {e["subject"] for e in events} == {"gpu-storages/scratch"}
+    assert {e["type"] for e in events} == {"io.lokiwager.gpu.storage.phase_changed"}
