@@ -238,7 +238,7 @@ UNIT_ROLLUP_KEY = (
     "quantity_unit",
     "correction",
 )
-PACKAGE_ROLLUP_KEY = ("grain", "period", "tenant", "package_id", "quantity_unit")
+PACKAGE_ROLLUP_KEY = ("grain", "period", "tenant", "package_id", "region", "quantity_unit")
 
 
 class UnitRollup(Rollup):
@@ -269,8 +269,11 @@ class UnitRollup(Rollup):
 
 
 class PackageRollup(Rollup):
-    """A tenant's rows of one package in a day or month: totals, budgets, usage by package,
-    day or tenant."""
+    """A tenant's rows of one package in one region in a day or month: totals, budgets,
+    usage by package, day, region or tenant."""
+
+    # The rows' region ("" for rows written before regions were kept).
+    region = models.CharField(max_length=63, blank=True, default="")
 
     class Meta:
         constraints = [

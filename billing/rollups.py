@@ -95,6 +95,7 @@ def _package_key(record: UsageRecord, grain: str) -> tuple:
         period_of(record.start, grain),
         record.tenant_id,
         record.package_id,
+        record.region,
         record.quantity_unit,
     )
 

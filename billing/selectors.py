@@ -20,7 +20,7 @@ from billing import periods, prices
 from billing.models import Grain, Meter, PackageRollup, QuantityUnit, UnitRollup, UsageRecord
 from tenancy.models import Tenant
 
-GROUPS = ("unit", "package", "day", "tenant", "package-day")
+GROUPS = ("unit", "package", "day", "region", "tenant", "package-day")
 
 
 @dataclass
@@ -130,8 +130,17 @@ def tenant_costs(tenant: Tenant, *, now: datetime, since: datetime) -> tuple[Dec
 
 
 def _key(
-    group_by: str, *, unit_uid: Any, unit_name: str, package_id: str, day: date, tenant: str
+    group_by: str,
+    *,
+    unit_uid: Any,
+    unit_name: str,
+    package_id: str,
+    day: date,
+    tenant: str,
+    region: str,
 ) -> tuple:
+    if group_by == "region":
+        return (region,)
     if group_by == "unit":
         return (str(unit_uid), unit_name, package_id)
     if group_by == "package":
@@ -148,6 +157,7 @@ _ROLLUP_FIELDS = {
     "unit": ("unit_uid", "unit_name", "package_id"),
     "package": ("package_id",),
     "day": ("period",),
+    "region": ("region",),
     "package-day": ("package_id", "period"),
     "tenant": ("tenant_id",),
 }
@@ -211,6 +221,7 @@ def usage(
                 package_id=row.get("package_id", ""),
                 day=row.get("period"),
                 tenant=slugs.get(row.get("tenant_id"), ""),
+                region=row.get("region", ""),
             )
             totals(key).add(
                 unit=row["quantity_unit"],
@@ -234,6 +245,7 @@ def usage(
             package_id=owner.package_id,
             day=item.start.astimezone(UTC).date(),
             tenant=slugs.get(owner.tenant_id, ""),
+            region=owner.region,
         )
         cost = Decimal(item.cost)
         # What the rollup counted less the part outside: exactly the part inside, rounded

@@ -64,12 +64,14 @@ class PeriodQuerySerializer(serializers.Serializer):
 
 
 class UsageQuerySerializer(PeriodQuerySerializer):
-    groupBy = serializers.ChoiceField(choices=["unit", "package", "day"], default="package")
+    groupBy = serializers.ChoiceField(
+        choices=["unit", "package", "day", "region"], default="package"
+    )
 
 
 class OperatorUsageQuerySerializer(PeriodQuerySerializer):
     groupBy = serializers.ChoiceField(
-        choices=["tenant", "unit", "package", "day"], default="tenant"
+        choices=["tenant", "unit", "package", "day", "region"], default="tenant"
     )
 
 
@@ -78,6 +80,7 @@ _KEY_NAMES = {
     "package": ("package",),
     "day": ("day",),
     "tenant": ("tenant",),
+    "region": ("region",),
 }
 _totals_fields: dict[str, serializers.Field] = {
     "seconds": serializers.CharField(help_text="seconds a unit held its devices"),
@@ -90,7 +93,7 @@ _usage_item = inline_serializer(
     fields={
         **{
             name: serializers.CharField(required=False)
-            for name in ("unitUid", "unit", "package", "day", "tenant")
+            for name in ("unitUid", "unit", "package", "day", "tenant", "region")
         },
         **_totals_fields,
     },

@@ -3,7 +3,6 @@
 import django.db.models.deletion
 from django.db import migrations, models
 
-from billing import rollups
 
 
 class Migration(migrations.Migration):
@@ -67,13 +66,9 @@ class Migration(migrations.Migration):
 
 
 def backfill(apps, schema_editor):
-    """The rollups of the rows already in the ledger."""
-    rollups.rebuild(
-        models={
-            name: apps.get_model("billing", name)
-            for name in ("UsageRecord", "UnitRollup", "PackageRollup")
-        }
-    )
+    """The rollups of the rows already in the ledger: written by 0008_package_rollup_region,
+    which rebuilds them all once the rows carry their region (this migration's rows could not
+    be keyed the way the code keys them now)."""
 
 
 Migration.operations.append(migrations.RunPython(backfill, migrations.RunPython.noop))

@@ -63,6 +63,31 @@ class TestUsage(EndpointTest):
         by_day = self.get_success_response(auth_client, query={**query, "groupBy": "day"})
         assert by_day.json()["data"]["items"][0]["day"] == "2026-11-28"
 
+    def test_grouped_by_region_whole_days_and_edges_alike(self, auth_client, tenant, package):
+        east = UnitFactory(tenant=tenant, name="east", package=package, region="us-east")
+        west = UnitFactory(tenant=tenant, name="west", package=package, region="eu-west")
+        hold(east, T, T + timedelta(hours=2))  # 3.60 an hour: 7.20
+        hold(west, T, T + timedelta(minutes=30))  # 1.80
+        whole = {"from": "2026-11-28", "to": "2026-11-29", "groupBy": "region"}
+        data = self.get_success_response(auth_client, query=whole).json()["data"]
+        assert data["groupBy"] == "region"
+        assert [(i["region"], i["cost"]) for i in data["items"]] == [
+            ("eu-west", "1.800000"),
+            ("us-east", "7.200000"),
+        ]
+        # A period cutting rows (read from the rows, not the rollups) groups the same way.
+        cut = {"from": "2026-11-28T10:45:00Z", "to": "2026-11-28T11:45:00Z", "groupBy": "region"}
+        data = self.get_success_response(auth_client, query=cut).json()["data"]
+        assert [(i["region"], i["seconds"]) for i in data["items"]] == [
+            ("eu-west", "900.000"),
+            ("us-east", "3600.000"),
+        ]
+        # By package, the regions add up: one line.
+        by_package = self.get_success_response(
+            auth_client, query={**whole, "groupBy": "package"}
+        ).json()["data"]
+        assert [(i["package"], i["cost"]) for i in by_package["items"]] == [("h100-2x", "9.000000")]
+
     def test_a_period_cutting_a_row_counts_the_part_inside(self, auth_client, used):
         data = self.get_success_response(
             auth_client, query={"from": "2026-11-28T10:45:00Z", "to": "2026-11-28T11:30:00+00:00"}

@@ -64,6 +64,7 @@ USAGE_KEYS = {
     "unit": [Column("UNIT", "unit"), Column("PACKAGE", "package")],
     "package": [Column("PACKAGE", "package")],
     "day": [Column("DAY", "day")],
+    "region": [Column("REGION", "region")],
 }
 
 
@@ -71,6 +72,7 @@ class GroupBy(StrEnum):
     UNIT = "unit"
     PACKAGE = "package"
     DAY = "day"
+    REGION = "region"
 
 
 def usage(
