@@ -4,6 +4,7 @@ import re
 
 import pytest
 import yaml
+from openapi_spec_validator import validate
 
 pytestmark = pytest.mark.django_db
 
@@ -22,6 +23,12 @@ def test_schema_lists_the_api_with_envelope_shapes(client):
     assert grace["readOnly"] is True
     assert "SIGTERM" in grace["description"]
     assert "Error" in schema["components"]["schemas"]
+
+
+def test_the_schema_is_a_valid_openapi_document(client):
+    schema = yaml.safe_load(client.get("/api/schema/").content)
+    assert schema["openapi"].startswith("3.")
+    validate(schema)  # raises, naming the path, on anything a generator would trip on
 
 
 def test_the_operator_inventorys_device_rows_document_every_field(client):
