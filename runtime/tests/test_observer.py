@@ -144,9 +144,10 @@ def test_an_event_costs_the_same_however_many_units_and_clusters_the_database_ho
     statements, calls = few
     # The GPUUnit status already says Running (the informer holds it): nothing to patch.
     assert calls == 0
-    # The units, the transition and its timeline entry (a phase the unit was not in: no need
-    # to read the latest), the sync stamp, and the usage meter: the open ones, seen now.
-    assert statements == 6
+    # The units, the transition, its timeline entry (a phase the unit was not in: no need
+    # to read the latest) and the tenant's webhooks that want it (one indexed read), the sync
+    # stamp, and the usage meter: the open ones, seen now.
+    assert statements == 7
 
 
 def test_one_replica_leads_and_another_takes_over(tenant):
