@@ -20,7 +20,7 @@ from typing import Any
 from celery import current_app
 from django.conf import settings
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from controlplane import queues
@@ -53,6 +53,8 @@ EVENT_TYPES: dict[str, str] = {
 # How long a delivery is the task's alone once claimed: longer than a send can take.
 _LEASE = timedelta(seconds=60)
 SWEEP_BATCH = 500
+# The longest wait before a retry that is sent as a delayed task; longer ones, the sweeper.
+COUNTDOWN_MAX = 60.0
 
 
 def _events_problem(events: object) -> str | None:
@@ -235,10 +237,18 @@ def _queue(
 
 
 def send(delivery_id: int, *, countdown: float = 0) -> None:
-    """Hand one delivery to a worker (the sweeper sends it again if this is lost)."""
+    """Hand one delivery to a worker (the sweeper sends it again if this is lost). A try due
+    later than COUNTDOWN_MAX is left to the sweeper: a Redis broker hands a task held that long
+    to another worker again (its visibility timeout), and a worker holds it in memory."""
+    if countdown > COUNTDOWN_MAX:
+        return
     try:
         current_app.send_task(
-            DELIVER_TASK, args=[delivery_id], queue=WEBHOOK_QUEUE, countdown=countdown or None
+            DELIVER_TASK,
+            args=[delivery_id],
+            queue=WEBHOOK_QUEUE,
+            countdown=countdown or None,
+            retry=False,
         )
     except Exception:  # the broker away: the sweeper sends it once it is back
         logger.warning("webhook delivery %s not sent; the sweeper will", delivery_id, exc_info=True)
@@ -360,9 +370,17 @@ def sweep(*, now: datetime | None = None) -> int:
     """Send again what is due and held by nobody (a lost message, a worker that died with the
     lease), and drop deliveries older than the retention. Returns how many were sent."""
     now = now or timezone.now()
+    # A delivery waiting for an earlier one of its unit is started by that one's end.
+    waiting = WebhookDelivery.objects.filter(
+        endpoint_id=OuterRef("endpoint_id"),
+        ordering_key=OuterRef("ordering_key"),
+        status=DeliveryStatus.PENDING,
+        id__lt=OuterRef("id"),
+    )
     due = list(
         WebhookDelivery.objects.filter(
             Q(leased_until__isnull=True) | Q(leased_until__lt=now),
+            Q(ordering_key="") | ~Exists(waiting),
             status=DeliveryStatus.PENDING,
             next_attempt_at__lte=now - timedelta(seconds=5),
         )

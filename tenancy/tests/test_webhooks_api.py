@@ -5,9 +5,12 @@ deliveries themselves, over a real worker: tests/test_webhooks.py."""
 from __future__ import annotations
 
 import uuid
+from datetime import timedelta
 
 import pytest
+from django.utils import timezone
 
+from tenancy import webhooks
 from tenancy.models import WebhookDelivery, WebhookEndpoint
 from tenancy.tests.factories import TenantFactory
 from tests.endpoints import EndpointTest, client_for
@@ -217,3 +220,29 @@ class TestDeliveries(EndpointTest):
         made = _create(client).json()["data"]["id"]
         client.post(f"/api/v1/webhooks/{made}/test")
         self.assert_statement_count(client, id=made)
+
+
+def test_the_sweeper_resends_what_is_due_and_free_and_not_waiting(tenant, monkeypatch):
+    sent: list[int] = []
+    monkeypatch.setattr(webhooks, "send", lambda pk, countdown=0: sent.append(pk))
+    hook = webhooks.create_endpoint(tenant=tenant, url=RECEIVER, events=["*"])
+    data = {"phase": "Running"}
+    for _ in range(2):  # a unit's two events: the second waits for the first
+        webhooks.emit(
+            tenant.pk, "unit.phase_changed", subject="units/a", data=data, ordering_key="unit:a"
+        )
+    webhooks.emit(tenant.pk, "budget.threshold_reached", subject="budget", data={})
+    leased = webhooks.send_test(hook)
+    WebhookDelivery.objects.filter(pk=leased.pk).update(
+        leased_until=timezone.now() + timedelta(minutes=1)
+    )
+    first, second, budget = WebhookDelivery.objects.exclude(pk=leased.pk).order_by("id")
+    later = timezone.now() + timedelta(seconds=10)
+    assert webhooks.sweep(now=later) == 2
+    assert sorted(sent) == sorted([first.pk, budget.pk])  # not the second, not the leased
+    assert second.ordering_key == first.ordering_key
+    # Not yet due (a retry's back-off) is not sent either.
+    WebhookDelivery.objects.filter(pk=budget.pk).update(next_attempt_at=later + timedelta(hours=1))
+    sent.clear()
+    assert webhooks.sweep(now=later) == 1
+    assert sent == [first.pk]
