@@ -270,7 +270,7 @@ class WebhookDeliveryInline(admin.TabularInline):
 @admin.register(WebhookEndpoint)
 class WebhookEndpointAdmin(admin.ModelAdmin):
     """Tenants add their webhooks through the API (gpuctl webhooks); ops see them and their
-    latest deliveries, pause them (enabled) and remove them. The secret is never shown."""
+    latest deliveries, turn them off (enabled) and remove them. The secret is never shown."""
 
     list_display = ("uid", "tenant", "url", "enabled", "created_at")
     list_filter = ("enabled", "tenant")

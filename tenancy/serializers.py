@@ -189,7 +189,11 @@ class UpdateWebhookSerializer(StrictSerializer):
         help_text=_EVENT_HELP,
     )
     description = StringField(max_length=200, required=False, allow_blank=True)
-    enabled = serializers.BooleanField(required=False, help_text="false pauses deliveries")
+    enabled = serializers.BooleanField(
+        required=False,
+        help_text="false: nothing more is sent (pending deliveries fail, new events are "
+        "not kept) until true",
+    )
 
 
 class WebhookSerializer(serializers.Serializer):

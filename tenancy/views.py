@@ -282,7 +282,7 @@ class WebhookDetailView(TenantView):
         return Response(WebhookSerializer(webhooks.endpoint_of(self.tenant, id)).data)
 
     @extend_schema(
-        summary="Change a webhook's URL, events, description, or pause it (enabled: false)",
+        summary="Change a webhook's URL, events or description, or turn it off (enabled: false)",
         request=UpdateWebhookSerializer,
         responses={
             200: envelope(WebhookSerializer, name="WebhookUpdated"),

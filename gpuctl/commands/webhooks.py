@@ -98,7 +98,10 @@ def update_webhook(
     ] = None,
     description: Annotated[str | None, typer.Option("--description")] = None,
     enabled: Annotated[
-        bool | None, typer.Option("--enable/--disable", help="resume or pause deliveries")
+        bool | None,
+        typer.Option(
+            "--enable/--disable", help="turn sending on or off (while off, events are not kept)"
+        ),
     ] = None,
     output: Output = Format.TABLE,
 ) -> None:
