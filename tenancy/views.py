@@ -14,7 +14,13 @@ from drf_spectacular.utils import OpenApiResponse, extend_schema
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from controlplane.api.pagination import PageQuerySerializer, cursor_scope, page_by_name, paginate
+from controlplane.api.pagination import (
+    PageQuerySerializer,
+    cursor_scope,
+    page_body,
+    page_by_name,
+    paginate,
+)
 from controlplane.api.parsers import MergePatchParser, StrictJSONParser
 from controlplane.api.renderers import EnvelopedResponse
 from controlplane.api.schema import envelope, error_responses
@@ -238,19 +244,14 @@ class WebhookListView(TenantView):
         },
     )
     def get(self, request: Request) -> Response:
-        params = self.validated_query(request)
-        page, next_cursor = paginate(
-            WebhookEndpoint.objects.filter(tenant=self.tenant),
-            cursor=params.get("cursor"),
-            limit=params["limit"],
-            scope=_webhook_scope(self.tenant),
-            newest_first=False,
-        )
         return EnvelopedResponse(
-            {
-                "data": WebhookSerializer(page, many=True).data,
-                "meta": {"nextCursor": next_cursor},
-            }
+            page_body(
+                WebhookEndpoint.objects.filter(tenant=self.tenant),
+                self.validated_query(request),
+                scope=_webhook_scope(self.tenant),
+                serializer=WebhookSerializer,
+                newest_first=False,
+            )
         )
 
     @extend_schema(
@@ -355,15 +356,11 @@ class WebhookDeliveryListView(TenantView):
             deliveries = deliveries.filter(status=status)
         if event_type := params.get("eventType"):
             deliveries = deliveries.filter(event_type=event_type)
-        page, next_cursor = paginate(
-            deliveries,
-            cursor=params.get("cursor"),
-            limit=params["limit"],
-            scope=_webhook_scope(self.tenant, endpoint.pk, status, event_type),
-        )
         return EnvelopedResponse(
-            {
-                "data": WebhookDeliverySerializer(page, many=True).data,
-                "meta": {"nextCursor": next_cursor},
-            }
+            page_body(
+                deliveries,
+                params,
+                scope=_webhook_scope(self.tenant, endpoint.pk, status, event_type),
+                serializer=WebhookDeliverySerializer,
+            )
         )

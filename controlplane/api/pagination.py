@@ -67,6 +67,30 @@ def paginate(
     return page, (encode_cursor(str(getattr(page[-1], position)), scope) if more else None)
 
 
+def page_body(
+    queryset: QuerySet,
+    query: Mapping[str, Any],
+    *,
+    scope: str,
+    serializer: type[serializers.Serializer],
+    key: str = "id",
+    position: str = "uid",
+    newest_first: bool = True,
+) -> dict[str, Any]:
+    """The body of a paged list: `data` and `meta.nextCursor`, from `query`'s `limit` and
+    `cursor` (see paginate for the order)."""
+    page, next_cursor = paginate(
+        queryset,
+        cursor=query.get("cursor"),
+        limit=query["limit"],
+        scope=scope,
+        key=key,
+        position=position,
+        newest_first=newest_first,
+    )
+    return {"data": serializer(page, many=True).data, "meta": {"nextCursor": next_cursor}}
+
+
 def page_by_name(
     queryset: QuerySet,
     query: Mapping[str, Any],
@@ -75,17 +99,16 @@ def page_by_name(
     serializer: type[serializers.Serializer],
 ) -> dict[str, Any]:
     """The body of a paged list of named things (a tenant's SSH keys, its secrets) in name
-    order: `data` and `meta.nextCursor`, from `query`'s `limit` and `cursor`."""
-    page, next_cursor = paginate(
+    order."""
+    return page_body(
         queryset,
-        cursor=query.get("cursor"),
-        limit=query["limit"],
+        query,
         scope=scope,
+        serializer=serializer,
         key="name",
         position="name",
         newest_first=False,
     )
-    return {"data": serializer(page, many=True).data, "meta": {"nextCursor": next_cursor}}
 
 
 class PageQuerySerializer(serializers.Serializer):
