@@ -63,6 +63,8 @@ def test_tasks_reuse_the_workers_database_connections(worker, tenant):
         remove_namespace_objects(tenant.namespace)
     # Each task's connection is still open once the task is done (none would be, were each
     # closed as its task ends), and eight creates use at most one per worker thread, not one
-    # per task.
+    # per task. The worker's main thread holds one too: it reads the cluster registry at
+    # start (controlplane/celery.py). Tasks other tests left on the webhooks queue, which this
+    # worker also takes, can keep every pool thread busy at once.
     assert all(after_each), after_each
-    assert len(set().union(*after_each)) <= WORKER_THREADS, after_each
+    assert len(set().union(*after_each)) <= WORKER_THREADS + 1, after_each
