@@ -157,6 +157,7 @@ def test_a_cluster_outage_loses_nothing(west, auth_client, deleted_at_end, setti
     settings.CLUSTER_LOST_AFTER_SECONDS = 1
     west.faults.unreachable = True
     west.faults.drop_watches()
+    _wait_for_the_observer_to_lose(WEST)
     # Beat's sync of west fails, and once its mirror is older than the limit, west is lost.
     assert not sync.sync_inventory(WEST).ok
     wait_until(
@@ -210,6 +211,18 @@ def test_a_cluster_outage_loses_nothing(west, auth_client, deleted_at_end, setti
         assert auth_client.delete(f"/api/v1/gpu-units/{name}").status_code == 202
     for done in (unit, elsewhere):
         wait_until(lambda u=done: _phase(u, UnitPhase.TERMINATED), f"{done.name} to end")
+
+
+def _wait_for_the_observer_to_lose(cluster: str) -> None:
+    """Until the observer has seen its watches of `cluster` break, it may still mark the mirror
+    current as of now (it does every OBSERVER_TOUCH_SECONDS while they hold): a mark made just
+    after the failed sync below would make the cluster reachable again for a moment. Once its
+    published status says it is not synced, it has stopped marking (it publishes after it
+    marks, in the same step) and cannot start again while the cluster is away."""
+    wait_until(
+        lambda: (read_status(cluster) or {}).get("synced") is False,
+        f"the observer to see {cluster}'s watches break",
+    )
 
 
 def _health(cluster: str) -> str:
@@ -326,6 +339,7 @@ def test_a_cluster_stopped_mid_burst_loses_nothing(
     assert {u.cluster for u in late} == {WEST}  # not lost yet: west still takes orders
 
     settings.CLUSTER_LOST_AFTER_SECONDS = 1
+    _wait_for_the_observer_to_lose(WEST)
     assert not sync.sync_inventory(WEST).ok
     wait_until(
         lambda: _health(WEST) == inventory_clusters.Health.UNREACHABLE, "west to be unreachable"
