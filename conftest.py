@@ -25,6 +25,25 @@ settings.load_profile("suite")
 
 
 @pytest.fixture(scope="session", autouse=True)
+def _fast_password_hashing():
+    """Passwords made and checked in this process (dashboard users, admin logins) use a cheap
+    hasher: the product's PBKDF2 spends about 0.3 s of CPU on each by design, and hundreds of
+    tests make a user (Django's testing docs advise the same). The stacks the tests start as
+    processes (make run, gunicorn, the workers) keep the product's hashers."""
+    from django.conf import settings as django_settings
+    from django.contrib.auth.hashers import get_hashers, get_hashers_by_algorithm
+
+    original = django_settings.PASSWORD_HASHERS
+    django_settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
+    get_hashers.cache_clear()
+    get_hashers_by_algorithm.cache_clear()
+    yield
+    django_settings.PASSWORD_HASHERS = original
+    get_hashers.cache_clear()
+    get_hashers_by_algorithm.cache_clear()
+
+
+@pytest.fixture(scope="session", autouse=True)
 def _live_server_backlog():
     """Give `live_server` a listen backlog like a production server's. Django's WSGIServer
     listens with a backlog of 10, so a test that opens 50 connections at once has some
@@ -329,6 +348,13 @@ _PAUSED_NODES = pytest.StashKey[list]()
 LEAK_KINDS = {"pods": "Pod", "resourceclaims": "ResourceClaim"}
 _SESSION_CLUSTER = pytest.StashKey[Any]()  # the session's SimCluster while it runs
 _LEAK_BASELINE = pytest.StashKey[tuple[Any, frozenset[str]]]()  # (SimCluster, uids before)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `long` first, each group in its collected order: `make test` hands modules
+    to its parallel workers in this order (pytest-xdist's loadscope), so the few that run for a
+    minute or more start at once instead of being the last ones a worker is left with."""
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)
 
 
 def pytest_addoption(parser):
