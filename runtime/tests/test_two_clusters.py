@@ -30,7 +30,11 @@ from runtime.models import GPUStorage, GPUUnit, UnitEvent, UnitPhase
 from runtime.tests.helpers import order_unit, wait_until
 from simcluster.cluster import SimCluster
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("celery_worker")]
+pytestmark = [
+    pytest.mark.long,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("celery_worker"),
+]
 
 WEST = "west-1"
 DEV_GATEWAY = Path(__file__).resolve().parents[2] / "k8s" / "components" / "dev-gateway"
@@ -389,8 +393,13 @@ def test_a_cluster_stopped_mid_burst_loses_nothing(
 
     # Billing: every unit of the burst billed in its region, its records never overlapping,
     # and the ledger agreeing with the timeline of each (the usage audit finds no difference).
-    now = timezone.now()
     uids = {str(GPUUnit.objects.get(pk=u.pk).uid) for u in burst}
+    # A reconcile commits a unit's phase, then opens its meter (runtime/control/reconcile.py).
+    wait_until(
+        lambda: Meter.objects.filter(unit_uid__in=uids).count() == len(uids),
+        "a meter open for each unit of the burst",
+    )
+    now = timezone.now()
     records = list(
         UsageRecord.objects.filter(unit_uid__in=uids, corrects__isnull=True).order_by("start")
     )
