@@ -8,6 +8,10 @@ STAMP := $(VENV)/.installed-$(shell cat requirements/*.txt | cksum | cut -d' ' -
 DEVSTACK := $(PY) -m devstack exec --
 # make run's data folder (database, Redis, cluster objects, keys); make manage reads it too.
 DATA ?= .devdata
+# make test runs the suite in this many processes (pytest-xdist; 0 runs it in this one). Each
+# has its own test database, Redis database, simulated cluster, Celery worker and observer
+# (tests/isolation.py); a module's tests stay in one of them (loadscope).
+PYTEST_WORKERS ?= 3
 
 .PHONY: run manage test test-reliability lint lint-checks pytest bench clean help
 
@@ -63,7 +67,7 @@ lint-checks:
 	$(VENV)/bin/mypy
 
 pytest:
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadscope $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) .devdata .pytest_cache .ruff_cache .mypy_cache

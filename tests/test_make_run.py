@@ -148,6 +148,7 @@ def wait_for_inventory(base: str, key: str, cluster: str = "default") -> dict:
     pytest.fail(f"the inventory did not show the demo unit: {status} {body[:300]!r}")
 
 
+@pytest.mark.long
 def test_make_run_serves_api_and_admin_and_stops_on_ctrl_c(tmp_path):
     # The web port and the four after it (the worker's and the observer's /metrics, the two
     # simulated clusters' gateways).

@@ -29,7 +29,11 @@ from runtime.tests.helpers import remove_namespace_objects, wait_until
 from tenancy.tests.factories import TenantFactory, key_for
 from tenancy.tests.test_sshkeys import ED25519
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("celery_worker")]
+pytestmark = [
+    pytest.mark.long,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("celery_worker"),
+]
 
 # Installed by `make` (requirements/dev.txt installs this checkout): the command under test.
 GPUCTL = Path(sys.executable).with_name("gpuctl")

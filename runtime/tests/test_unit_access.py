@@ -19,7 +19,7 @@ from runtime import access, manifests
 from runtime.models import GPUUnit
 from runtime.tests.helpers import remove_namespace_objects, wait_for_phase
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.long]
 DEV_GATEWAY = Path(__file__).resolve().parents[2] / "k8s" / "components" / "dev-gateway"
 # The seed runtime's README request, but for its storageMounts.
 SEED_REQUEST = {

@@ -16,7 +16,7 @@ from tenancy.tests.factories import TenantFactory
 from tests.browser.conftest import log_in
 from tests.browser.test_layout import PACKAGES, check_widths
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.long]
 
 
 def test_a_busy_overview_fits_a_laptop_and_a_phone(page, live_server):

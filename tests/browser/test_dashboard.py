@@ -26,6 +26,7 @@ from tests.browser.conftest import ARTIFACTS, log_in
 SLOW = 30_000  # ms: provisioning or teardown through the worker and the cluster
 
 pytestmark = [
+    pytest.mark.long,
     pytest.mark.django_db(transaction=True),
     pytest.mark.usefixtures("celery_worker"),
 ]

@@ -25,7 +25,11 @@ from tests.browser.conftest import ARTIFACTS, log_in
 
 WIDTHS = (1366, 400)
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("cluster")]
+pytestmark = [
+    pytest.mark.long,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("cluster"),
+]
 
 # The sample catalog's packages, plus one retired, so the staff table has every kind of row.
 PACKAGES = [

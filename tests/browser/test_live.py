@@ -15,7 +15,7 @@ from inventory.models import InventorySnapshot
 from tenancy.tests.factories import TenantFactory
 from tests.browser.conftest import log_in
 
-pytestmark = pytest.mark.django_db(transaction=True)
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.long]
 
 
 @pytest.mark.parametrize("path", ["/", "/packages/"])

@@ -167,6 +167,7 @@ CHECKS = (
 )
 
 
+@pytest.mark.long
 @pytest.mark.django_db(transaction=True)
 def test_api_conforms_to_its_schema(live_server, record):
     """schemathesis's four phases over every operation in /api/schema/ with an operator's key:

@@ -19,7 +19,11 @@ from runtime.tests.helpers import broker_at, wait_for_phase
 from tenancy.tests.factories import key_for
 from tests.reliability.conftest import order_units, post_json, wait_until_settled
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("celery_worker")]
+pytestmark = [
+    pytest.mark.long,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("celery_worker"),
+]
 
 
 def create_body(index: int, package: str) -> dict:

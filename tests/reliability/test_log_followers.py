@@ -29,7 +29,11 @@ from runtime.tests.helpers import remove_namespace_objects
 from tenancy.tests.factories import TenantFactory, key_for
 from tests.reliability.conftest import order_units, wait_until_settled
 
-pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("celery_worker")]
+pytestmark = [
+    pytest.mark.long,
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("celery_worker"),
+]
 
 ROOT = Path(__file__).resolve().parents[2]
 FOLLOWERS = 32
