@@ -10,7 +10,8 @@ DEVSTACK := $(PY) -m devstack exec --
 DATA ?= .devdata
 # make test runs the suite in this many processes (pytest-xdist; 0 runs it in this one). Each
 # has its own test database, Redis database, simulated cluster, Celery worker and observer
-# (tests/isolation.py); a module's tests stay in one of them (loadscope).
+# (tests/isolation.py). Tests are handed out one at a time in the order collected, the ones
+# marked long first (xdist's loadgroup); a module marked xdist_group goes whole to one.
 PYTEST_WORKERS ?= 3
 
 .PHONY: run manage test test-reliability lint lint-checks pytest bench clean help
@@ -67,7 +68,7 @@ lint-checks:
 	$(VENV)/bin/mypy
 
 pytest:
-	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadscope $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadgroup $(PYTEST_ARGS)
 
 clean:
 	rm -rf $(VENV) .devdata .pytest_cache .ruff_cache .mypy_cache

@@ -351,9 +351,10 @@ _LEAK_BASELINE = pytest.StashKey[tuple[Any, frozenset[str]]]()  # (SimCluster, u
 
 
 def pytest_collection_modifyitems(config, items):
-    """Tests marked `long` first, each group in its collected order: `make test` hands modules
-    to its parallel workers in this order (pytest-xdist's loadscope), so the few that run for a
-    minute or more start at once instead of being the last ones a worker is left with."""
+    """Tests marked `long` first, each group in its collected order: `make test` hands tests
+    to its parallel workers in this order (pytest-xdist's loadgroup: one at a time, or a
+    module marked xdist_group whole, those groups first), so the few that run for a minute or
+    more start at once instead of being the last ones a worker is left with."""
     items.sort(key=lambda item: item.get_closest_marker("long") is None)
 
 
