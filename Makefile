@@ -11,7 +11,7 @@ DATA ?= .devdata
 # make test runs the suite in this many processes (pytest-xdist; 0 runs it in this one). Each
 # has its own test database, Redis database, simulated cluster, Celery worker and observer
 # (tests/isolation.py). Tests are handed out one at a time in the order collected, the ones
-# marked long first (xdist's loadgroup); a module marked xdist_group goes whole to one.
+# marked long first; a module of conftest.py's WHOLE_MODULES goes whole to one (loadgroup).
 PYTEST_WORKERS ?= 3
 
 .PHONY: run manage test test-reliability lint lint-checks pytest bench clean help

@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 
 import pytest
 from hypothesis import HealthCheck, settings
+from xdist.scheduler import LoadGroupScheduling
 
 ROOT = Path(__file__).resolve().parent
 
@@ -350,11 +351,36 @@ _SESSION_CLUSTER = pytest.StashKey[Any]()  # the session's SimCluster while it r
 _LEAK_BASELINE = pytest.StashKey[tuple[Any, frozenset[str]]]()  # (SimCluster, uids before)
 
 
+# Modules whose tests go to one `make test` process together, the rest being handed out one
+# test at a time: their tests share a module fixture that is costly to make again.
+WHOLE_MODULES = {
+    "tests/test_readme.py",  # a `make run` stack
+    "tests/test_deploy_rbac.py",  # the manifests rendered and applied with kubectl
+    "tests/test_monitoring.py",  # the manifests rendered with kustomize
+}
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """`make test`'s scheduler (--dist loadgroup): xdist's loadgroup, which hands out the
+    tests one at a time in the order collected and a group whole (groups first), with the
+    groups named here by module. xdist names a group by renaming a test's nodeid, which pytest
+    9 no longer reads, so its xdist_group marker groups nothing."""
+    if config.getoption("dist") != "loadgroup":
+        return None
+
+    class WholeModules(LoadGroupScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return module if module in WHOLE_MODULES else super()._split_scope(nodeid)
+
+    return WholeModules(config, log)
+
+
 def pytest_collection_modifyitems(config, items):
     """Tests marked `long` first, each group in its collected order: `make test` hands tests
-    to its parallel workers in this order (pytest-xdist's loadgroup: one at a time, or a
-    module marked xdist_group whole, those groups first), so the few that run for a minute or
-    more start at once instead of being the last ones a worker is left with."""
+    to its parallel workers in this order (one at a time, or a module of WHOLE_MODULES whole,
+    those first), so the few that run for a minute or more start at once instead of being the
+    last ones a worker is left with."""
     items.sort(key=lambda item: item.get_closest_marker("long") is None)
 
 

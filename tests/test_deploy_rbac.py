@@ -38,8 +38,7 @@ from tenancy.models import AuditEvent
 from tests.test_manifests import kustomize, kustomize_with_tenant_provisioning, needs_kubectl
 
 # The flows commit their rows (a real worker reads them); the marker gets the test database set up.
-# The module's fixtures render and apply the manifests once (one process takes all of it).
-pytestmark = [needs_kubectl, pytest.mark.django_db, pytest.mark.xdist_group("deploy-rbac")]
+pytestmark = [needs_kubectl, pytest.mark.django_db]
 
 DEV_GATEWAY = Path(__file__).resolve().parent.parent / "k8s" / "components" / "dev-gateway"
 RBAC_KEY = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAILSkOgILcqVAoeUWHkkxaz7JUr1aw5d3hCpJKnzFcYWi rbac"

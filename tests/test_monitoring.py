@@ -17,9 +17,6 @@ from tests.test_manifests import K8S, kustomize, needs_kubectl
 MONITORING = K8S / "components" / "monitoring"
 SUFFIXES = ("_bucket", "_count", "_sum", "_total", "_created")
 
-# The module's fixture renders the manifests once (one process takes all of it).
-pytestmark = pytest.mark.xdist_group("monitoring")
-
 
 @pytest.fixture(scope="module")
 def rendered(tmp_path_factory) -> dict[tuple[str, str], dict]:

@@ -22,8 +22,7 @@ import pytest
 from devstack.services import free_port_block
 from tests.test_make_run import get, stop_whatever_is_left, wait_until_up
 
-# It starts `make run` once for the module (one process takes all of it under make test).
-pytestmark = [pytest.mark.long, pytest.mark.xdist_group("readme")]
+pytestmark = pytest.mark.long
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
