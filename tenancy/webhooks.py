@@ -266,19 +266,24 @@ def _claim(delivery_id: int, now: datetime) -> WebhookDelivery | None:
     if not claimed:
         return None
     delivery = WebhookDelivery.objects.select_related("endpoint").get(pk=delivery_id)
-    if delivery.ordering_key and _earlier_pending(delivery).exists():
+    if (
+        delivery.ordering_key
+        and _earlier_pending(delivery.endpoint_id, delivery.ordering_key, delivery.pk).exists()
+    ):
         # Its turn comes when the earlier one ends (finish sends the next).
         WebhookDelivery.objects.filter(pk=delivery_id).update(leased_until=None)
         return None
     return delivery
 
 
-def _earlier_pending(delivery: WebhookDelivery) -> Any:
+def _earlier_pending(endpoint_id: Any, ordering_key: Any, before: Any) -> Any:
+    """The pending deliveries of one endpoint and unit made before `before` (a delivery's id):
+    while there is one, that delivery waits. Values, or OuterRefs for a subquery."""
     return WebhookDelivery.objects.filter(
-        endpoint_id=delivery.endpoint_id,
-        ordering_key=delivery.ordering_key,
+        endpoint_id=endpoint_id,
+        ordering_key=ordering_key,
         status=DeliveryStatus.PENDING,
-        id__lt=delivery.pk,
+        id__lt=before,
     )
 
 
@@ -371,12 +376,7 @@ def sweep(*, now: datetime | None = None) -> int:
     lease), and drop deliveries older than the retention. Returns how many were sent."""
     now = now or timezone.now()
     # A delivery waiting for an earlier one of its unit is started by that one's end.
-    waiting = WebhookDelivery.objects.filter(
-        endpoint_id=OuterRef("endpoint_id"),
-        ordering_key=OuterRef("ordering_key"),
-        status=DeliveryStatus.PENDING,
-        id__lt=OuterRef("id"),
-    )
+    waiting = _earlier_pending(OuterRef("endpoint_id"), OuterRef("ordering_key"), OuterRef("id"))
     due = list(
         WebhookDelivery.objects.filter(
             Q(leased_until__isnull=True) | Q(leased_until__lt=now),
