@@ -31,17 +31,10 @@ def _fast_password_hashing():
     hasher: the product's PBKDF2 spends about 0.3 s of CPU on each by design, and hundreds of
     tests make a user (Django's testing docs advise the same). The stacks the tests start as
     processes (make run, gunicorn, the workers) keep the product's hashers."""
-    from django.conf import settings as django_settings
-    from django.contrib.auth.hashers import get_hashers, get_hashers_by_algorithm
+    from django.test import override_settings  # its signal clears Django's hasher caches
 
-    original = django_settings.PASSWORD_HASHERS
-    django_settings.PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
-    get_hashers.cache_clear()
-    get_hashers_by_algorithm.cache_clear()
-    yield
-    django_settings.PASSWORD_HASHERS = original
-    get_hashers.cache_clear()
-    get_hashers_by_algorithm.cache_clear()
+    with override_settings(PASSWORD_HASHERS=["django.contrib.auth.hashers.MD5PasswordHasher"]):
+        yield
 
 
 @pytest.fixture(scope="session", autouse=True)
