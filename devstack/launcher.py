@@ -47,18 +47,6 @@ STACK_VARIABLES = ("DATABASE_URL", "REDIS_URL", "KUBECONFIG", "DJANGO_DEBUG")
 HEARTBEAT_KEY = "controlplane:heartbeat"
 
 
-def _manage(env: dict[str, str], *args: str, capture: bool = False) -> str:
-    result = subprocess.run(
-        [sys.executable, "manage.py", *args],
-        cwd=ROOT,
-        env=env,
-        check=True,
-        stdout=subprocess.PIPE if capture else None,
-        text=True,
-    )
-    return result.stdout or ""
-
-
 def _start(name: str, command: list[str], env: dict[str, str]) -> tuple[str, subprocess.Popen]:
     # Own process group: one Ctrl-C reaches us once and we stop children in order.
     return name, subprocess.Popen(command, cwd=ROOT, env=env, start_new_session=True)
@@ -161,31 +149,6 @@ def _start_simcluster(
         time.sleep(0.1)
 
 
-def _register_second_cluster(env: dict[str, str], data_root: Path) -> None:
-    """eu-west in the registry as an operator would add it (a ClusterProfile imported, its
-    kubeconfig found in the data folder), enabled the first time, and its GPUUnit CRD."""
-    profile = data_root / "clusterprofiles.yaml"
-    profile.write_text(json.dumps(SECOND_CLUSTER_PROFILE))
-    args = ["import_clusters", str(profile), "--kubeconfig-dir", str(data_root)]
-    new = _manage(env, *args, "--dry-run", capture=True).startswith("created")
-    _manage(env, *args, *(["--enable"] if new else []))
-    _manage(env, "install_crd", "--cluster", SECOND_CLUSTER)
-
-
-def _ensure_key(env: dict[str, str], tenant: str, path: Path) -> str:
-    """A key per demo tenant, kept in .devdata so scripts and curl can use it."""
-    if path.exists():
-        return path.read_text().strip()
-    key = (
-        _manage(env, "create_api_key", "--tenant", tenant, "--name", "make run", capture=True)
-        .strip()
-        .splitlines()[-1]
-    )
-    path.write_text(key + "\n")
-    path.chmod(0o600)
-    return key
-
-
 def _ignore_signals() -> None:
     """Once stopping, a second signal (a terminal's Ctrl-C and a `kill` of the whole process
     group arrive together) must not interrupt the cleanup halfway."""
@@ -231,26 +194,19 @@ def run(*, data_root: Path) -> int:
         try:
             ports = _metrics_ports(int(port))
             simulated = _start_cluster(data_root, env, processes, _gateway_ports(int(port)))
-            _manage(env, "migrate", "--noinput")
-            _manage(env, "import_catalog", str(SAMPLE_CATALOG), "--if-empty")
-            _manage(env, "ensure_superuser", "--username", "admin")
-            _manage(env, "ensure_tenant_user", "--username", "demo", "--tenant", "default")
-            _manage(env, "install_crd")
-            if simulated:
-                _register_second_cluster(env, data_root)
-            _manage(
-                env,
-                "create_tenant",
-                "ops",
-                "--namespace",
-                "ops-system",
-                "--operator",
-                "--display-name",
-                "Operations",
-                "--if-missing",
+            # One Django process runs every setup command (devstack/bootstrap.py).
+            subprocess.run(
+                [
+                    sys.executable,
+                    "-m",
+                    "devstack.bootstrap",
+                    str(data_root),
+                    *(["--second-cluster"] if simulated else []),
+                ],
+                cwd=ROOT,
+                env=env,
+                check=True,
             )
-            _ensure_key(env, "default", data_root / "demo-api-key")
-            _ensure_key(env, "ops", data_root / "operator-api-key")
             redis.Redis.from_url(env["REDIS_URL"]).delete(HEARTBEAT_KEY)
             python = sys.executable
             processes += [
