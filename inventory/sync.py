@@ -8,7 +8,7 @@ import json
 import logging
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 import orjson
@@ -20,7 +20,7 @@ from django.utils import timezone
 from psycopg.types.json import Jsonb
 
 from catalog.models import Package
-from controlplane import kube, memory, metrics
+from controlplane import kube, locks, memory, metrics
 from controlplane.kube.errors import KubeError
 from inventory import observe
 from inventory.models import (
@@ -42,17 +42,8 @@ logger = logging.getLogger(__name__)
 _LOCK_KEY = 0x1A7E_5C00
 
 
-@contextmanager
-def _exclusive(cluster: str) -> Iterator[bool]:
-    with connection.cursor() as cursor:
-        cursor.execute("SELECT pg_try_advisory_lock(%s, hashtext(%s))", [_LOCK_KEY, cluster])
-        acquired = cursor.fetchone()[0]
-    try:
-        yield acquired
-    finally:
-        if acquired:
-            with connection.cursor() as cursor:
-                cursor.execute("SELECT pg_advisory_unlock(%s, hashtext(%s))", [_LOCK_KEY, cluster])
+def _exclusive(cluster: str) -> AbstractContextManager[bool]:
+    return locks.held(_LOCK_KEY, cluster)
 
 
 def package_specs() -> list[observe.PackageSpec]:

@@ -5,9 +5,11 @@ sends open rows nobody touched for a while again. Workers claim a row by compare
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import logging
+from collections.abc import Iterator
 from datetime import timedelta
 
 from celery import current_app
@@ -16,7 +18,7 @@ from django.db import transaction
 from django.db.models import Case, F, Value, When
 from django.utils import timezone
 
-from controlplane import queues
+from controlplane import locks, queues
 from runtime import selectors, validation
 from runtime.errors import OperationConflict
 from runtime.models import GPUUnit, Operation, OperationKind, OperationStatus
@@ -120,6 +122,22 @@ def send_again(unit: GPUUnit) -> None:
     )
     operation.unit = unit
     transaction.on_commit(lambda: enqueue(operation))
+
+
+# locks.held(OPERATION_LOCK, pk): the worker carrying out an operation right now.
+OPERATION_LOCK = 0x0B7A_5C00
+
+
+@contextlib.contextmanager
+def claimed(operation_pk: int) -> Iterator[Operation | None]:
+    """The open operation, claimed for this worker while the block runs; None when it is
+    finished, gone, or being carried out by another worker right now. A message can arrive
+    twice (the sweeper sends again an operation that looks stale while a worker still runs
+    it): the second delivery then leaves it to the first instead of counting an attempt and
+    racing it. A worker that dies loses the lock with its connection, so the sweeper's next
+    message is carried out."""
+    with locks.held(OPERATION_LOCK, str(operation_pk)) as ours:
+        yield claim_operation(operation_pk) if ours else None
 
 
 def claim_operation(operation_pk: int) -> Operation | None:

@@ -406,11 +406,11 @@ def provision_unit(*, operation_pk: int) -> None:
     """Carry out a create operation in the unit's cluster: namespace and quota, then the unit's
     objects. A permanent failure removes what was created and fails the unit with a reason the
     customer can read."""
-    operation = outbox.claim_operation(operation_pk)
-    if operation is None:
-        return
-    with kube.using(operation.unit.cluster):
-        _provision(operation)
+    with outbox.claimed(operation_pk) as operation:
+        if operation is None:
+            return
+        with kube.using(operation.unit.cluster):
+            _provision(operation)
 
 
 def _provision(operation: Operation) -> None:
@@ -502,11 +502,11 @@ def delete_unit(*, operation_pk: int) -> None:
     """Carry out a delete operation in the unit's cluster: delete the GPUUnit (foreground) and
     wait until the claim and pod are gone too (TemporaryError until then), then mark the unit
     Terminated."""
-    operation = outbox.claim_operation(operation_pk)
-    if operation is None:
-        return
-    with kube.using(operation.unit.cluster):
-        _delete(operation)
+    with outbox.claimed(operation_pk) as operation:
+        if operation is None:
+            return
+        with kube.using(operation.unit.cluster):
+            _delete(operation)
 
 
 def _delete(operation: Operation) -> None:
@@ -561,10 +561,9 @@ def _remove_pod(unit: GPUUnit, *, unless_hash: str = "") -> None:
         raise TemporaryError(f"waiting for pod {name} to be deleted", delay=0.5)
 
 
-def _claim_lifecycle_operation(operation_pk: int) -> Operation | None:
-    """Claim a stop, start, restart or update; None when there is nothing (more) to do. One
+def _lifecycle_operation(operation: Operation | None) -> Operation | None:
+    """A claimed stop, start, restart or update; None when there is nothing (more) to do. One
     whose unit's deletion was requested ends cancelled; one that kept failing ends failed."""
-    operation = outbox.claim_operation(operation_pk)
     if operation is None:
         return None
     unit = operation.unit
@@ -609,11 +608,11 @@ def stop_unit(*, operation_pk: int) -> None:
     """Carry out a stop: the GPUUnit says runPolicy Stopped, the pod goes (its claim stays;
     with no pod reserving it the claim is deallocated and its devices return to the pool),
     then the unit is Stopped and its CPU and memory given back."""
-    operation = _claim_lifecycle_operation(operation_pk)
-    if operation is None:
-        return
-    with kube.using(operation.unit.cluster):
-        _stop(operation)
+    with outbox.claimed(operation_pk) as claimed:
+        if (operation := _lifecycle_operation(claimed)) is None:
+            return
+        with kube.using(operation.unit.cluster):
+            _stop(operation)
 
 
 def _stop(operation: Operation) -> None:
@@ -632,11 +631,11 @@ def roll_out_unit(*, operation_pk: int) -> None:
     unit (an update may change them), and, when the unit runs, a pod built from the unit as
     it is now, replacing one built otherwise (the claim is kept; the new pod's devices are
     allocated afresh). Then the generation is recorded as rolled out."""
-    operation = _claim_lifecycle_operation(operation_pk)
-    if operation is None:
-        return
-    with kube.using(operation.unit.cluster):
-        _roll_out(operation)
+    with outbox.claimed(operation_pk) as claimed:
+        if (operation := _lifecycle_operation(claimed)) is None:
+            return
+        with kube.using(operation.unit.cluster):
+            _roll_out(operation)
 
 
 def _roll_out(operation: Operation) -> None:

@@ -7,11 +7,12 @@ import uuid
 from datetime import timedelta
 
 import pytest
+from django.db import DEFAULT_DB_ALIAS, connections
 from django.utils import timezone
 
 from catalog.tests.factories import PackageFactory
 from controlplane import kube
-from runtime import lifecycle, manifests, orders
+from runtime import lifecycle, manifests, orders, outbox
 from runtime.control import reconcile
 from runtime.control.provisioning import (
     ensure_tenant_namespace,
@@ -184,6 +185,30 @@ def test_sweeper_sends_operations_whose_message_was_lost(tenant):
     assert sweep_operations() == 1
     wait_for_phase(unit, "Running")
     assert sweep_operations() == 0
+
+
+def test_a_second_delivery_leaves_an_operation_another_worker_is_carrying_out(tenant):
+    """The sweeper sends an operation again when it looks stale, even while a slow worker
+    still carries it out: the second delivery must neither race the first nor count an
+    attempt (enough of them and the operation would give up on a unit being made)."""
+    unit, operation = unqueued_order(tenant, "twice")
+    worker = connections.create_connection(DEFAULT_DB_ALIAS)  # the first worker's connection
+    try:
+        with worker.cursor() as cursor:
+            cursor.execute(
+                "SELECT pg_advisory_lock(%s, hashtext(%s))",
+                [outbox.OPERATION_LOCK, str(operation.pk)],
+            )
+        provision_unit(operation_pk=operation.pk)
+        operation.refresh_from_db()
+        assert (operation.status, operation.attempts) == ("pending", 0)
+        assert kube.get(kube.GPUUNIT, unit.namespace, unit.name) is None
+    finally:
+        worker.close()  # a worker that dies: its lock goes with its connection
+    provision_unit(operation_pk=operation.pk)
+    operation.refresh_from_db()
+    assert (operation.status, operation.attempts) == ("succeeded", 1)
+    assert kube.get(kube.GPUUNIT, unit.namespace, unit.name) is not None
 
 
 def test_operation_gives_up_after_bounded_attempts(tenant, settings):

@@ -49,13 +49,16 @@ def test_a_create_costs_the_same_however_many_units_the_database_holds(tenant, c
     few = provision(tenant, "few", cluster)
     UnitFactory.create_batch(2_000, tenant=tenant, phase=UnitPhase.RUNNING)
     many = provision(tenant, "many", cluster)
-    assert [len(statements) for statements, _ in (few, many)] == [8, 8]
-    # Claim the operation (compare-and-set, then read it with its unit and tenant); the unit
+    assert [len(statements) for statements, _ in (few, many)] == [10, 10]
+    # The operation's lock (no other worker carries it out meanwhile), released at the end;
+    # claim the operation (compare-and-set, then read it with its unit and tenant); the unit
     # to Provisioning, its timeline entry and the tenant's webhooks that want the change (one
     # indexed read: none here); then, in one transaction, the UIDs of its objects
     # (compare-and-set against a deletion), the Provisioned entry and the operation closed.
-    assert few[0][0].startswith('UPDATE "runtime_operation"')
-    selects = [sql for sql in few[0] if sql.startswith("SELECT")]
+    assert "pg_try_advisory_lock" in few[0][0]
+    assert "pg_advisory_unlock" in few[0][-1]
+    assert few[0][1].startswith('UPDATE "runtime_operation"')
+    selects = [sql for sql in few[0][1:-1] if sql.startswith("SELECT")]
     assert len(selects) == 2
     assert "tenancy_webhookendpoint" in selects[1]
     assert (
