@@ -42,6 +42,7 @@ from django.db.models import (
 from django.db.models.functions import Cast, Coalesce, Concat, Floor, Left, NullIf, Round, Trunc
 from django.db.models.lookups import Exact, GreaterThan
 
+from billing import prices
 from billing.models import QuantityUnit, UsageRecord
 
 PROVIDER = "GPU control plane"
@@ -284,7 +285,12 @@ def focus_rows(records: QuerySet, context: Context) -> QuerySet:
         "InvoiceIssuerName": _text(context.provider),
         "ListCost": cost,
         "ListUnitPrice": hourly,
-        "PricingCategory": _text("Standard"),
+        # FOCUS's Dynamic: a price for capacity the provider may take back (spot).
+        "PricingCategory": Case(
+            When(alternative=prices.INTERRUPTIBLE, then=_text("Dynamic")),
+            default=_text("Standard"),
+            output_field=TextField(),
+        ),
         "PricingQuantity": Cast(
             _half_even(
                 ExpressionWrapper(

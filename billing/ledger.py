@@ -45,6 +45,8 @@ class Holding:
     pod_uid: str = ""
     pod_created_at: datetime | None = None
     alternative: str = ""
+    # An interruptible unit: billed at its package's interruptible price, whatever it got.
+    interruptible: bool = False
     # [{pool, device, shareID?, consumedCapacity?}]
     devices: list[dict] = field(default_factory=list)
     count: int = 1
@@ -61,7 +63,7 @@ def _meter(holding: Holding, at: datetime) -> Meter:
         tenant_id=holding.tenant_id,
         region=holding.region,
         package_id=holding.package_id,
-        alternative=prices.price_key(holding.alternative),
+        alternative=prices.price_key(holding.alternative, interruptible=holding.interruptible),
         claim_uid=holding.claim_uid,
         pod_uid=holding.pod_uid,
         pod_created_at=holding.pod_created_at,

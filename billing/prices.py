@@ -17,12 +17,18 @@ from catalog.models import Package
 
 # The subrequest name of a fallback package's own class (its firstAvailable's first entry).
 PRIMARY = "primary"
+# The key an interruptible unit's price is kept under, whatever alternative it got: not a DNS
+# label, so no alternative can be named so.
+INTERRUPTIBLE = "@interruptible"
 
 Versions = dict[tuple[str, str], list[PriceVersion]]
 
 
-def price_key(alternative: str) -> str:
-    """The alternative a price version is kept under: "" for the package's own class."""
+def price_key(alternative: str, *, interruptible: bool = False) -> str:
+    """The alternative a price version is kept under: "" for the package's own class,
+    INTERRUPTIBLE for every interruptible unit."""
+    if interruptible:
+        return INTERRUPTIBLE
     return "" if alternative in ("", PRIMARY) else alternative
 
 
@@ -31,6 +37,8 @@ def wanted_prices(package: Package) -> dict[str, Decimal]:
     prices = {"": Decimal(package.price)}
     for alternative in package.alternatives or []:
         prices[alternative["name"]] = package.price_of(alternative["name"])
+    if package.interruptible:
+        prices[INTERRUPTIBLE] = package.price_of(interruptible=True)
     return prices
 
 

@@ -74,6 +74,9 @@ class PackageForm(forms.ModelForm):
             "termination_grace_seconds",
             "price",
             "alternative_prices",
+            "interruptible",
+            "interruptible_price",
+            "preemption_notice_seconds",
         ]
         help_texts = {
             "regions": "Comma-separated DNS labels, e.g. us-east,eu-west; empty: every region."
@@ -91,12 +94,13 @@ class PackageAdmin(admin.ModelAdmin):
         "cpu",
         "memory",
         "price",
+        "interruptible",
         "active",
         "sold_in",
         "updated_at",
     )
     list_editable = ("active",)
-    list_filter = ("active", "device_class_name", "gpu")
+    list_filter = ("active", "interruptible", "device_class_name", "gpu")
     search_fields = ("id", "spec_name", "device_class_name")
     ordering = ("id",)
     readonly_fields: ClassVar[tuple[str, ...]] = ("created_at", "updated_at")
@@ -106,6 +110,10 @@ class PackageAdmin(admin.ModelAdmin):
         ("Resources", {"fields": ("cpu", "memory", "ephemeral_storage", "gpu")}),
         ("Stopping", {"fields": ("max_stop_after", "termination_grace_seconds")}),
         ("Price", {"fields": ("price", "alternative_prices")}),
+        (
+            "Interruptible",
+            {"fields": ("interruptible", "interruptible_price", "preemption_notice_seconds")},
+        ),
         (
             "DRA allocation",
             {

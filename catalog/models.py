@@ -42,6 +42,9 @@ FIELD_PATHS = {
     "regions": "regions",
     "price": "price",
     "alternative_prices": "alternativePrices",
+    "interruptible": "interruptible",
+    "interruptible_price": "interruptible.price",
+    "preemption_notice_seconds": "interruptible.noticeSeconds",
     "active": "active",
 }
 
@@ -56,6 +59,14 @@ MAX_TERMINATION_GRACE_SECONDS = 3600
 TERMINATION_GRACE_RANGE = (
     f"terminationGracePeriodSeconds must be a whole number of seconds from 0 to "
     f"{MAX_TERMINATION_GRACE_SECONDS}, not %(value)s."
+)
+# An interruptible unit's notice before its pod is deleted (ARCHITECTURE §22): two minutes
+# unless ops say otherwise, at most an hour.
+DEFAULT_PREEMPTION_NOTICE_SECONDS = 120
+MAX_PREEMPTION_NOTICE_SECONDS = 3600
+PREEMPTION_NOTICE_RANGE = (
+    f"interruptible.noticeSeconds must be a whole number of seconds from 0 to "
+    f"{MAX_PREEMPTION_NOTICE_SECONDS}, not %(value)s."
 )
 
 
@@ -164,6 +175,32 @@ class Package(models.Model):
         help_text='Hourly price per fallback alternative, e.g. {"l40s": "1.20"}; an alternative '
         "left out costs the package's price.",
     )
+    interruptible = models.BooleanField(
+        "sold as interruptible",
+        default=False,
+        help_text="Also sold as interruptible: cheaper units on free capacity, taken back "
+        "(with the notice below) when an on-demand order, a start or a reservation needs "
+        "their devices. On-demand units are never taken back.",
+    )
+    interruptible_price = models.DecimalField(
+        "interruptible hourly price",
+        max_digits=12,
+        decimal_places=4,
+        default=Decimal("0"),
+        validators=[MinValueValidator(Decimal("0"))],
+        help_text="What one interruptible unit of this package costs per hour it runs (any "
+        "alternative it gets), at most the on-demand price. Versioned like the price.",
+    )
+    preemption_notice_seconds = models.PositiveIntegerField(
+        "preemption notice (seconds)",
+        default=DEFAULT_PREEMPTION_NOTICE_SECONDS,
+        validators=[
+            MinValueValidator(0, message=PREEMPTION_NOTICE_RANGE),
+            MaxValueValidator(MAX_PREEMPTION_NOTICE_SECONDS, message=PREEMPTION_NOTICE_RANGE),
+        ],
+        help_text="Seconds between an interruptible unit's preemption notice (event, webhook "
+        "unit.preempting) and the deletion of its pod, which then gets its termination grace.",
+    )
     active = models.BooleanField(default=True, help_text="Only active packages can be ordered.")
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
@@ -225,6 +262,17 @@ class Package(models.Model):
             errors["selectors"] = "selectors must be a list of CEL expressions."
         else:
             errors["selectors"] = validation.cel_expressions(self.selectors)
+        # Compared once both are numbers (clean_fields converts the valid ones first).
+        if (
+            self.interruptible
+            and isinstance(self.interruptible_price, Decimal)
+            and isinstance(self.price, Decimal)
+            and self.interruptible_price > self.price
+        ):
+            errors["interruptible_price"] = (
+                f"the interruptible price ({self.interruptible_price}) must not exceed the "
+                f"on-demand price ({self.price})."
+            )
         if self.gpu is not None and self.count is not None and self.gpu != self.count:
             errors["count"] = f"allocation.count ({self.count}) must equal gpu ({self.gpu})."
         if not errors["capacity"] and not errors["device_class_name"]:
@@ -246,9 +294,11 @@ class Package(models.Model):
         if problems:
             raise ValidationError(problems)
 
-    def price_of(self, alternative: str = "") -> Decimal:
+    def price_of(self, alternative: str = "", *, interruptible: bool = False) -> Decimal:
         """The hourly price of a unit that got `alternative` ("" for the package's own
-        class)."""
+        class); an interruptible unit's is the interruptible price, whatever it got."""
+        if interruptible:
+            return Decimal(self.interruptible_price)
         if alternative and alternative in (self.alternative_prices or {}):
             return Decimal(self.alternative_prices[alternative])
         return Decimal(self.price)

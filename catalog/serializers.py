@@ -44,6 +44,15 @@ class PriceSerializer(serializers.Serializer):
     )
 
 
+class InterruptibleSerializer(serializers.Serializer):
+    hourly = serializers.CharField(help_text="hourly price of an interruptible unit")
+    currency = serializers.CharField()
+    noticeSeconds = serializers.IntegerField(
+        help_text="seconds between an interruptible unit's preemption notice and the deletion "
+        "of its pod (which then gets its termination grace)"
+    )
+
+
 class PackageSerializer(serializers.ModelSerializer):
     specName = serializers.CharField(source="spec_name")
     allocation = PackageAllocationSerializer(read_only=True)
@@ -57,6 +66,11 @@ class PackageSerializer(serializers.ModelSerializer):
         "released, so up to this long after the request",
     )
     price = serializers.SerializerMethodField()
+    interruptible = serializers.SerializerMethodField(
+        help_text="null: not sold as interruptible. Else an interruptible unit (create with "
+        '"interruptible": true) costs this, runs on free capacity and is taken back with this '
+        "notice when an on-demand order needs its devices."
+    )
     availability = serializers.SerializerMethodField()
     regions = serializers.SerializerMethodField()
 
@@ -71,6 +85,7 @@ class PackageSerializer(serializers.ModelSerializer):
             "allocation",
             "terminationGracePeriodSeconds",
             "price",
+            "interruptible",
             "availability",
             "regions",
         ]
@@ -86,6 +101,16 @@ class PackageSerializer(serializers.ModelSerializer):
                 a["name"]: money(package.price_of(a["name"])) for a in package.alternatives
             }
         return price
+
+    @extend_schema_field(InterruptibleSerializer(allow_null=True))
+    def get_interruptible(self, package: Package) -> dict | None:
+        if not package.interruptible:
+            return None
+        return {
+            "hourly": money(Decimal(package.interruptible_price)),
+            "currency": settings.BILLING_CURRENCY,
+            "noticeSeconds": package.preemption_notice_seconds,
+        }
 
     @extend_schema_field(AvailabilitySerializer)
     def get_availability(self, package: Package) -> dict | None:

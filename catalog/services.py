@@ -32,6 +32,9 @@ _COMPARED_FIELDS = [
     "regions",
     "price",
     "alternative_prices",
+    "interruptible",
+    "interruptible_price",
+    "preemption_notice_seconds",
     "active",
 ]
 

@@ -8,7 +8,12 @@ from typing import Any
 
 import yaml
 
-from catalog.models import DEFAULT_TERMINATION_GRACE_SECONDS, TERMINATION_GRACE_RANGE
+from catalog.models import (
+    DEFAULT_PREEMPTION_NOTICE_SECONDS,
+    DEFAULT_TERMINATION_GRACE_SECONDS,
+    PREEMPTION_NOTICE_RANGE,
+    TERMINATION_GRACE_RANGE,
+)
 from catalog.validation import money
 
 ENTRY_KEYS = {
@@ -24,8 +29,10 @@ ENTRY_KEYS = {
     "regions",
     "price",
     "alternativePrices",
+    "interruptible",
     "active",
 }
+INTERRUPTIBLE_KEYS = {"price", "noticeSeconds"}
 ALLOCATION_KEYS = {
     "deviceClassName",
     "claimRequestName",
@@ -90,6 +97,8 @@ def entry_to_fields(entry: Any) -> tuple[dict, dict[str, str]]:
             "value": json.dumps(grace, default=str)  # as YAML would say it: "30", null, true
         }
         grace = DEFAULT_TERMINATION_GRACE_SECONDS
+    interruptible, errors_of_interruptible = _interruptible(entry.get("interruptible"))
+    errors.update(errors_of_interruptible)
     regions = entry.get("regions")
     if regions is None:
         regions = []
@@ -120,9 +129,41 @@ def entry_to_fields(entry: Any) -> tuple[dict, dict[str, str]]:
         "alternative_prices": {str(k): _text(v) for k, v in entry["alternativePrices"].items()}
         if isinstance(entry.get("alternativePrices"), dict)
         else entry.get("alternativePrices") or {},
+        **interruptible,
         "active": active is not False,
     }
     return fields, errors
+
+
+def _interruptible(value: Any) -> tuple[dict, dict[str, str]]:
+    """`interruptible: {price, noticeSeconds?}` -> the package's interruptible fields (absent
+    or null: not sold as interruptible)."""
+    off = {
+        "interruptible": False,
+        "interruptible_price": "0",
+        "preemption_notice_seconds": DEFAULT_PREEMPTION_NOTICE_SECONDS,
+    }
+    if value is None:
+        return off, {}
+    if not isinstance(value, dict) or "price" not in value:
+        return off, {
+            "interruptible": "interruptible must be a mapping with price (and noticeSeconds)."
+        }
+    errors = {
+        f"interruptible.{key}": "unknown field." for key in sorted(set(value) - INTERRUPTIBLE_KEYS)
+    }
+    notice = value.get("noticeSeconds", DEFAULT_PREEMPTION_NOTICE_SECONDS)
+    # A number, as terminationGracePeriodSeconds: YAML's "30", 1.5 or true would pass int().
+    if isinstance(notice, bool) or not isinstance(notice, int):
+        errors["interruptible.noticeSeconds"] = PREEMPTION_NOTICE_RANGE % {
+            "value": json.dumps(notice, default=str)
+        }
+        notice = DEFAULT_PREEMPTION_NOTICE_SECONDS
+    return {
+        "interruptible": True,
+        "interruptible_price": _text(value["price"]) or "0",
+        "preemption_notice_seconds": notice,
+    }, errors
 
 
 def package_to_entry(package: Any) -> dict:
@@ -147,6 +188,11 @@ def package_to_entry(package: Any) -> dict:
         entry["price"] = money(Decimal(package.price))
     if package.alternative_prices:
         entry["alternativePrices"] = dict(package.alternative_prices)
+    if package.interruptible:
+        entry["interruptible"] = {
+            "price": money(Decimal(package.interruptible_price)),
+            "noticeSeconds": package.preemption_notice_seconds,
+        }
     if not package.active:
         entry["active"] = False
     return entry

@@ -101,6 +101,11 @@ class GPUUnit(models.Model):
         "SIGTERM (30, Kubernetes' default, on units ordered before packages had one)",
     )
     gpu = models.PositiveIntegerField()
+    interruptible = models.BooleanField(
+        default=False,
+        help_text="ordered as interruptible: billed at the package's interruptible price, on "
+        "free capacity, and taken back with notice when an on-demand unit needs its devices",
+    )
     device_class_name = models.CharField(max_length=253)
     claim_name = models.CharField(max_length=63)
     claim_request_name = models.CharField(max_length=63)

@@ -89,6 +89,7 @@ def create_unit(
     ssh: dict | None = None,
     stop_after: str | None = None,
     region: str = "",
+    interruptible: bool = False,
 ) -> CreateResult:
     """Record a new unit, placed in a cluster (of `region`, when named), and its create
     operation, or return the unit an earlier identical request created (same operationID and
@@ -116,6 +117,8 @@ def create_unit(
         request["stopAfter"] = stop_after
     if region:
         request["region"] = region
+    if interruptible:
+        request["interruptible"] = True
     request_hash = outbox.request_hash(request)
     earlier, package = _lookup(tenant, operation_id, package_id)
     if earlier is not None:
@@ -124,6 +127,11 @@ def create_unit(
         raise InvalidRequest(
             f'packageID "{package_id}" is not offered.',
             details={"fields": {"packageID": ["Unknown or inactive package."]}},
+        )
+    if interruptible and not package.interruptible:
+        raise InvalidRequest(
+            f'package "{package.id}" is not sold as interruptible.',
+            details={"fields": {"interruptible": ["This package is sold on demand only."]}},
         )
     tenancy_services.check_budget(tenant)
     placed = place(package, region, tenant, within=bound_to(tenant, storage_mounts, template))
@@ -147,6 +155,7 @@ def create_unit(
             tenant, package.id, stop_after, package_max=package.max_stop_after
         ),
         started_at=now,
+        interruptible=interruptible,
         **GPUUnit.contract_fields(package, name=name),
     )
     unit.stops_at = stopafter.stops_at(unit)

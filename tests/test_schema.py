@@ -81,7 +81,8 @@ def _example(schema: dict, components: dict):
 def test_the_create_schema_states_what_the_server_enforces(client, auth_client):
     from catalog.tests.factories import ARTICLE_PACKAGE_ID, PackageFactory
 
-    PackageFactory(article=True)
+    # Sold as interruptible too: Swagger's example orders `"interruptible": true`.
+    PackageFactory(article=True, interruptible=True)
     components = yaml.safe_load(client.get("/api/schema/").content)["components"]["schemas"]
     create = components["CreateUnitRequest"]
     assert create["properties"]["name"]["maxLength"] == 54

@@ -29,6 +29,8 @@ def form_data(**overrides) -> dict:
         "termination_grace_seconds": "30",
         "price": "4.76",
         "alternative_prices": "{}",
+        "interruptible_price": "0",
+        "preemption_notice_seconds": "120",
     }
     data.update(overrides)
     return data
@@ -171,3 +173,18 @@ def test_bulk_delete_asks_first_and_counts_live_units_of_all_selected(
 
     admin_client.post(LIST_URL, {**selected, "post": "yes"})
     assert not Package.objects.filter(pk__in=[ordered_package.pk, other.pk]).exists()
+
+
+def test_add_sells_a_package_as_interruptible_and_refuses_a_price_above_on_demand(admin_client):
+    refused = admin_client.post(ADD_URL, form_data(interruptible="on", interruptible_price="5.00"))
+    assert refused.status_code == 200
+    assert "must not exceed the on-demand price" in refused.content.decode()
+    assert not Package.objects.exists()
+    response = admin_client.post(
+        ADD_URL,
+        form_data(interruptible="on", interruptible_price="1.50", preemption_notice_seconds="60"),
+    )
+    assert response.status_code == 302
+    package = Package.objects.get()
+    assert (package.interruptible, str(package.interruptible_price)) == (True, "1.5000")
+    assert package.preemption_notice_seconds == 60

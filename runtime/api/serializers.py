@@ -37,6 +37,13 @@ class CreateUnitSerializer(spec.BodySerializer):
         required=False,
         help_text="the region to run in (GET /regions); left out: wherever the package fits",
     )
+    interruptible = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="true: an interruptible unit of a package sold as one (GET /packages "
+        "`interruptible`), at its interruptible price, taken back with the package's notice "
+        "when an on-demand unit needs its devices",
+    )
 
     def validate_operationID(self, value: str) -> str:
         return _operation_id(value)
@@ -258,6 +265,9 @@ class UnitSerializer(serializers.ModelSerializer):
     nodeName = serializers.CharField(source="node_name")
     region = serializers.CharField(help_text="the region of the unit's cluster")
     cluster = serializers.CharField(help_text="the cluster the unit was placed in, for good")
+    interruptible = serializers.BooleanField(
+        help_text="billed at the package's interruptible price; may be taken back with notice"
+    )
     createdAt = serializers.DateTimeField(source="created_at")
     updatedAt = serializers.DateTimeField(source="updated_at")
     lastSyncTime = serializers.DateTimeField(source="last_sync_at", allow_null=True)
@@ -293,6 +303,7 @@ class UnitSerializer(serializers.ModelSerializer):
             "specName",
             "region",
             "cluster",
+            "interruptible",
             "image",
             "template",
             "access",

@@ -228,6 +228,7 @@ class UnitListView(TenantView):
             ssh=data.get("ssh"),
             stop_after=data.get("stopAfter"),
             region=data.get("region", ""),
+            interruptible=data.get("interruptible", False),
         )
         if result.created:
             result.unit.cost_to_date = Decimal(0)  # just ordered: nothing used yet

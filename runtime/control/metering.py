@@ -36,6 +36,7 @@ def holding(unit: GPUUnit, *, claim: dict | None, pod: dict) -> ledger.Holding:
         pod_uid=(pod.get("metadata") or {}).get("uid") or "",
         pod_created_at=k8s_time((pod.get("metadata") or {}).get("creationTimestamp")),
         alternative=dra.get("alternative", ""),
+        interruptible=unit.interruptible,
         devices=list(dra.get("devices") or []),
         count=unit.count,
     )

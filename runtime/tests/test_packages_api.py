@@ -37,6 +37,7 @@ class TestPackageList(EndpointTest):
                     },
                     "terminationGracePeriodSeconds": 600,
                     "price": {"hourly": "0.36", "currency": "USD"},
+                    "interruptible": None,
                     "availability": {
                         "placeableNow": 0,
                         "freeDevices": 0,
