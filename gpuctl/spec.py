@@ -107,6 +107,7 @@ def order(
     ssh_keys: Sequence[str] = (),
     mounts: Sequence[str] = (),
     stop_after: str | None = None,
+    interruptible: bool = False,
 ) -> dict[str, Any]:
     """The body of POST /gpu-units: `base` (a file's fields) with the flags over it."""
     body: dict[str, Any] = dict(base or {})
@@ -131,6 +132,8 @@ def order(
         body["region"] = region
     if stop_after:
         body["stopAfter"] = stop_after
+    if interruptible:
+        body["interruptible"] = True
     return body
 
 

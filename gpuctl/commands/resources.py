@@ -27,6 +27,11 @@ def _price(package: Mapping[str, Any]) -> str:
     return f"{price.get('hourly', '')} {price.get('currency', '')}".strip()
 
 
+def _interruptible_price(package: Mapping[str, Any]) -> str:
+    offer = package.get("interruptible")
+    return f"{offer['hourly']} {offer['currency']}" if offer else "-"
+
+
 packages = typer.Typer(
     help="What can be ordered, its price, and how many fit now.", no_args_is_help=True
 )
@@ -39,6 +44,7 @@ PACKAGE_COLUMNS = [
     Column("CPU", "cpu"),
     Column("MEMORY", "memory"),
     Column("PRICE/H", show=_price),
+    Column("INTERRUPTIBLE/H", show=_interruptible_price),
     Column("FITS NOW", show=_fits),
 ]
 

@@ -172,6 +172,13 @@ def create(
     stop_after: Annotated[
         str | None, typer.Option("--stop-after", help="auto-stop after this long, e.g. 8h")
     ] = None,
+    interruptible: Annotated[
+        bool,
+        typer.Option(
+            "--interruptible",
+            help="at the package's interruptible price; may be taken back with its notice",
+        ),
+    ] = False,
     file: Annotated[
         Path | None,
         typer.Option("--file", "-f", help="YAML or JSON of more order fields (flags win)"),
@@ -203,6 +210,7 @@ def create(
         ssh_keys=ssh_key or (),
         mounts=mount or (),
         stop_after=stop_after,
+        interruptible=interruptible,
     )
     api = client(ctx)
     reply = api.call("POST", "/gpu-units", body=body)

@@ -24,6 +24,7 @@ def test_an_order_from_flags_has_the_api_s_shape():
         ssh_keys=["laptop"],
         mounts=["data:/data", "models:/models:ro"],
         stop_after="8h",
+        interruptible=True,
     )
     assert body == {
         "operationID": "op-1",
@@ -49,6 +50,7 @@ def test_an_order_from_flags_has_the_api_s_shape():
         ],
         "region": "eu-west",
         "stopAfter": "8h",
+        "interruptible": True,
     }
 
 
@@ -70,6 +72,7 @@ def test_flags_go_over_a_file_s_fields(tmp_path):
         "env": [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}],
     }
     assert body["ssh"] == {"enabled": True}
+    assert "interruptible" not in body  # on demand unless asked
 
 
 @pytest.mark.parametrize(

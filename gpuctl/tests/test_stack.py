@@ -248,6 +248,7 @@ def test_keys_secrets_storage_and_the_account_through_gpuctl(customer, cluster, 
         assert [p["id"] for p in gpuctl.json("packages", "list")] == [ARTICLE_PACKAGE_ID]
         table = gpuctl.run("packages", "list").stdout.splitlines()
         assert table[1].split()[:3] == [ARTICLE_PACKAGE_ID, "2x", "nvidia-rtx-3080"]
+        assert "INTERRUPTIBLE/H" in table[0].split()  # "-": sold on demand only
         assert [r["name"] for r in gpuctl.json("regions", "list")] == ["default"]
 
         key_file = tmp_path / "id_ed25519.pub"
