@@ -37,6 +37,7 @@ API_FIELDS = {
     "name": "name",
     "packageID": "package",
     "region": "region",
+    "interruptible": "interruptible",
     "image": "image",
     "access.scheme": "scheme",
     "access": "ports",
@@ -295,6 +296,13 @@ class UnitCreateForm(SummarisedForm):
         help_text="Where the unit runs; any region: wherever the package has room. A unit "
         "stays in its region for good.",
     )
+    interruptible = forms.BooleanField(
+        label="Interruptible",
+        required=False,
+        help_text="Cheaper, for a package sold as interruptible (the Packages page shows its "
+        "interruptible price): runs on free capacity and may be taken back, with the "
+        "package's notice, when an on-demand unit needs its GPUs.",
+    )
     name = forms.CharField(
         max_length=UNIT_NAME_MAX,
         help_text=(
@@ -454,6 +462,8 @@ class UnitCreateForm(SummarisedForm):
         }
         if cleaned.get("region"):
             order["region"] = cleaned["region"]
+        if cleaned.get("interruptible"):
+            order["interruptible"] = True
         if cleaned["ports"]:
             order["template"] = {"ports": cleaned["ports"]}
             order["access"] = {"scheme": cleaned["scheme"] or "http"}
@@ -469,6 +479,7 @@ class UnitCreateForm(SummarisedForm):
         cleaned["package"] = serializer.validated_data["packageID"]
         cleaned["image"] = serializer.validated_data["image"]
         cleaned["region"] = serializer.validated_data.get("region", "")
+        cleaned["interruptible"] = serializer.validated_data.get("interruptible", False)
         cleaned["template"] = serializer.validated_data.get("template") or {}
         cleaned["access"] = serializer.validated_data.get("access") or {}
         # Normalised and in the API's order, which the order service's problems index.

@@ -518,6 +518,7 @@ class UnitCreateView(DashboardView):
                     storage_mounts=data["storage_mounts"],
                     ssh=data["ssh"],
                     region=data["region"],
+                    interruptible=data["interruptible"],
                 )
             except DomainError as error:
                 self.report(form, error)

@@ -350,6 +350,24 @@ class TestCreate:
         assert (operation.kind, operation.status, operation.unit) == ("create", "pending", unit)
         assert b"Unit demo ordered" in member_client.get(response["Location"]).content
 
+    def test_an_interruptible_order_shows_its_badge_and_one_of_an_on_demand_package_is_refused(
+        self, member_client, package
+    ):
+        refused = order(member_client, interruptible="on")
+        assert refused.status_code == 200
+        assert "This package is sold on demand only." in refused.content.decode()
+        assert not GPUUnit.objects.exists()
+        type(package).objects.filter(pk=package.pk).update(
+            interruptible=True, interruptible_price="0.10"
+        )
+        packages_page = member_client.get(PACKAGES).content.decode()
+        assert "interruptible at" in packages_page
+        response = order(member_client, interruptible="on")
+        unit = GPUUnit.objects.get()
+        assert unit.interruptible is True
+        page = member_client.get(response["Location"]).content.decode()
+        assert '<span class="badge">Interruptible</span>' in page
+
     def test_double_submit_replays_the_same_order(self, member_client, package):
         first = order(member_client)
         second = order(member_client)
