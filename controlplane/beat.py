@@ -26,6 +26,10 @@ def beat_schedule() -> dict[str, dict]:
             "task": "runtime.stop_expired_units",
             "schedule": settings.AUTO_STOP_INTERVAL_SECONDS,
         },
+        "runtime.preempt": {
+            "task": "runtime.preempt",
+            "schedule": settings.PREEMPTION_INTERVAL_SECONDS,
+        },
         "runtime.enforce_budgets": {
             "task": "runtime.enforce_budgets",
             "schedule": settings.BUDGET_CHECK_INTERVAL_SECONDS,

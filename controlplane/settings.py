@@ -362,6 +362,10 @@ OPERATION_STALE_SECONDS = env.float("OPERATION_STALE_SECONDS", default=60.0)
 OPERATION_MAX_ATTEMPTS = env.int("OPERATION_MAX_ATTEMPTS", default=20)
 # How often beat stops the units whose stopAfter has run out (they stop at most this late).
 AUTO_STOP_INTERVAL_SECONDS = env.float("AUTO_STOP_INTERVAL_SECONDS", default=15.0)
+# Preemption (ARCHITECTURE §22): how often beat looks for on-demand units waiting for devices
+# interruptible units hold, and how long one waits before they are told to give way.
+PREEMPTION_INTERVAL_SECONDS = env.float("PREEMPTION_INTERVAL_SECONDS", default=5.0)
+PREEMPTION_WAIT_SECONDS = env.float("PREEMPTION_WAIT_SECONDS", default=10.0)
 # Billing (billing/): the one currency prices are in (ISO 4217), how often beat writes the
 # whole hours running units have used to the ledger, and the Stripe meter event names
 # (`<prefix><package ID>`) of the Stripe export.

@@ -68,6 +68,16 @@ SENTENCES: dict[str, str] = {
         "longer count against your quota. Its name, storage, SSH and access settings are "
         "kept; Start runs it again on GPUs allocated afresh."
     ),
+    "Preempting": (
+        "The unit is interruptible and an on-demand unit needs its GPUs: the control plane "
+        "stops it at the time shown (its containers get SIGTERM and their grace period then). "
+        "Save your work before then."
+    ),
+    "Preempted": (
+        "The unit is interruptible and its GPUs were taken back for an on-demand unit. Its "
+        "name, storage, SSH and access settings are kept; Start runs it again when there is "
+        "room, and it is billed again only from then."
+    ),
     "Restarting": (
         "The unit is restarting: its pod is replaced by a new one, whose GPUs are allocated afresh."
     ),
@@ -105,7 +115,7 @@ SENTENCES: dict[str, str] = {
     ),
 }
 # Phases whose reason is always worth a sentence, even one the dashboard has no words for.
-EXPLAINED_PHASES = frozenset({"Pending", "Failed", "Stopping", "Stopped"})
+EXPLAINED_PHASES = frozenset({"Pending", "Failed", "Stopping", "Stopped", "Preempted"})
 
 
 def explain(unit: GPUUnit) -> str:

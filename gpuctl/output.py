@@ -50,6 +50,7 @@ PHASE_STYLES = {
     "Failed": "red",
     "Pending": "yellow",
     "Stopped": "dim",
+    "Preempted": "yellow",
     "Terminated": "dim",
 }
 

@@ -40,7 +40,7 @@ ALLOWED_FROM: dict[str, frozenset[str]] = {
     OperationKind.STOP: frozenset(
         {UnitPhase.PROVISIONING, UnitPhase.PENDING, UnitPhase.RUNNING, UnitPhase.FAILED}
     ),
-    OperationKind.START: frozenset({UnitPhase.STOPPED}),
+    OperationKind.START: UnitPhase.AT_REST,
     OperationKind.RESTART: frozenset(
         {UnitPhase.PROVISIONING, UnitPhase.PENDING, UnitPhase.RUNNING, UnitPhase.FAILED}
     ),
@@ -50,7 +50,7 @@ ALLOWED_FROM: dict[str, frozenset[str]] = {
             UnitPhase.PENDING,
             UnitPhase.RUNNING,
             UnitPhase.FAILED,
-            UnitPhase.STOPPED,
+            *UnitPhase.AT_REST,
         }
     ),
 }
@@ -211,6 +211,7 @@ def request_action(
                     compute_charged=True,
                     started_at=unit.started_at,
                     stops_at=stopafter.stops_at(unit),
+                    preemption={},
                 )
             else:
                 lifecycle.transition_unit(

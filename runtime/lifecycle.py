@@ -17,7 +17,7 @@ from django.db.models import F
 from django.utils import timezone
 
 from controlplane import metrics
-from runtime import manifests, outbox, selectors
+from runtime import manifests, outbox, selectors, validation
 from runtime.models import (
     EventType,
     GPUUnit,
@@ -283,15 +283,22 @@ def mark_unit_stopped(unit: GPUUnit, operation: Operation) -> bool:
     memory given back to the tenant, its stop operation succeeded, in one transaction (the
     tenant lock first, as orders take it). False when the unit was no longer Stopping (its
     deletion was requested meanwhile)."""
+    preempted = operation.operation_id.startswith(validation.PREEMPT_OPERATION_PREFIX)
     with transaction.atomic():
         tenancy_services.lock_tenant(unit.tenant_id)
         charged, generation = _charged_now(unit)
         stopped = transition_unit(
             unit,
-            to=UnitPhase.STOPPED,
-            reason="Stopped",
-            message="The pod is gone and the claim's devices are back in the pool; the name, "
-            "storage, SSH and access settings stay. Start the unit to run it again.",
+            to=UnitPhase.PREEMPTED if preempted else UnitPhase.STOPPED,
+            reason="Preempted" if preempted else "Stopped",
+            message=(
+                "Its devices were taken back for an on-demand unit: the pod is gone; the "
+                "name, storage, SSH and access settings stay. Start the unit to run it again "
+                "when there is room."
+                if preempted
+                else "The pod is gone and the claim's devices are back in the pool; the name, "
+                "storage, SSH and access settings stay. Start the unit to run it again."
+            ),
             allowed_from={UnitPhase.STOPPING},
             compute_charged=False,
             observed_generation=unit.generation,

@@ -26,6 +26,9 @@ class UnitPhase(models.TextChoices):
     FAILED = "Failed"
     STOPPING = "Stopping"
     STOPPED = "Stopped"
+    # An interruptible unit whose devices were taken back (ARCHITECTURE §22): stopped by the
+    # control plane, restartable with start as a stopped one is.
+    PREEMPTED = "Preempted"
     TERMINATING = "Terminating"
     TERMINATED = "Terminated"
 
@@ -41,10 +44,13 @@ class UnitPhase(models.TextChoices):
                 "Failed",
                 "Stopping",
                 "Stopped",
+                "Preempted",
                 "Terminating",
             }
         )
     )
+    # No pod, by a stop: the customer's or the control plane's (a preemption).
+    AT_REST = enum.nonmember(frozenset({"Stopped", "Preempted"}))
     # The unit is going or gone: no action, update or order applies to it any more.
     ENDING = enum.nonmember(frozenset({"Terminating", "Terminated"}))
     # Phases reconcile_units derives from the cluster; the others are driven by requests.
@@ -105,6 +111,12 @@ class GPUUnit(models.Model):
         default=False,
         help_text="ordered as interruptible: billed at the package's interruptible price, on "
         "free capacity, and taken back with notice when an on-demand unit needs its devices",
+    )
+    preemption = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="an interruptible unit told its devices are taken back: {reason, noticeAt, "
+        "preemptAt, for (the waiting unit's uid)}; {} otherwise (cleared by a start)",
     )
     device_class_name = models.CharField(max_length=253)
     claim_name = models.CharField(max_length=63)

@@ -64,6 +64,11 @@ def delete_operation_id(unit: GPUUnit) -> str:
     return f"{validation.DELETE_OPERATION_PREFIX}{unit.uid}"
 
 
+def preempt_operation_id(unit: GPUUnit) -> str:
+    """The operationID of the stop that carries out the unit's preemption (one per run)."""
+    return f"{validation.PREEMPT_OPERATION_PREFIX}{unit.uid}-{unit.generation}"
+
+
 def auto_stop_operation_id(unit: GPUUnit) -> str:
     """The operationID of the auto-stop of this run of the unit (one per generation)."""
     return f"{validation.AUTO_STOP_OPERATION_PREFIX}{unit.uid}-{unit.generation}"

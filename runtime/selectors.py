@@ -119,7 +119,7 @@ _RECONCILED = (
     UnitPhase.RUNNING,
     UnitPhase.FAILED,
     UnitPhase.STOPPING,
-    UnitPhase.STOPPED,
+    *UnitPhase.AT_REST,
     UnitPhase.TERMINATING,
 )
 
@@ -228,7 +228,7 @@ def list_units_past_stop(*, now: datetime, limit: int) -> list[GPUUnit]:
         .exclude(
             phase__in=(
                 UnitPhase.STOPPING,
-                UnitPhase.STOPPED,
+                *UnitPhase.AT_REST,
                 UnitPhase.TERMINATING,
                 UnitPhase.TERMINATED,
             )

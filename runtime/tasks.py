@@ -18,7 +18,7 @@ from controlplane.kube.errors import KubeError, TemporaryError
 from inventory import clusters as inventory_clusters
 from inventory import selectors as inventory_selectors
 from runtime import actions, lifecycle, outbox, storage, tenant_secrets, usage_audit
-from runtime.control import provisioning, reconcile, volumes
+from runtime.control import preemption, provisioning, reconcile, volumes
 
 logger = logging.getLogger(__name__)
 
@@ -66,6 +66,12 @@ def roll_out_unit(self: Task, operation_pk: int) -> None:
 def stop_expired_units() -> int:
     """Database only: the stops it records are carried out by stop_unit."""
     return actions.stop_expired_units()
+
+
+@shared_task(name="runtime.preempt", expires=30)
+def preempt() -> tuple[int, int]:
+    """Database only: the stops it records are carried out by stop_unit."""
+    return preemption.run()
 
 
 @shared_task(name=storage.PROVISION_STORAGE_TASK, bind=True, max_retries=None)

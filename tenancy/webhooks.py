@@ -47,6 +47,8 @@ EVENT_TYPES: dict[str, str] = {
     "unit.phase_changed": "a unit moved to another phase (data: the unit, previousPhase)",
     "unit.auto_stopped": "a unit's stopAfter ran out and the control plane stopped it",
     "unit.device_unhealthy": "a unit's pod was evicted from a device that turned unhealthy",
+    "unit.preempting": "an interruptible unit's devices are taken back for an on-demand unit: "
+    "it is stopped at data.preemption.preemptAt",
     "budget.threshold_reached": "the month's spend reached 50, 80 or 100 % of the budget",
     "storage.phase_changed": "a volume moved to another phase (Pending, Bound, Lost, ...)",
 }

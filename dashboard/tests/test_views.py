@@ -367,6 +367,16 @@ class TestCreate:
         assert unit.interruptible is True
         page = member_client.get(response["Location"]).content.decode()
         assert '<span class="badge">Interruptible</span>' in page
+        assert "Preemption" not in page
+        unit.preemption = {
+            "reason": "CapacityReclaimed",
+            "noticeAt": "2026-12-04T06:40:51.000000Z",
+            "preemptAt": "2026-12-04T06:42:51.000000Z",
+        }
+        unit.save(update_fields=["preemption"])
+        page = member_client.get(response["Location"]).content.decode()
+        assert "its devices are taken back at" in page
+        assert "2026-12-04 06:42:51" in page
 
     def test_double_submit_replays_the_same_order(self, member_client, package):
         first = order(member_client)

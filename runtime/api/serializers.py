@@ -256,6 +256,12 @@ class UnitSSHSerializer(serializers.Serializer):
     )
 
 
+class PreemptionSerializer(serializers.Serializer):
+    reason = serializers.CharField()
+    noticeAt = serializers.DateTimeField()
+    preemptAt = serializers.DateTimeField()
+
+
 class UnitSerializer(serializers.ModelSerializer):
     operationID = serializers.CharField(source="operation_id")
     packageID = serializers.CharField(source="package_id")
@@ -267,6 +273,11 @@ class UnitSerializer(serializers.ModelSerializer):
     cluster = serializers.CharField(help_text="the cluster the unit was placed in, for good")
     interruptible = serializers.BooleanField(
         help_text="billed at the package's interruptible price; may be taken back with notice"
+    )
+    preemption = serializers.SerializerMethodField(
+        help_text="null unless an interruptible unit is told its devices are taken back: "
+        "{reason: CapacityReclaimed, noticeAt, preemptAt}; at preemptAt it is stopped (its "
+        "containers then get their grace) and ends Preempted"
     )
     createdAt = serializers.DateTimeField(source="created_at")
     updatedAt = serializers.DateTimeField(source="updated_at")
@@ -304,6 +315,7 @@ class UnitSerializer(serializers.ModelSerializer):
             "region",
             "cluster",
             "interruptible",
+            "preemption",
             "image",
             "template",
             "access",
@@ -329,6 +341,11 @@ class UnitSerializer(serializers.ModelSerializer):
             "updatedAt",
             "lastSyncTime",
         ]
+
+    @extend_schema_field(PreemptionSerializer(allow_null=True))
+    def get_preemption(self, unit: GPUUnit) -> dict | None:
+        found = unit.preemption or {}
+        return {k: found[k] for k in ("reason", "noticeAt", "preemptAt") if k in found} or None
 
     def get_costToDate(self, unit: GPUUnit) -> str:
         # Set by the view from billing.selectors.cost_to_date (one query for a page of units).

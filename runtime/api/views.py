@@ -388,22 +388,23 @@ UnitStopView = _action_view(
     "Stop a GPU unit (its devices go back to the pool; name, storage, access stay)",
     "The pod is deleted and the claim's devices are released; the unit goes Stopping, then "
     "Stopped, and its CPU and memory no longer count against the quota. 409 invalid_state "
-    "from Stopping, Stopped, Terminating, Terminated; 409 operation_in_progress while another "
+    "from Stopping, Stopped, Preempted, Terminating, Terminated; 409 operation_in_progress "
+    "while another "
     "operation on the unit is open.",
 )
 UnitStartView = _action_view(
     OperationKind.START,
-    "Start a stopped GPU unit (devices are allocated afresh)",
+    "Start a stopped or preempted GPU unit (devices are allocated afresh)",
     "The pod is created again; the unit is Pending with a reason while no devices fit "
     "(GET /packages says beforehand whether its package is placeable). 409 quota_exceeded when "
-    "its CPU or memory no longer fit the quota; 409 invalid_state unless Stopped.",
+    "its CPU or memory no longer fit the quota; 409 invalid_state unless Stopped or Preempted.",
 )
 UnitRestartView = _action_view(
     OperationKind.RESTART,
     "Restart a GPU unit (a new pod; healthy devices)",
     "The pod is replaced by a new one; the claim is kept and its devices allocated afresh, so "
     "a unit that failed on an unhealthy device lands on healthy ones. 409 invalid_state from "
-    "Stopping, Stopped, Terminating, Terminated.",
+    "Stopping, Stopped, Preempted, Terminating, Terminated.",
 )
 
 

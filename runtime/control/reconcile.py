@@ -105,7 +105,7 @@ def own_gpuunit(unit: GPUUnit, gpuunit: dict | None) -> dict | None:
 def _wants_pod(unit: GPUUnit) -> bool:
     return (
         unit.run_policy == RunPolicy.RUNNING
-        and unit.phase not in (UnitPhase.TERMINATING, UnitPhase.STOPPING, UnitPhase.STOPPED)
+        and unit.phase not in (UnitPhase.TERMINATING, UnitPhase.STOPPING, *UnitPhase.AT_REST)
         and not (unit.phase == UnitPhase.FAILED and unit.reason == DEVICE_UNHEALTHY)
         and not unit.rolling_out
     )
@@ -158,7 +158,7 @@ def plan_pod(
     if own_gpuunit(unit, objects.gpuunit) is None:
         return PodStep.KEEP
     if objects.pod is not None:
-        if unit.phase == UnitPhase.STOPPED and not unit.rolling_out:
+        if unit.phase in UnitPhase.AT_REST and not unit.rolling_out:
             return PodStep.REMOVE
         return PodStep.KEEP
     if (
@@ -192,7 +192,7 @@ def plan_row(
             message="The GPUUnit object was deleted outside the control plane.",
             event_type=EventType.WARNING,
         )
-    if unit.rolling_out or unit.phase == UnitPhase.STOPPED:
+    if unit.rolling_out or unit.phase in UnitPhase.AT_REST:
         return RowChange(compare_status=True)  # the worker's (a stopped unit has no pod)
     if pod is None or evicted_by_taint(pod):
         if unit.phase == UnitPhase.FAILED and unit.reason == DEVICE_UNHEALTHY:

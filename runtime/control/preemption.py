@@ -1,0 +1,216 @@
+"""Taking interruptible units' devices back for on-demand units (ARCHITECTURE §22), from beat.
+
+Each pass does two things:
+
+1. **Notice.** An on-demand unit that has waited for devices (Pending, nothing allocated) for
+   PREEMPTION_WAIT_SECONDS gets the interruptible units that give way for it, chosen from the
+   mirror by inventory.preemption (one node; fewest, then youngest). Each victim is told at
+   once, in one transaction: its `preemption` (reason, noticeAt, preemptAt = now + its
+   package's notice), a timeline entry and the `unit.preempting` webhook. The waiting unit's
+   timeline says what it waits for.
+2. **Preemption.** A victim whose preemptAt has come is stopped by the control plane (operation
+   `@preempt-...`): its pod gets its termination grace, and once it is gone the unit is
+   Preempted, billed until its devices were released, restartable with start.
+
+The control plane decides this itself: nothing relies on kube-scheduler preempting pods for
+DRA devices. The freed devices go to the waiting unit's pending pod through the scheduler as
+any free device would."""
+
+from __future__ import annotations
+
+import logging
+from collections import defaultdict
+from datetime import UTC, datetime, timedelta
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from catalog.models import Package
+from inventory import preemption
+from inventory.models import Device
+from runtime import actions, lifecycle, outbox
+from runtime.errors import InvalidState, OperationInProgress
+from runtime.models import EventType, GPUUnit, OperationKind, RunPolicy, UnitPhase
+from tenancy import webhooks
+
+logger = logging.getLogger(__name__)
+
+REASON = "CapacityReclaimed"
+# The phases of an interruptible unit that holds (or is about to hold) devices.
+_HOLDING = (UnitPhase.PROVISIONING, UnitPhase.PENDING, UnitPhase.RUNNING)
+
+
+def run(*, now: datetime | None = None) -> tuple[int, int]:
+    """One pass: (victims told, victims stopped)."""
+    now = now or timezone.now()
+    return give_notice(now=now), carry_out(now=now)
+
+
+def waiting_units(now: datetime) -> list[GPUUnit]:
+    """On-demand units waiting for devices long enough that the scheduler had its chance."""
+    return list(
+        GPUUnit.objects.filter(
+            interruptible=False,
+            phase=UnitPhase.PENDING,
+            run_policy=RunPolicy.RUNNING,
+            dra__allocated=False,
+            updated_at__lte=now - timedelta(seconds=settings.PREEMPTION_WAIT_SECONDS),
+            capacity={},  # whole devices: a share's room is not counted in devices
+        ).order_by("created_at", "id")
+    )
+
+
+def give_notice(*, now: datetime) -> int:
+    told = 0
+    # Waiting units whose victims are still giving way (told, or being stopped).
+    served = set(
+        GPUUnit.objects.filter(
+            preemption__has_key="for", phase__in=(*_HOLDING, UnitPhase.STOPPING)
+        ).values_list("preemption__for", flat=True)
+    )
+    for waiting in waiting_units(now):
+        if str(waiting.uid) in served:
+            continue  # devices are already being freed for it
+        choice = _choose(waiting)
+        if choice is None:
+            continue
+        told += _tell(waiting, choice, now=now)
+    return told
+
+
+def _choose(waiting: GPUUnit) -> preemption.Choice | None:
+    """The victims for `waiting` from its cluster's mirror: the devices its package can use,
+    free or held by interruptible units not already giving way."""
+    devices = list(
+        Device.objects.filter(
+            cluster=waiting.cluster, packages__contains=[waiting.package_id], pool_complete=True
+        ).values_list("node_name", "allocated", "tainted", "claim_namespace", "claim_name")
+    )
+    free: dict[str, int] = defaultdict(int)
+    held: dict[tuple[str, str], list[str]] = defaultdict(list)  # claim -> nodes of its devices
+    for node, allocated, tainted, namespace, claim in devices:
+        if not allocated and not tainted:
+            free[node] += 1
+        elif allocated and claim:
+            held[(namespace, claim)].append(node)
+    if not held:
+        return None
+    holders = []
+    for unit in GPUUnit.objects.filter(
+        cluster=waiting.cluster,
+        interruptible=True,
+        phase__in=_HOLDING,
+        preemption={},
+        namespace__in={namespace for namespace, _ in held},
+        claim_name__in={claim for _, claim in held},
+    ):
+        nodes = held.get((unit.namespace, unit.claim_name))
+        if nodes:
+            holders.append(
+                preemption.Holder(
+                    uid=str(unit.uid),
+                    node=nodes[0],
+                    started=unit.started_at or unit.created_at,
+                    devices=len(nodes),
+                )
+            )
+    return preemption.choose(waiting.count, free, holders)
+
+
+def _tell(waiting: GPUUnit, choice: preemption.Choice, *, now: datetime) -> int:
+    """Record the preemption on each victim, in one transaction with row locks (in pk order,
+    as every writer of several units takes them); none when one of them changed meanwhile."""
+    notice = dict(
+        Package.objects.filter(
+            id__in=GPUUnit.objects.filter(uid__in=[v.uid for v in choice.victims]).values(
+                "package_id"
+            )
+        ).values_list("id", "preemption_notice_seconds")
+    )
+    with transaction.atomic():
+        victims = list(
+            GPUUnit.objects.select_for_update()
+            .filter(
+                uid__in=[v.uid for v in choice.victims],
+                interruptible=True,
+                phase__in=_HOLDING,
+                preemption={},
+            )
+            .select_related("tenant")
+            .order_by("pk")
+        )
+        if len(victims) != len(choice.victims):
+            return 0  # stopped, deleted or told meanwhile: the next pass chooses again
+        for victim in victims:
+            seconds = notice.get(victim.package_id, 120)
+            victim.preemption = {
+                "reason": REASON,
+                "noticeAt": _stamp(now),
+                "preemptAt": _stamp(now + timedelta(seconds=seconds)),
+                "for": str(waiting.uid),
+            }
+            GPUUnit.objects.filter(pk=victim.pk).update(
+                preemption=victim.preemption, updated_at=now
+            )
+            message = (
+                f"An on-demand unit needs this unit's devices: it is stopped at "
+                f"{victim.preemption['preemptAt']} ({seconds} s notice), then its containers "
+                f"get their {victim.termination_grace_seconds} s grace."
+            )
+            lifecycle.record_event(
+                victim, reason="Preempting", message=message, type=EventType.WARNING
+            )
+            webhooks.emit(
+                victim.tenant_id,
+                "unit.preempting",
+                subject=f"units/{victim.name}",
+                data={
+                    "name": victim.name,
+                    "uid": str(victim.uid),
+                    "packageID": victim.package_id,
+                    "region": victim.region,
+                    "cluster": victim.cluster,
+                    "preemption": {k: v for k, v in victim.preemption.items() if k != "for"},
+                },
+                ordering_key=f"unit:{victim.uid}",
+                time=now,
+            )
+        lifecycle.record_event(
+            waiting,
+            reason="WaitingForPreemption",
+            message=f"{len(victims)} interruptible unit(s) on node {choice.node} give way for "
+            f"it; their devices are free after "
+            f"{max(v.preemption['preemptAt'] for v in victims)} and their grace.",
+        )
+    logger.info("preempting %s on %s for %s", [v.name for v in victims], choice.node, waiting.name)
+    return len(victims)
+
+
+def carry_out(*, now: datetime) -> int:
+    """Stop the victims whose preemptAt has come."""
+    stopped = 0
+    due = GPUUnit.objects.filter(
+        preemption__preemptAt__lte=_stamp(now),
+        phase__in=(*_HOLDING, UnitPhase.FAILED),
+    ).select_related("tenant")
+    for victim in due:
+        try:
+            actions.request_action(
+                tenant=victim.tenant,
+                name=victim.name,
+                uid=str(victim.uid),
+                kind=OperationKind.STOP,
+                operation_id=outbox.preempt_operation_id(victim),
+                reason="Preempting",
+                message=f"Stopped by the control plane: its devices are taken back ({REASON}).",
+            )
+        except (InvalidState, OperationInProgress):
+            continue  # another operation first: the next pass
+        stopped += 1
+    return stopped
+
+
+def _stamp(moment: datetime) -> str:
+    """RFC 3339 in UTC with a Z, as the API writes times (these compare as text)."""
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
