@@ -39,6 +39,9 @@ logger = logging.getLogger(__name__)
 REASON = "CapacityReclaimed"
 # The phases of an interruptible unit that holds (or is about to hold) devices.
 _HOLDING = (UnitPhase.PROVISIONING, UnitPhase.PENDING, UnitPhase.RUNNING)
+# Waiting units considered per pass, oldest first (two reads each): a burst that waits is
+# served over several passes.
+WAITING_PER_PASS = 50
 
 
 def run(*, now: datetime | None = None) -> tuple[int, int]:
@@ -47,17 +50,20 @@ def run(*, now: datetime | None = None) -> tuple[int, int]:
     return give_notice(now=now), carry_out(now=now)
 
 
-def waiting_units(now: datetime) -> list[GPUUnit]:
-    """On-demand units waiting for devices long enough that the scheduler had its chance."""
+def waiting_units(now: datetime, *, served: set[str]) -> list[GPUUnit]:
+    """On-demand units waiting for devices long enough that the scheduler had its chance,
+    except those `served` (devices are already being freed for them)."""
     return list(
-        GPUUnit.objects.filter(
+        GPUUnit.objects.exclude(uid__in=served)
+        .filter(
             interruptible=False,
             phase=UnitPhase.PENDING,
             run_policy=RunPolicy.RUNNING,
             dra__allocated=False,
             updated_at__lte=now - timedelta(seconds=settings.PREEMPTION_WAIT_SECONDS),
             capacity={},  # whole devices: a share's room is not counted in devices
-        ).order_by("created_at", "id")
+        )
+        .order_by("created_at", "id")[:WAITING_PER_PASS]
     )
 
 
@@ -69,9 +75,7 @@ def give_notice(*, now: datetime) -> int:
             preemption__has_key="for", phase__in=(*_HOLDING, UnitPhase.STOPPING)
         ).values_list("preemption__for", flat=True)
     )
-    for waiting in waiting_units(now):
-        if str(waiting.uid) in served:
-            continue  # devices are already being freed for it
+    for waiting in waiting_units(now, served=served):
         choice = _choose(waiting)
         if choice is None:
             continue
