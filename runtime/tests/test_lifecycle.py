@@ -203,8 +203,15 @@ def test_a_second_delivery_leaves_an_operation_another_worker_is_carrying_out(te
         operation.refresh_from_db()
         assert (operation.status, operation.attempts) == ("pending", 0)
         assert kube.get(kube.GPUUNIT, unit.namespace, unit.name) is None
+        with worker.cursor() as cursor:  # the first worker is done with it
+            cursor.execute(
+                "SELECT pg_advisory_unlock(%s, hashtext(%s))",
+                [outbox.OPERATION_LOCK, str(operation.pk)],
+            )
     finally:
-        worker.close()  # a worker that dies: its lock goes with its connection
+        # (A worker that dies loses the lock with its connection too, once PostgreSQL has
+        # seen the connection end: not at once, so this test does not wait for that.)
+        worker.close()
     provision_unit(operation_pk=operation.pk)
     operation.refresh_from_db()
     assert (operation.status, operation.attempts) == ("succeeded", 1)
