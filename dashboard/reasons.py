@@ -68,6 +68,10 @@ SENTENCES: dict[str, str] = {
         "longer count against your quota. Its name, storage, SSH and access settings are "
         "kept; Start runs it again on GPUs allocated afresh."
     ),
+    "WaitingForPreemption": (
+        "No free GPUs fit the unit, so interruptible units are giving way for it: once their "
+        "notice has run out and their containers have stopped, the unit gets their GPUs."
+    ),
     "Preempting": (
         "The unit is interruptible and an on-demand unit needs its GPUs: the control plane "
         "stops it at the time shown (its containers get SIGTERM and their grace period then). "

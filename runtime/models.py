@@ -112,6 +112,12 @@ class GPUUnit(models.Model):
         help_text="ordered as interruptible: billed at the package's interruptible price, on "
         "free capacity, and taken back with notice when an on-demand unit needs its devices",
     )
+    preemption_wait_until = models.DateTimeField(
+        null=True,
+        blank=True,
+        help_text="an on-demand unit for which interruptible units give way: their devices "
+        "are free after this (and their grace); while it is Pending its reason says so",
+    )
     preemption = models.JSONField(
         default=dict,
         blank=True,

@@ -30,6 +30,7 @@ from catalog.models import Package
 from inventory import preemption
 from inventory.models import Device
 from runtime import actions, lifecycle, outbox
+from runtime.control import reconcile
 from runtime.errors import InvalidState, OperationInProgress
 from runtime.models import EventType, GPUUnit, OperationKind, RunPolicy, UnitPhase
 from tenancy import webhooks
@@ -180,12 +181,16 @@ def _tell(waiting: GPUUnit, choice: preemption.Choice, *, now: datetime) -> int:
                 ordering_key=f"unit:{victim.uid}",
                 time=now,
             )
-        lifecycle.record_event(
+        until = now + timedelta(seconds=max(notice.get(v.package_id, 120) for v in victims))
+        # Its reason from now on (the reconcile keeps it while it is Pending).
+        lifecycle.transition_unit(
             waiting,
-            reason="WaitingForPreemption",
+            to=UnitPhase.PENDING,
+            reason=reconcile.WAITING_FOR_PREEMPTION,
             message=f"{len(victims)} interruptible unit(s) on node {choice.node} give way for "
-            f"it; their devices are free after "
-            f"{max(v.preemption['preemptAt'] for v in victims)} and their grace.",
+            f"it: their devices are free after {until:%Y-%m-%d %H:%M:%S} UTC and their grace.",
+            allowed_from={UnitPhase.PENDING},
+            preemption_wait_until=until,
         )
     logger.info("preempting %s on %s for %s", [v.name for v in victims], choice.node, waiting.name)
     return len(victims)

@@ -36,7 +36,15 @@ logger = logging.getLogger(__name__)
 Key = tuple[str, str]  # (namespace, name)
 DeviceKey = tuple[str, str, str]  # (driver, pool, device)
 
-_HEALTHY_REASONS = {"Running", "Starting", "WaitingForAllocation", "ContainersNotReady"}
+# An on-demand unit's reason while interruptible units give way for it (control/preemption).
+WAITING_FOR_PREEMPTION = "WaitingForPreemption"
+_HEALTHY_REASONS = {
+    "Running",
+    "Starting",
+    "WaitingForAllocation",
+    "ContainersNotReady",
+    WAITING_FOR_PREEMPTION,
+}
 DEVICE_UNHEALTHY = "DeviceUnhealthy"
 # The condition kube-controller-manager's device taint eviction puts on a pod it deletes.
 _TAINT_EVICTION = "DeletionByDeviceTaintManager"
@@ -209,6 +217,17 @@ def plan_row(
                 compare_status=True,
             )
     observed = observe(claim_name=unit.claim_name, claim=claim, pod=pod)
+    fields: dict[str, Any] = {"dra": observed.dra, "node_name": observed.node_name}
+    if unit.preemption_wait_until is not None:
+        if observed.phase == UnitPhase.PENDING and not observed.dra.get("allocated"):
+            observed = replace(
+                observed,
+                reason=WAITING_FOR_PREEMPTION,
+                message="Interruptible units give way for it: their devices are free after "
+                f"{unit.preemption_wait_until:%Y-%m-%d %H:%M:%S} UTC and their grace.",
+            )
+        elif observed.phase == UnitPhase.RUNNING:
+            fields["preemption_wait_until"] = None  # it got its devices
     if (
         unit.phase == observed.phase
         and unit.reason == observed.reason
@@ -228,7 +247,7 @@ def plan_row(
         reason=observed.reason,
         message=observed.message,
         event_type=EventType.WARNING if problem else EventType.NORMAL,
-        fields={"dra": observed.dra, "node_name": observed.node_name},
+        fields=fields,
         allocated=allocated,
         compare_status=True,
     )

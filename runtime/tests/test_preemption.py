@@ -90,6 +90,11 @@ def test_an_on_demand_order_takes_back_the_fewest_youngest_interruptible_units(
         queued = WebhookDelivery.objects.filter(endpoint=endpoint, event_type="unit.preempting")
         assert sorted(d.payload["data"]["name"] for d in queued) == ["spot-2", "spot-3"]
         assert preemption.give_notice(now=timezone.now()) == 0  # told once
+        # The order shows what it waits for, and a reconcile keeps saying so.
+        reconcile.reconcile_units()
+        waiting.refresh_from_db()
+        assert (waiting.phase, waiting.reason) == ("Pending", "WaitingForPreemption")
+        assert "give way for it" in waiting.message
 
         # Nothing is stopped before its notice runs out; then both are.
         notice_at = min(datetime.fromisoformat(p["noticeAt"]) for p in told.values())
@@ -107,6 +112,7 @@ def test_an_on_demand_order_takes_back_the_fewest_youngest_interruptible_units(
             assert {r.alternative for r in rows} == {prices.INTERRUPTIBLE}
         running = wait_for_phase(waiting, "Running")
         assert devices(running) <= held["spot-2"] | held["spot-3"]
+        assert running.preemption_wait_until is None
         assert {u.name for u in GPUUnit.objects.filter(phase=UnitPhase.RUNNING)} == {
             "spot-0",
             "spot-1",
