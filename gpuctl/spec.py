@@ -108,6 +108,7 @@ def order(
     mounts: Sequence[str] = (),
     stop_after: str | None = None,
     interruptible: bool = False,
+    auto_resume: bool = False,
 ) -> dict[str, Any]:
     """The body of POST /gpu-units: `base` (a file's fields) with the flags over it."""
     body: dict[str, Any] = dict(base or {})
@@ -134,6 +135,8 @@ def order(
         body["stopAfter"] = stop_after
     if interruptible:
         body["interruptible"] = True
+    if auto_resume:
+        body["autoResume"] = True
     return body
 
 

@@ -112,6 +112,11 @@ class GPUUnit(models.Model):
         help_text="ordered as interruptible: billed at the package's interruptible price, on "
         "free capacity, and taken back with notice when an on-demand unit needs its devices",
     )
+    auto_resume = models.BooleanField(
+        default=False,
+        help_text="an interruptible unit started again by the control plane once it was "
+        "preempted and its package fits its cluster again",
+    )
     preemption_wait_until = models.DateTimeField(
         null=True,
         blank=True,

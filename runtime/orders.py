@@ -90,6 +90,7 @@ def create_unit(
     stop_after: str | None = None,
     region: str = "",
     interruptible: bool = False,
+    auto_resume: bool = False,
 ) -> CreateResult:
     """Record a new unit, placed in a cluster (of `region`, when named), and its create
     operation, or return the unit an earlier identical request created (same operationID and
@@ -119,6 +120,8 @@ def create_unit(
         request["region"] = region
     if interruptible:
         request["interruptible"] = True
+    if auto_resume:
+        request["autoResume"] = True
     request_hash = outbox.request_hash(request)
     earlier, package = _lookup(tenant, operation_id, package_id)
     if earlier is not None:
@@ -132,6 +135,11 @@ def create_unit(
         raise InvalidRequest(
             f'package "{package.id}" is not sold as interruptible.',
             details={"fields": {"interruptible": ["This package is sold on demand only."]}},
+        )
+    if auto_resume and not interruptible:
+        raise InvalidRequest(
+            "autoResume applies to interruptible units only.",
+            details={"fields": {"autoResume": ["Only an interruptible unit is preempted."]}},
         )
     tenancy_services.check_budget(tenant)
     placed = place(package, region, tenant, within=bound_to(tenant, storage_mounts, template))
@@ -156,6 +164,7 @@ def create_unit(
         ),
         started_at=now,
         interruptible=interruptible,
+        auto_resume=auto_resume,
         **GPUUnit.contract_fields(package, name=name),
     )
     unit.stops_at = stopafter.stops_at(unit)

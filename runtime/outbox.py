@@ -69,6 +69,11 @@ def preempt_operation_id(unit: GPUUnit) -> str:
     return f"{validation.PREEMPT_OPERATION_PREFIX}{unit.uid}-{unit.generation}"
 
 
+def resume_operation_id(unit: GPUUnit) -> str:
+    """The operationID of the start that resumes a preempted unit with autoResume."""
+    return f"{validation.RESUME_OPERATION_PREFIX}{unit.uid}-{unit.generation}"
+
+
 def auto_stop_operation_id(unit: GPUUnit) -> str:
     """The operationID of the auto-stop of this run of the unit (one per generation)."""
     return f"{validation.AUTO_STOP_OPERATION_PREFIX}{unit.uid}-{unit.generation}"

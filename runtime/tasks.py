@@ -69,7 +69,7 @@ def stop_expired_units() -> int:
 
 
 @shared_task(name="runtime.preempt", expires=30)
-def preempt() -> tuple[int, int]:
+def preempt() -> tuple[int, int, int]:
     """Database only: the stops it records are carried out by stop_unit."""
     return preemption.run()
 

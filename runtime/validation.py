@@ -12,11 +12,12 @@ OPERATION_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
 DELETE_OPERATION_PREFIX = "@delete-"
 # Operations the control plane starts itself: a unit's deletion, its auto-stop, and the
 # roll-out of a change to its spec it made itself (an SSH key removed from the tenant), and
-# the stop that carries out a preemption.
+# the stop that carries out a preemption and the start that resumes a preempted unit.
 AUTO_STOP_OPERATION_PREFIX = "@autostop-"
 PREEMPT_OPERATION_PREFIX = "@preempt-"
+RESUME_OPERATION_PREFIX = "@resume-"
 ROLL_OUT_OPERATION_PREFIX = "@rollout-"
-_SERVICE_OPERATION = re.compile(r"^@(delete|autostop|preempt|rollout)-")
+_SERVICE_OPERATION = re.compile(r"^@(delete|autostop|preempt|resume|rollout)-")
 UNIT_NAME_MAX = 54  # so unit-<name>-gpu fits a 63-character name
 _LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 

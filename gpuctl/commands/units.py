@@ -179,6 +179,14 @@ def create(
             help="at the package's interruptible price; may be taken back with its notice",
         ),
     ] = False,
+    auto_resume: Annotated[
+        bool,
+        typer.Option(
+            "--auto-resume",
+            help="with --interruptible: started again by the control plane once preempted "
+            "and there is room",
+        ),
+    ] = False,
     file: Annotated[
         Path | None,
         typer.Option("--file", "-f", help="YAML or JSON of more order fields (flags win)"),
@@ -211,6 +219,7 @@ def create(
         mounts=mount or (),
         stop_after=stop_after,
         interruptible=interruptible,
+        auto_resume=auto_resume,
     )
     api = client(ctx)
     reply = api.call("POST", "/gpu-units", body=body)

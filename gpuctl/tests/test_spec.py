@@ -25,6 +25,7 @@ def test_an_order_from_flags_has_the_api_s_shape():
         mounts=["data:/data", "models:/models:ro"],
         stop_after="8h",
         interruptible=True,
+        auto_resume=True,
     )
     assert body == {
         "operationID": "op-1",
@@ -51,6 +52,7 @@ def test_an_order_from_flags_has_the_api_s_shape():
         "region": "eu-west",
         "stopAfter": "8h",
         "interruptible": True,
+        "autoResume": True,
     }
 
 

@@ -44,6 +44,12 @@ class CreateUnitSerializer(spec.BodySerializer):
         "`interruptible`), at its interruptible price, taken back with the package's notice "
         "when an on-demand unit needs its devices",
     )
+    autoResume = serializers.BooleanField(
+        required=False,
+        default=False,
+        help_text="an interruptible unit only: once preempted, the control plane starts it "
+        "again when its package fits its cluster again",
+    )
 
     def validate_operationID(self, value: str) -> str:
         return _operation_id(value)
@@ -274,6 +280,10 @@ class UnitSerializer(serializers.ModelSerializer):
     interruptible = serializers.BooleanField(
         help_text="billed at the package's interruptible price; may be taken back with notice"
     )
+    autoResume = serializers.BooleanField(
+        source="auto_resume",
+        help_text="started again by the control plane once preempted and there is room",
+    )
     preemption = serializers.SerializerMethodField(
         help_text="null unless an interruptible unit is told its devices are taken back: "
         "{reason: CapacityReclaimed, noticeAt, preemptAt}; at preemptAt it is stopped (its "
@@ -315,6 +325,7 @@ class UnitSerializer(serializers.ModelSerializer):
             "region",
             "cluster",
             "interruptible",
+            "autoResume",
             "preemption",
             "image",
             "template",

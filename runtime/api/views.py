@@ -229,6 +229,7 @@ class UnitListView(TenantView):
             stop_after=data.get("stopAfter"),
             region=data.get("region", ""),
             interruptible=data.get("interruptible", False),
+            auto_resume=data.get("autoResume", False),
         )
         if result.created:
             result.unit.cost_to_date = Decimal(0)  # just ordered: nothing used yet

@@ -11,6 +11,8 @@ Each pass does two things:
 2. **Preemption.** A victim whose preemptAt has come is stopped by the control plane (operation
    `@preempt-...`): its pod gets its termination grace, and once it is gone the unit is
    Preempted, billed until its devices were released, restartable with start.
+3. **Resume.** A Preempted unit ordered with autoResume is started again (`@resume-...`) once
+   its package fits its cluster again, as the mirror says.
 
 The control plane decides this itself: nothing relies on kube-scheduler preempting pods for
 DRA devices. The freed devices go to the waiting unit's pending pod through the scheduler as
@@ -27,8 +29,9 @@ from django.db import transaction
 from django.utils import timezone
 
 from catalog.models import Package
+from controlplane.errors import DomainError
 from inventory import preemption
-from inventory.models import Device
+from inventory.models import Device, PackageAvailability
 from runtime import actions, lifecycle, outbox
 from runtime.control import reconcile
 from runtime.errors import InvalidState, OperationInProgress
@@ -45,10 +48,10 @@ _HOLDING = (UnitPhase.PROVISIONING, UnitPhase.PENDING, UnitPhase.RUNNING)
 WAITING_PER_PASS = 50
 
 
-def run(*, now: datetime | None = None) -> tuple[int, int]:
-    """One pass: (victims told, victims stopped)."""
+def run(*, now: datetime | None = None) -> tuple[int, int, int]:
+    """One pass: (victims told, victims stopped, preempted units resumed)."""
     now = now or timezone.now()
-    return give_notice(now=now), carry_out(now=now)
+    return give_notice(now=now), carry_out(now=now), resume()
 
 
 def waiting_units(now: datetime, *, served: set[str]) -> list[GPUUnit]:
@@ -218,6 +221,40 @@ def carry_out(*, now: datetime) -> int:
             continue  # another operation first: the next pass
         stopped += 1
     return stopped
+
+
+def resume() -> int:
+    """Start the Preempted units with autoResume whose package fits their cluster again (as
+    the mirror says, oldest preemption first, no more than fit); one that cannot start now
+    (its tenant's quota, another operation) is tried on a later pass."""
+    room = {
+        (row.cluster, row.package_id): row.placeable
+        for row in PackageAvailability.objects.filter(placeable__gt=0)
+    }
+    resumed = 0
+    for unit in (
+        GPUUnit.objects.filter(phase=UnitPhase.PREEMPTED, auto_resume=True)
+        .select_related("tenant")
+        .order_by("updated_at", "id")
+    ):
+        key = (unit.cluster, unit.package_id)
+        if room.get(key, 0) <= 0:
+            continue
+        try:
+            actions.request_action(
+                tenant=unit.tenant,
+                name=unit.name,
+                uid=str(unit.uid),
+                kind=OperationKind.START,
+                operation_id=outbox.resume_operation_id(unit),
+                message="Started again by the control plane (autoResume): its package fits "
+                "its cluster again.",
+            )
+        except DomainError:  # its quota or budget, another operation: a later pass
+            continue
+        room[key] -= 1
+        resumed += 1
+    return resumed
 
 
 def _stamp(moment: datetime) -> str:

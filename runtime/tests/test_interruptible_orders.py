@@ -83,6 +83,22 @@ class TestInterruptibleOrder(EndpointTest):
             auth_client, data=body(interruptible=False), status=409, code="operation_conflict"
         )
 
+    def test_auto_resume_is_for_interruptible_units_only(self, auth_client):
+        error = self.get_error_response(
+            auth_client,
+            data=body(interruptible=False, autoResume=True),
+            status=400,
+            code="invalid_request",
+        )
+        assert error["details"]["fields"] == {
+            "autoResume": ["Only an interruptible unit is preempted."]
+        }
+        assert not GPUUnit.objects.exists()
+        data = self.get_success_response(
+            auth_client, data=body(autoResume=True), status=201
+        ).json()["data"]
+        assert (data["interruptible"], data["autoResume"]) == (True, True)
+
     def test_it_must_be_a_boolean(self, auth_client):
         error = self.get_error_response(
             auth_client, data=body(interruptible="maybe"), status=400, code="invalid_request"

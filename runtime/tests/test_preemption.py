@@ -68,7 +68,14 @@ def test_an_on_demand_order_takes_back_the_fewest_youngest_interruptible_units(
         # The node's 8 L40S, taken by four interruptible units, oldest first.
         spots = [
             wait_for_phase(
-                order_unit(spot_client, f"spot-{index}", spot.id, interruptible=True), "Running"
+                order_unit(
+                    spot_client,
+                    f"spot-{index}",
+                    spot.id,
+                    interruptible=True,
+                    autoResume=index == 2,
+                ),
+                "Running",
             )
             for index in range(4)
         ]
@@ -119,9 +126,17 @@ def test_an_on_demand_order_takes_back_the_fewest_youngest_interruptible_units(
             "big",
         }
 
-        # A Preempted unit starts again when there is room: here, once the big unit is gone.
+        # No room, nothing resumed: spot-2 (autoResume) waits Preempted.
+        sync_inventory()
+        assert preemption.resume() == 0
+        # Once the big unit is gone, spot-2 is started again by the control plane and spot-3
+        # by its owner.
         client.delete("/api/v1/gpu-units/big")
         wait_for_phase(running, "Terminated")
+        sync_inventory()
+        assert preemption.resume() == 1
+        resumed = wait_for_phase(GPUUnit.objects.get(name="spot-2"), "Running")
+        assert resumed.operations.filter(operation_id__startswith="@resume-").exists()
         started = spot_client.post(
             "/api/v1/gpu-units/spot-3/start", {"operationID": "again"}, format="json"
         )
