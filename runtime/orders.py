@@ -142,7 +142,13 @@ def create_unit(
             details={"fields": {"autoResume": ["Only an interruptible unit is preempted."]}},
         )
     tenancy_services.check_budget(tenant)
-    placed = place(package, region, tenant, within=bound_to(tenant, storage_mounts, template))
+    placed = place(
+        package,
+        region,
+        tenant,
+        within=bound_to(tenant, storage_mounts, template),
+        reclaim=not interruptible,
+    )
     if ssh:
         ssh = {"enabled": True, "keys": ssh_key_names(tenant, ssh.get("keys"))}
     now = timezone.now()
@@ -256,7 +262,12 @@ def create_unit(
 
 
 def place(
-    package: Package, region: str, tenant: Tenant, *, within: dict[str, str] | None = None
+    package: Package,
+    region: str,
+    tenant: Tenant,
+    *,
+    within: dict[str, str] | None = None,
+    reclaim: bool = False,
 ) -> placement.Placed:
     """The cluster a new unit of `package` goes to (inventory.placement), or the refusal;
     `within`: where what it mounts and reads lives (bound_to): there it must run."""
@@ -267,15 +278,23 @@ def place(
     candidates = inventory_selectors.placement_candidates(package.id)
     if sum(1 for c in candidates if c.enabled) > 1:
         candidates = _less_what_waits(candidates, package.id)
-    decision = placement.place(
-        candidates,
-        package=package.id,
-        sold_in=package.regions,
-        region=region,
-        devices=package.count,
-        room=room,
-        within=set(within.values()) if within else None,
-    )
+
+    def decide(candidates: list[placement.Candidate]) -> placement.Placed | placement.Refused:
+        return placement.place(
+            candidates,
+            package=package.id,
+            sold_in=package.regions,
+            region=region,
+            devices=package.count,
+            room=room,
+            within=set(within.values()) if within else None,
+        )
+
+    decision = decide(candidates)
+    if reclaim and isinstance(decision, placement.Refused) and decision.code == NO_ROOM:
+        # An on-demand order: a cluster where interruptible units would make room takes it
+        # too; it waits there (Pending) while they give way (runtime/control/preemption.py).
+        decision = decide([_with_reclaimable(c, package) for c in candidates])
     if isinstance(decision, placement.Placed):
         return decision
     details = {"regions": decision.regions}
@@ -356,6 +375,19 @@ def _less_what_waits(
         dataclasses.replace(c, placeable=max(0, c.placeable - waiting.get(c.name, 0)))
         for c in candidates
     ]
+
+
+NO_ROOM = "insufficient_capacity"
+
+
+def _with_reclaimable(candidate: placement.Candidate, package: Package) -> placement.Candidate:
+    """The candidate with room for one unit when interruptible units there would make it."""
+    if candidate.placeable > 0 or not candidate.enabled or candidate.unreachable:
+        return candidate
+    choice = selectors.preemption_choice(
+        cluster=candidate.name, package_id=package.id, count=package.count
+    )
+    return candidate if choice is None else dataclasses.replace(candidate, placeable=1)
 
 
 def place_again(unit: GPUUnit, *, why: str) -> placement.Placed | None:

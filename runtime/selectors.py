@@ -4,6 +4,7 @@ simply does not exist for them."""
 from __future__ import annotations
 
 import uuid
+from collections import defaultdict
 from collections.abc import Iterable
 from datetime import datetime
 
@@ -12,6 +13,8 @@ from django.db.models.functions import Coalesce
 
 from controlplane.validation import fold_case
 from dracel import quantity
+from inventory import preemption
+from inventory.models import Device
 from runtime import access
 from runtime.errors import NotFound
 from runtime.models import GPUUnit, Operation, OperationStatus, RunPolicy, UnitEvent, UnitPhase
@@ -314,3 +317,44 @@ def ephemeral_storage_requested(*, tenant: Tenant) -> int:
         .values_list("ephemeral_storage", flat=True)
     )
     return sum(quantity.parse_bytes(amount) for amount in amounts)
+
+
+# The phases of an interruptible unit that holds (or is about to hold) devices.
+PREEMPTIBLE_PHASES = (UnitPhase.PROVISIONING, UnitPhase.PENDING, UnitPhase.RUNNING)
+
+
+def preemption_choice(*, cluster: str, package_id: str, count: int) -> preemption.Choice | None:
+    """The interruptible units of `cluster` that would give way for a unit of `package_id`
+    needing `count` devices (inventory.preemption), from the mirror: the devices the package
+    can use, free or held by interruptible units not already giving way. None when it fits
+    already or cannot fit even so. Two reads."""
+    devices = Device.objects.filter(
+        cluster=cluster, packages__contains=[package_id], pool_complete=True
+    ).values_list("node_name", "allocated", "tainted", "claim_namespace", "claim_name")
+    free: dict[str, int] = defaultdict(int)
+    held: dict[tuple[str, str], list[str]] = defaultdict(list)  # claim -> its devices' nodes
+    for node, allocated, tainted, namespace, claim in devices:
+        if not allocated and not tainted:
+            free[node] += 1
+        elif allocated and claim:
+            held[(namespace, claim)].append(node)
+    if not held:
+        return None
+    holders = [
+        preemption.Holder(
+            uid=str(unit.uid),
+            node=held[(unit.namespace, unit.claim_name)][0],
+            started=unit.started_at or unit.created_at,
+            devices=len(held[(unit.namespace, unit.claim_name)]),
+        )
+        for unit in GPUUnit.objects.filter(
+            cluster=cluster,
+            interruptible=True,
+            phase__in=PREEMPTIBLE_PHASES,
+            preemption={},
+            namespace__in={namespace for namespace, _ in held},
+            claim_name__in={claim for _, claim in held},
+        )
+        if (unit.namespace, unit.claim_name) in held
+    ]
+    return preemption.choose(count, free, holders)

@@ -21,7 +21,6 @@ any free device would."""
 from __future__ import annotations
 
 import logging
-from collections import defaultdict
 from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
@@ -31,8 +30,8 @@ from django.utils import timezone
 from catalog.models import Package
 from controlplane.errors import DomainError
 from inventory import preemption
-from inventory.models import Device, PackageAvailability
-from runtime import actions, lifecycle, outbox
+from inventory.models import PackageAvailability
+from runtime import actions, lifecycle, outbox, selectors
 from runtime.control import reconcile
 from runtime.errors import InvalidState, OperationInProgress
 from runtime.models import EventType, GPUUnit, OperationKind, RunPolicy, UnitPhase
@@ -41,8 +40,7 @@ from tenancy import webhooks
 logger = logging.getLogger(__name__)
 
 REASON = "CapacityReclaimed"
-# The phases of an interruptible unit that holds (or is about to hold) devices.
-_HOLDING = (UnitPhase.PROVISIONING, UnitPhase.PENDING, UnitPhase.RUNNING)
+_HOLDING = selectors.PREEMPTIBLE_PHASES
 # Waiting units considered per pass, oldest first (two reads each): a burst that waits is
 # served over several passes.
 WAITING_PER_PASS = 50
@@ -88,42 +86,9 @@ def give_notice(*, now: datetime) -> int:
 
 
 def _choose(waiting: GPUUnit) -> preemption.Choice | None:
-    """The victims for `waiting` from its cluster's mirror: the devices its package can use,
-    free or held by interruptible units not already giving way."""
-    devices = list(
-        Device.objects.filter(
-            cluster=waiting.cluster, packages__contains=[waiting.package_id], pool_complete=True
-        ).values_list("node_name", "allocated", "tainted", "claim_namespace", "claim_name")
+    return selectors.preemption_choice(
+        cluster=waiting.cluster, package_id=waiting.package_id, count=waiting.count
     )
-    free: dict[str, int] = defaultdict(int)
-    held: dict[tuple[str, str], list[str]] = defaultdict(list)  # claim -> nodes of its devices
-    for node, allocated, tainted, namespace, claim in devices:
-        if not allocated and not tainted:
-            free[node] += 1
-        elif allocated and claim:
-            held[(namespace, claim)].append(node)
-    if not held:
-        return None
-    holders = []
-    for unit in GPUUnit.objects.filter(
-        cluster=waiting.cluster,
-        interruptible=True,
-        phase__in=_HOLDING,
-        preemption={},
-        namespace__in={namespace for namespace, _ in held},
-        claim_name__in={claim for _, claim in held},
-    ):
-        nodes = held.get((unit.namespace, unit.claim_name))
-        if nodes:
-            holders.append(
-                preemption.Holder(
-                    uid=str(unit.uid),
-                    node=nodes[0],
-                    started=unit.started_at or unit.created_at,
-                    devices=len(nodes),
-                )
-            )
-    return preemption.choose(waiting.count, free, holders)
 
 
 def _tell(waiting: GPUUnit, choice: preemption.Choice, *, now: datetime) -> int:

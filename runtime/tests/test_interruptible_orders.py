@@ -15,6 +15,7 @@ from django.utils import timezone
 from billing import exporting, periods, prices
 from billing.models import Meter, PriceVersion, UsageRecord
 from billing.tests.helpers import claim_of, pod_of, priced
+from inventory.models import Cluster, Device, InventorySnapshot, PackageAvailability
 from runtime.control import metering
 from runtime.models import GPUUnit, Operation, UnitPhase
 from runtime.tests.factories import UnitFactory
@@ -140,3 +141,67 @@ def test_an_interruptible_unit_is_billed_at_the_interruptible_price(tenant, pack
     assert rows[str(units[True].uid)]["PricingCategory"] == "Dynamic"
     assert rows[str(units[True].uid)]["ListUnitPrice"] == "1.2000"
     assert rows[str(units[False].uid)]["PricingCategory"] == "Standard"
+
+
+def _two_full_clusters(spot_unit: GPUUnit) -> None:
+    """east-1 and west-1 in one region, both full for the package as their mirrors say; on
+    west-1 both devices are held by `spot_unit`'s claim (an interruptible unit)."""
+    Cluster.objects.all().delete()
+    now = timezone.now()
+    for name in ("east-1", "west-1"):
+        Cluster.objects.create(name=name, region="us-east")
+        InventorySnapshot.objects.create(cluster=name, as_of=now, document="{}")
+        for package_id in ("gpu-plain", "gpu-spot"):
+            PackageAvailability.objects.create(
+                cluster=name, package_id=package_id, placeable=0, free_devices=0, reason="full"
+            )
+    for index in range(2):
+        Device.objects.create(
+            cluster="west-1",
+            driver="gpu.nvidia.com",
+            pool="node-w",
+            name=f"gpu-{index}",
+            node_name="node-w",
+            pool_complete=True,
+            packages=["gpu-plain", "gpu-spot"],
+            content_hash="x",
+            allocated=True,
+            claim_namespace=spot_unit.namespace,
+            claim_name=spot_unit.claim_name,
+        )
+
+
+def test_an_on_demand_order_goes_where_interruptible_units_would_make_room(
+    auth_client, tenant, packages
+):
+    spot, plain = packages
+    holder = UnitFactory(
+        tenant=tenant,
+        name="holder",
+        package=spot,
+        phase=UnitPhase.RUNNING,
+        interruptible=True,
+        cluster="west-1",
+        region="us-east",
+    )
+    _two_full_clusters(holder)
+    # An interruptible order never takes anything back: no room is no room.
+    refused = auth_client.post(
+        URL,
+        body(operationID="spot-2", name="spot-2", packageID="gpu-spot"),
+        format="json",
+    )
+    assert refused.status_code == 409
+    assert refused.json()["error"]["code"] == "insufficient_capacity"
+    # An on-demand one is placed where the interruptible unit would give way, and waits there.
+    response = auth_client.post(
+        URL,
+        {
+            k: v
+            for k, v in body(packageID=plain.id, name="big", operationID="big").items()
+            if k != "interruptible"
+        },
+        format="json",
+    )
+    assert response.status_code == 201, response.json()
+    assert response.json()["data"]["cluster"] == "west-1"
