@@ -10,19 +10,23 @@ import json
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from django.utils import timezone
 from standardwebhooks.webhooks import Webhook
 
 from catalog.tests.factories import PackageFactory
+from inventory.sync import sync_inventory
+from runtime.control import preemption
 from runtime.tests.helpers import (
     order_unit,
     remove_namespace_objects,
     wait_for_phase,
     wait_until,
 )
+from tenancy.tests.factories import TenantFactory
 from tests.endpoints import client_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("celery_worker")]
@@ -34,6 +38,7 @@ class Received:
     headers: dict[str, str]
     body: bytes
     status: int
+    at: datetime = field(default_factory=lambda: datetime.now(UTC))
 
     @property
     def event(self) -> dict:
@@ -193,3 +198,43 @@ def test_a_test_delivery_verifies_with_both_secrets_after_a_rotation(tenant, rec
 
 def _seconds_between(earlier: str, later: str) -> float:
     return (datetime.fromisoformat(later) - datetime.fromisoformat(earlier)).total_seconds()
+
+
+def test_a_preemption_notice_arrives_before_the_preemption(tenant, receiver, settings):
+    """An interruptible unit's owner hears of its preemption (unit.preempting) within its
+    notice, before preemptAt: the point of giving notice."""
+    settings.PREEMPTION_WAIT_SECONDS = 0
+    spot = PackageFactory(
+        id="l40s-4x-spot",
+        device_class_name="nvidia-l40s",
+        gpu=4,
+        count=4,
+        cpu="1",
+        memory="1Gi",
+        price="4.00",
+        interruptible=True,
+        interruptible_price="1.00",
+        preemption_notice_seconds=60,
+    )
+    whole = PackageFactory(
+        id="l40s-4x", device_class_name="nvidia-l40s", gpu=4, count=4, cpu="1", memory="1Gi"
+    )
+    other = TenantFactory()
+    client, other_client = client_for(tenant), client_for(other)
+    hook = subscribe(client, receiver.url, ["unit.preempting"])
+    try:
+        for name in ("spot-a", "spot-b"):  # the node's 8 L40S
+            wait_for_phase(order_unit(client, name, spot.id, interruptible=True), "Running")
+        sync_inventory()
+        waiting = order_unit(other_client, "needs-l40s", whole.id)
+        wait_for_phase(waiting, "Pending")
+        assert preemption.give_notice(now=timezone.now()) == 1
+        (request,) = wait_until(receiver.delivered, "the unit.preempting event")
+        event = Webhook(hook["secret"]).verify(request.body, request.headers)
+        assert event["type"] == "io.lokiwager.gpu.unit.preempting"
+        assert event["data"]["name"] == "spot-b"  # the younger
+        notice = event["data"]["preemption"]
+        assert notice["reason"] == "CapacityReclaimed"
+        assert request.at < datetime.fromisoformat(notice["preemptAt"])
+    finally:
+        remove_namespace_objects(other.namespace)
