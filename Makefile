@@ -1,4 +1,4 @@
-# `make run` serves the whole product; `make test` runs lint beside the test suite.
+# `make run` serves the whole product; `make test` runs lint then the test suite.
 # With DATABASE_URL / REDIS_URL unset, both start an embedded PostgreSQL and Redis.
 
 PYTHON ?= python3
@@ -20,7 +20,7 @@ help:
 	@echo "make run    - set up and serve the product on 127.0.0.1:$${PORT:-8000} (Ctrl-C stops);"
 	@echo "              the simulated clusters' gateways on that port + 3 (default) and + 4 (eu-west)"
 	@echo "make manage ARGS='...' - manage.py against the running make run"
-	@echo "make test   - lint and the whole test suite (lint's output once the suite ends)"
+	@echo "make test   - lint, then the whole test suite"
 	@echo "make lint   - ruff, Django checks, migrations check, OpenAPI schema, import contract, mypy"
 	@echo "make test-reliability - only the fault, load and hostile-input scenarios"
 	@echo "make bench  - the benchmarks; writes docs/benchmarks.md"
@@ -44,16 +44,8 @@ run: $(STAMP)
 manage: $(STAMP)
 	@$(PY) -m devstack manage --data $(DATA) $(ARGS)
 
-# Lint runs beside the suite (the suite leaves part of the machine idle): its output, kept in
-# $(LINT_LOG), is printed once the suite has ended; either failing fails make test.
-LINT_LOG ?= test-artifacts/lint.log
 test: $(STAMP)
-	@mkdir -p $(dir $(LINT_LOG))
-	$(DEVSTACK) sh -c '$(MAKE) --no-print-directory lint-checks > $(LINT_LOG) 2>&1 & lint=$$!; \
-	  $(MAKE) --no-print-directory pytest; suite=$$?; \
-	  wait $$lint; checks=$$?; echo "--- lint ($(LINT_LOG))"; cat $(LINT_LOG); \
-	  [ $$checks -eq 0 ] || echo "make test: lint failed"; \
-	  [ $$checks -eq 0 ] && [ $$suite -eq 0 ]'
+	$(DEVSTACK) $(MAKE) --no-print-directory lint-checks pytest
 
 test-reliability: $(STAMP)
 	$(DEVSTACK) $(PY) -m pytest tests/reliability $(PYTEST_ARGS)
