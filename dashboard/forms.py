@@ -38,6 +38,7 @@ API_FIELDS = {
     "packageID": "package",
     "region": "region",
     "interruptible": "interruptible",
+    "autoResume": "auto_resume",
     "image": "image",
     "access.scheme": "scheme",
     "access": "ports",
@@ -303,6 +304,12 @@ class UnitCreateForm(SummarisedForm):
         "interruptible price): runs on free capacity and may be taken back, with the "
         "package's notice, when an on-demand unit needs its GPUs.",
     )
+    auto_resume = forms.BooleanField(
+        label="Start it again after a preemption",
+        required=False,
+        help_text="For an interruptible unit: once its GPUs were taken back, the control plane "
+        "starts it again when its package fits again.",
+    )
     name = forms.CharField(
         max_length=UNIT_NAME_MAX,
         help_text=(
@@ -464,6 +471,8 @@ class UnitCreateForm(SummarisedForm):
             order["region"] = cleaned["region"]
         if cleaned.get("interruptible"):
             order["interruptible"] = True
+        if cleaned.get("auto_resume"):
+            order["autoResume"] = True
         if cleaned["ports"]:
             order["template"] = {"ports": cleaned["ports"]}
             order["access"] = {"scheme": cleaned["scheme"] or "http"}
@@ -480,6 +489,7 @@ class UnitCreateForm(SummarisedForm):
         cleaned["image"] = serializer.validated_data["image"]
         cleaned["region"] = serializer.validated_data.get("region", "")
         cleaned["interruptible"] = serializer.validated_data.get("interruptible", False)
+        cleaned["auto_resume"] = serializer.validated_data.get("autoResume", False)
         cleaned["template"] = serializer.validated_data.get("template") or {}
         cleaned["access"] = serializer.validated_data.get("access") or {}
         # Normalised and in the API's order, which the order service's problems index.

@@ -519,6 +519,7 @@ class UnitCreateView(DashboardView):
                     ssh=data["ssh"],
                     region=data["region"],
                     interruptible=data["interruptible"],
+                    auto_resume=data["auto_resume"],
                 )
             except DomainError as error:
                 self.report(form, error)

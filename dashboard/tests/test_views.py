@@ -362,9 +362,11 @@ class TestCreate:
         )
         packages_page = member_client.get(PACKAGES).content.decode()
         assert "interruptible at" in packages_page
-        response = order(member_client, interruptible="on")
+        refused = order(member_client, auto_resume="on", operation_id="dash-" + "b" * 32)
+        assert "Only an interruptible unit is preempted." in refused.content.decode()
+        response = order(member_client, interruptible="on", auto_resume="on")
         unit = GPUUnit.objects.get()
-        assert unit.interruptible is True
+        assert (unit.interruptible, unit.auto_resume) == (True, True)
         page = member_client.get(response["Location"]).content.decode()
         assert '<span class="badge">Interruptible</span>' in page
         assert "Preemption" not in page

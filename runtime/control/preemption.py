@@ -33,7 +33,6 @@ from inventory import preemption
 from inventory.models import PackageAvailability
 from runtime import actions, lifecycle, outbox, selectors
 from runtime.control import reconcile
-from runtime.errors import InvalidState, OperationInProgress
 from runtime.models import EventType, GPUUnit, OperationKind, RunPolicy, UnitPhase
 from tenancy import webhooks
 
@@ -172,19 +171,13 @@ def carry_out(*, now: datetime) -> int:
         phase__in=(*_HOLDING, UnitPhase.FAILED),
     ).select_related("tenant")
     for victim in due:
-        try:
-            actions.request_action(
-                tenant=victim.tenant,
-                name=victim.name,
-                uid=str(victim.uid),
-                kind=OperationKind.STOP,
-                operation_id=outbox.preempt_operation_id(victim),
-                reason="Preempting",
-                message=f"Stopped by the control plane: its devices are taken back ({REASON}).",
-            )
-        except (InvalidState, OperationInProgress):
-            continue  # another operation first: the next pass
-        stopped += 1
+        stopped += _act(
+            victim,
+            OperationKind.STOP,
+            outbox.preempt_operation_id(victim),
+            reason="Preempting",
+            message=f"Stopped by the control plane: its devices are taken back ({REASON}).",
+        )
     return stopped
 
 
@@ -205,21 +198,35 @@ def resume() -> int:
         key = (unit.cluster, unit.package_id)
         if room.get(key, 0) <= 0:
             continue
-        try:
-            actions.request_action(
-                tenant=unit.tenant,
-                name=unit.name,
-                uid=str(unit.uid),
-                kind=OperationKind.START,
-                operation_id=outbox.resume_operation_id(unit),
-                message="Started again by the control plane (autoResume): its package fits "
-                "its cluster again.",
-            )
-        except DomainError:  # its quota or budget, another operation: a later pass
+        if not _act(
+            unit,
+            OperationKind.START,
+            outbox.resume_operation_id(unit),
+            message="Started again by the control plane (autoResume): its package fits its "
+            "cluster again.",
+        ):
             continue
         room[key] -= 1
         resumed += 1
     return resumed
+
+
+def _act(unit: GPUUnit, kind: str, operation_id: str, *, reason: str = "", message: str) -> bool:
+    """The control plane's own stop or start of `unit`; False when it is refused now (another
+    operation, its phase, its tenant's quota or budget): a later pass tries again."""
+    try:
+        actions.request_action(
+            tenant=unit.tenant,
+            name=unit.name,
+            uid=str(unit.uid),
+            kind=kind,
+            operation_id=operation_id,
+            reason=reason,
+            message=message,
+        )
+    except DomainError:
+        return False
+    return True
 
 
 def _stamp(moment: datetime) -> str:
