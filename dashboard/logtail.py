@@ -43,7 +43,7 @@ def legible(data: bytes) -> str:
 def read_tail(unit: GPUUnit) -> LogTail:
     """The unit's last TAIL_LINES lines, or the reason there are none. Never raises for the
     cluster's refusals or its being unreachable: the page shows the reason instead."""
-    if unit.phase in UnitPhase.AT_REST:
+    if unit.at_rest:
         # Known without asking the cluster: a stop deletes the pod, and its log with it.
         return _problem(
             "The unit is stopped: it has no pod, so there is no log (the last pod's went with "

@@ -222,6 +222,11 @@ class GPUUnit(models.Model):
         return f'"{self.generation}-{digest[:16]}"'
 
     @property
+    def at_rest(self) -> bool:
+        """Stopped or Preempted: no pod, by a stop (the customer's or the control plane's)."""
+        return self.phase in UnitPhase.AT_REST
+
+    @property
     def rolling_out(self) -> bool:
         """A stop, start, restart or update is being carried out: its worker moves the unit's
         pod and phase, so the reconcile leaves both alone until it has recorded the rollout

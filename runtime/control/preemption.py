@@ -27,7 +27,7 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
-from catalog.models import Package
+from catalog.models import DEFAULT_PREEMPTION_NOTICE_SECONDS, Package
 from controlplane.errors import DomainError
 from inventory import preemption
 from inventory.models import PackageAvailability
@@ -115,7 +115,7 @@ def _tell(waiting: GPUUnit, choice: preemption.Choice, *, now: datetime) -> int:
         if len(victims) != len(choice.victims):
             return 0  # stopped, deleted or told meanwhile: the next pass chooses again
         for victim in victims:
-            seconds = notice.get(victim.package_id, 120)
+            seconds = notice.get(victim.package_id, DEFAULT_PREEMPTION_NOTICE_SECONDS)
             victim.preemption = {
                 "reason": REASON,
                 "noticeAt": _stamp(now),
@@ -148,7 +148,11 @@ def _tell(waiting: GPUUnit, choice: preemption.Choice, *, now: datetime) -> int:
                 ordering_key=f"unit:{victim.uid}",
                 time=now,
             )
-        until = now + timedelta(seconds=max(notice.get(v.package_id, 120) for v in victims))
+        until = now + timedelta(
+            seconds=max(
+                notice.get(v.package_id, DEFAULT_PREEMPTION_NOTICE_SECONDS) for v in victims
+            )
+        )
         # Its reason from now on (the reconcile keeps it while it is Pending).
         lifecycle.transition_unit(
             waiting,

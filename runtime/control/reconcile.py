@@ -166,7 +166,7 @@ def plan_pod(
     if own_gpuunit(unit, objects.gpuunit) is None:
         return PodStep.KEEP
     if objects.pod is not None:
-        if unit.phase in UnitPhase.AT_REST and not unit.rolling_out:
+        if unit.at_rest and not unit.rolling_out:
             return PodStep.REMOVE
         return PodStep.KEEP
     if (
@@ -200,7 +200,7 @@ def plan_row(
             message="The GPUUnit object was deleted outside the control plane.",
             event_type=EventType.WARNING,
         )
-    if unit.rolling_out or unit.phase in UnitPhase.AT_REST:
+    if unit.rolling_out or unit.at_rest:
         return RowChange(compare_status=True)  # the worker's (a stopped unit has no pod)
     if pod is None or evicted_by_taint(pod):
         if unit.phase == UnitPhase.FAILED and unit.reason == DEVICE_UNHEALTHY:
