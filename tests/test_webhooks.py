@@ -21,6 +21,7 @@ from catalog.tests.factories import PackageFactory
 from inventory.sync import sync_inventory
 from runtime.control import preemption
 from runtime.tests.helpers import (
+    l40s_package,
     order_unit,
     remove_namespace_objects,
     wait_for_phase,
@@ -204,21 +205,15 @@ def test_a_preemption_notice_arrives_before_the_preemption(tenant, receiver, set
     """An interruptible unit's owner hears of its preemption (unit.preempting) within its
     notice, before preemptAt: the point of giving notice."""
     settings.PREEMPTION_WAIT_SECONDS = 0
-    spot = PackageFactory(
-        id="l40s-4x-spot",
-        device_class_name="nvidia-l40s",
-        gpu=4,
-        count=4,
-        cpu="1",
-        memory="1Gi",
+    spot = l40s_package(
+        "l40s-4x-spot",
+        4,
         price="4.00",
         interruptible=True,
         interruptible_price="1.00",
         preemption_notice_seconds=60,
     )
-    whole = PackageFactory(
-        id="l40s-4x", device_class_name="nvidia-l40s", gpu=4, count=4, cpu="1", memory="1Gi"
-    )
+    whole = l40s_package("l40s-4x", 4)
     other = TenantFactory()
     client, other_client = client_for(tenant), client_for(other)
     hook = subscribe(client, receiver.url, ["unit.preempting"])

@@ -10,6 +10,7 @@ from typing import Any
 
 from django.conf import settings
 
+from catalog.tests.factories import PackageFactory
 from conftest import start_worker, stop_worker
 from controlplane import kube
 from controlplane.celery import app
@@ -119,3 +120,17 @@ def wait_until(condition: Callable[[], Any], what: str, *, timeout: float = 30.0
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
         time.sleep(0.05)
     return found
+
+
+def l40s_package(package_id: str, gpus: int, **fields: Any) -> Any:
+    """A small package of `gpus` L40S (the sample topology's L40S node has 8): for tests that
+    fill that node; `fields` set its price, interruptible offer and the like."""
+    return PackageFactory(
+        id=package_id,
+        device_class_name="nvidia-l40s",
+        gpu=gpus,
+        count=gpus,
+        cpu="1",
+        memory="1Gi",
+        **fields,
+    )

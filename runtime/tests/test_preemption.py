@@ -13,11 +13,15 @@ from django.utils import timezone
 
 from billing import prices
 from billing.models import Meter, UsageRecord
-from catalog.tests.factories import PackageFactory
 from inventory.sync import sync_inventory
 from runtime.control import preemption, reconcile
 from runtime.models import GPUUnit, UnitPhase
-from runtime.tests.helpers import order_unit, remove_namespace_objects, wait_for_phase
+from runtime.tests.helpers import (
+    l40s_package,
+    order_unit,
+    remove_namespace_objects,
+    wait_for_phase,
+)
 from tenancy import webhooks
 from tenancy.models import WebhookDelivery
 from tenancy.tests.factories import TenantFactory
@@ -35,27 +39,15 @@ def test_an_on_demand_order_takes_back_the_fewest_youngest_interruptible_units(
     tenant, cluster, settings
 ):
     settings.PREEMPTION_WAIT_SECONDS = 0  # the scheduler has had its pass once it is Pending
-    spot = PackageFactory(
-        id="l40s-2x-spot",
-        device_class_name="nvidia-l40s",
-        gpu=2,
-        count=2,
-        cpu="1",
-        memory="1Gi",
+    spot = l40s_package(
+        "l40s-2x-spot",
+        2,
         price="2.00",
         interruptible=True,
         interruptible_price="0.50",
         preemption_notice_seconds=1,
     )
-    whole = PackageFactory(
-        id="l40s-4x",
-        device_class_name="nvidia-l40s",
-        gpu=4,
-        count=4,
-        cpu="1",
-        memory="1Gi",
-        price="4.00",
-    )
+    whole = l40s_package("l40s-4x", 4, price="4.00")
     other = TenantFactory()
     settings.WEBHOOK_ALLOWED_NETWORKS = ["127.0.0.0/8"]
     # Nothing listens on port 9: the deliveries are written and refused, which is all this
