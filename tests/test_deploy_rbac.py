@@ -256,6 +256,9 @@ def recorded(cluster, celery_worker, django_db_blocker) -> dict[str, list]:
                 ),
                 "the unit's keys to be rewritten",
             )
+            # The key change is rolled out by an operation of its own: the ConfigMap is
+            # rewritten before that operation is recorded done, and a stop meanwhile is 409.
+            _wait_for_operations(tenant)
             # Stop, start, restart and update (spec patched, pod deleted and created again,
             # the unit's Service and route brought to its new ports).
             url = "/api/v1/gpu-units/rbac-unit"
