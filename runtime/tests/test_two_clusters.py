@@ -348,14 +348,21 @@ def test_a_cluster_stopped_mid_burst_loses_nothing(
     wait_until(
         lambda: _health(WEST) == inventory_clusters.Health.UNREACHABLE, "west to be unreachable"
     )
-    tasks.reconcile_units()
     burst = [*ran, *late]
-    marked = {
-        u.name: (u.phase, u.reason) for u in GPUUnit.objects.filter(pk__in=[u.pk for u in burst])
-    }
-    assert {name: reason for name, (_, reason) in marked.items()} == {
-        u.name: lifecycle.CLUSTER_UNREACHABLE for u in burst
-    }
+
+    def marked_unreachable() -> dict[str, tuple[str, str]] | None:
+        # A provisioning attempt still retrying against west writes its own reason between
+        # reconciles: the next reconcile marks the unit again.
+        tasks.reconcile_units()
+        found = {
+            u.name: (u.phase, u.reason)
+            for u in GPUUnit.objects.filter(pk__in=[u.pk for u in burst])
+        }
+        reasons = {reason for _, reason in found.values()}
+        return found if reasons == {lifecycle.CLUSTER_UNREACHABLE} else None
+
+    marked = wait_until(marked_unreachable, "every unit of the burst to say west is unreachable")
+    assert set(marked) == {u.name for u in burst}
     assert {marked[u.name][0] for u in ran} == {UnitPhase.RUNNING}
     assert all(marked[u.name][0] != UnitPhase.RUNNING for u in late)  # never made: not running
 
