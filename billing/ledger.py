@@ -221,16 +221,10 @@ def close_meter(
     return Closed(meter=meter, end=end, records=records)
 
 
-def close_pod_meters(ends: dict[str, datetime]) -> list[Closed]:
-    """Close the meters of these pods (by uid) at their observed ends, whatever their units
-    have become (a unit may be Terminated before its pod's last state is read)."""
-    closed = []
-    for unit_uid, pod_uid in Meter.objects.filter(pod_uid__in=list(ends)).values_list(
-        "unit_uid", "pod_uid"
-    ):
-        if done := close_meter(unit_uid, at=ends[pod_uid], pod_uid=pod_uid):
-            closed.append(done)
-    return closed
+def meters_of_pods(pod_uids: Iterable[str]) -> dict[uuid.UUID, str]:
+    """The units whose open meters follow these pods (by uid), as {unit uid: pod uid}. One
+    statement."""
+    return dict(Meter.objects.filter(pod_uid__in=list(pod_uids)).values_list("unit_uid", "pod_uid"))
 
 
 def seal_meters(*, now: datetime | None = None) -> int:

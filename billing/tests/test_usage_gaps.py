@@ -13,7 +13,7 @@ from django.utils import timezone
 from billing.models import Meter, UsageRecord
 from billing.tests.helpers import package
 from controlplane import kube
-from runtime import manifests
+from runtime import lifecycle, manifests
 from runtime.control import reconcile
 from runtime.control.metering import settle_meters
 from runtime.control.observer import Observer
@@ -119,3 +119,28 @@ def test_a_pod_gone_without_trace_is_billed_until_it_was_last_seen_running(tenan
     row = UsageRecord.objects.filter(unit_uid=unit.uid).latest("end")
     assert row.end == seen
     assert "last seen running" in unit.events.get(reason="UsageEndEstimated").message
+
+
+def test_a_meter_closes_with_its_timeline_entry_or_not_at_all(tenant, monkeypatch) -> None:
+    """A process killed (here: failing) between closing a meter and writing the UsageEnded
+    entry leaves the meter open, to be closed again by the next pass: the ledger never bills
+    what the timeline does not explain (the usage audit reads the timeline)."""
+    package(article=True, price="0.36")
+    client = client_for(tenant)
+    unit = wait_for_phase(order_unit(client, "interrupted", PACKAGE), UnitPhase.RUNNING)
+    wait_until(lambda: _meter_pod(unit), "pod metered")
+    reconcile.reconcile_units()  # beat's pass sees the pod running
+
+    def killed(*args, **kwargs):
+        raise RuntimeError("killed between the close and its timeline entry")
+
+    with monkeypatch.context() as patched:
+        patched.setattr(lifecycle, "append_event", killed)
+        with pytest.raises(RuntimeError):
+            settle_meters([(unit, None, None, None)], backstop=False)
+    assert _meter_pod(unit) is not None
+    assert not UsageRecord.objects.filter(unit_uid=unit.uid).exists()
+
+    assert settle_meters([(unit, None, None, None)], backstop=False) == (0, 1)
+    assert _meter_pod(unit) is None
+    assert unit.events.filter(reason="UsageEnded").count() == 1

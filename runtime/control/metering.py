@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 
 from django.conf import settings
+from django.db import transaction
 
 from billing import ledger
 from runtime import lifecycle, selectors
@@ -88,25 +89,30 @@ def settle_meters(
         ]
     floors = ledger.billed_until(unit.uid for unit, _, _ in opening) if opening else {}
     opened = closed = 0
+    # Each meter's open or close commits with its timeline entry: the usage audit reads the
+    # timeline, and a process killed between the two would leave a meter no entry explains.
     for unit, _claim, _pod, step in steps:
         if not step.close:
             continue
-        done = ledger.close_meter(unit.uid, at=step.close_at, pod_uid=meters[unit.uid].pod_uid)
+        with transaction.atomic():
+            done = ledger.close_meter(unit.uid, at=step.close_at, pod_uid=meters[unit.uid].pod_uid)
+            if done is not None:
+                _ended(unit, done, how=step.ended)
         if done is None:
             continue
         closed += 1
         floors[unit.uid] = max(floors.get(unit.uid, done.end), done.end)
-        _ended(unit, done, how=step.ended)
     for unit, held, start in opening:
         start = max(start, floors[unit.uid]) if unit.uid in floors else start
-        ledger.open_meter(held, at=start)
-        lifecycle.append_event(
-            unit,
-            reason="UsageStarted",
-            message=f"Pod {held.pod_uid} runs on its devices since "
-            f"{start:%Y-%m-%d %H:%M:%S} UTC: billed from then.",
-            observed_at=start,
-        )
+        with transaction.atomic():
+            ledger.open_meter(held, at=start)
+            lifecycle.append_event(
+                unit,
+                reason="UsageStarted",
+                message=f"Pod {held.pod_uid} runs on its devices since "
+                f"{start:%Y-%m-%d %H:%M:%S} UTC: billed from then.",
+                observed_at=start,
+            )
         opened += 1
     # Seen running now: an end the cluster will not date is put no earlier than this.
     ledger.mark_seen(unit.uid for unit, _, _ in opening)
@@ -149,13 +155,16 @@ def close_meters_of_gone_pods(last_pods: Iterable[dict]) -> int:
         if (uid := (pod.get("metadata") or {}).get("uid"))
         and (end := released_at(pod, gone=True)) is not None
     }
-    closed = ledger.close_pod_meters(ends) if ends else []
-    if closed:
-        units = GPUUnit.objects.in_bulk([done.meter.unit_uid for done in closed], field_name="uid")
-        for done in closed:
-            if (unit := units.get(done.meter.unit_uid)) is not None:
+    meters = ledger.meters_of_pods(ends) if ends else {}
+    units = GPUUnit.objects.in_bulk(list(meters), field_name="uid") if meters else {}
+    closed = 0
+    for unit_uid, pod_uid in meters.items():
+        with transaction.atomic():
+            done = ledger.close_meter(unit_uid, at=ends[pod_uid], pod_uid=pod_uid)
+            if done is not None and (unit := units.get(unit_uid)) is not None:
                 _ended(unit, done, how=OBSERVED)
-    return len(closed)
+        closed += done is not None
+    return closed
 
 
 def settle_unreconciled(
@@ -179,7 +188,8 @@ def settle_unreconciled(
     due = {meter.unit_uid: meter for meter in leftover if meter.missing_since is not None}
     closed = 0
     for unit in GPUUnit.objects.filter(uid__in=list(due)):
-        if done := ledger.close_meter(unit.uid, at=None, pod_uid=due[unit.uid].pod_uid):
-            closed += 1
-            _ended(unit, done, how=LAST_SEEN)
+        with transaction.atomic():
+            if done := ledger.close_meter(unit.uid, at=None, pod_uid=due[unit.uid].pod_uid):
+                closed += 1
+                _ended(unit, done, how=LAST_SEEN)
     return closed
