@@ -75,8 +75,9 @@ class Lead:
                 return True
             except psycopg.Error:
                 logger.warning("observer lost its lead connection; stepping down")
-                self.connection = None
+                # Not leading first: whoever sees the connection gone must not see it leading.
                 self._set(held=False)
+                self.connection = None
                 return False
         params = connection.get_connection_params()
         params.pop("cursor_factory", None)
