@@ -366,6 +366,9 @@ AUTO_STOP_INTERVAL_SECONDS = env.float("AUTO_STOP_INTERVAL_SECONDS", default=15.
 # interruptible units hold, and how long one waits before they are told to give way.
 PREEMPTION_INTERVAL_SECONDS = env.float("PREEMPTION_INTERVAL_SECONDS", default=5.0)
 PREEMPTION_WAIT_SECONDS = env.float("PREEMPTION_WAIT_SECONDS", default=10.0)
+# How long devices handed over to a waiting unit stay kept for it alone (from its victims'
+# preemptAt; more than their termination grace) before they go back to everyone.
+HANDOVER_TIMEOUT_SECONDS = env.float("HANDOVER_TIMEOUT_SECONDS", default=900.0)
 # Billing (billing/): the one currency prices are in (ISO 4217), how often beat writes the
 # whole hours running units have used to the ledger, and the Stripe meter event names
 # (`<prefix><package ID>`) of the Stripe export.

@@ -16,7 +16,7 @@ from django.utils import timezone
 
 from inventory import clusters
 from inventory.models import Cluster, Device, InventorySnapshot, PackageAvailability, SyncRun
-from inventory.observe import Observation, build_document
+from inventory.observe import Observation, attribute_value, build_document
 from inventory.placement import Candidate
 
 
@@ -109,6 +109,27 @@ def list_package_availability(cluster: str | None = None) -> dict[str, Availabil
 
 
 DeviceKey = tuple[str, str, str]  # (driver, pool, device)
+
+
+def device_uuids(devices: Iterable[DeviceKey], *, cluster: str) -> dict[DeviceKey, str]:
+    """The `uuid` attribute (in each device's own driver's domain, as NVIDIA's and the example
+    driver publish it) of those of `cluster`'s `devices` that have one, by (driver, pool,
+    device). One query."""
+    wanted = set(devices)
+    if not wanted:
+        return {}
+    rows = Device.objects.filter(
+        cluster=cluster,
+        driver__in={d for d, _p, _n in wanted},
+        pool__in={p for _d, p, _n in wanted},
+        name__in={n for _d, _p, n in wanted},
+    ).values_list("driver", "pool", "name", "attributes")
+    found = {}
+    for driver, pool, name, attributes in rows:
+        value = attribute_value({"driver": driver, "attributes": attributes}, f"{driver}/uuid")
+        if (driver, pool, name) in wanted and isinstance(value, str) and value:
+            found[(driver, pool, name)] = value
+    return found
 
 
 def device_taints(devices: Iterable[DeviceKey], *, cluster: str) -> dict[DeviceKey, list[dict]]:

@@ -136,6 +136,22 @@ def announce_phase(unit: GPUUnit, *, previous: str, time: datetime) -> None:
         )
 
 
+def record_claim(unit: GPUUnit, *, claim_k8s_uid: str) -> None:
+    """The unit's ResourceClaim was made again (for a hand-over, or without one once it is
+    over): its new UID, and its timeline says why."""
+    GPUUnit.objects.filter(pk=unit.pk).update(claim_k8s_uid=claim_k8s_uid)
+    unit.claim_k8s_uid = claim_k8s_uid
+    if unit.handover:
+        message = (
+            f"ResourceClaim {unit.claim_name} made again to ask for the "
+            f"{len(unit.handover.get('devices') or [])} device(s) being handed over to it: "
+            "they are kept for it alone until it holds them."
+        )
+    else:
+        message = f"ResourceClaim {unit.claim_name} made again without a hand-over."
+    append_event(unit, reason="ClaimRenewed", message=message)
+
+
 def record_provisioned(
     unit: GPUUnit,
     operation: Operation,

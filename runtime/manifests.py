@@ -30,6 +30,13 @@ ANNOTATION_REQUEST_HASH = f"{GROUP}/request-hash"
 # On the pod: the hash of what it was built from, and the restart that asked for it.
 ANNOTATION_TEMPLATE_HASH = f"{GROUP}/template-hash"
 ANNOTATION_RESTARTED_AT = f"{GROUP}/restarted-at"
+# On a unit's ResourceClaim: the hand-over it was made for ("" or absent: none). The claim's
+# spec cannot change, so a unit whose hand-over changed gets a new claim (provisioning).
+ANNOTATION_HANDOVER = f"{GROUP}/handover"
+# The NoSchedule taint on devices handed over to one unit (value: its uid): only that unit's
+# claim tolerates it, so no other claim is allocated them between release and its allocation.
+HANDOVER_TAINT_KEY = f"{GROUP}/handover"
+LABEL_HANDOVER = f"{GROUP}/handover-for"
 
 POD_CLAIM_NAME = "gpu"
 CONTAINER_NAME = "runtime-worker"
@@ -37,6 +44,85 @@ CONTAINER_NAME = "runtime-worker"
 RUN_AS_USER = 65532
 # What the API server gives a pod that names no terminationGracePeriodSeconds.
 KUBERNETES_DEFAULT_GRACE_SECONDS = 30
+
+
+@dataclass(frozen=True)
+class Handover:
+    """Devices handed over to a unit: the taint value only its claim tolerates (its uid) and
+    the CEL selector naming them ("" when they cannot be named by an attribute)."""
+
+    value: str
+    selector: str = ""
+
+    @classmethod
+    def of(cls, stored: dict | None) -> Handover | None:
+        """From GPUUnit.handover ({} is none)."""
+        if not stored or not stored.get("value"):
+            return None
+        return cls(value=str(stored["value"]), selector=str(stored.get("selector") or ""))
+
+    def toleration(self) -> dict:
+        return {
+            "key": HANDOVER_TAINT_KEY,
+            "operator": "Equal",
+            "value": self.value,
+            "effect": "NoSchedule",
+        }
+
+
+def handover_selector(devices: Iterable[tuple[str, str]]) -> str:
+    """A CEL selector that matches exactly these devices, given as (driver, uuid) pairs: DRA's
+    CEL sees a device's driver and attributes, not its name, so they are named by the uuid
+    attribute their drivers publish (NVIDIA's and the example driver's alike). The driver is
+    compared first: `&&` stops there for another driver's device, which has no such
+    attribute domain."""
+    by_driver: dict[str, list[str]] = {}
+    for driver, uuid in sorted(set(devices)):
+        by_driver.setdefault(driver, []).append(uuid)
+    return " || ".join(
+        f"(device.driver == {json.dumps(driver)} && "
+        f"device.attributes[{json.dumps(driver)}].uuid in {json.dumps(uuids)})"
+        for driver, uuids in by_driver.items()
+    )
+
+
+def claim_handover(claim: dict | None) -> str:
+    """The hand-over a unit's claim was made for ("" for none)."""
+    annotations = ((claim or {}).get("metadata") or {}).get("annotations") or {}
+    return str(annotations.get(ANNOTATION_HANDOVER) or "")
+
+
+def handover_rule_name(value: str, driver: str, pool: str, device: str) -> str:
+    """The DeviceTaintRule that keeps one handed-over device for the unit `value` names:
+    deterministic, so a retried hand-over finds its own rules."""
+    digest = hashlib.sha256(f"{driver}/{pool}/{device}".encode()).hexdigest()[:10]
+    return f"handover-{value}-{digest}"
+
+
+def build_handover_rule(
+    *, name: str, handover: Handover, driver: str, pool: str, device: str, tenant: str
+) -> dict:
+    """A DeviceTaintRule (resource.k8s.io, served at v1alpha3 on 1.34-1.35, v1beta2 later:
+    the caller sets apiVersion) tainting one device NoSchedule for one unit's claim."""
+    return {
+        "kind": "DeviceTaintRule",
+        "metadata": {
+            "name": name,
+            "labels": {
+                LABEL_MANAGED_BY: MANAGED_BY,
+                LABEL_HANDOVER: handover.value,
+                LABEL_TENANT: tenant,
+            },
+        },
+        "spec": {
+            "deviceSelector": {"driver": driver, "pool": pool, "device": device},
+            "taint": {
+                "key": HANDOVER_TAINT_KEY,
+                "value": handover.value,
+                "effect": "NoSchedule",
+            },
+        },
+    }
 
 
 @dataclass(frozen=True)
@@ -79,6 +165,7 @@ class UnitContract:
     stop_after: str = ""
     restarted_at: str = ""  # RFC 3339, the last restart's time
     host_label: str = ""  # the unit's stored public host label (runtime/access.py), if any
+    handover: Handover | None = None  # devices being handed over to it (its claim's pin)
 
 
 class Part(StrEnum):
@@ -242,17 +329,25 @@ PRIMARY_ALTERNATIVE = "primary"
 
 
 def _device_request(
-    device_class: str, count: int, selectors: list[str], capacity: dict[str, str]
+    device_class: str,
+    count: int,
+    selectors: list[str],
+    capacity: dict[str, str],
+    handover: Handover | None = None,
 ) -> dict:
     request: dict = {
         "deviceClassName": device_class,
         "allocationMode": "ExactCount",
         "count": count,
     }
+    if handover is not None and handover.selector:
+        selectors = [*selectors, handover.selector]
     if selectors:
         request["selectors"] = [{"cel": {"expression": e}} for e in selectors]
     if capacity:
         request["capacity"] = {"requests": dict(capacity)}
+    if handover is not None:
+        request["tolerations"] = [handover.toleration()]
     return request
 
 
@@ -286,7 +381,11 @@ def dropped_fields(sent: object, stored: object, path: str = "") -> list[str]:
 
 def build_resource_claim(contract: UnitContract, *, owner_uid: str) -> dict:
     own = _device_request(
-        contract.device_class_name, contract.count, contract.selectors, contract.capacity
+        contract.device_class_name,
+        contract.count,
+        contract.selectors,
+        contract.capacity,
+        contract.handover,
     )
     request: dict = {"name": contract.claim_request_name}
     if contract.alternatives:
@@ -301,6 +400,7 @@ def build_resource_claim(contract: UnitContract, *, owner_uid: str) -> dict:
                         alternative["count"],
                         list(alternative.get("selectors") or []),
                         dict(alternative.get("capacity") or {}),
+                        contract.handover,
                     ),
                 }
                 for alternative in contract.alternatives
@@ -321,6 +421,11 @@ def build_resource_claim(contract: UnitContract, *, owner_uid: str) -> dict:
             "namespace": contract.namespace,
             "labels": labels(contract),
             "ownerReferences": [owner_reference(contract, owner_uid)],
+            **(
+                {"annotations": {ANNOTATION_HANDOVER: contract.handover.value}}
+                if contract.handover is not None
+                else {}
+            ),
         },
         "spec": {"devices": devices},
     }

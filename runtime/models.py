@@ -129,6 +129,14 @@ class GPUUnit(models.Model):
         help_text="an interruptible unit told its devices are taken back: {reason, noticeAt, "
         "preemptAt, for (the waiting unit's uid)}; {} otherwise (cleared by a start)",
     )
+    handover = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="devices being handed over to this unit (the preempted units' or its "
+        "reservation's): {value, devices [{driver, pool, device}], selector, at}. They carry "
+        "a NoSchedule taint only its claim tolerates, and its claim asks for them by "
+        "selector; {} once it holds them (or gave up waiting)",
+    )
     device_class_name = models.CharField(max_length=253)
     claim_name = models.CharField(max_length=63)
     claim_request_name = models.CharField(max_length=63)
@@ -299,6 +307,7 @@ class GPUUnit(models.Model):
             ),
             ssh_image=settings.SSH_SERVER_IMAGE,
             host_label=self.host_label,
+            handover=manifests.Handover.of(self.handover),
         )
 
 

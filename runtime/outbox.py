@@ -74,6 +74,11 @@ def resume_operation_id(unit: GPUUnit) -> str:
     return f"{validation.RESUME_OPERATION_PREFIX}{unit.uid}-{unit.generation}"
 
 
+def handover_operation_id(unit: GPUUnit) -> str:
+    """The operationID of the restart that makes the unit's claim again for a hand-over."""
+    return f"{validation.HANDOVER_OPERATION_PREFIX}{unit.uid}-{unit.generation}"
+
+
 def auto_stop_operation_id(unit: GPUUnit) -> str:
     """The operationID of the auto-stop of this run of the unit (one per generation)."""
     return f"{validation.AUTO_STOP_OPERATION_PREFIX}{unit.uid}-{unit.generation}"

@@ -17,7 +17,9 @@ AUTO_STOP_OPERATION_PREFIX = "@autostop-"
 PREEMPT_OPERATION_PREFIX = "@preempt-"
 RESUME_OPERATION_PREFIX = "@resume-"
 ROLL_OUT_OPERATION_PREFIX = "@rollout-"
-_SERVICE_OPERATION = re.compile(r"^@(delete|autostop|preempt|resume|rollout)-")
+# The restart that gives a unit a claim for the devices handed over to it.
+HANDOVER_OPERATION_PREFIX = "@handover-"
+_SERVICE_OPERATION = re.compile(r"^@(delete|autostop|preempt|resume|rollout|handover)-")
 UNIT_NAME_MAX = 54  # so unit-<name>-gpu fits a 63-character name
 _LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 

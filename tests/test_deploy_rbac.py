@@ -22,6 +22,7 @@ import pytest
 from django.apps import apps
 from django.conf import settings
 from django.db import connection, transaction
+from django.utils import timezone
 from rest_framework.test import APIClient
 
 from billing.models import Meter, UsageRecord
@@ -29,6 +30,7 @@ from catalog.tests.factories import PackageFactory
 from controlplane import kube
 from inventory import sync
 from inventory.models import Cluster
+from runtime.control import handover, preemption
 from runtime.control import volumes as storage_claims
 from runtime.control.observer import Observer
 from runtime.models import GPUStorage, GPUUnit, Operation, OperationStatus, UnitPhase
@@ -286,6 +288,17 @@ def recorded(cluster, celery_worker, django_db_blocker) -> dict[str, list]:
             updated = client.patch(url, patch, format="json", HTTP_IF_MATCH=unit.etag)
             assert updated.status_code == 202, updated.json()
             unit = _wait_rolled_out(unit)
+            # Devices handed over to the unit (a preemption's): tainted for it (a retry adopts
+            # its own rules: create, then get), its claim made again by a restart, and the
+            # taints removed once it holds them (list, delete).
+            devices = {(d["driver"], d["pool"], d["device"]) for d in unit.dra["devices"]}
+            handover.taint(unit, handover.begin(unit, devices, now=timezone.now()))
+            assert (
+                client.post(f"{url}/restart", {"operationID": "rbac-ho"}, format="json").status_code
+                == 202
+            )
+            unit = _wait_rolled_out(unit)
+            _wait(lambda: preemption.settle_handovers(now=timezone.now()), "the hand-over's end")
             assert client.delete("/api/v1/gpu-units/rbac-unit").status_code == 202
             wait_for_phase(unit, "Terminated")
             _wait_for_operations(tenant)

@@ -15,8 +15,10 @@ Each pass does two things:
    its package fits its cluster again, as the mirror says.
 
 The control plane decides this itself: nothing relies on kube-scheduler preempting pods for
-DRA devices. The freed devices go to the waiting unit's pending pod through the scheduler as
-any free device would."""
+DRA devices. Before the victims are stopped their devices are handed over to the waiting unit
+(runtime/control/handover.py): tainted NoSchedule for it alone, and its claim made again to
+ask for exactly them, so no other claim is allocated them in between. The hand-over ends once
+it holds them (or stops waiting)."""
 
 from __future__ import annotations
 
@@ -29,10 +31,11 @@ from django.utils import timezone
 
 from catalog.models import DEFAULT_PREEMPTION_NOTICE_SECONDS, Package
 from controlplane.errors import DomainError
+from controlplane.kube.errors import KubeError
 from inventory import preemption
 from inventory.models import PackageAvailability
 from runtime import actions, lifecycle, outbox, selectors
-from runtime.control import reconcile
+from runtime.control import handover, reconcile
 from runtime.models import EventType, GPUUnit, OperationKind, RunPolicy, UnitPhase
 from tenancy import webhooks
 
@@ -48,7 +51,9 @@ WAITING_PER_PASS = 50
 def run(*, now: datetime | None = None) -> tuple[int, int, int]:
     """One pass: (victims told, victims stopped, preempted units resumed)."""
     now = now or timezone.now()
-    return give_notice(now=now), carry_out(now=now), resume()
+    told, stopped, resumed = give_notice(now=now), carry_out(now=now), resume()
+    settle_handovers(now=now)
+    return told, stopped, resumed
 
 
 def waiting_units(now: datetime, *, served: set[str]) -> list[GPUUnit]:
@@ -168,12 +173,21 @@ def _tell(waiting: GPUUnit, choice: preemption.Choice, *, now: datetime) -> int:
 
 
 def carry_out(*, now: datetime) -> int:
-    """Stop the victims whose preemptAt has come."""
+    """Stop the victims whose preemptAt has come, their devices first handed over to the unit
+    they give way for (runtime/control/handover.py)."""
     stopped = 0
-    due = GPUUnit.objects.filter(
-        preemption__preemptAt__lte=_stamp(now),
-        phase__in=(*_HOLDING, UnitPhase.FAILED),
-    ).select_related("tenant")
+    due = list(
+        GPUUnit.objects.filter(
+            preemption__preemptAt__lte=_stamp(now),
+            phase__in=(*_HOLDING, UnitPhase.FAILED),
+        ).select_related("tenant")
+    )
+    for waiting_uid in sorted({victim.preemption.get("for", "") for victim in due} - {""}):
+        try:
+            _hand_over(waiting_uid, now=now)
+        except KubeError as exc:  # the victims wait for a later pass: nothing is released yet
+            logger.warning("hand-over to %s waits: %s", waiting_uid, exc.message)
+            due = [victim for victim in due if victim.preemption.get("for") != waiting_uid]
     for victim in due:
         stopped += _act(
             victim,
@@ -183,6 +197,67 @@ def carry_out(*, now: datetime) -> int:
             message=f"Stopped by the control plane: its devices are taken back ({REASON}).",
         )
     return stopped
+
+
+def _hand_over(waiting_uid: str, *, now: datetime) -> None:
+    """Keep every device of the units giving way for `waiting_uid` (those told, whatever their
+    notice) for it alone, and have its claim made again to ask for exactly them: once, then the
+    restart is asked for until it is accepted. Nothing when it stopped waiting."""
+    waiting = (
+        GPUUnit.objects.filter(
+            uid=waiting_uid,
+            phase=UnitPhase.PENDING,
+            run_policy=RunPolicy.RUNNING,
+            dra__allocated=False,
+        )
+        .select_related("tenant")
+        .first()
+    )
+    if waiting is None:
+        return
+    if not waiting.handover:
+        devices = {
+            (device["driver"], device["pool"], device["device"])
+            for victim in GPUUnit.objects.filter(preemption__for=waiting_uid)
+            for device in victim.dra.get("devices") or []
+        }
+        handover.begin(waiting, devices, now=now)
+    if waiting.handover.get("operation"):
+        return
+    operation_id = outbox.handover_operation_id(waiting)
+    if _act(
+        waiting,
+        OperationKind.RESTART,
+        operation_id,
+        reason="HandingOver",
+        message="Its claim is made again to ask for exactly the devices handed over to it.",
+    ):
+        waiting.handover = {**waiting.handover, "operation": operation_id}
+        GPUUnit.objects.filter(pk=waiting.pk).update(handover=waiting.handover)
+
+
+def settle_handovers(*, now: datetime) -> int:
+    """End the hand-overs that are over: the unit holds devices, stopped waiting (stopped,
+    deleted, failed), or waited HANDOVER_TIMEOUT_SECONDS in vain (the devices go back to
+    everyone). Returns how many ended."""
+    ended = 0
+    timeout = timedelta(seconds=settings.HANDOVER_TIMEOUT_SECONDS)
+    for unit in GPUUnit.objects.exclude(handover={}).select_related("tenant"):
+        if unit.dra.get("allocated"):
+            why = "It holds its devices"
+        elif unit.phase != UnitPhase.PENDING or unit.run_policy != RunPolicy.RUNNING:
+            why = f"It is {unit.phase} now"
+        elif now - datetime.fromisoformat(unit.handover["at"]) > timeout:
+            why = f"It waited over {settings.HANDOVER_TIMEOUT_SECONDS} s for them"
+        else:
+            continue
+        try:
+            handover.end(unit, why=why)
+        except KubeError as exc:
+            logger.warning("hand-over to %s not ended yet: %s", unit, exc.message)
+            continue
+        ended += 1
+    return ended
 
 
 def resume() -> int:

@@ -561,6 +561,30 @@ def _remove_pod(unit: GPUUnit, *, unless_hash: str = "") -> None:
         raise TemporaryError(f"waiting for pod {name} to be deleted", delay=0.5)
 
 
+def _renew_claim(unit: GPUUnit, contract: manifests.UnitContract, *, owner_uid: str) -> None:
+    """A claim made for another hand-over than the unit's now (a claim's spec cannot change:
+    its selector and toleration name the devices) is replaced by one made for this one, its
+    pod already gone. TemporaryError while the old claim is still there."""
+    wanted = contract.handover.value if contract.handover is not None else ""
+    claim = kube.get(kube.RESOURCECLAIM, unit.namespace, unit.claim_name)
+    if claim is not None and manifests.claim_handover(claim) == wanted:
+        return
+    if claim is not None:
+        if not _is_ours(kube.RESOURCECLAIM, claim, unit):
+            return
+        _remove_pod(unit)  # a pod reserving the old claim keeps it (and its devices)
+        if not (claim.get("metadata") or {}).get("deletionTimestamp"):
+            kube.delete(kube.RESOURCECLAIM, unit.namespace, unit.claim_name)
+        if kube.get(kube.RESOURCECLAIM, unit.namespace, unit.claim_name) is not None:
+            raise TemporaryError(f"waiting for claim {unit.claim_name} to be deleted", delay=0.5)
+    made = kube.create_or_adopt(
+        kube.RESOURCECLAIM,
+        manifests.build_resource_claim(contract, owner_uid=owner_uid),
+        ours=manifests.owned_by(owner_uid, contract),
+    )
+    lifecycle.record_claim(unit, claim_k8s_uid=made["metadata"]["uid"])
+
+
 def _lifecycle_operation(operation: Operation | None) -> Operation | None:
     """A claimed stop, start, restart or update; None when there is nothing (more) to do. One
     whose unit's deletion was requested ends cancelled; one that kept failing ends failed."""
@@ -657,6 +681,7 @@ def _roll_out(operation: Operation) -> None:
         if unit.run_policy == RunPolicy.RUNNING:
             desired = manifests.build_pod(contract, owner_uid=owner_uid)
             _remove_pod(unit, unless_hash=manifests.template_hash(desired))
+            _renew_claim(unit, contract, owner_uid=owner_uid)
             pod = kube.create_or_adopt(
                 kube.POD, desired, ours=manifests.owned_by(owner_uid, contract)
             )

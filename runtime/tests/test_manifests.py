@@ -8,6 +8,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
+import dracel
 from runtime import manifests
 
 CRD = yaml.safe_load((Path(__file__).resolve().parents[2] / "k8s" / "gpuunit-crd.yaml").read_text())
@@ -260,6 +261,13 @@ PACKAGE_KINDS = {
         gpu=1,
         selectors=['device.attributes["gpu.nvidia.com"].profile == "1g.10gb"'],
     ),
+    "handed-over": dataclasses.replace(
+        CONTRACT,
+        handover=manifests.Handover(
+            value="0b1e4c3a-0000-4000-8000-000000000002",
+            selector=manifests.handover_selector([("gpu.nvidia.com", "GPU-a")]),
+        ),
+    ),
     "fallback": dataclasses.replace(
         CONTRACT,
         alternatives=[
@@ -315,3 +323,88 @@ def test_dropped_fields_names_what_the_server_left_out_not_what_it_added():
     assert manifests.dropped_fields({"a": [1, 2]}, {"a": [1]}) == ["a[1]"]
     # Zero values a Go server omits (omitempty) are not dropped features.
     assert manifests.dropped_fields({"a": [], "b": "", "c": 0, "d": {}}, {}) == []
+
+
+HANDOVER = manifests.Handover(
+    value="0b1e4c3a-0000-4000-8000-000000000002",
+    selector=manifests.handover_selector(
+        [("gpu.nvidia.com", "GPU-b"), ("gpu.nvidia.com", "GPU-a"), ("gpu.example.com", "gpu-9")]
+    ),
+)
+
+
+def _slice_device(uuid: str) -> dict:
+    return {"name": "gpu-0", "attributes": {"uuid": {"string": uuid}}}
+
+
+def test_a_handover_selector_matches_exactly_the_named_devices_of_each_driver():
+    selector = dracel.compile_selector(HANDOVER.selector)
+    assert dracel.type_check(HANDOVER.selector) is None
+    for driver, uuid, expected in [
+        ("gpu.nvidia.com", "GPU-a", True),
+        ("gpu.nvidia.com", "GPU-b", True),
+        ("gpu.nvidia.com", "GPU-c", False),
+        ("gpu.example.com", "gpu-9", True),
+        ("gpu.example.com", "GPU-a", False),  # another driver's uuid of that text
+    ]:
+        env = dracel.device_env(driver, _slice_device(uuid))
+        assert dracel.evaluate(selector, env) is expected, (driver, uuid)
+    # A device of a driver it does not name, without a uuid: false, not an error.
+    other = dracel.device_env("hami.project-hami.io", {"name": "x", "attributes": {}})
+    assert dracel.evaluate(selector, other) is False
+
+
+def test_a_handed_over_claim_tolerates_only_its_taint_and_selects_the_devices():
+    contract = dataclasses.replace(CONTRACT, selectors=['device.driver == "gpu.nvidia.com"'])
+    contract = dataclasses.replace(contract, handover=HANDOVER)
+    claim = manifests.build_resource_claim(contract, owner_uid=OWNER_UID)
+    assert claim["metadata"]["annotations"] == {"runtime.lokiwager.io/handover": HANDOVER.value}
+    assert manifests.claim_handover(claim) == HANDOVER.value
+    assert manifests.claim_handover(manifests.build_resource_claim(CONTRACT, owner_uid="x")) == ""
+    exactly = claim["spec"]["devices"]["requests"][0]["exactly"]
+    assert exactly["selectors"] == [
+        {"cel": {"expression": 'device.driver == "gpu.nvidia.com"'}},
+        {"cel": {"expression": HANDOVER.selector}},
+    ]
+    assert exactly["tolerations"] == [
+        {
+            "key": "runtime.lokiwager.io/handover",
+            "operator": "Equal",
+            "value": HANDOVER.value,
+            "effect": "NoSchedule",
+        }
+    ]
+    # Every alternative of a fallback package asks for the same devices.
+    fallback = dataclasses.replace(PACKAGE_KINDS["fallback"], handover=HANDOVER)
+    subrequests = manifests.build_resource_claim(fallback, owner_uid=OWNER_UID)["spec"]["devices"][
+        "requests"
+    ][0]["firstAvailable"]
+    assert all(sub["tolerations"] == exactly["tolerations"] for sub in subrequests)
+    assert all(
+        sub["selectors"][-1] == {"cel": {"expression": HANDOVER.selector}} for sub in subrequests
+    )
+
+
+@pytest.mark.parametrize(("version", "api_version"), [("1.34.0", "resource.k8s.io/v1alpha3")])
+def test_a_handover_rule_is_a_valid_device_taint_rule(version, api_version):
+    rule = manifests.build_handover_rule(
+        name=manifests.handover_rule_name(HANDOVER.value, "gpu.nvidia.com", "node-a", "gpu-0"),
+        handover=HANDOVER,
+        driver="gpu.nvidia.com",
+        pool="node-a",
+        device="gpu-0",
+        tenant="default",
+    )
+    kubernetes_validate.validate({**rule, "apiVersion": api_version}, version, strict=True)
+    assert rule["spec"]["taint"] == {
+        "key": "runtime.lokiwager.io/handover",
+        "value": HANDOVER.value,
+        "effect": "NoSchedule",
+    }
+    assert rule["metadata"]["labels"]["runtime.lokiwager.io/handover-for"] == HANDOVER.value
+    # One name per device, the same on a retry.
+    other = manifests.handover_rule_name(HANDOVER.value, "gpu.nvidia.com", "node-a", "gpu-1")
+    assert rule["metadata"]["name"] != other
+    assert rule["metadata"]["name"] == manifests.handover_rule_name(
+        HANDOVER.value, "gpu.nvidia.com", "node-a", "gpu-0"
+    )

@@ -6,6 +6,7 @@ Preempted (restartable), and the order lands on their devices."""
 from __future__ import annotations
 
 import time
+import uuid
 from datetime import datetime, timedelta
 
 import pytest
@@ -13,7 +14,9 @@ from django.utils import timezone
 
 from billing import prices
 from billing.models import Meter, UsageRecord
+from controlplane import kube
 from inventory.sync import sync_inventory
+from runtime import manifests
 from runtime.control import preemption, reconcile
 from runtime.models import GPUUnit, UnitPhase
 from runtime.tests.helpers import (
@@ -56,6 +59,8 @@ def test_an_on_demand_order_takes_back_the_fewest_youngest_interruptible_units(
         tenant=tenant, url="http://127.0.0.1:9/hook", events=["unit.preempting"]
     )
     spot_client, client = client_for(tenant), client_for(other)
+    intruder_namespace = f"intruder-{uuid.uuid4().hex[:8]}"
+    kube.create(kube.NAMESPACE, None, {"metadata": {"name": intruder_namespace}})
     try:
         # The node's 8 L40S, taken by four interruptible units, oldest first.
         spots = [
@@ -95,12 +100,27 @@ def test_an_on_demand_order_takes_back_the_fewest_youngest_interruptible_units(
         assert (waiting.phase, waiting.reason) == ("Pending", "WaitingForPreemption")
         assert "give way for it" in waiting.message
 
+        # Someone else's claim for one L40S waits too (the node is full), and has waited
+        # longer: the scheduler would try it first for a device the victims release.
+        intruder = _intruding_claim(intruder_namespace)
+
         # Nothing is stopped before its notice runs out; then both are.
         notice_at = min(datetime.fromisoformat(p["noticeAt"]) for p in told.values())
         preempt_at = max(datetime.fromisoformat(p["preemptAt"]) for p in told.values())
         assert preempt_at - notice_at == timedelta(seconds=1)  # the package's notice
         assert preemption.carry_out(now=notice_at) == 0
         assert preemption.carry_out(now=preempt_at) == 2
+        # Before they are stopped, their devices are handed over to the waiting unit: each
+        # tainted NoSchedule for it alone, and its claim made again to ask for exactly them.
+        freed = held["spot-2"] | held["spot-3"]
+        waiting.refresh_from_db()
+        assert waiting.handover["value"] == str(waiting.uid)
+        assert {d["device"] for d in waiting.handover["devices"]} == freed
+        rules = _handover_rules(waiting)
+        assert {r["spec"]["deviceSelector"]["device"] for r in rules} == freed
+        assert {(r["spec"]["taint"]["value"], r["spec"]["taint"]["effect"]) for r in rules} == {
+            (str(waiting.uid), "NoSchedule")
+        }
         for name in ("spot-2", "spot-3"):
             unit = wait_for_phase(GPUUnit.objects.get(name=name), "Preempted")
             assert unit.reason == "Preempted"
@@ -110,8 +130,32 @@ def test_an_on_demand_order_takes_back_the_fewest_youngest_interruptible_units(
             rows = UsageRecord.objects.filter(unit_uid=unit.uid)
             assert {r.alternative for r in rows} == {prices.INTERRUPTIBLE}
         running = wait_for_phase(waiting, "Running")
-        assert devices(running) <= held["spot-2"] | held["spot-3"]
+        assert devices(running) == freed
         assert running.preemption_wait_until is None
+        claim = kube.get(kube.RESOURCECLAIM, running.namespace, running.claim_name)
+        assert claim["metadata"]["uid"] == running.claim_k8s_uid  # made again
+        request = claim["spec"]["devices"]["requests"][0]["exactly"]
+        assert request["tolerations"] == [
+            {
+                "key": "runtime.lokiwager.io/handover",
+                "operator": "Equal",
+                "value": str(waiting.uid),
+                "effect": "NoSchedule",
+            }
+        ]
+        pin = request["selectors"][-1]["cel"]["expression"]
+        assert pin.count("GPU-") == len(freed)  # each device named by its uuid
+        # The claim that waited longer got none of them.
+        assert _allocation(intruder) is None
+        # It holds them: the hand-over ends, and its taints go.
+        assert preemption.settle_handovers(now=timezone.now()) == 1
+        assert _handover_rules(waiting) == []
+        running.refresh_from_db()
+        assert running.handover == {}
+        assert running.events.filter(reason="HandoverEnded").exists()
+        assert _allocation(intruder) is None  # no device is free: the node is full again
+        kube.delete(kube.POD, intruder_namespace, "intruder")
+        kube.delete(kube.RESOURCECLAIM, intruder_namespace, "intruder")
         assert {u.name for u in GPUUnit.objects.filter(phase=UnitPhase.RUNNING)} == {
             "spot-0",
             "spot-1",
@@ -138,6 +182,56 @@ def test_an_on_demand_order_takes_back_the_fewest_youngest_interruptible_units(
     finally:
         remove_namespace_objects(tenant.namespace)
         remove_namespace_objects(other.namespace)
+        remove_namespace_objects(intruder_namespace)
+        kube.delete(kube.NAMESPACE, None, intruder_namespace)
+        kind = kube.device_taint_rule_kind()
+        for rule in kube.list_objects(
+            kind, label_selector=f"{manifests.LABEL_TENANT}={other.slug}"
+        ):
+            kube.delete(kind, None, rule["metadata"]["name"])
+
+
+def _intruding_claim(namespace: str) -> tuple[str, str]:
+    """A claim for one L40S and a pod that uses it, made by hand in `namespace`."""
+    kube.create(
+        kube.RESOURCECLAIM,
+        namespace,
+        {
+            "metadata": {"name": "intruder"},
+            "spec": {
+                "devices": {
+                    "requests": [
+                        {"name": "gpu", "exactly": {"deviceClassName": "nvidia-l40s", "count": 1}}
+                    ]
+                }
+            },
+        },
+    )
+    kube.create(
+        kube.POD,
+        namespace,
+        {
+            "metadata": {"name": "intruder"},
+            "spec": {
+                "containers": [
+                    {"name": "main", "image": "busybox", "resources": {"claims": [{"name": "gpu"}]}}
+                ],
+                "resourceClaims": [{"name": "gpu", "resourceClaimName": "intruder"}],
+            },
+        },
+    )
+    return namespace, "intruder"
+
+
+def _allocation(claim: tuple[str, str]) -> dict | None:
+    found = kube.get(kube.RESOURCECLAIM, *claim) or {}
+    return (found.get("status") or {}).get("allocation")
+
+
+def _handover_rules(unit: GPUUnit) -> list[dict]:
+    return kube.list_objects(
+        kube.device_taint_rule_kind(), label_selector=f"{manifests.LABEL_HANDOVER}={unit.uid}"
+    )
 
 
 def wait_for_meter_closed(unit: GPUUnit, timeout: float = 30.0) -> None:

@@ -1,0 +1,141 @@
+"""Handing devices over to one unit (ARCHITECTURE §22): the devices interruptible units give
+up for an on-demand one must reach that unit, not whichever pending claim the scheduler tries
+first once they are released.
+
+Two parts, both in the unit's cluster:
+
+- **A taint only it tolerates.** Each device gets a DeviceTaintRule (KEP-5055) with the
+  NoSchedule taint `runtime.lokiwager.io/handover=<unit uid>`. NoSchedule leaves the claims
+  already allocated a device alone (the preempted units run out their notice and grace), and
+  keeps every other claim from being allocated it afterwards.
+- **A claim that asks for exactly them.** The unit's claim tolerates that taint and selects
+  the devices by their `uuid` attribute in CEL (manifests.handover_selector). A claim's spec
+  cannot change, so the unit's claim is made again (provisioning._renew_claim, through a
+  restart the control plane requests).
+
+Once the unit holds devices, or stopped waiting, the rules go and `handover` is cleared; the
+unit's next start or restart gives it a claim without the pin. On a cluster that does not
+serve DeviceTaintRule (off by default before 1.36) the claim is still pinned, but another
+claim could be allocated a device first: the hand-over says so on the unit's timeline."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
+
+from controlplane import kube
+from controlplane.kube.errors import KubeError
+from inventory import selectors as inventory_selectors
+from runtime import lifecycle, manifests
+from runtime.models import EventType, GPUUnit
+
+logger = logging.getLogger(__name__)
+
+DeviceKey = tuple[str, str, str]  # (driver, pool, device)
+
+
+def plan(unit: GPUUnit, devices: Iterable[DeviceKey], *, now: datetime) -> dict:
+    """What GPUUnit.handover says for `devices` handed over to `unit`: the taint value (its
+    uid), the devices and the CEL selector naming them by uuid (empty when one of them has
+    none in the mirror: the toleration alone then lets it take any free device)."""
+    keys = sorted(set(devices))
+    uuids = inventory_selectors.device_uuids(keys, cluster=unit.cluster)
+    named = all(key in uuids for key in keys)
+    return {
+        "value": str(unit.uid),
+        "devices": [{"driver": d, "pool": p, "device": n} for d, p, n in keys],
+        "selector": manifests.handover_selector((d, uuids[(d, p, n)]) for d, p, n in keys)
+        if named and keys
+        else "",
+        "at": now.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+    }
+
+
+def taint(unit: GPUUnit, handover: dict) -> bool:
+    """Taint the handed-over devices for `unit` in its cluster (idempotent: the rules' names
+    are deterministic). False when the cluster serves no DeviceTaintRule."""
+    spec = manifests.Handover.of(handover)
+    assert spec is not None
+    with kube.using(unit.cluster):
+        kind = kube.device_taint_rule_kind()
+        for device in handover.get("devices") or []:
+            driver, pool, name = device["driver"], device["pool"], device["device"]
+            rule = manifests.build_handover_rule(
+                name=manifests.handover_rule_name(spec.value, driver, pool, name),
+                handover=spec,
+                driver=driver,
+                pool=pool,
+                device=name,
+                tenant=unit.tenant.slug,
+            )
+            rule["apiVersion"] = kind.api_version
+            try:
+                kube.create_or_adopt(kind, rule, ours=_ours(spec.value))
+            except KubeError as exc:
+                if exc.status == 404:  # not served here
+                    return False
+                raise
+    return True
+
+
+def untaint(unit: GPUUnit) -> int:
+    """Remove the rules that keep devices for `unit` (all of them, by label). Returns how
+    many went."""
+    selector = f"{manifests.LABEL_HANDOVER}={unit.uid}"
+    with kube.using(unit.cluster):
+        kind = kube.device_taint_rule_kind()
+        try:
+            rules = kube.list_objects(kind, label_selector=selector)
+        except KubeError as exc:
+            if exc.status == 404:
+                return 0
+            raise
+        return sum(kube.delete(kind, None, rule["metadata"]["name"]) for rule in rules)
+
+
+def begin(unit: GPUUnit, devices: Iterable[DeviceKey], *, now: datetime) -> dict:
+    """Keep `devices` for `unit`: the taints first (before anything releases them), then the
+    plan recorded on the unit; the caller has its claim made again. Returns the plan."""
+    handover = plan(unit, devices, now=now)
+    tainted = taint(unit, handover)
+    GPUUnit.objects.filter(pk=unit.pk).update(handover=handover)
+    unit.handover = handover
+    count = len(handover["devices"])
+    if tainted:
+        message = (
+            f"{count} device(s) are handed over to it: tainted NoSchedule for it alone "
+            f"({manifests.HANDOVER_TAINT_KEY}={unit.uid}) until it holds them."
+        )
+        lifecycle.record_event(unit, reason="HandingOver", message=message)
+    else:
+        message = (
+            f"{count} device(s) are handed over to it, but cluster {unit.cluster} serves no "
+            "DeviceTaintRule: another claim may be allocated them first."
+        )
+        lifecycle.record_event(unit, reason="HandingOver", message=message, type=EventType.WARNING)
+    logger.info("handing %s over to %s (tainted: %s)", handover["devices"], unit, tainted)
+    return handover
+
+
+def end(unit: GPUUnit, *, why: str) -> None:
+    """The hand-over is over (`why`): its rules go, then `handover` is cleared."""
+    removed = untaint(unit)
+    GPUUnit.objects.filter(pk=unit.pk).update(handover={})
+    unit.handover = {}
+    lifecycle.record_event(
+        unit,
+        reason="HandoverEnded",
+        message=f"{why}: the {removed} taint(s) that kept devices for it are removed.",
+    )
+
+
+def _ours(value: str) -> Callable[[dict], bool]:
+    def check(found: dict) -> bool:
+        labels = (found.get("metadata") or {}).get("labels") or {}
+        return (
+            labels.get(manifests.LABEL_MANAGED_BY) == manifests.MANAGED_BY
+            and labels.get(manifests.LABEL_HANDOVER) == value
+        )
+
+    return check
