@@ -30,6 +30,10 @@ def beat_schedule() -> dict[str, dict]:
             "task": "runtime.preempt",
             "schedule": settings.PREEMPTION_INTERVAL_SECONDS,
         },
+        "runtime.reservations": {
+            "task": "runtime.reservations",
+            "schedule": settings.RESERVATION_INTERVAL_SECONDS,
+        },
         "runtime.enforce_budgets": {
             "task": "runtime.enforce_budgets",
             "schedule": settings.BUDGET_CHECK_INTERVAL_SECONDS,

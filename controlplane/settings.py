@@ -369,6 +369,15 @@ PREEMPTION_WAIT_SECONDS = env.float("PREEMPTION_WAIT_SECONDS", default=10.0)
 # How long devices handed over to a waiting unit stay kept for it alone (from its victims'
 # preemptAt; more than their termination grace) before they go back to everyone.
 HANDOVER_TIMEOUT_SECONDS = env.float("HANDOVER_TIMEOUT_SECONDS", default=900.0)
+# Reservations (ARCHITECTURE §22): how often beat starts and ends them and keeps their
+# placeholders, the most units' worth one may hold, and its longest window.
+RESERVATION_INTERVAL_SECONDS = env.float("RESERVATION_INTERVAL_SECONDS", default=5.0)
+RESERVATION_MAX_COUNT = env.int("RESERVATION_MAX_COUNT", default=32)
+RESERVATION_MAX_DAYS = env.int("RESERVATION_MAX_DAYS", default=90)
+# The placeholder pod that holds a reservation's devices: it runs nothing (pause).
+RESERVATION_PLACEHOLDER_IMAGE = env.str(
+    "RESERVATION_PLACEHOLDER_IMAGE", default="registry.k8s.io/pause:3.10"
+)
 # Billing (billing/): the one currency prices are in (ISO 4217), how often beat writes the
 # whole hours running units have used to the ledger, and the Stripe meter event names
 # (`<prefix><package ID>`) of the Stripe export.

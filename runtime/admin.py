@@ -8,7 +8,7 @@ from django.contrib import admin
 from django.http import HttpRequest
 
 from catalog import admin as catalog_admin
-from runtime.models import GPUStorage, GPUUnit, Operation, UnitEvent
+from runtime.models import GPUStorage, GPUUnit, Operation, Reservation, UnitEvent
 
 
 def count_live_units(package_ids: Iterable[str]) -> int:
@@ -79,6 +79,33 @@ class OperationAdmin(admin.ModelAdmin):
         return False
 
     def has_change_permission(self, request: HttpRequest, obj: object = None) -> bool:
+        return False
+
+
+@admin.register(Reservation)
+class ReservationAdmin(admin.ModelAdmin):
+    """Tenants make and cancel reservations through the API; ops see them here, read-only
+    (beat starts and ends them)."""
+
+    list_display = (
+        "name",
+        "tenant",
+        "package",
+        "count",
+        "start",
+        "end",
+        "cluster",
+        "status",
+        "held",
+    )
+    list_filter = ("status", "region", "cluster", "tenant")
+    search_fields = ("name", "tenant__slug", "package__id")
+    readonly_fields = [field.name for field in Reservation._meta.fields]
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Reservation | None = None) -> bool:
         return False
 
 

@@ -63,6 +63,12 @@ class RegionUnavailable(DomainError):
     code = "region_unavailable"
 
 
+class ReservationFull(DomainError):
+    """Every slot of the reservation an order names is taken by a live unit."""
+
+    code = "reservation_full"
+
+
 __all__ = [
     "ImmutableField",
     "InsufficientCapacity",
@@ -77,6 +83,7 @@ __all__ = [
     "PreconditionRequired",
     "QuotaExceeded",
     "RegionUnavailable",
+    "ReservationFull",
     "ServiceUnavailable",
     "StorageInUse",
 ]

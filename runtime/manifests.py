@@ -431,6 +431,103 @@ def build_resource_claim(contract: UnitContract, *, owner_uid: str) -> dict:
     }
 
 
+LABEL_RESERVATION = f"{GROUP}/reservation"
+LABEL_RESERVATION_SLOT = f"{GROUP}/reservation-slot"
+# What a placeholder pod asks for besides its claim: it runs pause, and the tenant's quota
+# (which requires requests) counts it.
+PLACEHOLDER_CPU = "10m"
+PLACEHOLDER_MEMORY = "16Mi"
+PLACEHOLDER_EPHEMERAL_STORAGE = "1Mi"
+
+
+@dataclass(frozen=True)
+class Placeholder:
+    """One slot of a reservation: a claim asking for what a unit of its package asks for, and
+    a minimal pod that holds it (a claim no pod uses is never allocated)."""
+
+    name: str  # reservation-<name>-<slot>, the claim's and the pod's
+    namespace: str
+    tenant: str
+    reservation_uid: str
+    slot: int
+    device_class_name: str
+    count: int
+    selectors: list[str] = field(default_factory=list)
+    match_attribute: str = ""
+    image: str = ""
+
+    def labels(self) -> dict[str, str]:
+        return {
+            LABEL_MANAGED_BY: MANAGED_BY,
+            LABEL_TENANT: self.tenant,
+            LABEL_RESERVATION: self.reservation_uid,
+            LABEL_RESERVATION_SLOT: str(self.slot),
+        }
+
+
+def build_placeholder_claim(placeholder: Placeholder) -> dict:
+    devices: dict = {
+        "requests": [
+            {
+                "name": "gpu",
+                "exactly": _device_request(
+                    placeholder.device_class_name, placeholder.count, placeholder.selectors, {}
+                ),
+            }
+        ]
+    }
+    if placeholder.match_attribute:
+        devices["constraints"] = [
+            {"requests": ["gpu"], "matchAttribute": placeholder.match_attribute}
+        ]
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {
+            "name": placeholder.name,
+            "namespace": placeholder.namespace,
+            "labels": placeholder.labels(),
+        },
+        "spec": {"devices": devices},
+    }
+
+
+def build_placeholder_pod(placeholder: Placeholder) -> dict:
+    requests = {
+        "cpu": PLACEHOLDER_CPU,
+        "memory": PLACEHOLDER_MEMORY,
+        "ephemeral-storage": PLACEHOLDER_EPHEMERAL_STORAGE,
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": placeholder.name,
+            "namespace": placeholder.namespace,
+            "labels": placeholder.labels(),
+        },
+        "spec": {
+            "automountServiceAccountToken": False,
+            "enableServiceLinks": False,
+            "terminationGracePeriodSeconds": 0,
+            "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+            "resourceClaims": [{"name": "gpu", "resourceClaimName": placeholder.name}],
+            "containers": [
+                {
+                    "name": "hold",
+                    "image": placeholder.image,
+                    "resources": {
+                        "requests": dict(requests),
+                        "limits": dict(requests),
+                        "claims": [{"name": "gpu"}],
+                    },
+                    "securityContext": _restricted_context(),
+                }
+            ],
+        },
+    }
+
+
 # The SSH server sidecar's share of the package's cpu and memory (taken from the workload's,
 # so the pod asks for exactly what the package sells and the tenant's quota sees no more).
 SSH_CPU_MILLICORES = 50

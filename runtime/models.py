@@ -129,6 +129,17 @@ class GPUUnit(models.Model):
         help_text="an interruptible unit told its devices are taken back: {reason, noticeAt, "
         "preemptAt, for (the waiting unit's uid)}; {} otherwise (cleared by a start)",
     )
+    reservation = models.ForeignKey(
+        "Reservation",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="units",
+        help_text="ordered on this reservation's held devices",
+    )
+    reservation_slot = models.PositiveIntegerField(
+        null=True, blank=True, help_text="the reservation's slot (placeholder) it took"
+    )
     handover = models.JSONField(
         default=dict,
         blank=True,
@@ -382,6 +393,71 @@ class GPUStorage(models.Model):
             StorageAccessMode.READ_WRITE_ONCE,
             StorageAccessMode.READ_WRITE_ONCE_POD,
         )
+
+
+class ReservationStatus(models.TextChoices):
+    SCHEDULED = "Scheduled"  # before its start: nothing held yet
+    ACTIVE = "Active"  # its window: placeholders hold what its units do not use
+    ENDED = "Ended"
+    CANCELLED = "Cancelled"  # before its start: never held, never billed
+
+
+class ReservationEnd(models.TextChoices):
+    KEEP = "keep"  # its units run on, billed on demand
+    STOP = "stop"  # its units are stopped at its end
+
+
+class Reservation(models.Model):
+    """Devices held for a tenant ahead of time (ARCHITECTURE §22): `count` units' worth of a
+    package in one cluster from `start` to `end`. In its window, placeholder claims held by
+    minimal pods in the tenant's namespace (`reservation-<name>-<slot>`) take what its units
+    do not use, so no other tenant is allocated it; a unit ordered with `reservation` takes a
+    slot, and the placeholder's devices are handed over to it (runtime/control/handover.py)."""
+
+    uid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="reservations")
+    name = models.CharField(max_length=40, help_text="DNS label, unique per tenant")
+    package = models.ForeignKey(Package, on_delete=models.PROTECT, related_name="reservations")
+    count = models.PositiveIntegerField(help_text="units' worth of the package held")
+    start = models.DateTimeField()
+    end = models.DateTimeField()
+    at_end = models.CharField(
+        max_length=8,
+        choices=ReservationEnd,
+        default=ReservationEnd.KEEP,
+        help_text="what becomes of its units at its end: they keep running (on demand), or stop",
+    )
+    cluster = models.CharField(max_length=63, help_text="where its devices are held")
+    region = models.CharField(max_length=63)
+    status = models.CharField(
+        max_length=16, choices=ReservationStatus, default=ReservationStatus.SCHEDULED
+    )
+    held = models.PositiveIntegerField(
+        default=0, help_text="slots whose devices are held (by a placeholder or a unit), as seen"
+    )
+    message = models.TextField(blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["start", "name"]
+        constraints = [
+            models.UniqueConstraint(fields=["tenant", "name"], name="reservation_unique_name"),
+            models.CheckConstraint(
+                condition=models.Q(end__gt=models.F("start")), name="reservation_window"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.tenant.namespace}/{self.name}"
+
+    @property
+    def devices(self) -> int:
+        """Devices it holds in its window (the package's per unit, `count` times)."""
+        return self.count * self.package.count
+
+    def placeholder_name(self, slot: int) -> str:
+        return f"reservation-{self.name}-{slot}"
 
 
 class OperationKind(models.TextChoices):

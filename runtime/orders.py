@@ -32,7 +32,7 @@ from dracel import quantity
 from inventory import placement
 from inventory import selectors as inventory_selectors
 from runtime import access as unit_access
-from runtime import lifecycle, manifests, outbox, selectors, stopafter, validation
+from runtime import lifecycle, manifests, outbox, reservations, selectors, stopafter, validation
 from runtime.access import host_label
 from runtime.errors import (
     InsufficientCapacity,
@@ -41,6 +41,7 @@ from runtime.errors import (
     NameConflict,
     QuotaExceeded,
     RegionUnavailable,
+    ReservationFull,
     StorageInUse,
 )
 from runtime.models import (
@@ -49,6 +50,8 @@ from runtime.models import (
     GPUUnit,
     Operation,
     OperationKind,
+    Reservation,
+    ReservationStatus,
     StoragePhase,
     UnitEvent,
     UnitPhase,
@@ -91,6 +94,7 @@ def create_unit(
     region: str = "",
     interruptible: bool = False,
     auto_resume: bool = False,
+    reservation: str = "",
 ) -> CreateResult:
     """Record a new unit, placed in a cluster (of `region`, when named), and its create
     operation, or return the unit an earlier identical request created (same operationID and
@@ -122,6 +126,8 @@ def create_unit(
         request["interruptible"] = True
     if auto_resume:
         request["autoResume"] = True
+    if reservation:
+        request["reservation"] = reservation
     request_hash = outbox.request_hash(request)
     earlier, package = _lookup(tenant, operation_id, package_id)
     if earlier is not None:
@@ -141,14 +147,23 @@ def create_unit(
             "autoResume applies to interruptible units only.",
             details={"fields": {"autoResume": ["Only an interruptible unit is preempted."]}},
         )
+    held = _reservation_for(tenant, reservation, package, interruptible) if reservation else None
     tenancy_services.check_budget(tenant)
-    placed = place(
-        package,
-        region,
-        tenant,
-        within=bound_to(tenant, storage_mounts, template),
-        reclaim=not interruptible,
-    )
+    if held is not None:  # where its devices are held
+        if region and region != held.region:
+            raise InvalidRequest(
+                f'reservation "{held.name}" holds devices in region "{held.region}".',
+                details={"fields": {"region": [f'The reservation is in "{held.region}".']}},
+            )
+        placed = placement.Placed(held.cluster, held.region)
+    else:
+        placed = place(
+            package,
+            region,
+            tenant,
+            within=bound_to(tenant, storage_mounts, template),
+            reclaim=not interruptible,
+        )
     if ssh:
         ssh = {"enabled": True, "keys": ssh_key_names(tenant, ssh.get("keys"))}
     now = timezone.now()
@@ -171,6 +186,7 @@ def create_unit(
         started_at=now,
         interruptible=interruptible,
         auto_resume=auto_resume,
+        reservation=held,
         **GPUUnit.contract_fields(package, name=name),
     )
     unit.stops_at = stopafter.stops_at(unit)
@@ -220,7 +236,12 @@ def create_unit(
                     memory_bytes=unit.memory_bytes,
                 ):
                     raise problem
-                if problem := device_quota_problem(tenant, unit.device_class_name, unit.count):
+                if held is not None:
+                    # Its slot, under the reservation's row lock: the devices were counted
+                    # against the quota when it was made.
+                    unit.reservation_slot = _take_slot(held)
+                    params["unit"] = statements.row_json(unit)
+                elif problem := device_quota_problem(tenant, unit.device_class_name, unit.count):
                     raise problem
                 if problem := region_quota_problem(tenant, unit.region, unit.count):
                     raise problem
@@ -390,6 +411,55 @@ def _with_reclaimable(candidate: placement.Candidate, package: Package) -> place
     return candidate if choice is None else dataclasses.replace(candidate, placeable=1)
 
 
+def _reservation_for(
+    tenant: Tenant, name: str, package: Package, interruptible: bool
+) -> Reservation:
+    """The tenant's active reservation `name` an order lands on; 400 naming the field."""
+    found = Reservation.objects.filter(tenant=tenant, name=name).first()
+    problem = None
+    if found is None:
+        problem = "No reservation of yours has this name."
+    elif found.status != ReservationStatus.ACTIVE:
+        when = f"{found.start:%Y-%m-%d %H:%M:%S} UTC"
+        problem = (
+            f"It starts at {when}."
+            if found.status == ReservationStatus.SCHEDULED
+            else f"It is {found.status}."
+        )
+    elif found.package_id != package.id:
+        raise InvalidRequest(
+            f'reservation "{name}" holds package "{found.package_id}".',
+            details={"fields": {"packageID": [f'The reservation holds "{found.package_id}".']}},
+        )
+    elif interruptible:
+        problem = "A unit on a reservation is not interruptible."
+    if problem is not None:
+        raise InvalidRequest(
+            f'reservation "{name}" cannot take this order: {problem}',
+            details={"fields": {"reservation": [problem]}},
+        )
+    assert found is not None
+    return found
+
+
+def _take_slot(reservation: Reservation) -> int:
+    """The lowest slot of the reservation no live unit takes (its row locked until the order
+    commits, so concurrent orders take different slots); 409 when all are taken."""
+    Reservation.objects.select_for_update().filter(pk=reservation.pk).exists()
+    taken = set(
+        GPUUnit.objects.filter(
+            reservation=reservation, phase__in=UnitPhase.LIVE, reservation_slot__isnull=False
+        ).values_list("reservation_slot", flat=True)
+    )
+    free = [slot for slot in range(reservation.count) if slot not in taken]
+    if not free:
+        raise ReservationFull(
+            f"every slot of reservation {reservation.name} is taken ({reservation.count}).",
+            details={"reservation": reservation.name, "count": reservation.count},
+        )
+    return free[0]
+
+
 def place_again(unit: GPUUnit, *, why: str) -> placement.Placed | None:
     """Another cluster of the unit's region for a unit its cluster refused to make before
     anything of it existed there (ARCHITECTURE §20: placed again before, never after), moved
@@ -397,7 +467,7 @@ def place_again(unit: GPUUnit, *, why: str) -> placement.Placed | None:
     None, with nothing changed, when no other cluster of the region takes it, or the unit
     mounts storages or reads secrets (bound_to: they live in the cluster that refused): the
     caller fails the unit."""
-    if unit.storage_mounts or validation.secret_refs(unit.template):
+    if unit.storage_mounts or validation.secret_refs(unit.template) or unit.reservation_id:
         return None
     refused = [*unit.clusters_refused, unit.cluster]
     decision = placement.place(
@@ -456,11 +526,14 @@ def _replayed(operation: Operation, request_hash: str) -> CreateResult:
 def device_quota_problem(tenant: Tenant, device_class: str, count: int) -> QuotaExceeded | None:
     """Why `count` more devices of `device_class` do not fit the tenant's device quota for
     that class (checked under the tenant lock), or None. Every live unit's claim counts, a
-    stopped one's too, as the ResourceQuota counts claims. No query for a class without one."""
+    stopped one's too, as the ResourceQuota counts claims, and so does every slot of the
+    tenant's reservations no unit takes. No query for a class without one."""
     hard = (tenant.quota_devices or {}).get(device_class)
     if hard is None:
         return None
-    used = selectors.devices_requested(tenant=tenant, device_class=device_class)
+    used = selectors.devices_requested(
+        tenant=tenant, device_class=device_class
+    ) + reservations.reserved_devices(tenant=tenant, device_class=device_class)
     if used + count <= hard:
         return None
     return tenancy_services.quota_exceeded(

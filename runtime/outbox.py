@@ -79,6 +79,11 @@ def handover_operation_id(unit: GPUUnit) -> str:
     return f"{validation.HANDOVER_OPERATION_PREFIX}{unit.uid}-{unit.generation}"
 
 
+def reservation_end_operation_id(unit: GPUUnit) -> str:
+    """The operationID of the stop of a unit at the end of its reservation."""
+    return f"{validation.RESERVATION_END_OPERATION_PREFIX}{unit.uid}-{unit.generation}"
+
+
 def auto_stop_operation_id(unit: GPUUnit) -> str:
     """The operationID of the auto-stop of this run of the unit (one per generation)."""
     return f"{validation.AUTO_STOP_OPERATION_PREFIX}{unit.uid}-{unit.generation}"

@@ -32,7 +32,7 @@ def list_units(
 ) -> QuerySet[GPUUnit]:
     """The tenant's units (of `region`, when given); Terminated ones only with
     `include_terminated` or when `phase` asks for them."""
-    units = GPUUnit.objects.filter(tenant=tenant)
+    units = GPUUnit.objects.filter(tenant=tenant).select_related("reservation")
     if phase:
         units = units.filter(phase=phase)
     elif not include_terminated:
@@ -60,7 +60,9 @@ def lock_unit(*, tenant: Tenant, name: str, uid: str | None = None) -> GPUUnit:
 
 def get_unit(*, tenant: Tenant, name: str) -> GPUUnit | None:
     """The live unit of that name, or else the most recent one that had it."""
-    units = GPUUnit.objects.filter(tenant=tenant, name=fold_case(name.strip()))
+    units = GPUUnit.objects.filter(tenant=tenant, name=fold_case(name.strip())).select_related(
+        "reservation"
+    )
     return units.filter(phase__in=UnitPhase.LIVE).first() or units.order_by("-id").first()
 
 

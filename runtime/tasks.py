@@ -19,6 +19,7 @@ from inventory import clusters as inventory_clusters
 from inventory import selectors as inventory_selectors
 from runtime import actions, lifecycle, outbox, storage, tenant_secrets, usage_audit
 from runtime.control import preemption, provisioning, reconcile, volumes
+from runtime.control import reservations as reservation_control
 
 logger = logging.getLogger(__name__)
 
@@ -70,8 +71,15 @@ def stop_expired_units() -> int:
 
 @shared_task(name="runtime.preempt", expires=30)
 def preempt() -> tuple[int, int, int]:
-    """Database only: the stops it records are carried out by stop_unit."""
+    """The stops and starts it records are carried out by stop_unit and roll_out_unit; it
+    taints and untaints handed-over devices itself (each in its unit's cluster)."""
     return preemption.run()
+
+
+@shared_task(name="runtime.reservations", expires=30)
+def reservations() -> tuple[int, int]:
+    """Start and end reservations and keep their placeholders (each in its cluster)."""
+    return reservation_control.run()
 
 
 @shared_task(name=storage.PROVISION_STORAGE_TASK, bind=True, max_retries=None)

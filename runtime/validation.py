@@ -19,7 +19,11 @@ RESUME_OPERATION_PREFIX = "@resume-"
 ROLL_OUT_OPERATION_PREFIX = "@rollout-"
 # The restart that gives a unit a claim for the devices handed over to it.
 HANDOVER_OPERATION_PREFIX = "@handover-"
-_SERVICE_OPERATION = re.compile(r"^@(delete|autostop|preempt|resume|rollout|handover)-")
+# The stop of a unit at the end of its reservation (`atEnd: stop`).
+RESERVATION_END_OPERATION_PREFIX = "@reservationend-"
+_SERVICE_OPERATION = re.compile(
+    r"^@(delete|autostop|preempt|resume|rollout|handover|reservationend)-"
+)
 UNIT_NAME_MAX = 54  # so unit-<name>-gpu fits a 63-character name
 _LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
@@ -98,6 +102,22 @@ def unit_name(value: str) -> str | None:
         return "name is required."
     if len(value) > UNIT_NAME_MAX:
         return f"name must be at most {UNIT_NAME_MAX} characters (unit-<name>-gpu must fit 63)."
+    if not _LABEL.fullmatch(value):
+        return (
+            "name must be a DNS-1123 label: lower-case letters, digits and '-', starting and "
+            "ending with a letter or digit."
+        )
+    return None
+
+
+RESERVATION_NAME_MAX = 40  # so reservation-<name>-<slot> fits a 63-character name
+
+
+def reservation_name(value: str) -> str | None:
+    if not value:
+        return "name is required."
+    if len(value) > RESERVATION_NAME_MAX:
+        return f"name must be at most {RESERVATION_NAME_MAX} characters."
     if not _LABEL.fullmatch(value):
         return (
             "name must be a DNS-1123 label: lower-case letters, digits and '-', starting and "

@@ -95,6 +95,7 @@ def test_the_create_schema_states_what_the_server_enforces(client, auth_client):
     assert body.pop("storageMounts")[0].keys() == {"name", "mountPath", "readOnly"}
     assert body.pop("ssh") == {"enabled": True, "keys": ["string"]}  # names a registered key
     body["region"] = "default"  # a region with a cluster (GET /regions)
+    assert body.pop("reservation") == "string"  # names an active reservation of the tenant
     # An env entry has a value or a secretRef (a tenant secret's key), never both.
     for entry in body["template"]["env"]:
         assert entry.pop("secretRef").keys() == {"name", "key"}

@@ -31,6 +31,8 @@ HTTP_STATUS: dict[str, int] = {
     "namespace_not_ready": 409,
     "export_not_ready": 409,
     "insufficient_capacity": 409,
+    "reservation_conflict": 409,
+    "reservation_full": 409,
     "precondition_failed": 412,
     "precondition_required": 428,
     "throttled": 429,

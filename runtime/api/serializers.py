@@ -9,10 +9,18 @@ from billing import periods
 from controlplane.api.fields import StrictSerializer, StringField
 from controlplane.api.pagination import DEFAULT_LIMIT, MAX_LIMIT
 from controlplane.validation import dns_label, fold_case
-from runtime import access, spec, validation
+from runtime import access, reservations, spec, validation
 from runtime import storage as storage_service
 from runtime.errors import ImmutableField
-from runtime.models import GPUStorage, GPUUnit, Operation, TenantSecret, UnitEvent, UnitPhase
+from runtime.models import (
+    GPUStorage,
+    GPUUnit,
+    Operation,
+    Reservation,
+    TenantSecret,
+    UnitEvent,
+    UnitPhase,
+)
 
 
 class CreateUnitSerializer(spec.BodySerializer):
@@ -49,6 +57,12 @@ class CreateUnitSerializer(spec.BodySerializer):
         default=False,
         help_text="an interruptible unit only: once preempted, the control plane starts it "
         "again when its package fits its cluster again",
+    )
+    reservation = StringField(
+        max_length=validation.RESERVATION_NAME_MAX,
+        required=False,
+        help_text="an active reservation of yours (GET /reservations) for this package: the "
+        "unit takes one of its slots and runs on the devices it holds",
     )
 
     def validate_operationID(self, value: str) -> str:
@@ -289,6 +303,9 @@ class UnitSerializer(serializers.ModelSerializer):
         "{reason: CapacityReclaimed, noticeAt, preemptAt}; at preemptAt it is stopped (its "
         "containers then get their grace) and ends Preempted"
     )
+    reservation = serializers.SerializerMethodField(
+        help_text="the reservation whose devices it was ordered on, or null"
+    )
     createdAt = serializers.DateTimeField(source="created_at")
     updatedAt = serializers.DateTimeField(source="updated_at")
     lastSyncTime = serializers.DateTimeField(source="last_sync_at", allow_null=True)
@@ -327,6 +344,7 @@ class UnitSerializer(serializers.ModelSerializer):
             "interruptible",
             "autoResume",
             "preemption",
+            "reservation",
             "image",
             "template",
             "access",
@@ -357,6 +375,10 @@ class UnitSerializer(serializers.ModelSerializer):
     def get_preemption(self, unit: GPUUnit) -> dict | None:
         found = unit.preemption or {}
         return {k: found[k] for k in ("reason", "noticeAt", "preemptAt") if k in found} or None
+
+    @extend_schema_field(serializers.CharField(allow_null=True))
+    def get_reservation(self, unit: GPUUnit) -> str | None:
+        return unit.reservation.name if unit.reservation_id and unit.reservation else None
 
     def get_costToDate(self, unit: GPUUnit) -> str:
         # Set by the view from billing.selectors.cost_to_date (one query for a page of units).
@@ -493,6 +515,90 @@ class StorageSerializer(serializers.ModelSerializer):
         if mounted is not None:
             return sorted(mounted.get(storage.name, []))
         return storage_service.mounted_by(storage)
+
+
+class CreateReservationSerializer(StrictSerializer):
+    """Devices held for you from `start` to `end`: `count` units' worth of a package."""
+
+    name = StringField(max_length=validation.RESERVATION_NAME_MAX, help_text="a DNS label")
+    packageID = StringField(max_length=63)
+    count = serializers.IntegerField(min_value=1, help_text="units' worth of the package")
+    start = serializers.DateTimeField(help_text="RFC 3339; now or later (a past one: now)")
+    end = serializers.DateTimeField(help_text="RFC 3339, after start")
+    region = StringField(
+        max_length=63,
+        required=False,
+        help_text="the region to hold them in (GET /regions); left out: wherever it fits",
+    )
+    atEnd = serializers.ChoiceField(
+        choices=["keep", "stop"],
+        default="keep",
+        required=False,
+        help_text="what becomes of its units at its end: keep running (on demand), or stop",
+    )
+
+    def validate_name(self, value: str) -> str:
+        value = fold_case(value.strip())
+        if problem := validation.reservation_name(value):
+            raise serializers.ValidationError(problem)
+        return value
+
+    def validate_region(self, value: str) -> str:
+        value = fold_case(value.strip())
+        if problem := dns_label(value):
+            raise serializers.ValidationError(problem)
+        return value
+
+
+class ReservationSerializer(serializers.ModelSerializer):
+    packageID = serializers.CharField(source="package_id")
+    atEnd = serializers.CharField(source="at_end")
+    held = serializers.SerializerMethodField(
+        help_text="slots whose devices are held now (by a placeholder or a unit)"
+    )
+    inUse = serializers.SerializerMethodField(help_text="slots its live units take")
+    free = serializers.SerializerMethodField(help_text="slots an order can still take")
+    devices = serializers.IntegerField(help_text="devices it holds in its window")
+    createdAt = serializers.DateTimeField(source="created_at")
+
+    class Meta:
+        model = Reservation
+        fields = [
+            "uid",
+            "name",
+            "packageID",
+            "count",
+            "devices",
+            "start",
+            "end",
+            "atEnd",
+            "region",
+            "cluster",
+            "status",
+            "message",
+            "held",
+            "inUse",
+            "free",
+            "createdAt",
+        ]
+
+    def _usage(self, reservation: Reservation) -> reservations.Usage:
+        """From the view's context (one query for a page), else read once per reservation."""
+        known: dict = self.__dict__.setdefault(
+            "_usage_known", dict(self.context.get("usage") or {})
+        )
+        if reservation.pk not in known:
+            known.update(reservations.usage([reservation]))
+        return known[reservation.pk]
+
+    def get_held(self, reservation: Reservation) -> int:
+        return self._usage(reservation).held
+
+    def get_inUse(self, reservation: Reservation) -> int:
+        return self._usage(reservation).in_use
+
+    def get_free(self, reservation: Reservation) -> int:
+        return self._usage(reservation).free
 
 
 class CreateSecretSerializer(spec.BodySerializer):

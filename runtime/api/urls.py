@@ -17,6 +17,12 @@ urlpatterns = [
     path("gpu-units/<str:name>/logs", views.UnitLogsView.as_view(), name="unit-logs"),
     path("regions", views.RegionListView.as_view(), name="region-list"),
     path("quota", views.QuotaView.as_view(), name="quota"),
+    path("reservations", views.ReservationListView.as_view(), name="reservation-list"),
+    path(
+        "reservations/<str:name>",
+        views.ReservationDetailView.as_view(),
+        name="reservation-detail",
+    ),
     path("gpu-storages", views.StorageListView.as_view(), name="storage-list"),
     path("gpu-storages/<str:name>", views.StorageDetailView.as_view(), name="storage-detail"),
     path("secrets", views.SecretListView.as_view(), name="secret-list"),

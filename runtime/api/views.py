@@ -51,6 +51,7 @@ from runtime import (
     logs,
     orders,
     outbox,
+    reservations,
     selectors,
     tenant_secrets,
     validation,
@@ -58,11 +59,13 @@ from runtime import (
 from runtime import storage as storage_service
 from runtime.api.serializers import (
     ActionSerializer,
+    CreateReservationSerializer,
     CreateSecretSerializer,
     CreateStorageSerializer,
     CreateUnitSerializer,
     OperationSerializer,
     RegionSerializer,
+    ReservationSerializer,
     SecretSerializer,
     StorageSerializer,
     UnitEventSerializer,
@@ -71,7 +74,7 @@ from runtime.api.serializers import (
     UnitSerializer,
     UpdateUnitSerializer,
 )
-from runtime.models import GPUStorage, GPUUnit, OperationKind, TenantSecret
+from runtime.models import GPUStorage, GPUUnit, OperationKind, Reservation, TenantSecret
 from tenancy import selectors as tenancy_selectors
 from tenancy.models import Tenant
 from tenancy.permissions import IsTenant, tenant_of
@@ -230,6 +233,7 @@ class UnitListView(TenantView):
             region=data.get("region", ""),
             interruptible=data.get("interruptible", False),
             auto_resume=data.get("autoResume", False),
+            reservation=data.get("reservation", ""),
         )
         if result.created:
             result.unit.cost_to_date = Decimal(0)  # just ordered: nothing used yet
@@ -744,6 +748,73 @@ class StorageDetailView(TenantView):
     def delete(self, request: Request, name: str) -> Response:
         deleted = storage_service.delete_storage(tenant=self.tenant, name=name)
         return Response(StorageSerializer(deleted, context={"mounted_by": {}}).data, status=202)
+
+
+class ReservationListView(TenantView):
+    @extend_schema(
+        summary="The tenant's reservations, with what each holds now",
+        responses={
+            200: envelope(ReservationSerializer, name="ReservationList", many=True),
+            **error_responses(401),
+        },
+    )
+    def get(self, request: Request) -> Response:
+        found = list(Reservation.objects.filter(tenant=self.tenant).select_related("package"))
+        context = {"usage": reservations.usage(found)}
+        return Response(ReservationSerializer(found, many=True, context=context).data)
+
+    @extend_schema(
+        summary="Reserve devices: count units' worth of a package from start to end",
+        request=CreateReservationSerializer,
+        responses={
+            201: envelope(ReservationSerializer, name="ReservationResponse"),
+            **error_responses(400, 401, 409, 503),
+        },
+    )
+    def post(self, request: Request) -> Response:
+        serializer = CreateReservationSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        data = serializer.validated_data
+        created = reservations.create_reservation(
+            tenant=self.tenant,
+            name=data["name"],
+            package_id=data["packageID"],
+            count=data["count"],
+            start=data["start"],
+            end=data["end"],
+            region=data.get("region", ""),
+            at_end=data.get("atEnd", "keep"),
+        )
+        # Just made: nothing held or in use yet.
+        usage = {created.pk: reservations.Usage(count=created.count, held=0, in_use=0)}
+        return Response(ReservationSerializer(created, context={"usage": usage}).data, status=201)
+
+
+class ReservationDetailView(TenantView):
+    @extend_schema(
+        summary="One reservation",
+        responses={
+            200: envelope(ReservationSerializer, name="ReservationDetail"),
+            **error_responses(401, 404),
+        },
+    )
+    def get(self, request: Request, name: str) -> Response:
+        return Response(
+            ReservationSerializer(reservations.get_reservation(tenant=self.tenant, name=name)).data
+        )
+
+    @extend_schema(
+        summary="Cancel a reservation before its start (409 invalid_state once it started)",
+        responses={
+            200: envelope(ReservationSerializer, name="ReservationCancelled"),
+            **error_responses(401, 404, 409),
+        },
+    )
+    def delete(self, request: Request, name: str) -> Response:
+        cancelled = reservations.cancel_reservation(tenant=self.tenant, name=name)
+        # Cancelled before its start: it never held anything.
+        usage = {cancelled.pk: reservations.Usage(count=cancelled.count, held=0, in_use=0)}
+        return Response(ReservationSerializer(cancelled, context={"usage": usage}).data)
 
 
 _SECRET = envelope(SecretSerializer, name="SecretResponse")

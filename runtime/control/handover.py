@@ -25,7 +25,7 @@ from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 
 from controlplane import kube
-from controlplane.kube.errors import KubeError
+from controlplane.kube.errors import KubeError, TemporaryError
 from inventory import selectors as inventory_selectors
 from runtime import lifecycle, manifests
 from runtime.models import EventType, GPUUnit
@@ -94,9 +94,15 @@ def untaint(unit: GPUUnit) -> int:
         return sum(kube.delete(kind, None, rule["metadata"]["name"]) for rule in rules)
 
 
-def begin(unit: GPUUnit, devices: Iterable[DeviceKey], *, now: datetime) -> dict:
+def begin(
+    unit: GPUUnit,
+    devices: Iterable[DeviceKey],
+    *,
+    now: datetime,
+    why: str = "given up by interruptible units for it",
+) -> dict:
     """Keep `devices` for `unit`: the taints first (before anything releases them), then the
-    plan recorded on the unit; the caller has its claim made again. Returns the plan."""
+    plan recorded on the unit; the caller has its claim made (again). Returns the plan."""
     handover = plan(unit, devices, now=now)
     tainted = taint(unit, handover)
     GPUUnit.objects.filter(pk=unit.pk).update(handover=handover)
@@ -104,14 +110,14 @@ def begin(unit: GPUUnit, devices: Iterable[DeviceKey], *, now: datetime) -> dict
     count = len(handover["devices"])
     if tainted:
         message = (
-            f"{count} device(s) are handed over to it: tainted NoSchedule for it alone "
-            f"({manifests.HANDOVER_TAINT_KEY}={unit.uid}) until it holds them."
+            f"{count} device(s), {why}, are handed over to it: tainted NoSchedule for it "
+            f"alone ({manifests.HANDOVER_TAINT_KEY}={unit.uid}) until it holds them."
         )
         lifecycle.record_event(unit, reason="HandingOver", message=message)
     else:
         message = (
-            f"{count} device(s) are handed over to it, but cluster {unit.cluster} serves no "
-            "DeviceTaintRule: another claim may be allocated them first."
+            f"{count} device(s), {why}, are handed over to it, but cluster {unit.cluster} "
+            "serves no DeviceTaintRule: another claim may be allocated them first."
         )
         lifecycle.record_event(unit, reason="HandingOver", message=message, type=EventType.WARNING)
     logger.info("handing %s over to %s (tainted: %s)", handover["devices"], unit, tainted)
@@ -128,6 +134,47 @@ def end(unit: GPUUnit, *, why: str) -> None:
         reason="HandoverEnded",
         message=f"{why}: the {removed} taint(s) that kept devices for it are removed.",
     )
+
+
+def take_slot(unit: GPUUnit, *, now: datetime) -> None:
+    """Provisioning of a unit ordered on a reservation, before its objects are made: the
+    placeholder of its slot gives its devices over to it (tainted for the unit alone, and its
+    claim pinned to them: GPUUnit.handover), then goes. TemporaryError while the placeholder
+    is still there. A slot whose placeholder held nothing (no devices were free) hands
+    nothing over: the unit asks for any device of its package."""
+    reservation, slot = unit.reservation, unit.reservation_slot
+    if reservation is None or slot is None:
+        return
+    name = reservation.placeholder_name(slot)
+    namespace = unit.namespace
+    claim = kube.get(kube.RESOURCECLAIM, namespace, name)
+    mine = manifests.LABEL_RESERVATION
+    if claim is not None and _label(claim, mine) != str(reservation.uid):
+        claim = None  # not its placeholder: never touched
+    if not unit.handover and claim is not None:
+        results = (((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get(
+            "results"
+        ) or []
+        devices = {(r["driver"], r["pool"], r["device"]) for r in results}
+        if devices:
+            begin(
+                unit,
+                devices,
+                now=now,
+                why=f"held by reservation {reservation.name}",
+            )
+    if claim is None:
+        return
+    pod = kube.get(kube.POD, namespace, name)
+    if pod is not None and _label(pod, mine) == str(reservation.uid):
+        kube.delete(kube.POD, namespace, name)
+    kube.delete(kube.RESOURCECLAIM, namespace, name)
+    if kube.get(kube.RESOURCECLAIM, namespace, name) is not None:
+        raise TemporaryError(f"waiting for placeholder {name} to be deleted", delay=0.5)
+
+
+def _label(obj: dict, key: str) -> str:
+    return str(((obj.get("metadata") or {}).get("labels") or {}).get(key) or "")
 
 
 def _ours(value: str) -> Callable[[dict], bool]:

@@ -15,11 +15,13 @@ from dataclasses import dataclass
 
 import yaml
 from django.conf import settings
+from django.utils import timezone
 
 from controlplane import kube
 from controlplane.kube.errors import KubeError, PermanentError, TemporaryError
 from inventory import clusters
 from runtime import access, lifecycle, manifests, orders, outbox, selectors
+from runtime.control import handover
 from runtime.models import EventType, GPUUnit, Operation, OperationKind, RunPolicy, UnitPhase
 from tenancy.models import Tenant
 
@@ -438,6 +440,9 @@ def _provision(operation: Operation) -> None:
         )
     try:
         ensure_tenant_namespace_once(unit.tenant)
+        if unit.reservation_id is not None and unit.reservation_slot is not None:
+            # Its slot's placeholder hands its devices over (the claim below asks for them).
+            handover.take_slot(unit, now=timezone.now())
         contract = unit.contract(request_hash=operation.request_hash)
         gpuunit, claim, pod = provision_objects(contract)
         exposed = provision_access(contract, owner_uid=gpuunit["metadata"]["uid"])

@@ -33,7 +33,9 @@ SEED_REQUEST = {
 
 
 @pytest.fixture(autouse=True)
-def _package_and_cleanup(tenant):
+def _package_and_cleanup(tenant, cluster):
+    # `cluster`: the cleanup talks to it, also after a test that made nothing there (run
+    # alone, or first on its worker, a 400 test would find no cluster configured).
     PackageFactory(article=True)
     yield
     for kind in (kube.SERVICE, kube.NETWORKPOLICY, kube.HTTPROUTE, kube.CONFIGMAP):

@@ -1,0 +1,206 @@
+"""Reservations in the cluster (ARCHITECTURE §22), from beat: each pass starts the reservations
+whose start has come, ends those whose end has, and keeps each active one's placeholders.
+
+A slot no live unit of the reservation takes is held by a placeholder in the tenant's
+namespace: the ResourceClaim `reservation-<name>-<slot>` (what a unit of the package asks for)
+and a pause pod that uses it, so the scheduler allocates its devices and no other tenant is
+allocated them. A unit ordered on the reservation takes a slot; its provisioning hands the
+placeholder's devices over to it (runtime/control/handover.py take_slot). At the end every
+placeholder goes; the units keep running, or are stopped (`atEnd: stop`)."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from datetime import datetime
+
+from django.conf import settings
+from django.db import transaction
+from django.utils import timezone
+
+from controlplane import kube
+from controlplane.errors import DomainError
+from controlplane.kube.errors import KubeError
+from runtime import actions, manifests, outbox
+from runtime.control import provisioning
+from runtime.models import (
+    GPUUnit,
+    OperationKind,
+    Reservation,
+    ReservationEnd,
+    ReservationStatus,
+    UnitPhase,
+)
+
+logger = logging.getLogger(__name__)
+
+
+def run(*, now: datetime | None = None) -> tuple[int, int]:
+    """One pass: (reservations started, reservations ended)."""
+    now = now or timezone.now()
+    started = (
+        Reservation.objects.filter(status=ReservationStatus.SCHEDULED, start__lte=now)
+        .exclude(end__lte=now)
+        .update(status=ReservationStatus.ACTIVE, message="", updated_at=now)
+    )
+    # One that was never started before its end (beat was down): ended without holding.
+    ended = 0
+    for reservation in Reservation.objects.filter(
+        status__in=(ReservationStatus.SCHEDULED, ReservationStatus.ACTIVE), end__lte=now
+    ).select_related("tenant", "package"):
+        try:
+            finish(reservation, now=now)
+        except KubeError as exc:
+            logger.warning("reservation %s not ended yet: %s", reservation, exc.message)
+            continue
+        ended += 1
+    for reservation in Reservation.objects.filter(status=ReservationStatus.ACTIVE).select_related(
+        "tenant", "package"
+    ):
+        try:
+            keep_placeholders(reservation)
+        except KubeError as exc:
+            logger.warning("placeholders of %s wait: %s", reservation, exc.message)
+    return started, ended
+
+
+def placeholder(reservation: Reservation, slot: int) -> manifests.Placeholder:
+    package = reservation.package
+    return manifests.Placeholder(
+        name=reservation.placeholder_name(slot),
+        namespace=reservation.tenant.namespace,
+        tenant=reservation.tenant.slug,
+        reservation_uid=str(reservation.uid),
+        slot=slot,
+        device_class_name=package.device_class_name,
+        count=package.count,
+        selectors=list(package.selectors),
+        match_attribute=package.match_attribute,
+        image=settings.RESERVATION_PLACEHOLDER_IMAGE,
+    )
+
+
+def _slots_taken(reservation: Reservation) -> set[int]:
+    return {
+        slot
+        for slot in GPUUnit.objects.filter(
+            reservation=reservation, phase__in=UnitPhase.LIVE
+        ).values_list("reservation_slot", flat=True)
+        if slot is not None
+    }
+
+
+def keep_placeholders(reservation: Reservation) -> int:
+    """Each free slot held by its placeholder (made when missing), none for a slot a unit
+    took; records how many slots hold devices. Returns the placeholders made."""
+    taken = _slots_taken(reservation)
+    selector = f"{manifests.LABEL_RESERVATION}={reservation.uid}"
+    made = 0
+    with kube.using(reservation.cluster):
+        provisioning.ensure_tenant_namespace_once(reservation.tenant)
+        namespace = reservation.tenant.namespace
+        claims = {
+            c["metadata"]["name"]: c
+            for c in kube.list_objects(
+                kube.RESOURCECLAIM, namespace=namespace, label_selector=selector
+            )
+        }
+        pods = {
+            p["metadata"]["name"]
+            for p in kube.list_objects(kube.POD, namespace=namespace, label_selector=selector)
+        }
+        for slot in range(reservation.count):
+            name = reservation.placeholder_name(slot)
+            if slot in taken:
+                _remove(namespace, name, claims, pods)
+                continue
+            wanted = placeholder(reservation, slot)
+            if name not in claims:
+                claims[name] = kube.create_or_adopt(
+                    kube.RESOURCECLAIM,
+                    manifests.build_placeholder_claim(wanted),
+                    ours=_ours(wanted),
+                )
+                made += 1
+            if name not in pods:
+                kube.create_or_adopt(
+                    kube.POD, manifests.build_placeholder_pod(wanted), ours=_ours(wanted)
+                )
+    allocated = sum(
+        1
+        for slot in range(reservation.count)
+        if slot not in taken
+        and ((claims.get(reservation.placeholder_name(slot)) or {}).get("status") or {}).get(
+            "allocation"
+        )
+    )
+    held_by_units = GPUUnit.objects.filter(
+        reservation=reservation, phase__in=UnitPhase.LIVE, dra__allocated=True
+    ).count()
+    held = allocated + held_by_units
+    if held != reservation.held:
+        message = (
+            ""
+            if held >= reservation.count
+            else f"{held} of {reservation.count} slot(s) hold devices: the rest wait for "
+            "devices to be free in its cluster."
+        )
+        Reservation.objects.filter(pk=reservation.pk).update(held=held, message=message)
+        reservation.held, reservation.message = held, message
+    return made
+
+
+def _remove(namespace: str, name: str, claims: dict, pods: set) -> None:
+    if name in pods:
+        kube.delete(kube.POD, namespace, name)
+    if name in claims:
+        kube.delete(kube.RESOURCECLAIM, namespace, name)
+
+
+def finish(reservation: Reservation, *, now: datetime) -> None:
+    """Its end: every placeholder goes; its units keep running on demand, or are stopped."""
+    selector = f"{manifests.LABEL_RESERVATION}={reservation.uid}"
+    namespace = reservation.tenant.namespace
+    with kube.using(reservation.cluster):
+        for kind in (kube.POD, kube.RESOURCECLAIM):
+            for found in kube.list_objects(kind, namespace=namespace, label_selector=selector):
+                kube.delete(kind, namespace, found["metadata"]["name"])
+    stopping = 0
+    if reservation.at_end == ReservationEnd.STOP:
+        for unit in GPUUnit.objects.filter(
+            reservation=reservation, phase__in=UnitPhase.LIVE - UnitPhase.AT_REST
+        ).select_related("tenant"):
+            try:
+                actions.request_action(
+                    tenant=unit.tenant,
+                    name=unit.name,
+                    uid=str(unit.uid),
+                    kind=OperationKind.STOP,
+                    operation_id=outbox.reservation_end_operation_id(unit),
+                    reason="ReservationEnded",
+                    message=f"Stopped at the end of reservation {reservation.name}.",
+                )
+                stopping += 1
+            except DomainError:
+                continue  # refused now (another operation on it): it runs on, on demand
+    was_held = reservation.status == ReservationStatus.ACTIVE
+    with transaction.atomic():
+        Reservation.objects.filter(pk=reservation.pk).update(
+            status=ReservationStatus.ENDED,
+            held=0,
+            updated_at=now,
+            message=(
+                f"Ended at {reservation.end:%Y-%m-%d %H:%M:%S} UTC"
+                + ("" if was_held else " (it never started: nothing was held)")
+                + (f"; {stopping} unit(s) stopped." if stopping else ".")
+            ),
+        )
+    logger.info("reservation %s ended", reservation)
+
+
+def _ours(held: manifests.Placeholder) -> Callable[[dict], bool]:
+    def check(found: dict) -> bool:
+        labels = (found.get("metadata") or {}).get("labels") or {}
+        return labels.get(manifests.LABEL_RESERVATION) == held.reservation_uid
+
+    return check

@@ -1,0 +1,233 @@
+"""Reservations (ARCHITECTURE §22): devices held for a tenant ahead of time. This module
+records them, refuses what cannot be held, and answers what a reservation holds; beat's pass
+(runtime/control/reservations.py) takes the devices with placeholders at the start and lets
+them go at the end, and a unit ordered with `reservation` (runtime/orders.py) takes a slot.
+
+A reservation is placed in one cluster when it is made: the region's cluster with the most
+room for its package now. One that starts now must fit there now (409 otherwise); one that
+starts later takes what is free at its start, and says how much it holds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.db.models import Count, Q
+from django.utils import timezone
+
+from catalog.models import Package
+from controlplane.errors import DomainError, InvalidRequest, NotFound
+from controlplane.validation import fold_case
+from inventory import placement
+from inventory import selectors as inventory_selectors
+from inventory.models import PackageAvailability
+from runtime import selectors, validation
+from runtime.errors import InsufficientCapacity, InvalidState, RegionUnavailable
+from runtime.models import GPUUnit, Reservation, ReservationEnd, ReservationStatus, UnitPhase
+from tenancy import services as tenancy_services
+from tenancy.models import Tenant
+
+# A start this far in the past is read as "now" (a client's clock, a slow request).
+PAST_START_TOLERANCE = timedelta(minutes=5)
+HOLDING = (ReservationStatus.SCHEDULED, ReservationStatus.ACTIVE)
+
+
+class ReservationConflict(DomainError):
+    code = "reservation_conflict"
+
+
+@dataclass(frozen=True)
+class Usage:
+    """What a reservation holds now: its slots, those whose devices are held (by a
+    placeholder or a unit), those its live units take, and those free for its next order."""
+
+    count: int
+    held: int
+    in_use: int
+
+    @property
+    def free(self) -> int:
+        return max(self.count - self.in_use, 0)
+
+
+def create_reservation(
+    *,
+    tenant: Tenant,
+    name: str,
+    package_id: str,
+    count: int,
+    start: datetime,
+    end: datetime,
+    region: str = "",
+    at_end: str = ReservationEnd.KEEP,
+    now: datetime | None = None,
+) -> Reservation:
+    """Record the reservation, placed in a cluster; 400 naming fields, 409 for a taken name,
+    a full device quota, or (starting now) no room for it."""
+    now = now or timezone.now()
+    name = fold_case(name.strip())
+    package = Package.objects.filter(id=package_id, active=True).first()
+    problems: dict[str, list[str]] = {}
+    if problem := validation.reservation_name(name):
+        problems["name"] = [problem]
+    if package is None:
+        problems["packageID"] = ["Unknown or inactive package."]
+    elif package.capacity:
+        problems["packageID"] = ["A share of a device cannot be reserved: whole devices only."]
+    if not 1 <= count <= settings.RESERVATION_MAX_COUNT:
+        problems["count"] = [f"From 1 to {settings.RESERVATION_MAX_COUNT} units."]
+    if start < now - PAST_START_TOLERANCE:
+        problems["start"] = ["It is in the past."]
+    start = max(start, now)
+    if end <= start:
+        problems["end"] = ["It must be after start (and after now)."]
+    elif end - start > timedelta(days=settings.RESERVATION_MAX_DAYS):
+        problems["end"] = [f"A reservation lasts at most {settings.RESERVATION_MAX_DAYS} days."]
+    if at_end not in ReservationEnd.values:
+        problems["atEnd"] = [f"One of {', '.join(ReservationEnd.values)}."]
+    if problems:
+        raise InvalidRequest("The reservation is invalid.", details={"fields": problems})
+    assert package is not None
+    placed = _place(package, region, count, starts_now=start <= now)
+    try:
+        with transaction.atomic():
+            tenancy_services.lock_tenant(tenant.pk)
+            _check_quota(tenant, package, count)
+            return Reservation.objects.create(
+                tenant=tenant,
+                name=name,
+                package=package,
+                count=count,
+                start=start,
+                end=end,
+                at_end=at_end,
+                cluster=placed.cluster,
+                region=placed.region,
+            )
+    except IntegrityError:
+        raise ReservationConflict(
+            f"a reservation named {name} exists.", details={"name": name}
+        ) from None
+
+
+def _place(package: Package, region: str, count: int, *, starts_now: bool) -> placement.Placed:
+    """The cluster with the most room for the package in the region (as units are placed);
+    one that starts now must fit there whole."""
+    candidates = inventory_selectors.placement_candidates(package.id)
+    decision = placement.place(
+        candidates,
+        package=package.id,
+        sold_in=package.regions,
+        region=region,
+        devices=package.count,
+    )
+    if isinstance(decision, placement.Placed):
+        # (Placement reads availability only when there is a choice of clusters.)
+        room = (
+            PackageAvailability.objects.filter(cluster=decision.cluster, package_id=package.id)
+            .values_list("placeable", flat=True)
+            .first()
+        ) or 0
+        if not starts_now or room >= count:
+            return decision
+        decision = placement.Refused(
+            "insufficient_capacity",
+            f'No cluster of region "{decision.region}" has room for {count} unit(s) of '
+            f'package "{package.id}" now ({room} fit).',
+            [decision.region],
+        )
+    details = {"regions": decision.regions}
+    if decision.code in ("unknown_region", "not_sold"):
+        raise InvalidRequest(
+            decision.message, details={**details, "fields": {"region": [decision.message]}}
+        )
+    if decision.code == "region_unavailable":
+        raise RegionUnavailable(decision.message, details=details)
+    raise InsufficientCapacity(decision.message, details=details)
+
+
+def reserved_devices(*, tenant: Tenant, device_class: str) -> int:
+    """Devices of `device_class` the tenant's reservations hold (or will) beyond what their
+    live units take: a reservation's free slots count against the device quota as units do."""
+    total = 0
+    for reservation in Reservation.objects.filter(
+        tenant=tenant, status__in=HOLDING, package__device_class_name=device_class
+    ).annotate(live=Count("units", filter=Q(units__phase__in=UnitPhase.LIVE))):
+        total += max(reservation.count - reservation.live, 0) * reservation.package.count
+    return total
+
+
+def _check_quota(tenant: Tenant, package: Package, count: int) -> None:
+    hard = (tenant.quota_devices or {}).get(package.device_class_name)
+    if hard is None:
+        return
+    used = selectors.devices_requested(
+        tenant=tenant, device_class=package.device_class_name
+    ) + reserved_devices(tenant=tenant, device_class=package.device_class_name)
+    wanted = count * package.count
+    if used + wanted > hard:
+        raise tenancy_services.quota_exceeded(
+            tenant,
+            f"{package.device_class_name}.deviceclass.resource.k8s.io/devices",
+            used=str(used),
+            requested=str(wanted),
+            hard=str(hard),
+            larger=wanted > hard,
+        )
+
+
+def get_reservation(*, tenant: Tenant, name: str) -> Reservation:
+    found = (
+        Reservation.objects.filter(tenant=tenant, name=fold_case(name.strip()))
+        .select_related("package")
+        .first()
+    )
+    if found is None:
+        raise NotFound(f"reservation {name} not found.")
+    return found
+
+
+def cancel_reservation(*, tenant: Tenant, name: str) -> Reservation:
+    """Cancel a reservation before its start: nothing was held, nothing is billed. One that
+    started is billed for its whole window and ends at its end (409)."""
+    with transaction.atomic():
+        reservation = (
+            Reservation.objects.select_for_update(of=("self",))
+            .select_related("package")
+            .filter(tenant=tenant, name=fold_case(name.strip()))
+            .first()
+        )
+        if reservation is None:
+            raise NotFound(f"reservation {name} not found.")
+        if reservation.status == ReservationStatus.CANCELLED:
+            return reservation
+        if reservation.status != ReservationStatus.SCHEDULED:
+            raise InvalidState(
+                f"reservation {reservation.name} is {reservation.status}: only one that has not "
+                "started can be cancelled (one that started is billed for its whole window).",
+                details={"status": reservation.status},
+            )
+        reservation.status = ReservationStatus.CANCELLED
+        reservation.message = "Cancelled before its start."
+        reservation.save(update_fields=["status", "message", "updated_at"])
+    return reservation
+
+
+def usage(reservations: list[Reservation]) -> dict[int, Usage]:
+    """Each reservation's usage (one query for the live units on them)."""
+    live = dict(
+        GPUUnit.objects.filter(reservation__in=reservations, phase__in=UnitPhase.LIVE)
+        .values("reservation")
+        .annotate(n=Count("id"))
+        .values_list("reservation", "n")
+    )
+    return {
+        r.pk: Usage(
+            count=r.count,
+            held=r.held if r.status == ReservationStatus.ACTIVE else 0,
+            in_use=live.get(r.pk, 0),
+        )
+        for r in reservations
+    }

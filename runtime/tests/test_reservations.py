@@ -1,0 +1,301 @@
+"""Reservations hold real devices (ARCHITECTURE §22), over the simulated cluster and a real
+worker: a reservation starting now takes half of the L40S node with a placeholder, another
+tenant cannot be allocated those devices, and the owner's order lands on exactly them, handed
+over with a taint only its claim tolerates."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from controlplane import kube
+from inventory.sync import sync_inventory
+from runtime import manifests
+from runtime.control import preemption
+from runtime.control import reservations as reservation_control
+from runtime.models import GPUUnit, Reservation, ReservationStatus
+from runtime.tests.helpers import (
+    l40s_package,
+    order_unit,
+    remove_namespace_objects,
+    wait_for_phase,
+    wait_until,
+)
+from tenancy.tests.factories import TenantFactory
+from tests.endpoints import EndpointTest, client_for
+
+pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("celery_worker")]
+
+
+def _devices(unit: GPUUnit) -> set[str]:
+    unit.refresh_from_db()
+    return {d["device"] for d in unit.dra.get("devices") or []}
+
+
+def _placeholder_devices(reservation: Reservation, slot: int) -> set[str]:
+    claim = kube.get(
+        kube.RESOURCECLAIM, reservation.tenant.namespace, reservation.placeholder_name(slot)
+    )
+    results = (((claim or {}).get("status") or {}).get("allocation") or {}).get("devices") or {}
+    return {r["device"] for r in results.get("results") or []}
+
+
+def _held(reservation: Reservation) -> int:
+    reservation_control.run()
+    reservation.refresh_from_db()
+    return reservation.held
+
+
+def test_a_reservation_holds_its_devices_for_its_owner_alone(tenant, cluster):
+    whole = l40s_package("l40s-4x-r", 4, price="4.00")
+    other = TenantFactory()
+    owner, stranger = client_for(tenant), client_for(other)
+    try:
+        sync_inventory()
+        now = timezone.now()
+        body = {
+            "name": "training",
+            "packageID": whole.id,
+            "count": 1,
+            "start": now.isoformat(),
+            "end": (now + timedelta(hours=2)).isoformat(),
+        }
+        made = owner.post("/api/v1/reservations", body, format="json")
+        assert made.status_code == 201, made.json()
+        assert made.json()["data"]["status"] == "Scheduled"
+        assert made.json()["data"]["devices"] == 4
+        reservation = Reservation.objects.get(tenant=tenant, name="training")
+        assert reservation_control.run() == (1, 0)
+        # The placeholder (claim and pause pod, in the owner's namespace) takes 4 devices.
+        wait_until(lambda: _held(reservation) == 1, "the placeholder to hold its devices")
+        reserved = _placeholder_devices(reservation, 0)
+        assert len(reserved) == 4
+        shown = owner.get("/api/v1/reservations/training").json()["data"]
+        assert (shown["status"], shown["held"], shown["inUse"], shown["free"]) == (
+            "Active",
+            1,
+            0,
+            1,
+        )
+
+        # Another tenant gets the rest of the node, and no more: its second order waits.
+        first = wait_for_phase(order_unit(stranger, "s-1", whole.id), "Running")
+        assert not _devices(first) & reserved
+        second = wait_for_phase(order_unit(stranger, "s-2", whole.id), "Pending")
+        assert not second.dra.get("allocated")
+
+        # Refusals name the field.
+        wrong = owner.post(
+            "/api/v1/gpu-units",
+            {
+                "operationID": "o-wrong",
+                "name": "wrong",
+                "packageID": whole.id,
+                "image": "busybox",
+                "reservation": "nope",
+            },
+            format="json",
+        )
+        assert wrong.status_code == 400
+        assert "reservation" in wrong.json()["error"]["details"]["fields"]
+
+        # The owner's order lands on exactly the reserved devices, handed over to it: the
+        # placeholder goes, and its devices are tainted for the unit's claim alone meanwhile.
+        mine = wait_for_phase(
+            order_unit(owner, "mine", whole.id, reservation="training"), "Running"
+        )
+        assert _devices(mine) == reserved
+        assert mine.reservation_id == reservation.pk
+        assert mine.events.filter(reason="HandingOver").exists()
+        assert kube.get(kube.POD, tenant.namespace, reservation.placeholder_name(0)) is None
+        # The stranger's waiting unit got none of them.
+        second.refresh_from_db()
+        assert not second.dra.get("allocated")
+        assert owner.get("/api/v1/gpu-units/mine").json()["data"]["reservation"] == "training"
+        assert preemption.settle_handovers(now=timezone.now()) == 1
+        assert (
+            kube.list_objects(
+                kube.device_taint_rule_kind(),
+                label_selector=f"{manifests.LABEL_HANDOVER}={mine.uid}",
+            )
+            == []
+        )
+        shown = owner.get("/api/v1/reservations").json()["data"][0]
+        assert (shown["held"], shown["inUse"], shown["free"]) == (1, 1, 0)
+        # Its one slot is taken.
+        full = owner.post(
+            "/api/v1/gpu-units",
+            {
+                "operationID": "o-full",
+                "name": "again",
+                "packageID": whole.id,
+                "image": "busybox",
+                "reservation": "training",
+            },
+            format="json",
+        )
+        assert full.status_code == 409
+        assert full.json()["error"]["code"] == "reservation_full"
+        # A reservation that started is billed whole: it cannot be cancelled.
+        assert owner.delete("/api/v1/reservations/training").status_code == 409
+
+        # At its end the unit runs on (atEnd keep) and nothing is held any more.
+        reservation_control.run(now=reservation.end + timedelta(seconds=1))
+        reservation.refresh_from_db()
+        assert reservation.status == ReservationStatus.ENDED
+        mine.refresh_from_db()
+        assert mine.phase == "Running"
+    finally:
+        remove_namespace_objects(tenant.namespace)
+        remove_namespace_objects(other.namespace)
+        kind = kube.device_taint_rule_kind()
+        for rule in kube.list_objects(
+            kind, label_selector=f"{manifests.LABEL_TENANT}={tenant.slug}"
+        ):
+            kube.delete(kind, None, rule["metadata"]["name"])
+
+
+def test_a_reservation_that_has_not_started_is_cancelled_and_holds_nothing(tenant, cluster):
+    package = l40s_package("l40s-2x-r", 2, price="2.00")
+    client = client_for(tenant)
+    sync_inventory()
+    start = timezone.now() + timedelta(days=1)
+    body = {
+        "name": "tomorrow",
+        "packageID": package.id,
+        "count": 2,
+        "start": start.isoformat(),
+        "end": (start + timedelta(hours=4)).isoformat(),
+        "atEnd": "stop",
+    }
+    assert client.post("/api/v1/reservations", body, format="json").status_code == 201
+    assert reservation_control.run() == (0, 0)  # not yet
+    taken = client.post("/api/v1/reservations", body, format="json")
+    assert taken.status_code == 409
+    assert taken.json()["error"]["code"] == "reservation_conflict"
+    cancelled = client.delete("/api/v1/reservations/tomorrow")
+    assert cancelled.status_code == 200
+    assert cancelled.json()["data"]["status"] == "Cancelled"
+    assert reservation_control.run(now=start + timedelta(minutes=1)) == (0, 0)
+    assert (
+        kube.list_objects(
+            kube.RESOURCECLAIM,
+            namespace=tenant.namespace,
+            label_selector=manifests.LABEL_RESERVATION,
+        )
+        == []
+    )
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"name": "Not A Label!"}, "name"),
+        ({"packageID": "no-such-package"}, "packageID"),
+        ({"count": 0}, "count"),
+        ({"start": "2020-01-01T00:00:00Z"}, "start"),
+        ({"end": "2020-01-01T00:00:00Z"}, "end"),
+        ({"atEnd": "explode"}, "atEnd"),
+        ({"region": "atlantis"}, "region"),
+        ({"surprise": 1}, "surprise"),
+    ],
+)
+def test_a_bad_reservation_is_refused_naming_the_field(tenant, change, field):
+    package = l40s_package("l40s-1x-r", 1, price="1.00")
+    start = timezone.now() + timedelta(hours=1)
+    body = {
+        "name": "ok",
+        "packageID": package.id,
+        "count": 1,
+        "start": start.isoformat(),
+        "end": (start + timedelta(hours=1)).isoformat(),
+        **change,
+    }
+    refused = client_for(tenant).post("/api/v1/reservations", body, format="json")
+    assert refused.status_code == 400, refused.json()
+    assert field in refused.json()["error"]["details"]["fields"]
+    assert not Reservation.objects.filter(tenant=tenant).exists()
+
+
+def _later(name: str, package_id: str, **fields) -> dict:
+    start = timezone.now() + timedelta(hours=1)
+    return {
+        "name": name,
+        "packageID": package_id,
+        "count": 1,
+        "start": start.isoformat(),
+        "end": (start + timedelta(hours=1)).isoformat(),
+        **fields,
+    }
+
+
+class TestReservationCreate(EndpointTest):
+    method = "post"
+    path = "/api/v1/reservations"
+
+    def test_reserved_devices_count_against_the_device_quota(self):
+        package = l40s_package("l40s-2x-q", 2, price="2.00")
+        tenant = TenantFactory(quota_devices={"nvidia-l40s": 4})
+        client = client_for(tenant)
+        self.get_success_response(client, data=_later("a", package.id), status=201)
+        error = self.get_error_response(
+            client, data=_later("b", package.id, count=2), status=409, code="quota_exceeded"
+        )
+        assert error["details"]["limit"] == "nvidia-l40s.deviceclass.resource.k8s.io/devices"
+        # The one free slot left counts for units ordered without it, too.
+        self.get_success_response(client, data=_later("b", package.id), status=201)
+        refused = client.post(
+            "/api/v1/gpu-units",
+            {"operationID": "q-1", "name": "q", "packageID": package.id, "image": "busybox"},
+            format="json",
+        )
+        assert refused.status_code == 409
+        assert refused.json()["error"]["code"] == "quota_exceeded"
+
+    def test_statements_are_the_baseline(self, auth_client):
+        package = l40s_package("l40s-1x-s", 1, price="1.00")
+        auth_client.get("/api/v1/reservations")
+        self.assert_statement_count(auth_client, data=_later("a", package.id))
+
+
+class TestReservationList(EndpointTest):
+    path = "/api/v1/reservations"
+
+    def test_statements_are_the_baseline_whatever_the_count(self, auth_client):
+        package = l40s_package("l40s-1x-s", 1, price="1.00")
+        for name in ("a", "b", "c"):
+            auth_client.post(self.path, _later(name, package.id), format="json")
+        listed = self.assert_statement_count(auth_client)
+        assert listed  # it read them
+        data = self.get_success_response(auth_client).json()["data"]
+        assert [r["name"] for r in data] == ["a", "b", "c"]
+        assert {(r["status"], r["held"], r["inUse"], r["free"]) for r in data} == {
+            ("Scheduled", 0, 0, 1)
+        }
+
+
+class TestReservationDetail(EndpointTest):
+    path = "/api/v1/reservations/{name}"
+
+    def test_another_tenant_s_reservation_is_404(self, auth_client):
+        package = l40s_package("l40s-1x-s", 1, price="1.00")
+        auth_client.post("/api/v1/reservations", _later("a", package.id), format="json")
+        self.get_error_response(client_for(TenantFactory()), status=404, code="not_found", name="a")
+
+    def test_statements_are_the_baseline(self, auth_client):
+        package = l40s_package("l40s-1x-s", 1, price="1.00")
+        auth_client.post("/api/v1/reservations", _later("a", package.id), format="json")
+        self.assert_statement_count(auth_client, name="a")
+
+
+class TestReservationDelete(EndpointTest):
+    method = "delete"
+    path = "/api/v1/reservations/{name}"
+
+    def test_statements_are_the_baseline(self, auth_client):
+        package = l40s_package("l40s-1x-s", 1, price="1.00")
+        auth_client.post("/api/v1/reservations", _later("a", package.id), format="json")
+        auth_client.get("/api/v1/reservations")
+        self.assert_statement_count(auth_client, name="a")
