@@ -53,15 +53,28 @@ def _start(name: str, command: list[str], env: dict[str, str]) -> tuple[str, sub
 
 
 def _stop(processes: list[tuple[str, subprocess.Popen]]) -> None:
+    # SIGTERM to each leader only: Celery's and gunicorn's main processes stop their own
+    # children once these finish what they are doing. The whole group at once killed a Celery
+    # pool process in the middle of a task (WorkerLostError); what is left of a group after
+    # its leader went, or when it does not go, is ended after it.
     for _name, process in reversed(processes):
         if process.poll() is None:
-            os.killpg(process.pid, signal.SIGTERM)
+            process.send_signal(signal.SIGTERM)
     deadline = time.monotonic() + 15
     for _name, process in processes:
         try:
             process.wait(timeout=max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            os.killpg(process.pid, signal.SIGKILL)
+            _signal_group(process.pid, signal.SIGKILL)
+        else:
+            _signal_group(process.pid, signal.SIGTERM)
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except ProcessLookupError:
+        pass  # the group is gone already
 
 
 def _start_cluster(
