@@ -109,6 +109,7 @@ def order(
     stop_after: str | None = None,
     interruptible: bool = False,
     auto_resume: bool = False,
+    reservation: str | None = None,
 ) -> dict[str, Any]:
     """The body of POST /gpu-units: `base` (a file's fields) with the flags over it."""
     body: dict[str, Any] = dict(base or {})
@@ -137,6 +138,8 @@ def order(
         body["interruptible"] = True
     if auto_resume:
         body["autoResume"] = True
+    if reservation:
+        body["reservation"] = reservation
     return body
 
 

@@ -4,6 +4,7 @@ where), storages, SSH keys and secrets."""
 from __future__ import annotations
 
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -151,6 +152,86 @@ def delete_storage(ctx: typer.Context, name: Name, output: Output = Format.TABLE
     deleted = client(ctx).call("DELETE", path("gpu-storages", name)).data
     note(f"deletion of storage {name} requested")
     emit(deleted, output, columns=STORAGE_COLUMNS, single=True)
+
+
+reservations = typer.Typer(
+    help="Devices held for you ahead of time (units create --reservation).", no_args_is_help=True
+)
+RESERVATION_COLUMNS = [
+    Column("NAME", "name"),
+    Column("PACKAGE", "packageID"),
+    Column("COUNT", "count"),
+    Column("START", "start"),
+    Column("END", "end"),
+    Column("REGION", "region"),
+    Column("STATUS", "status"),
+    Column("HELD", "held"),
+    Column("IN USE", "inUse"),
+    Column("FREE", "free"),
+]
+
+
+@reservations.command("list")
+def list_reservations(ctx: typer.Context, output: Output = Format.TABLE) -> None:
+    """Your reservations, with the slots each holds, uses and has free."""
+    emit(client(ctx).get("/reservations"), output, columns=RESERVATION_COLUMNS)
+
+
+@reservations.command("get")
+def get_reservation(ctx: typer.Context, name: Name, output: Output = Format.TABLE) -> None:
+    """One reservation."""
+    emit(
+        client(ctx).get(path("reservations", name)),
+        output,
+        columns=RESERVATION_COLUMNS,
+        single=True,
+    )
+
+
+@reservations.command("create")
+def create_reservation(
+    ctx: typer.Context,
+    name: Name,
+    package: Annotated[str, typer.Option("--package", help="a package ID (gpuctl packages list)")],
+    start: Annotated[str, typer.Option(help='RFC 3339, e.g. "2026-12-05T09:00:00Z"; or "now"')],
+    end: Annotated[str, typer.Option(help="RFC 3339, after --start")],
+    count: Annotated[int, typer.Option(help="units' worth of the package to hold")] = 1,
+    region: Annotated[
+        str | None, typer.Option(help="the region to hold them in (gpuctl regions list)")
+    ] = None,
+    at_end: Annotated[
+        str | None,
+        typer.Option("--at-end", help="keep (default: its units run on, on demand) or stop"),
+    ] = None,
+    output: Output = Format.TABLE,
+) -> None:
+    """Reserve devices: COUNT units' worth of a package from START to END, billed whole."""
+    if start == "now":
+        start = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    body = {
+        "name": name,
+        "packageID": package,
+        "count": count,
+        "start": start,
+        "end": end,
+        "region": region,
+        "atEnd": at_end,
+    }
+    made = (
+        client(ctx)
+        .call("POST", "/reservations", body={k: v for k, v in body.items() if v is not None})
+        .data
+    )
+    note(f"reservation {made['name']} made ({made['status']})")
+    emit(made, output, columns=RESERVATION_COLUMNS, single=True)
+
+
+@reservations.command("cancel")
+def cancel_reservation(ctx: typer.Context, name: Name, output: Output = Format.TABLE) -> None:
+    """Cancel a reservation that has not started (one that started runs to its end)."""
+    cancelled = client(ctx).call("DELETE", path("reservations", name)).data
+    note(f"reservation {name} cancelled")
+    emit(cancelled, output, columns=RESERVATION_COLUMNS, single=True)
 
 
 ssh_keys = typer.Typer(help="Public keys let into units with SSH (--ssh).", no_args_is_help=True)

@@ -187,6 +187,13 @@ def create(
             "and there is room",
         ),
     ] = False,
+    reservation: Annotated[
+        str | None,
+        typer.Option(
+            "--reservation",
+            help="run on the devices of this reservation of yours (gpuctl reservations list)",
+        ),
+    ] = None,
     file: Annotated[
         Path | None,
         typer.Option("--file", "-f", help="YAML or JSON of more order fields (flags win)"),
@@ -220,6 +227,7 @@ def create(
         stop_after=stop_after,
         interruptible=interruptible,
         auto_resume=auto_resume,
+        reservation=reservation,
     )
     api = client(ctx)
     reply = api.call("POST", "/gpu-units", body=body)

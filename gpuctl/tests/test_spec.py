@@ -26,6 +26,7 @@ def test_an_order_from_flags_has_the_api_s_shape():
         stop_after="8h",
         interruptible=True,
         auto_resume=True,
+        reservation="training",
     )
     assert body == {
         "operationID": "op-1",
@@ -53,6 +54,7 @@ def test_an_order_from_flags_has_the_api_s_shape():
         "stopAfter": "8h",
         "interruptible": True,
         "autoResume": True,
+        "reservation": "training",
     }
 
 
@@ -75,6 +77,7 @@ def test_flags_go_over_a_file_s_fields(tmp_path):
     }
     assert body["ssh"] == {"enabled": True}
     assert "interruptible" not in body  # on demand unless asked
+    assert "reservation" not in body
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -295,6 +295,22 @@ def test_keys_secrets_storage_and_the_account_through_gpuctl(customer, cluster, 
         gpuctl.run("storage", "create", "elsewhere", "--size", "1Gi", "--region", "nowhere", code=2)
         assert [s["name"] for s in gpuctl.json("storage", "list")] == ["cache"]
         gpuctl.run("storage", "delete", "cache")
+
+        # A reservation for tomorrow: made, listed with its slots, and cancelled before it
+        # starts; one that ends before it starts is refused naming the field.
+        start = datetime.now(UTC) + timedelta(days=1)
+        window = ["--start", f"{start:%Y-%m-%dT%H:%M:%SZ}", "--package", ARTICLE_PACKAGE_ID]
+        end = ["--end", f"{start + timedelta(hours=2):%Y-%m-%dT%H:%M:%SZ}"]
+        made = gpuctl.json("reservations", "create", "nightly", *window, *end, "--count", "2")
+        assert (made["status"], made["count"], made["devices"]) == ("Scheduled", 2, 4)
+        table = gpuctl.run("reservations", "list").stdout.splitlines()
+        assert table[0].split()[:4] == ["NAME", "PACKAGE", "COUNT", "START"]
+        assert table[1].split()[:3] == ["nightly", ARTICLE_PACKAGE_ID, "2"]
+        assert gpuctl.json("reservations", "get", "nightly")["free"] == 2
+        early = ["--end", f"{start - timedelta(hours=1):%Y-%m-%dT%H:%M:%SZ}"]
+        bad = gpuctl.run("reservations", "create", "early", *window, *early, code=2)
+        assert "end" in bad.stderr
+        assert gpuctl.json("reservations", "cancel", "nightly")["status"] == "Cancelled"
 
         quota = gpuctl.json("quota")
         assert {"cpu", "memory", "claims", "limits", "costToDate"} <= set(quota)
