@@ -43,7 +43,7 @@ from django.db.models.functions import Cast, Coalesce, Concat, Floor, Left, Null
 from django.db.models.lookups import Exact, GreaterThan
 
 from billing import prices
-from billing.models import QuantityUnit, UsageRecord
+from billing.models import QuantityUnit, ReservationUse, UsageRecord
 
 PROVIDER = "GPU control plane"
 CLOUDEVENT_TYPE = "io.lokiwager.gpu.usage"
@@ -217,6 +217,8 @@ FOCUS_COLUMNS = [
     "BillingCurrency",
     "BillingPeriodEnd",
     "BillingPeriodStart",
+    "CapacityReservationId",
+    "CapacityReservationStatus",
     "ChargeCategory",
     "ChargeClass",
     "ChargeDescription",
@@ -265,6 +267,12 @@ def focus_rows(records: QuerySet, context: Context) -> QuerySet:
         "BillingCurrency": F("currency"),
         "BillingPeriodEnd": _month(F("start"), later=True),
         "BillingPeriodStart": _month(F("start")),
+        # A unit's time on a reservation (Used), or a reservation's slot time no unit used
+        # (Unused): FOCUS 1.2's capacity reservation columns; empty otherwise.
+        "CapacityReservationId": Cast(F("reservation_uid"), TextField()),
+        "CapacityReservationStatus": NullIf(
+            F("reservation_status"), _text(""), output_field=TextField()
+        ),
         "ChargeCategory": _text("Usage"),
         "ChargeClass": Case(
             When(_is_correction(), then=_text("Correction")), output_field=TextField()
@@ -309,7 +317,11 @@ def focus_rows(records: QuerySet, context: Context) -> QuerySet:
         "RegionName": NullIf(F("region"), _text(""), output_field=TextField()),
         "ResourceId": Cast(F("unit_uid"), TextField()),
         "ResourceName": F("unit_name"),
-        "ResourceType": _text("GPU unit"),
+        "ResourceType": Case(
+            When(reservation_status=ReservationUse.UNUSED, then=_text("Capacity reservation")),
+            default=_text("GPU unit"),
+            output_field=TextField(),
+        ),
         "ServiceCategory": _text("AI and Machine Learning"),
         "ServiceName": _text("GPU units"),
         "SkuId": F("package_id"),

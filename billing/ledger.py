@@ -26,7 +26,7 @@ from django.db.models import Max
 from django.db.models.functions import Now, Trunc
 
 from billing import periods, prices, rollups
-from billing.models import Meter, MeteredPod, QuantityUnit, UsageRecord
+from billing.models import Meter, MeteredPod, QuantityUnit, ReservationUse, UsageRecord
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +50,9 @@ class Holding:
     # [{pool, device, shareID?, consumedCapacity?}]
     devices: list[dict] = field(default_factory=list)
     count: int = 1
+    # A unit on a reservation: its reservation, and the end of the reservation's window.
+    reservation_uid: uuid.UUID | None = None
+    reservation_end: datetime | None = None
 
     @property
     def shared(self) -> bool:
@@ -76,6 +79,8 @@ def _meter(holding: Holding, at: datetime) -> Meter:
         opened_at=at,
         started_at=at,
         seen_at=at,
+        reservation_uid=holding.reservation_uid,
+        reservation_end=holding.reservation_end,
     )
 
 
@@ -160,11 +165,26 @@ def _records(meter: Meter, end: datetime, versions: prices.Versions) -> list[Usa
             if piece.version is not None
             else settings.BILLING_CURRENCY,
             cost=piece.cost,
+            **_reservation_use(meter, piece.start),
         )
         for piece in periods.priced_pieces(
-            meter.started_at, end, count=meter.count, versions=from_versions
+            meter.started_at,
+            end,
+            count=meter.count,
+            versions=from_versions,
+            also=[meter.reservation_end] if meter.reservation_end else [],
         )
     ]
+
+
+def _reservation_use(meter: Meter, start: datetime) -> dict:
+    """A record of a unit on a reservation, before the reservation's end (records are cut
+    there): the reservation's used time."""
+    if meter.reservation_uid is None or meter.reservation_end is None:
+        return {}
+    if start >= meter.reservation_end:
+        return {}
+    return {"reservation_uid": meter.reservation_uid, "reservation_status": ReservationUse.USED}
 
 
 def _write(records: list[UsageRecord]) -> None:
@@ -319,3 +339,94 @@ def reverse(record: UsageRecord, *, note: str) -> UsageRecord:
         correction.save(force_insert=True)
         rollups.add([correction])
     return correction
+
+
+@dataclass(frozen=True)
+class Reserved:
+    """A reservation's window, as billing needs it: `slots` slots of `devices` devices each,
+    each billed at the package's price for the whole window, used or not."""
+
+    uid: uuid.UUID
+    name: str
+    tenant_id: int
+    package_id: str
+    region: str
+    slots: int
+    devices: int
+    start: datetime
+    end: datetime
+
+
+def charge_reservation(reserved: Reserved, *, slot_of: dict[uuid.UUID, int]) -> list[UsageRecord]:
+    """Bill a reservation's unused time once its window is over and its units' time in it is
+    in the ledger: for each slot, the intervals of the window no unit of it used (`slot_of`:
+    each unit's slot), cut at UTC hours and price changes, priced as the package's units are.
+    With its units' used records this bills every slot for the whole window, exactly once.
+    Rows are idempotent by id (reservation, slot, start). Returns the rows written."""
+    used: dict[int, list[tuple[datetime, datetime]]] = {}
+    for unit_uid, start, end in UsageRecord.objects.filter(
+        reservation_uid=reserved.uid,
+        reservation_status=ReservationUse.USED,
+        corrects__isnull=True,
+        correction__isnull=True,
+    ).values_list("unit_uid", "start", "end"):
+        if (slot := slot_of.get(unit_uid)) is not None:
+            used.setdefault(slot, []).append((max(start, reserved.start), min(end, reserved.end)))
+    versions = prices.versions_of(
+        prices.versions_for([reserved.package_id]), reserved.package_id, ""
+    )
+    records = []
+    for slot in range(reserved.slots):
+        # Each slot is a resource of its own (a unit's rows never overlap: usage_no_overlap).
+        slot_uid = slot_resource_uid(reserved.uid, slot)
+        for start, end in _gaps(reserved.start, reserved.end, used.get(slot, [])):
+            for piece in periods.priced_pieces(
+                start, end, count=reserved.devices, versions=versions
+            ):
+                records.append(
+                    UsageRecord(
+                        id=periods.record_id(slot_uid, "", piece.start),
+                        tenant_id=reserved.tenant_id,
+                        unit_uid=slot_uid,
+                        unit_name=f"{reserved.name}/{slot}",
+                        region=reserved.region,
+                        package_id=reserved.package_id,
+                        start=piece.start,
+                        end=piece.end,
+                        seconds=piece.seconds,
+                        quantity=piece.quantity,
+                        quantity_unit=QuantityUnit.DEVICE_SECONDS,
+                        price_version=piece.version,  # type: ignore[misc]
+                        hourly=piece.hourly,
+                        currency=piece.version.currency  # type: ignore[attr-defined]
+                        if piece.version is not None
+                        else settings.BILLING_CURRENCY,
+                        cost=piece.cost,
+                        reservation_uid=reserved.uid,
+                        reservation_status=ReservationUse.UNUSED,
+                    )
+                )
+    with transaction.atomic():
+        _write(records)
+    return records
+
+
+def slot_resource_uid(reservation_uid: uuid.UUID, slot: int) -> uuid.UUID:
+    """The ledger's resource id of one slot of a reservation (FOCUS ResourceId)."""
+    return uuid.uuid5(reservation_uid, f"slot-{slot}")
+
+
+def _gaps(
+    start: datetime, end: datetime, used: list[tuple[datetime, datetime]]
+) -> list[tuple[datetime, datetime]]:
+    """The parts of [start, end) no interval of `used` covers."""
+    gaps, at = [], start
+    for a, b in sorted(used):
+        if a > at:
+            gaps.append((at, min(a, end)))
+        at = max(at, b)
+        if at >= end:
+            break
+    if at < end:
+        gaps.append((at, end))
+    return [(a, b) for a, b in gaps if b > a]

@@ -88,6 +88,10 @@ class Meter(models.Model):
     started_at = models.DateTimeField()
     seen_at = models.DateTimeField()
     missing_since = models.DateTimeField(null=True, blank=True)
+    # A unit on a reservation: its time before the reservation's end is the reservation's
+    # used time (records cut there, tagged with it).
+    reservation_uid = models.UUIDField(null=True, blank=True)
+    reservation_end = models.DateTimeField(null=True, blank=True)
 
     def __str__(self) -> str:
         return f"{self.unit_name} since {self.opened_at:%Y-%m-%d %H:%M:%S}"
@@ -110,6 +114,11 @@ class MeteredPod(models.Model):
 
     def __str__(self) -> str:
         return f"{self.unit_uid}/{self.pod_uid}"
+
+
+class ReservationUse(models.TextChoices):
+    USED = "Used"
+    UNUSED = "Unused"
 
 
 class UsageRecord(models.Model):
@@ -142,6 +151,11 @@ class UsageRecord(models.Model):
         "self", on_delete=models.PROTECT, null=True, blank=True, related_name="correction"
     )
     note = models.CharField(max_length=200, blank=True)
+    # FOCUS CapacityReservationId and CapacityReservationStatus: a unit's time on a
+    # reservation (used), or a reservation's slot time no unit used (unused: unit_uid is the
+    # slot's, ledger.slot_resource_uid; unit_name `<name>/<slot>`).
+    reservation_uid = models.UUIDField(null=True, blank=True)
+    reservation_status = models.CharField(max_length=8, choices=ReservationUse, blank=True)
     recorded_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

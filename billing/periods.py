@@ -108,12 +108,19 @@ class Piece:
 
 
 def priced_pieces(
-    start: datetime, end: datetime, *, count: int, versions: Sequence[P]
+    start: datetime,
+    end: datetime,
+    *,
+    count: int,
+    versions: Sequence[P],
+    also: Iterable[datetime] = (),
 ) -> list[Piece]:
-    """`[start, end)` cut at UTC hours and price changes, each piece priced by the version in
-    force at its start (none in force: free). The quantity is `count` times its seconds."""
+    """`[start, end)` cut at UTC hours, price changes and `also` (a reservation's end), each
+    piece priced by the version in force at its start (none in force: free). The quantity is
+    `count` times its seconds."""
     out = []
-    for piece_start, piece_end in pieces(start, end, (v.effective_from for v in versions)):
+    edges = [*(v.effective_from for v in versions), *also]
+    for piece_start, piece_end in pieces(start, end, edges):
         version = in_force(versions, piece_start)
         hourly = Decimal(version.hourly) if version is not None else Decimal(0)
         duration = seconds(piece_start, piece_end)

@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 
 from django.db.models import Q
 
-from billing.models import Meter, UsageRecord
+from billing.models import Meter, ReservationUse, UsageRecord
 from runtime.models import UnitEvent
 
 Interval = tuple[datetime, datetime]
@@ -99,6 +99,8 @@ def audit(start: datetime, end: datetime, *, now: datetime) -> list[Difference]:
     rows = (
         UsageRecord.objects.filter(start__lt=end, end__gt=start, corrects__isnull=True)
         .filter(correction__isnull=True)  # a reversed row is not billed any more
+        # A reservation's unused slot time is no unit's: no pod held anything for it.
+        .exclude(reservation_status=ReservationUse.UNUSED)
         .values_list("unit_uid", "unit_name", "start", "end")
     )
     for row_uid, name, a, b in rows:

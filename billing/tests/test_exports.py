@@ -205,6 +205,8 @@ def test_focus_header_names_every_column_when_rendered(records: list[UsageRecord
         "BillingCurrency",
         "BillingPeriodStart",
         "BillingPeriodEnd",
+        "CapacityReservationId",
+        "CapacityReservationStatus",
         "ChargeCategory",
         "ChargeClass",
         "ChargeDescription",

@@ -5,6 +5,7 @@ the one reconcile observed them; billing.ledger writes it."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import datetime
 
 from django.conf import settings
 from django.db import transaction
@@ -20,12 +21,15 @@ from runtime.control.status import (
     meter_step,
     released_at,
 )
-from runtime.models import EventType, GPUUnit
+from runtime.models import EventType, GPUUnit, Reservation
 
 
-def holding(unit: GPUUnit, *, claim: dict | None, pod: dict) -> ledger.Holding:
+def holding(
+    unit: GPUUnit, *, claim: dict | None, pod: dict, reservation_end: datetime | None = None
+) -> ledger.Holding:
     """What the unit's pod holds, for the usage ledger: the devices (or shares) allocated to
-    its claim and the fallback alternative it got."""
+    its claim, the fallback alternative it got, and the reservation it runs on (until
+    `reservation_end`)."""
     dra = dra_status(unit.claim_name, claim)
     return ledger.Holding(
         unit_uid=unit.uid,
@@ -40,6 +44,12 @@ def holding(unit: GPUUnit, *, claim: dict | None, pod: dict) -> ledger.Holding:
         interruptible=unit.interruptible,
         devices=list(dra.get("devices") or []),
         count=unit.count,
+        reservation_uid=(
+            unit.reservation.uid
+            if reservation_end is not None and unit.reservation is not None
+            else None
+        ),
+        reservation_end=reservation_end,
     )
 
 
@@ -72,8 +82,13 @@ def settle_meters(
     ]
     ledger.mark_seen(unit.uid for unit, _, _, step in steps if step.seen)
     ledger.mark_missing(unit.uid for unit, _, _, step in steps if step.missing)
+    ends = _reservation_ends(unit for unit, _, pod, step in steps if step.open_at and pod)
     opening = [
-        (unit, holding(unit, claim=claim, pod=pod), step.open_at)
+        (
+            unit,
+            holding(unit, claim=claim, pod=pod, reservation_end=ends.get(unit.pk)),
+            step.open_at,
+        )
         for unit, claim, pod, step in steps
         if pod is not None and step.open_at is not None
     ]
@@ -117,6 +132,21 @@ def settle_meters(
     # Seen running now: an end the cluster will not date is put no earlier than this.
     ledger.mark_seen(unit.uid for unit, _, _ in opening)
     return opened, closed
+
+
+def _reservation_ends(units: Iterable[GPUUnit]) -> dict[int, datetime]:
+    """The window's end of the reservation each of these units runs on (only those on one;
+    no query when none is): their time before it is the reservation's used time."""
+    on = [unit for unit in units if unit.reservation_id is not None]
+    if not on:
+        return {}
+    found = Reservation.objects.in_bulk([unit.reservation_id for unit in on])
+    ends = {}
+    for unit in on:
+        if (reservation := found.get(unit.reservation_id)) is not None:
+            unit.reservation = reservation
+            ends[unit.pk] = reservation.end
+    return ends
 
 
 def _ended(unit: GPUUnit, done: ledger.Closed, *, how: str) -> None:

@@ -18,6 +18,8 @@ from django.conf import settings
 from django.db import transaction
 from django.utils import timezone
 
+from billing import ledger
+from billing.models import Meter
 from controlplane import kube
 from controlplane.errors import DomainError
 from controlplane.kube.errors import KubeError
@@ -61,7 +63,47 @@ def run(*, now: datetime | None = None) -> tuple[int, int]:
             keep_placeholders(reservation)
         except KubeError as exc:
             logger.warning("placeholders of %s wait: %s", reservation, exc.message)
+    charge_ended()
     return started, ended
+
+
+def charge_ended() -> int:
+    """Bill the unused slot time of the reservations that ended, once none of their units has
+    time before the end left unwritten (an open meter started before it: the hourly seal or
+    the meter's close writes it). Returns how many were billed."""
+    charged = 0
+    for reservation in Reservation.objects.filter(
+        status=ReservationStatus.ENDED, charged_at__isnull=True
+    ).select_related("package"):
+        slot_of = {
+            uid: slot
+            for uid, slot in GPUUnit.objects.filter(reservation=reservation).values_list(
+                "uid", "reservation_slot"
+            )
+            if slot is not None
+        }
+        unwritten = Meter.objects.filter(
+            unit_uid__in=list(slot_of), started_at__lt=reservation.end
+        ).exists()
+        if unwritten:
+            continue
+        ledger.charge_reservation(
+            ledger.Reserved(
+                uid=reservation.uid,
+                name=reservation.name,
+                tenant_id=reservation.tenant_id,
+                package_id=reservation.package_id,
+                region=reservation.region,
+                slots=reservation.count,
+                devices=reservation.package.count,
+                start=reservation.start,
+                end=reservation.end,
+            ),
+            slot_of=slot_of,
+        )
+        Reservation.objects.filter(pk=reservation.pk).update(charged_at=timezone.now())
+        charged += 1
+    return charged
 
 
 def placeholder(reservation: Reservation, slot: int) -> manifests.Placeholder:
@@ -189,6 +231,8 @@ def finish(reservation: Reservation, *, now: datetime) -> None:
             status=ReservationStatus.ENDED,
             held=0,
             updated_at=now,
+            # Never started (beat was away for its whole window): nothing held, nothing billed.
+            **({} if was_held else {"charged_at": now}),
             message=(
                 f"Ended at {reservation.end:%Y-%m-%d %H:%M:%S} UTC"
                 + ("" if was_held else " (it never started: nothing was held)")

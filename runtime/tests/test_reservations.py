@@ -5,15 +5,18 @@ over with a taint only its claim tolerates."""
 
 from __future__ import annotations
 
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
+from decimal import Decimal
 
 import pytest
 from django.utils import timezone
 
+from billing.models import Meter, UsageRecord
 from controlplane import kube
 from inventory.sync import sync_inventory
 from runtime import manifests
-from runtime.control import preemption
+from runtime.control import preemption, reconcile
 from runtime.control import reservations as reservation_control
 from runtime.models import GPUUnit, Reservation, ReservationStatus
 from runtime.tests.helpers import (
@@ -23,8 +26,9 @@ from runtime.tests.helpers import (
     wait_for_phase,
     wait_until,
 )
-from tenancy.tests.factories import TenantFactory
+from tenancy.tests.factories import TenantFactory, key_for
 from tests.endpoints import EndpointTest, client_for
+from tests.reliability.conftest import post_json
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("celery_worker")]
 
@@ -147,6 +151,123 @@ def test_a_reservation_holds_its_devices_for_its_owner_alone(tenant, cluster):
         assert reservation.status == ReservationStatus.ENDED
         mine.refresh_from_db()
         assert mine.phase == "Running"
+        # Its window is billed whole: not while the unit's time in it is unwritten, then
+        # the slot time it did not use (before the unit came, and after it went) as the
+        # reservation's, at the package's price.
+        assert reservation_control.charge_ended() == 0
+        assert owner.delete("/api/v1/gpu-units/mine").status_code == 202
+        wait_for_phase(mine, "Terminated")
+        wait_until(
+            lambda: (
+                (reconcile.reconcile_units() or True)
+                and not Meter.objects.filter(unit_uid=mine.uid).exists()
+            ),
+            "the unit's meter closed",
+        )
+        assert reservation_control.charge_ended() == 1
+        rows = UsageRecord.objects.filter(reservation_uid=reservation.uid)
+        statuses = {r.reservation_status for r in rows}
+        assert statuses == {"Used", "Unused"}
+        assert {r.unit_uid for r in rows if r.reservation_status == "Used"} == {mine.uid}
+        window_hours = Decimal((reservation.end - reservation.start).total_seconds()) / 3600
+        assert abs(sum(r.cost for r in rows) - window_hours * Decimal("4.00")) < Decimal("0.0001")
+    finally:
+        remove_namespace_objects(tenant.namespace)
+        remove_namespace_objects(other.namespace)
+        kind = kube.device_taint_rule_kind()
+        for rule in kube.list_objects(
+            kind, label_selector=f"{manifests.LABEL_TENANT}={tenant.slug}"
+        ):
+            kube.delete(kind, None, rule["metadata"]["name"])
+
+
+def test_twenty_concurrent_orders_against_a_reservation_and_free_capacity(
+    live_server, tenant, cluster
+):
+    """Twenty orders at once over real HTTP: ten of the owner's on its two-slot reservation,
+    five of the owner's and five of a stranger's on the node's free half (room for two
+    more units). Two orders take the two slots, distinct; the others on it are refused
+    `reservation_full`; the stranger's that names the reservation is refused; no device is
+    allocated twice, and no unit but the slots' holds a reserved device."""
+    pair = l40s_package("l40s-2x-race", 2, price="2.00")
+    other = TenantFactory()
+    try:
+        sync_inventory()
+        now = timezone.now()
+        made = client_for(tenant).post(
+            "/api/v1/reservations",
+            {
+                "name": "race",
+                "packageID": pair.id,
+                "count": 2,
+                "start": now.isoformat(),
+                "end": (now + timedelta(hours=1)).isoformat(),
+            },
+            format="json",
+        )
+        assert made.status_code == 201, made.json()
+        reservation = Reservation.objects.get(tenant=tenant, name="race")
+        wait_until(lambda: _held(reservation) == 2, "both placeholders to hold devices")
+        reserved = _placeholder_devices(reservation, 0) | _placeholder_devices(reservation, 1)
+        assert len(reserved) == 4
+
+        url = f"{live_server.url}/api/v1/gpu-units"
+        owner_key, stranger_key = key_for(tenant), key_for(other)
+
+        def order(i: int, key: str, **extra) -> dict:
+            return {
+                "operationID": f"race-{i}",
+                "name": f"race-{i}",
+                "packageID": pair.id,
+                "image": "busybox",
+                **extra,
+            }
+
+        calls = [(owner_key, order(i, owner_key, reservation="race")) for i in range(10)]
+        calls += [(owner_key, order(i, owner_key)) for i in range(10, 15)]
+        calls += [(stranger_key, order(i, stranger_key)) for i in range(15, 19)]
+        calls += [(stranger_key, order(19, stranger_key, reservation="race"))]
+        with ThreadPoolExecutor(max_workers=20) as pool:
+            results = list(pool.map(lambda call: post_json(url, *call), calls))
+        on_it = [status for status, _ in results[:10]]
+        assert sorted(on_it) == [201, 201] + [409] * 8, on_it
+        assert {body["error"]["code"] for status, body in results[:10] if status == 409} == {
+            "reservation_full"
+        }
+        assert [status for status, _ in results[10:19]] == [201] * 9
+        assert results[19][0] == 400  # not the stranger's reservation
+        assert "reservation" in results[19][1]["error"]["details"]["fields"]
+
+        slots = sorted(
+            GPUUnit.objects.filter(reservation=reservation).values_list(
+                "reservation_slot", flat=True
+            )
+        )
+        assert slots == [0, 1]
+        assert not GPUUnit.objects.filter(tenant=other, reservation__isnull=False).exists()
+        # The two on it run on exactly the reserved devices; two more units fit the free half.
+        mine = list(GPUUnit.objects.filter(reservation=reservation))
+        for unit in mine:
+            wait_for_phase(unit, "Running")
+        assert set().union(*(_devices(unit) for unit in mine)) == reserved
+        wait_until(
+            lambda: (
+                GPUUnit.objects.filter(reservation__isnull=True, dra__allocated=True).count() == 2
+            ),
+            "two of the others to be allocated the free half",
+        )
+        # No device allocated twice, across every claim in the cluster.
+        allocated = [
+            (result["pool"], result["device"])
+            for claim in kube.list_objects(kube.RESOURCECLAIM)
+            for result in (
+                ((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}
+            ).get("results")
+            or []
+        ]
+        assert len(allocated) == len(set(allocated))
+        others = GPUUnit.objects.filter(reservation__isnull=True)
+        assert not set().union(*(_devices(unit) for unit in others)) & reserved
     finally:
         remove_namespace_objects(tenant.namespace)
         remove_namespace_objects(other.namespace)
