@@ -3,6 +3,7 @@ observer + beat until Ctrl-C."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -71,10 +72,8 @@ def _stop(processes: list[tuple[str, subprocess.Popen]]) -> None:
 
 
 def _signal_group(pgid: int, sig: signal.Signals) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError):  # the group is gone already
         os.killpg(pgid, sig)
-    except ProcessLookupError:
-        pass  # the group is gone already
 
 
 def _start_cluster(
