@@ -19,6 +19,9 @@ AUDIT_ACTIONS = {
     "storage-list": "storages_create",
     "storage-live": "storages_create",  # the list's view, polled here, takes its form too
     "storage-delete": "storages_delete",
+    "reservation-list": "reservations_create",
+    "reservation-live": "reservations_create",
+    "reservation-cancel": "reservations_delete",
     "choose-tenant": "tenants_choose",
     "login": "login",
     "logout": "logout",

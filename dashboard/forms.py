@@ -23,6 +23,7 @@ from runtime.validation import (
     MAX_MOUNTS,
     MAX_PORTS,
     MAX_STRING,
+    RESERVATION_NAME_MAX,
     SECRET_NAME_MAX,
     STORAGE_NAME_MAX,
     UNIT_NAME_MAX,
@@ -39,6 +40,7 @@ API_FIELDS = {
     "region": "region",
     "interruptible": "interruptible",
     "autoResume": "auto_resume",
+    "reservation": "reservation",
     "image": "image",
     "access.scheme": "scheme",
     "access": "ports",
@@ -310,6 +312,13 @@ class UnitCreateForm(SummarisedForm):
         help_text="For an interruptible unit: once its GPUs were taken back, the control plane "
         "starts it again when its package fits again.",
     )
+    reservation = forms.CharField(
+        required=False,
+        max_length=RESERVATION_NAME_MAX,
+        help_text="Optional: the name of an active reservation of yours for this package (the "
+        "Reservations page): the unit runs on GPUs it holds.",
+        widget=forms.TextInput(attrs={"autocomplete": "off", "spellcheck": "false"}),
+    )
     name = forms.CharField(
         max_length=UNIT_NAME_MAX,
         help_text=(
@@ -473,6 +482,8 @@ class UnitCreateForm(SummarisedForm):
             order["interruptible"] = True
         if cleaned.get("auto_resume"):
             order["autoResume"] = True
+        if cleaned.get("reservation"):
+            order["reservation"] = cleaned["reservation"]
         if cleaned["ports"]:
             order["template"] = {"ports": cleaned["ports"]}
             order["access"] = {"scheme": cleaned["scheme"] or "http"}
@@ -490,6 +501,7 @@ class UnitCreateForm(SummarisedForm):
         cleaned["region"] = serializer.validated_data.get("region", "")
         cleaned["interruptible"] = serializer.validated_data.get("interruptible", False)
         cleaned["auto_resume"] = serializer.validated_data.get("autoResume", False)
+        cleaned["reservation"] = serializer.validated_data.get("reservation", "")
         cleaned["template"] = serializer.validated_data.get("template") or {}
         cleaned["access"] = serializer.validated_data.get("access") or {}
         # Normalised and in the API's order, which the order service's problems index.
@@ -725,6 +737,61 @@ class SSHKeyForm(SummarisedForm):
                 "line in the file ending .pub."
             )
         return value
+
+    def report(self, problems: dict[str, list[str]]) -> None:
+        """Put the service's problems, keyed by API field, next to the fields they are about."""
+        for path, messages in problems.items():
+            field = self.API_FIELDS.get(path)
+            for message in messages if isinstance(messages, list) else [messages]:
+                self.add_error(field, message)
+
+
+class ReservationForm(SummarisedForm):
+    """Devices to hold for a window; runtime.reservations.create_reservation judges it."""
+
+    API_FIELDS = {
+        "name": "name",
+        "packageID": "package",
+        "count": "count",
+        "start": "start",
+        "end": "end",
+        "region": "region",
+        "atEnd": "at_end",
+    }
+
+    name = forms.CharField(
+        max_length=RESERVATION_NAME_MAX,
+        help_text=f"Lower-case letters, digits and '-', at most {RESERVATION_NAME_MAX} "
+        "characters, e.g. training-week; units are ordered on it by this name.",
+        widget=forms.TextInput(attrs={"autocomplete": "off", "spellcheck": "false"}),
+    )
+    package = forms.ChoiceField(help_text="What each slot holds: one unit of this package.")
+    count = forms.IntegerField(
+        min_value=1, initial=1, help_text="How many units' worth of the package to hold."
+    )
+    start = forms.DateTimeField(
+        help_text="UTC; now or later (a time in the last minutes means now).",
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"),
+    )
+    end = forms.DateTimeField(
+        help_text="UTC, after the start. The whole window is billed, used or not.",
+        widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"),
+    )
+    region = forms.ChoiceField(required=False, help_text="Any region: where it fits best.")
+    at_end = forms.ChoiceField(
+        label="At its end",
+        choices=[("keep", "Its units keep running, on demand"), ("stop", "Its units stop")],
+        initial="keep",
+    )
+
+    def __init__(
+        self, *args: Any, regions: list[str], package_ids: list[str], **kwargs: Any
+    ) -> None:
+        super().__init__(*args, **kwargs)
+        declared(self, "region", forms.ChoiceField).choices = [("", "Any region")] + [
+            (name, name) for name in regions
+        ]
+        declared(self, "package", forms.ChoiceField).choices = [(p, p) for p in package_ids]
 
     def report(self, problems: dict[str, list[str]]) -> None:
         """Put the service's problems, keyed by API field, next to the fields they are about."""

@@ -22,11 +22,12 @@ from dracel import quantity
 from inventory import clusters
 from inventory import selectors as inventory_selectors
 from inventory.models import Device, Node, SyncRun
-from runtime import actions, availability, outbox, tenant_secrets
+from runtime import actions, availability, outbox, reservations, tenant_secrets
 from runtime.models import (
     GPUStorage,
     GPUUnit,
     OperationKind,
+    Reservation,
     TenantSecret,
     UnitEvent,
     UnitPhase,
@@ -479,6 +480,26 @@ class MountingUnit:
     uid: str
     mount_path: str
     read_only: bool
+
+
+@dataclass(frozen=True)
+class ReservationRow:
+    reservation: Reservation
+    usage: reservations.Usage
+
+
+def list_reservations(tenant: Tenant) -> list[ReservationRow]:
+    """The tenant's reservations, newest window first, with what each holds (two queries)."""
+    found = list(
+        Reservation.objects.filter(tenant=tenant).select_related("package").order_by("-start")
+    )
+    usage = reservations.usage(found)
+    return [ReservationRow(r, usage[r.pk]) for r in found]
+
+
+def reservable_package_ids() -> list[str]:
+    """The active packages of whole devices (a share cannot be reserved)."""
+    return [p.id for p in catalog_selectors.list_active_packages() if not p.capacity]
 
 
 @dataclass(frozen=True)

@@ -50,6 +50,17 @@ urlpatterns = [
     path("ssh-keys/<slug:name>/delete/", views.SSHKeyDeleteView.as_view(), name="ssh-key-delete"),
     path("secrets/", views.SecretListView.as_view(), name="secret-list"),
     path("secrets/<slug:name>/delete/", views.SecretDeleteView.as_view(), name="secret-delete"),
+    path("reservations/", views.ReservationListView.as_view(), name="reservation-list"),
+    path(
+        "reservations/live/",
+        views.ReservationListView.as_view(live=True),
+        name="reservation-live",
+    ),
+    path(
+        "reservations/<slug:name>/cancel/",
+        views.ReservationCancelView.as_view(),
+        name="reservation-cancel",
+    ),
     path("storage/", views.StorageListView.as_view(), name="storage-list"),
     path("storage/live/", views.StorageListView.as_view(live=True), name="storage-live"),
     path("storage/<slug:name>/delete/", views.StorageDeleteView.as_view(), name="storage-delete"),

@@ -43,6 +43,7 @@ from dashboard.addresses import unit_access, unit_ssh
 from dashboard.charts import NARROW, usage_chart, utilisation_chart
 from dashboard.forms import (
     OPERATION_ID,
+    ReservationForm,
     SecretForm,
     SSHKeyForm,
     StorageForm,
@@ -55,17 +56,21 @@ from dashboard.forms import (
 from dashboard.quota import quota_refusal
 from dashboard.reasons import status_explanation
 from inventory import selectors as inventory_selectors
-from runtime import actions, lifecycle, manifests, orders, tenant_secrets
+from runtime import actions, lifecycle, manifests, orders, reservations, tenant_secrets
 from runtime import storage as storage_service
 from runtime.errors import (
+    InsufficientCapacity,
     InvalidRequest,
+    InvalidState,
     NameConflict,
     OperationConflict,
     PreconditionFailed,
     QuotaExceeded,
+    RegionUnavailable,
     StorageInUse,
 )
 from runtime.models import GPUUnit, OperationKind, RunPolicy, StoragePhase, UnitPhase
+from runtime.reservations import ReservationConflict
 from runtime.storage import StorageConflict
 from runtime.tenant_secrets import NamespaceNotReady, SecretConflict, SecretInUse
 from tenancy import audit
@@ -520,6 +525,7 @@ class UnitCreateView(DashboardView):
                     region=data["region"],
                     interruptible=data["interruptible"],
                     auto_resume=data["auto_resume"],
+                    reservation=data["reservation"],
                 )
             except DomainError as error:
                 self.report(form, error)
@@ -1080,6 +1086,116 @@ class SecretDeleteView(SecretPage):
             messages.error(request, error.message)
         else:
             messages.success(request, f"Secret {name} deleted.")
+        return HttpResponseRedirect(self.list_url(tenant))
+
+
+class ReservationPage(TenantPage):
+    list_route = "dashboard:reservation-list"
+    what = "reservation"
+
+
+class ReservationListView(ReservationPage, LivePage):
+    """The tenant's reservations, what each holds, uses and has free (live), and the form to
+    make one."""
+
+    body_template = "dashboard/_reservation_table.html"
+    name = "reservations"
+
+    def form(self, data: Any = None) -> ReservationForm:
+        return ReservationForm(
+            data,
+            regions=queries.region_names(),
+            package_ids=queries.reservable_package_ids(),
+        )
+
+    def get(self, request: HtmxHttpRequest) -> HttpResponse:
+        if not self.live:
+            return self.show(self.form())
+        tenant, _ = self.tenant_choice()
+        if tenant is None:
+            return HttpResponseStopPolling()
+        return self.poll(self.table(tenant), f"{updated_at('Reservations')}.")
+
+    def post(self, request: HtmxHttpRequest) -> HttpResponse:
+        tenant, _ = self.tenant_choice()
+        if tenant is None:
+            return self.show(self.form(), status=400)
+        form = self.form(request.POST)
+        if form.is_valid():
+            data = form.cleaned_data
+            try:
+                made = reservations.create_reservation(
+                    tenant=tenant,
+                    name=data["name"],
+                    package_id=data["package"],
+                    count=data["count"],
+                    start=data["start"],
+                    end=data["end"],
+                    region=data["region"],
+                    at_end=data["at_end"],
+                )
+            except InvalidRequest as error:
+                form.report(error.details.get("fields") or {None: [error.message]})
+            except ReservationConflict as error:
+                form.add_error("name", f"A reservation named {error.details.get('name')} exists.")
+            except QuotaExceeded as error:
+                form.add_error("count", quota_refusal(error.details, asked="package"))
+            except (InsufficientCapacity, RegionUnavailable) as error:
+                form.add_error("count", error.message)
+            else:
+                audit.note(request, target_name=made.name)
+                messages.success(
+                    request,
+                    f"Reservation {made.name} made: {made.count} x {made.package_id} from "
+                    f"{made.start:%Y-%m-%d %H:%M} to {made.end:%Y-%m-%d %H:%M} UTC.",
+                )
+                return HttpResponseRedirect(self.list_url(tenant))
+        return self.show(form)
+
+    def table(self, tenant: Tenant) -> dict[str, Any]:
+        return self.region(
+            {"tenant": tenant, "rows": queries.list_reservations(tenant)},
+            url=self.tenant_url("dashboard:reservation-live", tenant),
+        )
+
+    def show(self, form: ReservationForm, *, status: int = 200) -> HttpResponse:
+        tenant, picker = self.tenant_choice()
+        return self.page(
+            "dashboard/reservations.html",
+            {
+                "tenant": tenant,
+                "picker": picker,
+                "live": self.table(tenant) if tenant else None,
+                "form": form,
+                "action": self.list_url(tenant) if tenant else "",
+            },
+            status=status,
+        )
+
+
+class ReservationCancelView(ReservationPage):
+    """Cancel a reservation that has not started (a POST from its row)."""
+
+    acts = True
+
+    def get(self, request: HtmxHttpRequest, name: str) -> HttpResponse:
+        return HttpResponseRedirect(self.list_url(self.chosen_tenant()))
+
+    def post(self, request: HtmxHttpRequest, name: str) -> HttpResponse:
+        tenant = self.chosen_tenant()
+        try:
+            reservations.cancel_reservation(tenant=tenant, name=name)
+        except NotFound:
+            messages.info(request, f"Reservation {name} does not exist.")
+        except InvalidState:
+            messages.error(
+                request,
+                f"Reservation {name} has started: it holds its devices, and is billed, until "
+                "its end.",
+            )
+        else:
+            audit.note(request, target_name=name)
+            messages.success(request, f"Reservation {name} cancelled: nothing is held or billed.")
         return HttpResponseRedirect(self.list_url(tenant))
 
 

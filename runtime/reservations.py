@@ -46,10 +46,11 @@ class Usage:
     count: int
     held: int
     in_use: int
+    open: bool = True  # Scheduled or Active: it takes orders (in its window)
 
     @property
     def free(self) -> int:
-        return max(self.count - self.in_use, 0)
+        return max(self.count - self.in_use, 0) if self.open else 0
 
 
 def create_reservation(
@@ -228,6 +229,7 @@ def usage(reservations: list[Reservation]) -> dict[int, Usage]:
             count=r.count,
             held=r.held if r.status == ReservationStatus.ACTIVE else 0,
             in_use=live.get(r.pk, 0),
+            open=r.status in HOLDING,
         )
         for r in reservations
     }

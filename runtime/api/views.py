@@ -813,7 +813,9 @@ class ReservationDetailView(TenantView):
     def delete(self, request: Request, name: str) -> Response:
         cancelled = reservations.cancel_reservation(tenant=self.tenant, name=name)
         # Cancelled before its start: it never held anything.
-        usage = {cancelled.pk: reservations.Usage(count=cancelled.count, held=0, in_use=0)}
+        usage = {
+            cancelled.pk: reservations.Usage(count=cancelled.count, held=0, in_use=0, open=False)
+        }
         return Response(ReservationSerializer(cancelled, context={"usage": usage}).data)
 
 

@@ -17,7 +17,7 @@ from dashboard.tests.conftest import PASSWORD, make_unit, make_user
 from dracel import quantity
 from inventory.sync import sync_inventory
 from runtime import orders
-from runtime.models import GPUStorage, GPUUnit, TenantSecret
+from runtime.models import GPUStorage, GPUUnit, Reservation, TenantSecret
 from runtime.tests.helpers import remove_namespace_objects, wait_for_phase
 from tenancy import services
 from tenancy.tests.factories import TenantFactory
@@ -199,6 +199,35 @@ def seed() -> dict:
             storage_class=storage_class,
             message=message,
         )
+    # Reservations in every status (rows only: no beat holds their devices here), one with
+    # the longest name and a message.
+    long_reservation = "nightly-finetune-window-of-the-large-mod"  # 40 of 40
+    now = timezone.now()
+    for name, status, count, held, message in (
+        (
+            long_reservation,
+            "Active",
+            8,
+            5,
+            "5 of 8 slot(s) hold devices: the rest wait for devices to be free in its cluster.",
+        ),
+        ("weekend", "Scheduled", 2, 0, ""),
+        ("last-week", "Ended", 1, 0, "Ended at 2026-11-27 18:00:00 UTC."),
+        ("never", "Cancelled", 4, 0, "Cancelled before its start."),
+    ):
+        Reservation.objects.create(
+            tenant=tenant,
+            name=name,
+            package_id="gpu-h100-1x-cpu16-mem128g",
+            count=count,
+            start=now + timedelta(days=1 if status == "Scheduled" else -1),
+            end=now + timedelta(days=2),
+            cluster="default",
+            region="default",
+            status=status,
+            held=held,
+            message=message,
+        )
     # Secrets (rows only: the page shows names and keys, never a value), the longest name
     # and many long keys, one read by a unit.
     TenantSecret.objects.create(
@@ -303,6 +332,7 @@ def test_every_page_fits_a_laptop_and_a_phone(page, live_server, settings):
         ("secret-delete", f"/secrets/{LONG_SECRET}/delete/"),
         ("secret-delete-in-use", "/secrets/hf/delete/"),
         ("storage-customer", "/storage/"),
+        ("reservations-customer", "/reservations/"),
         ("storage-delete", "/storage/old-results/delete/"),
         ("storage-delete-mounted", f"/storage/{LONG_STORAGE}/delete/"),
         ("unit-storage", f"/units/{data['mounted'].uid}/"),
