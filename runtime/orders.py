@@ -31,6 +31,7 @@ from controlplane.validation import dns_label
 from dracel import quantity
 from inventory import placement
 from inventory import selectors as inventory_selectors
+from inventory.models import PackageAvailability
 from runtime import access as unit_access
 from runtime import lifecycle, manifests, outbox, reservations, selectors, stopafter, validation
 from runtime.access import host_label
@@ -157,13 +158,23 @@ def create_unit(
             )
         placed = placement.Placed(held.cluster, held.region)
     else:
-        placed = place(
-            package,
-            region,
-            tenant,
-            within=bound_to(tenant, storage_mounts, template),
-            reclaim=not interruptible,
-        )
+        try:
+            placed = place(
+                package,
+                region,
+                tenant,
+                within=bound_to(tenant, storage_mounts, template),
+                reclaim=not interruptible,
+            )
+        except InsufficientCapacity:
+            if not interruptible or (held := _lendable(package, region)) is None:
+                raise
+            placed = placement.Placed(held.cluster, held.region)
+        else:
+            if interruptible and not _room(placed.cluster, package.id):
+                # Reserved devices nobody uses are lent to an interruptible unit, and taken
+                # back (preempted) when the reservation's owner orders on them.
+                held = _lendable(package, placed.region, cluster=placed.cluster)
     if ssh:
         ssh = {"enabled": True, "keys": ssh_key_names(tenant, ssh.get("keys"))}
     now = timezone.now()
@@ -236,13 +247,17 @@ def create_unit(
                     memory_bytes=unit.memory_bytes,
                 ):
                     raise problem
-                if held is not None:
+                if held is not None and not interruptible:
                     # Its slot, under the reservation's row lock: the devices were counted
                     # against the quota when it was made.
                     unit.reservation_slot = _take_slot(held)
                     params["unit"] = statements.row_json(unit)
                 elif problem := device_quota_problem(tenant, unit.device_class_name, unit.count):
                     raise problem
+                elif held is not None:  # lent: a slot no unit takes, or none (placed as usual)
+                    unit.reservation_slot = _lend_slot(held)
+                    unit.reservation = held if unit.reservation_slot is not None else None
+                    params["unit"] = statements.row_json(unit)
                 if problem := region_quota_problem(tenant, unit.region, unit.count):
                     raise problem
                 if problem := ephemeral_storage_problem(tenant, unit.ephemeral_storage):
@@ -442,22 +457,68 @@ def _reservation_for(
     return found
 
 
-def _take_slot(reservation: Reservation) -> int:
-    """The lowest slot of the reservation no live unit takes (its row locked until the order
-    commits, so concurrent orders take different slots); 409 when all are taken."""
+def _slot_holders(reservation: Reservation) -> tuple[set[int], set[int]]:
+    """The reservation's slots its owner's live units take, and those lent to interruptible
+    units, its row locked until the order commits (concurrent orders take different slots)."""
     Reservation.objects.select_for_update().filter(pk=reservation.pk).exists()
-    taken = set(
-        GPUUnit.objects.filter(
-            reservation=reservation, phase__in=UnitPhase.LIVE, reservation_slot__isnull=False
-        ).values_list("reservation_slot", flat=True)
-    )
-    free = [slot for slot in range(reservation.count) if slot not in taken]
+    own: set[int] = set()
+    lent: set[int] = set()
+    for slot, interruptible in GPUUnit.objects.filter(
+        reservation=reservation, phase__in=UnitPhase.LIVE, reservation_slot__isnull=False
+    ).values_list("reservation_slot", "interruptible"):
+        if slot is not None:
+            (lent if interruptible else own).add(slot)
+    return own, lent
+
+
+def _take_slot(reservation: Reservation) -> int:
+    """The lowest slot of the reservation its owner's units do not take, one nobody uses
+    first (a lent one is taken back: runtime/control/preemption.py); 409 when all are taken."""
+    own, lent = _slot_holders(reservation)
+    free = [slot for slot in range(reservation.count) if slot not in own]
     if not free:
         raise ReservationFull(
             f"every slot of reservation {reservation.name} is taken ({reservation.count}).",
             details={"reservation": reservation.name, "count": reservation.count},
         )
-    return free[0]
+    return min(free, key=lambda slot: (slot in lent, slot))
+
+
+def _lend_slot(reservation: Reservation) -> int | None:
+    """The lowest slot of the reservation no unit takes, to lend; None when there is none."""
+    own, lent = _slot_holders(reservation)
+    free = [slot for slot in range(reservation.count) if slot not in own | lent]
+    return free[0] if free else None
+
+
+def _room(cluster: str, package_id: str) -> bool:
+    """Whether the mirror says a unit of the package fits the cluster now."""
+    placeable = (
+        PackageAvailability.objects.filter(cluster=cluster, package_id=package_id)
+        .values_list("placeable", flat=True)
+        .first()
+    )
+    return bool(placeable)
+
+
+def _lendable(package: Package, region: str, *, cluster: str = "") -> Reservation | None:
+    """An active reservation of the package (in the region or cluster asked) with a slot no
+    unit takes, whose placeholder holds devices: an interruptible unit may run there until
+    the owner needs it."""
+    candidates = Reservation.objects.filter(
+        status=ReservationStatus.ACTIVE, package=package, held__gt=0
+    ).order_by("start", "id")
+    if region:
+        candidates = candidates.filter(region=region)
+    if cluster:
+        candidates = candidates.filter(cluster=cluster)
+    for reservation in candidates:
+        taken = GPUUnit.objects.filter(
+            reservation=reservation, phase__in=UnitPhase.LIVE, reservation_slot__isnull=False
+        ).count()
+        if taken < reservation.count:
+            return reservation
+    return None
 
 
 def place_again(unit: GPUUnit, *, why: str) -> placement.Placed | None:

@@ -155,7 +155,9 @@ def reserved_devices(*, tenant: Tenant, device_class: str) -> int:
     total = 0
     for reservation in Reservation.objects.filter(
         tenant=tenant, status__in=HOLDING, package__device_class_name=device_class
-    ).annotate(live=Count("units", filter=Q(units__phase__in=UnitPhase.LIVE))):
+    ).annotate(
+        live=Count("units", filter=Q(units__phase__in=UnitPhase.LIVE, units__interruptible=False))
+    ):
         total += max(reservation.count - reservation.live, 0) * reservation.package.count
     return total
 
@@ -219,7 +221,9 @@ def cancel_reservation(*, tenant: Tenant, name: str) -> Reservation:
 def usage(reservations: list[Reservation]) -> dict[int, Usage]:
     """Each reservation's usage (one query for the live units on them)."""
     live = dict(
-        GPUUnit.objects.filter(reservation__in=reservations, phase__in=UnitPhase.LIVE)
+        GPUUnit.objects.filter(
+            reservation__in=reservations, phase__in=UnitPhase.LIVE, interruptible=False
+        )
         .values("reservation")
         .annotate(n=Count("id"))
         .values_list("reservation", "n")

@@ -378,7 +378,10 @@ class UnitSerializer(serializers.ModelSerializer):
 
     @extend_schema_field(serializers.CharField(allow_null=True))
     def get_reservation(self, unit: GPUUnit) -> str | None:
-        return unit.reservation.name if unit.reservation_id and unit.reservation else None
+        # A slot lent to an interruptible unit is not its owner's to show.
+        if unit.interruptible or not unit.reservation_id or unit.reservation is None:
+            return None
+        return unit.reservation.name
 
     def get_costToDate(self, unit: GPUUnit) -> str:
         # Set by the view from billing.selectors.cost_to_date (one query for a page of units).

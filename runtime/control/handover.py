@@ -28,7 +28,7 @@ from controlplane import kube
 from controlplane.kube.errors import KubeError, TemporaryError
 from inventory import selectors as inventory_selectors
 from runtime import lifecycle, manifests
-from runtime.models import EventType, GPUUnit
+from runtime.models import EventType, GPUUnit, Reservation, UnitPhase
 
 logger = logging.getLogger(__name__)
 
@@ -146,11 +146,14 @@ def take_slot(unit: GPUUnit, *, now: datetime) -> None:
     if reservation is None or slot is None:
         return
     name = reservation.placeholder_name(slot)
-    namespace = unit.namespace
+    namespace = reservation.tenant.namespace  # the owner's (a lent slot's unit is another's)
     claim = kube.get(kube.RESOURCECLAIM, namespace, name)
     mine = manifests.LABEL_RESERVATION
     if claim is not None and _label(claim, mine) != str(reservation.uid):
         claim = None  # not its placeholder: never touched
+    if claim is None and not unit.interruptible and not unit.handover:
+        _take_back(unit, reservation, slot, now=now)
+        return
     if not unit.handover and claim is not None:
         results = (((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get(
             "results"
@@ -171,6 +174,31 @@ def take_slot(unit: GPUUnit, *, now: datetime) -> None:
     kube.delete(kube.RESOURCECLAIM, namespace, name)
     if kube.get(kube.RESOURCECLAIM, namespace, name) is not None:
         raise TemporaryError(f"waiting for placeholder {name} to be deleted", delay=0.5)
+
+
+def _take_back(unit: GPUUnit, reservation: Reservation, slot: int, *, now: datetime) -> None:
+    """The owner's unit on a slot lent to an interruptible unit: that unit's devices are kept
+    for it from now (the lender is told to give way by the preemption pass, which finds it by
+    its slot); its claim, made next, asks for exactly them."""
+    lent = (
+        GPUUnit.objects.filter(
+            reservation=reservation,
+            reservation_slot=slot,
+            interruptible=True,
+            phase__in=UnitPhase.LIVE,
+        )
+        .exclude(pk=unit.pk)
+        .first()
+    )
+    devices = {
+        (d["driver"], d["pool"], d["device"])
+        for d in ((lent.dra if lent else {}).get("devices") or [])
+    }
+    if devices:
+        begin(unit, devices, now=now, why=f"lent from reservation {reservation.name}")
+        # Its claim is made with them: no restart is needed when the lender is stopped.
+        unit.handover = {**unit.handover, "operation": unit.operation_id}
+        GPUUnit.objects.filter(pk=unit.pk).update(handover=unit.handover)
 
 
 def _label(obj: dict, key: str) -> str:

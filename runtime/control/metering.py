@@ -137,7 +137,8 @@ def settle_meters(
 def _reservation_ends(units: Iterable[GPUUnit]) -> dict[int, datetime]:
     """The window's end of the reservation each of these units runs on (only those on one;
     no query when none is): their time before it is the reservation's used time."""
-    on = [unit for unit in units if unit.reservation_id is not None]
+    # A lent slot's interruptible unit is not the reservation's use: its owner pays the window.
+    on = [unit for unit in units if unit.reservation_id is not None and not unit.interruptible]
     if not on:
         return {}
     found = Reservation.objects.in_bulk([unit.reservation_id for unit in on])

@@ -90,9 +90,36 @@ def give_notice(*, now: datetime) -> int:
 
 
 def _choose(waiting: GPUUnit) -> preemption.Choice | None:
+    if waiting.reservation_id is not None and waiting.reservation_slot is not None:
+        return _lender_of(waiting)
     return selectors.preemption_choice(
         cluster=waiting.cluster, package_id=waiting.package_id, count=waiting.count
     )
+
+
+def _lender_of(waiting: GPUUnit) -> preemption.Choice | None:
+    """A unit ordered on its reservation waits for a slot lent to an interruptible unit: that
+    unit gives way (and only that one: the slot's devices are handed over to the waiting
+    unit). None when nobody holds its slot (the scheduler is still at it)."""
+    lent = (
+        GPUUnit.objects.filter(
+            reservation=waiting.reservation_id,
+            reservation_slot=waiting.reservation_slot,
+            interruptible=True,
+            phase__in=_HOLDING,
+        )
+        .exclude(pk=waiting.pk)
+        .first()
+    )
+    if lent is None:
+        return None
+    holder = preemption.Holder(
+        uid=str(lent.uid),
+        node=lent.node_name,
+        started=lent.started_at or lent.created_at,
+        devices=lent.count,
+    )
+    return preemption.Choice(node=lent.node_name, victims=(holder,))
 
 
 def _tell(waiting: GPUUnit, choice: preemption.Choice, *, now: datetime) -> int:
@@ -189,6 +216,10 @@ def carry_out(*, now: datetime) -> int:
             logger.warning("hand-over to %s waits: %s", waiting_uid, exc.message)
             due = [victim for victim in due if victim.preemption.get("for") != waiting_uid]
     for victim in due:
+        if victim.reservation_id is not None:
+            # A lent slot goes back to the reservation's owner: started again, the unit is
+            # placed as any interruptible unit is.
+            GPUUnit.objects.filter(pk=victim.pk).update(reservation=None, reservation_slot=None)
         stopped += _act(
             victim,
             OperationKind.STOP,

@@ -77,9 +77,9 @@ def charge_ended() -> int:
     ).select_related("package"):
         slot_of = {
             uid: slot
-            for uid, slot in GPUUnit.objects.filter(reservation=reservation).values_list(
-                "uid", "reservation_slot"
-            )
+            for uid, slot in GPUUnit.objects.filter(
+                reservation=reservation, interruptible=False
+            ).values_list("uid", "reservation_slot")
             if slot is not None
         }
         unwritten = Meter.objects.filter(

@@ -6,7 +6,7 @@ over with a taint only its claim tolerates."""
 from __future__ import annotations
 
 from concurrent.futures import ThreadPoolExecutor
-from datetime import timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 
 import pytest
@@ -179,6 +179,77 @@ def test_a_reservation_holds_its_devices_for_its_owner_alone(tenant, cluster):
             kind, label_selector=f"{manifests.LABEL_TENANT}={tenant.slug}"
         ):
             kube.delete(kind, None, rule["metadata"]["name"])
+
+
+def test_reserved_devices_nobody_uses_are_lent_to_an_interruptible_unit_until_the_owner_orders(
+    tenant, cluster, settings
+):
+    settings.PREEMPTION_WAIT_SECONDS = 0  # the scheduler has had its pass once it is Pending
+    whole = l40s_package(
+        "l40s-4x-lend",
+        4,
+        price="4.00",
+        interruptible=True,
+        interruptible_price="1.00",
+        preemption_notice_seconds=1,
+    )
+    stranger, spot = TenantFactory(), TenantFactory()
+    owner = client_for(tenant)
+    try:
+        sync_inventory()
+        now = timezone.now()
+        made = owner.post(
+            "/api/v1/reservations",
+            {
+                "name": "lent",
+                "packageID": whole.id,
+                "count": 1,
+                "start": now.isoformat(),
+                "end": (now + timedelta(hours=1)).isoformat(),
+            },
+            format="json",
+        )
+        assert made.status_code == 201, made.json()
+        reservation = Reservation.objects.get(tenant=tenant, name="lent")
+        wait_until(lambda: _held(reservation) == 1, "the placeholder to hold its devices")
+        reserved = _placeholder_devices(reservation, 0)
+        # The rest of the node goes to an on-demand unit: no free L40S is left.
+        wait_for_phase(order_unit(client_for(stranger), "busy", whole.id), "Running")
+        sync_inventory()
+
+        # An interruptible order runs on the reserved devices nobody uses.
+        borrower = wait_for_phase(
+            order_unit(client_for(spot), "borrower", whole.id, interruptible=True), "Running"
+        )
+        assert _devices(borrower) == reserved
+        # It holds them: beat's pass ends its hand-over (the taints that kept them for it).
+        assert preemption.settle_handovers(now=timezone.now()) == 1
+        shown = client_for(spot).get("/api/v1/gpu-units/borrower").json()["data"]
+        assert shown["reservation"] is None  # another tenant's reservation is not shown
+        assert owner.get("/api/v1/reservations/lent").json()["data"]["inUse"] == 0
+
+        # The owner orders on it: the borrower is told to give way, with its notice, and the
+        # owner's unit lands on exactly the reserved devices.
+        mine = wait_for_phase(order_unit(owner, "mine", whole.id, reservation="lent"), "Pending")
+        assert mine.events.filter(reason="HandingOver").exists()
+        assert preemption.give_notice(now=timezone.now()) == 1
+        borrower.refresh_from_db()
+        assert borrower.preemption["for"] == str(mine.uid)
+        preempt_at = datetime.fromisoformat(borrower.preemption["preemptAt"])
+        assert preemption.carry_out(now=preempt_at) == 1
+        wait_for_phase(borrower, "Preempted")
+        mine = wait_for_phase(mine, "Running")
+        assert _devices(mine) == reserved
+        borrower.refresh_from_db()
+        assert borrower.reservation_id is None  # the slot went back
+        assert owner.get("/api/v1/reservations/lent").json()["data"]["inUse"] == 1
+    finally:
+        for namespace in (tenant.namespace, stranger.namespace, spot.namespace):
+            remove_namespace_objects(namespace)
+        kind = kube.device_taint_rule_kind()
+        for slug in (tenant.slug, spot.slug):
+            for rule in kube.list_objects(kind, label_selector=f"{manifests.LABEL_TENANT}={slug}"):
+                kube.delete(kind, None, rule["metadata"]["name"])
 
 
 def test_twenty_concurrent_orders_against_a_reservation_and_free_capacity(
