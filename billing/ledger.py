@@ -154,17 +154,8 @@ def _records(meter: Meter, end: datetime, versions: prices.Versions) -> list[Usa
             alternative=meter.alternative,
             claim_uid=meter.claim_uid,
             devices=meter.devices,
-            start=piece.start,
-            end=piece.end,
-            seconds=piece.seconds,
-            quantity=piece.quantity,
             quantity_unit=meter.quantity_unit,
-            price_version=piece.version,  # type: ignore[misc]
-            hourly=piece.hourly,
-            currency=piece.version.currency  # type: ignore[attr-defined]
-            if piece.version is not None
-            else settings.BILLING_CURRENCY,
-            cost=piece.cost,
+            **_priced(piece),
             **_reservation_use(meter, piece.start),
         )
         for piece in periods.priced_pieces(
@@ -175,6 +166,24 @@ def _records(meter: Meter, end: datetime, versions: prices.Versions) -> list[Usa
             also=[meter.reservation_end] if meter.reservation_end else [],
         )
     ]
+
+
+def _priced(piece: periods.Piece) -> dict:
+    """A ledger row's fields from one priced piece of time."""
+    version = piece.version
+    return {
+        "start": piece.start,
+        "end": piece.end,
+        "seconds": piece.seconds,
+        "quantity": piece.quantity,
+        "price_version": version,
+        "hourly": piece.hourly,
+        # The versions priced here are PriceVersions (periods knows only their price).
+        "currency": version.currency  # type: ignore[attr-defined]
+        if version is not None
+        else settings.BILLING_CURRENCY,
+        "cost": piece.cost,
+    }
 
 
 def _reservation_use(meter: Meter, start: datetime) -> dict:
@@ -391,17 +400,8 @@ def charge_reservation(reserved: Reserved, *, slot_of: dict[uuid.UUID, int]) -> 
                         unit_name=f"{reserved.name}/{slot}",
                         region=reserved.region,
                         package_id=reserved.package_id,
-                        start=piece.start,
-                        end=piece.end,
-                        seconds=piece.seconds,
-                        quantity=piece.quantity,
                         quantity_unit=QuantityUnit.DEVICE_SECONDS,
-                        price_version=piece.version,  # type: ignore[misc]
-                        hourly=piece.hourly,
-                        currency=piece.version.currency  # type: ignore[attr-defined]
-                        if piece.version is not None
-                        else settings.BILLING_CURRENCY,
-                        cost=piece.cost,
+                        **_priced(piece),
                         reservation_uid=reserved.uid,
                         reservation_status=ReservationUse.UNUSED,
                     )

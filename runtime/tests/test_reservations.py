@@ -52,6 +52,24 @@ def _held(reservation: Reservation) -> int:
     return reservation.held
 
 
+def _reserved_now(client, tenant, name: str, package_id: str, *, count: int) -> Reservation:
+    """A reservation of `count` units for an hour from now, made through the API, once beat's
+    pass has every slot's placeholder holding devices."""
+    now = timezone.now()
+    body = {
+        "name": name,
+        "packageID": package_id,
+        "count": count,
+        "start": now.isoformat(),
+        "end": (now + timedelta(hours=1)).isoformat(),
+    }
+    made = client.post("/api/v1/reservations", body, format="json")
+    assert made.status_code == 201, made.json()
+    reservation = Reservation.objects.get(tenant=tenant, name=name)
+    wait_until(lambda: _held(reservation) == count, "every placeholder to hold devices")
+    return reservation
+
+
 def test_a_reservation_holds_its_devices_for_its_owner_alone(tenant, cluster):
     whole = l40s_package("l40s-4x-r", 4, price="4.00")
     other = TenantFactory()
@@ -197,21 +215,7 @@ def test_reserved_devices_nobody_uses_are_lent_to_an_interruptible_unit_until_th
     owner = client_for(tenant)
     try:
         sync_inventory()
-        now = timezone.now()
-        made = owner.post(
-            "/api/v1/reservations",
-            {
-                "name": "lent",
-                "packageID": whole.id,
-                "count": 1,
-                "start": now.isoformat(),
-                "end": (now + timedelta(hours=1)).isoformat(),
-            },
-            format="json",
-        )
-        assert made.status_code == 201, made.json()
-        reservation = Reservation.objects.get(tenant=tenant, name="lent")
-        wait_until(lambda: _held(reservation) == 1, "the placeholder to hold its devices")
+        reservation = _reserved_now(owner, tenant, "lent", whole.id, count=1)
         reserved = _placeholder_devices(reservation, 0)
         # The rest of the node goes to an on-demand unit: no free L40S is left.
         wait_for_phase(order_unit(client_for(stranger), "busy", whole.id), "Running")
@@ -264,21 +268,7 @@ def test_twenty_concurrent_orders_against_a_reservation_and_free_capacity(
     other = TenantFactory()
     try:
         sync_inventory()
-        now = timezone.now()
-        made = client_for(tenant).post(
-            "/api/v1/reservations",
-            {
-                "name": "race",
-                "packageID": pair.id,
-                "count": 2,
-                "start": now.isoformat(),
-                "end": (now + timedelta(hours=1)).isoformat(),
-            },
-            format="json",
-        )
-        assert made.status_code == 201, made.json()
-        reservation = Reservation.objects.get(tenant=tenant, name="race")
-        wait_until(lambda: _held(reservation) == 2, "both placeholders to hold devices")
+        reservation = _reserved_now(client_for(tenant), tenant, "race", pair.id, count=2)
         reserved = _placeholder_devices(reservation, 0) | _placeholder_devices(reservation, 1)
         assert len(reserved) == 4
 
