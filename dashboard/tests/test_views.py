@@ -4,6 +4,7 @@ plain-language reasons, and SQL statement counts that stay flat as units grow.""
 from __future__ import annotations
 
 import html
+import re
 from datetime import timedelta
 
 import pytest
@@ -11,6 +12,7 @@ from django.test import Client
 from django.utils import timezone
 
 from billing import periods
+from dashboard.templatetags.dashboard_units import countdown
 from dashboard.tests.conftest import PASSWORD, client_for, make_unit, make_user
 from inventory.models import Device, InventorySnapshot, Node, PackageAvailability, SyncRun
 from runtime.models import GPUUnit, Operation, UnitPhase
@@ -379,6 +381,14 @@ class TestCreate:
         page = member_client.get(response["Location"]).content.decode()
         assert "its devices are taken back at" in page
         assert "2026-12-04 06:42:51" in page
+        # A countdown to it, which dashboard.js ticks on from the seconds the server wrote.
+        soon = timezone.now() + timedelta(seconds=100)
+        unit.preemption = {**unit.preemption, "preemptAt": soon.isoformat()}
+        unit.save(update_fields=["preemption"])
+        page = member_client.get(response["Location"]).content.decode()
+        assert re.search(
+            r'data-countdown-seconds="(99|100)">\(in 1 minute (39|40) seconds\)', page
+        ), page
 
     def test_double_submit_replays_the_same_order(self, member_client, package):
         first = order(member_client)
@@ -759,3 +769,18 @@ class TestQueryCounts:
             [UnitEvent(unit=unit, reason=f"R{i}", message="m") for i in range(30)]
         )
         assert count_queries(member_client, detail(unit)) == one
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [
+        (0, "now"),
+        (-5, "now"),
+        (45, "in 45 seconds"),
+        (60, "in 1 minute"),
+        (100, "in 1 minute 40 seconds"),
+        (125, "in 2 minutes 5 seconds"),
+    ],
+)
+def test_a_preemption_countdown_reads_in_words(seconds, text):
+    assert countdown(seconds) == text

@@ -48,6 +48,35 @@
     });
   }
   setInterval(tickAges, 1000);
+  // A preemption's countdown, from the seconds the server wrote (dashboard_units.countdown's
+  // words), so this machine's clock does not matter either.
+  function countdownText(seconds) {
+    if (seconds <= 0) {
+      return "(now)";
+    }
+    var minutes = Math.floor(seconds / 60), rest = seconds % 60, parts = [];
+    if (minutes) {
+      parts.push(minutes + " minute" + (minutes === 1 ? "" : "s"));
+    }
+    if (rest) {
+      parts.push(rest + " second" + (rest === 1 ? "" : "s"));
+    }
+    return "(in " + parts.join(" ") + ")";
+  }
+  function tickCountdowns() {
+    var now = Date.now();
+    document.querySelectorAll("[data-countdown-seconds]").forEach(function (element) {
+      if (element.countdownArrivedAt === undefined) {
+        element.countdownArrivedAt = now;
+      }
+      var base = parseInt(element.getAttribute("data-countdown-seconds"), 10);
+      if (!isNaN(base)) {
+        element.textContent = countdownText(
+          base - Math.floor((now - element.countdownArrivedAt) / 1000));
+      }
+    });
+  }
+  setInterval(tickCountdowns, 1000);
   // Copy buttons are hidden in the HTML (the text beside them can be selected without
   // JavaScript) and shown here; live parts bring new ones, so clicks are caught on document.
   function showCopyButtons() {
