@@ -223,7 +223,8 @@ def finish(reservation: Reservation, *, now: datetime) -> None:
                     message=f"Stopped at the end of reservation {reservation.name}.",
                 )
                 stopping += 1
-            except DomainError:
+            except DomainError as exc:
+                logger.warning("%s not stopped at the end of %s: %s", unit, reservation, exc)
                 continue  # refused now (another operation on it): it runs on, on demand
     was_held = reservation.status == ReservationStatus.ACTIVE
     with transaction.atomic():

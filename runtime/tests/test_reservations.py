@@ -19,6 +19,7 @@ from runtime import manifests
 from runtime.control import preemption, reconcile
 from runtime.control import reservations as reservation_control
 from runtime.models import GPUUnit, Reservation, ReservationStatus
+from runtime.tests.factories import UnitFactory
 from runtime.tests.helpers import (
     l40s_package,
     order_unit,
@@ -481,3 +482,35 @@ class TestReservationDelete(EndpointTest):
         auth_client.post("/api/v1/reservations", _later("a", package.id), format="json")
         auth_client.get("/api/v1/reservations")
         self.assert_statement_count(auth_client, name="a")
+
+
+def test_at_its_end_a_reservation_ordered_to_stop_stops_its_units(tenant, cluster, settings):
+    package = l40s_package("l40s-1x-end", 1, price="1.00")
+    now = timezone.now()
+    reservation = Reservation.objects.create(
+        tenant=tenant,
+        name="ends",
+        package=package,
+        count=1,
+        start=now - timedelta(hours=1),
+        end=now,
+        at_end="stop",
+        cluster=settings.CLUSTER_NAME,
+        region=settings.CLUSTER_REGION,
+        status=ReservationStatus.ACTIVE,
+        held=1,
+    )
+    unit = UnitFactory(
+        tenant=tenant,
+        package=package,
+        reservation=reservation,
+        reservation_slot=0,
+        phase="Running",
+        unit_k8s_uid="made-in-the-cluster",  # a unit whose objects were made can be stopped
+    )
+    assert reservation_control.run(now=now + timedelta(seconds=1)) == (0, 1)
+    reservation.refresh_from_db()
+    assert reservation.status == ReservationStatus.ENDED
+    assert "1 unit(s) stopped" in reservation.message
+    stop = unit.operations.get(kind="stop")
+    assert stop.operation_id.startswith("@reservationend-")
