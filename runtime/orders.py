@@ -22,6 +22,7 @@ from django.conf import settings
 from django.core import checks
 from django.core.exceptions import ValidationError
 from django.db import IntegrityError, models, transaction
+from django.db.models import Count, F, Q
 from django.db.models.signals import post_save, pre_save
 from django.utils import timezone
 
@@ -33,7 +34,7 @@ from inventory import placement
 from inventory import selectors as inventory_selectors
 from inventory.models import PackageAvailability
 from runtime import access as unit_access
-from runtime import lifecycle, manifests, outbox, reservations, selectors, stopafter, validation
+from runtime import lifecycle, manifests, outbox, selectors, stopafter, validation
 from runtime.access import host_label
 from runtime.errors import (
     InsufficientCapacity,
@@ -505,20 +506,22 @@ def _lendable(package: Package, region: str, *, cluster: str = "") -> Reservatio
     """An active reservation of the package (in the region or cluster asked) with a slot no
     unit takes, whose placeholder holds devices: an interruptible unit may run there until
     the owner needs it."""
-    candidates = Reservation.objects.filter(
-        status=ReservationStatus.ACTIVE, package=package, held__gt=0
-    ).order_by("start", "id")
+    candidates = (
+        Reservation.objects.filter(status=ReservationStatus.ACTIVE, package=package, held__gt=0)
+        .annotate(
+            taken=Count(
+                "units",
+                filter=Q(units__phase__in=UnitPhase.LIVE, units__reservation_slot__isnull=False),
+            )
+        )
+        .filter(taken__lt=F("count"))
+        .order_by("start", "id")
+    )
     if region:
         candidates = candidates.filter(region=region)
     if cluster:
         candidates = candidates.filter(cluster=cluster)
-    for reservation in candidates:
-        taken = GPUUnit.objects.filter(
-            reservation=reservation, phase__in=UnitPhase.LIVE, reservation_slot__isnull=False
-        ).count()
-        if taken < reservation.count:
-            return reservation
-    return None
+    return candidates.first()
 
 
 def place_again(unit: GPUUnit, *, why: str) -> placement.Placed | None:
@@ -594,7 +597,7 @@ def device_quota_problem(tenant: Tenant, device_class: str, count: int) -> Quota
         return None
     used = selectors.devices_requested(
         tenant=tenant, device_class=device_class
-    ) + reservations.reserved_devices(tenant=tenant, device_class=device_class)
+    ) + selectors.reserved_devices(tenant=tenant, device_class=device_class)
     if used + count <= hard:
         return None
     return tenancy_services.quota_exceeded(

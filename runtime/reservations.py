@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import Count, Q
+from django.db.models import Count
 from django.utils import timezone
 
 from catalog.models import Package
@@ -23,7 +23,7 @@ from controlplane.validation import fold_case
 from inventory import placement
 from inventory import selectors as inventory_selectors
 from inventory.models import PackageAvailability
-from runtime import selectors, validation
+from runtime import orders, validation
 from runtime.errors import InsufficientCapacity, InvalidState, RegionUnavailable
 from runtime.models import GPUUnit, Reservation, ReservationEnd, ReservationStatus, UnitPhase
 from tenancy import services as tenancy_services
@@ -95,7 +95,11 @@ def create_reservation(
     try:
         with transaction.atomic():
             tenancy_services.lock_tenant(tenant.pk)
-            _check_quota(tenant, package, count)
+            # Its slots count against the device quota as units do (orders' own check).
+            if refused := orders.device_quota_problem(
+                tenant, package.device_class_name, count * package.count
+            ):
+                raise refused
             return Reservation.objects.create(
                 tenant=tenant,
                 name=name,
@@ -147,38 +151,6 @@ def _place(package: Package, region: str, count: int, *, starts_now: bool) -> pl
     if decision.code == "region_unavailable":
         raise RegionUnavailable(decision.message, details=details)
     raise InsufficientCapacity(decision.message, details=details)
-
-
-def reserved_devices(*, tenant: Tenant, device_class: str) -> int:
-    """Devices of `device_class` the tenant's reservations hold (or will) beyond what their
-    live units take: a reservation's free slots count against the device quota as units do."""
-    total = 0
-    for reservation in Reservation.objects.filter(
-        tenant=tenant, status__in=HOLDING, package__device_class_name=device_class
-    ).annotate(
-        live=Count("units", filter=Q(units__phase__in=UnitPhase.LIVE, units__interruptible=False))
-    ):
-        total += max(reservation.count - reservation.live, 0) * reservation.package.count
-    return total
-
-
-def _check_quota(tenant: Tenant, package: Package, count: int) -> None:
-    hard = (tenant.quota_devices or {}).get(package.device_class_name)
-    if hard is None:
-        return
-    used = selectors.devices_requested(
-        tenant=tenant, device_class=package.device_class_name
-    ) + reserved_devices(tenant=tenant, device_class=package.device_class_name)
-    wanted = count * package.count
-    if used + wanted > hard:
-        raise tenancy_services.quota_exceeded(
-            tenant,
-            f"{package.device_class_name}.deviceclass.resource.k8s.io/devices",
-            used=str(used),
-            requested=str(wanted),
-            hard=str(hard),
-            larger=wanted > hard,
-        )
 
 
 def get_reservation(*, tenant: Tenant, name: str) -> Reservation:

@@ -17,7 +17,16 @@ from inventory import preemption
 from inventory.models import Device
 from runtime import access
 from runtime.errors import NotFound
-from runtime.models import GPUUnit, Operation, OperationStatus, RunPolicy, UnitEvent, UnitPhase
+from runtime.models import (
+    GPUUnit,
+    Operation,
+    OperationStatus,
+    Reservation,
+    ReservationStatus,
+    RunPolicy,
+    UnitEvent,
+    UnitPhase,
+)
 from tenancy.models import SSHKey, Tenant
 from tenancy.selectors import TenantUsage
 
@@ -250,6 +259,28 @@ def devices_requested(*, tenant: Tenant, device_class: str) -> int:
         tenant=tenant, phase__in=UnitPhase.LIVE, device_class_name=device_class
     ).aggregate(total=Sum("count"))["total"]
     return int(total or 0)
+
+
+def reserved_devices(*, tenant: Tenant, device_class: str) -> int:
+    """Devices of `device_class` the tenant's reservations hold (or will) beyond what their
+    live units take: a reservation's free slots count against the device quota as units do.
+    One query."""
+    total = 0
+    for reservation in (
+        Reservation.objects.filter(
+            tenant=tenant,
+            status__in=(ReservationStatus.SCHEDULED, ReservationStatus.ACTIVE),
+            package__device_class_name=device_class,
+        )
+        .select_related("package")
+        .annotate(
+            live=Count(
+                "units", filter=Q(units__phase__in=UnitPhase.LIVE, units__interruptible=False)
+            )
+        )
+    ):
+        total += max(reservation.count - reservation.live, 0) * reservation.package.count
+    return total
 
 
 def units_waiting_by_cluster(*, package_id: str) -> dict[str, int]:
