@@ -104,6 +104,7 @@ def begin(
     """Keep `devices` for `unit`: the taints first (before anything releases them), then the
     plan recorded on the unit; the caller has its claim made (again). Returns the plan."""
     handover = plan(unit, devices, now=now)
+    _end_held(unit, handover)
     tainted = taint(unit, handover)
     GPUUnit.objects.filter(pk=unit.pk).update(handover=handover)
     unit.handover = handover
@@ -122,6 +123,21 @@ def begin(
         lifecycle.record_event(unit, reason="HandingOver", message=message, type=EventType.WARNING)
     logger.info("handing %s over to %s (tainted: %s)", handover["devices"], unit, tainted)
     return handover
+
+
+def _end_held(unit: GPUUnit, handover: dict) -> None:
+    """An earlier hand-over of any of these devices to a unit that holds them now (a lent
+    slot's unit, say) is over: its taints would keep them from `unit` too. Beat's pass ends
+    it too, but only on its next run."""
+    wanted = {(d["driver"], d["pool"], d["device"]) for d in handover["devices"]}
+    for other in (
+        GPUUnit.objects.filter(cluster=unit.cluster, dra__allocated=True)
+        .exclude(handover={})
+        .exclude(pk=unit.pk)
+    ):
+        held = {(d["driver"], d["pool"], d["device"]) for d in other.handover.get("devices") or []}
+        if held & wanted:
+            end(other, why="It holds its devices")
 
 
 def end(unit: GPUUnit, *, why: str) -> None:

@@ -53,6 +53,18 @@ def _held(reservation: Reservation) -> int:
     return reservation.held
 
 
+def _order_on(client, name: str, package_id: str, reservation: str):
+    """POST an order of `package_id` on `reservation`, answered as it is (a refusal too)."""
+    body = {
+        "operationID": f"o-{name}",
+        "name": name,
+        "packageID": package_id,
+        "image": "busybox",
+        "reservation": reservation,
+    }
+    return client.post("/api/v1/gpu-units", body, format="json")
+
+
 def _reserved_now(client, tenant, name: str, package_id: str, *, count: int) -> Reservation:
     """A reservation of `count` units for an hour from now, made through the API, once beat's
     pass has every slot's placeholder holding devices."""
@@ -110,17 +122,7 @@ def test_a_reservation_holds_its_devices_for_its_owner_alone(tenant, cluster):
         assert not second.dra.get("allocated")
 
         # Refusals name the field.
-        wrong = owner.post(
-            "/api/v1/gpu-units",
-            {
-                "operationID": "o-wrong",
-                "name": "wrong",
-                "packageID": whole.id,
-                "image": "busybox",
-                "reservation": "nope",
-            },
-            format="json",
-        )
+        wrong = _order_on(owner, "wrong", whole.id, "nope")
         assert wrong.status_code == 400
         assert "reservation" in wrong.json()["error"]["details"]["fields"]
 
@@ -148,17 +150,7 @@ def test_a_reservation_holds_its_devices_for_its_owner_alone(tenant, cluster):
         shown = owner.get("/api/v1/reservations").json()["data"][0]
         assert (shown["held"], shown["inUse"], shown["free"]) == (1, 1, 0)
         # Its one slot is taken.
-        full = owner.post(
-            "/api/v1/gpu-units",
-            {
-                "operationID": "o-full",
-                "name": "again",
-                "packageID": whole.id,
-                "image": "busybox",
-                "reservation": "training",
-            },
-            format="json",
-        )
+        full = _order_on(owner, "again", whole.id, "training")
         assert full.status_code == 409
         assert full.json()["error"]["code"] == "reservation_full"
         # A reservation that started is billed whole: it cannot be cancelled.
@@ -227,8 +219,6 @@ def test_reserved_devices_nobody_uses_are_lent_to_an_interruptible_unit_until_th
             order_unit(client_for(spot), "borrower", whole.id, interruptible=True), "Running"
         )
         assert _devices(borrower) == reserved
-        # It holds them: beat's pass ends its hand-over (the taints that kept them for it).
-        assert preemption.settle_handovers(now=timezone.now()) == 1
         shown = client_for(spot).get("/api/v1/gpu-units/borrower").json()["data"]
         assert shown["reservation"] is None  # another tenant's reservation is not shown
         assert owner.get("/api/v1/reservations/lent").json()["data"]["inUse"] == 0
@@ -237,6 +227,11 @@ def test_reserved_devices_nobody_uses_are_lent_to_an_interruptible_unit_until_th
         # owner's unit lands on exactly the reserved devices.
         mine = wait_for_phase(order_unit(owner, "mine", whole.id, reservation="lent"), "Pending")
         assert mine.events.filter(reason="HandingOver").exists()
+        # The borrower's own hand-over (its taints on these devices) ended with it, before
+        # beat's pass: they would keep the devices from the owner's unit too.
+        borrower.refresh_from_db()
+        assert borrower.handover == {}
+        assert borrower.events.filter(reason="HandoverEnded").exists()
         assert preemption.give_notice(now=timezone.now()) == 1
         borrower.refresh_from_db()
         assert borrower.preemption["for"] == str(mine.uid)
