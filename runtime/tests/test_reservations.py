@@ -445,8 +445,7 @@ class TestReservationList(EndpointTest):
         package = l40s_package("l40s-1x-s", 1, price="1.00")
         for name in ("a", "b", "c"):
             auth_client.post(self.path, _later(name, package.id), format="json")
-        listed = self.assert_statement_count(auth_client)
-        assert listed  # it read them
+        self.assert_statement_count(auth_client)
         data = self.get_success_response(auth_client).json()["data"]
         assert [r["name"] for r in data] == ["a", "b", "c"]
         assert {(r["status"], r["held"], r["inUse"], r["free"]) for r in data} == {
