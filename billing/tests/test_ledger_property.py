@@ -491,6 +491,33 @@ ORIGIN = datetime(2131, 3, 30, 22, 40, tzinfo=UTC)  # 23:00 is t=1200
         process_skew=0,
     )
 )
+@example(  # A late view of the metered pod still Pending, after the backstop found it gone
+    # once: not a sighting (a pod does not go back to Pending), so it is closed at its last.
+    life=Life(
+        origin=datetime(2131, 3, 30, 21, 0, tzinfo=UTC),
+        pods=[
+            Pod(1, -1, 0, 1, 1, False),
+            Pod(2, 1, 1, 2, 2, False),
+            Pod(3, 2, 3, 4, 4, False),
+            Pod(4, 4, 5, 6, 6, False),
+        ],
+        base=[
+            Obs(-1, 1, "pending"),
+            Obs(0, 1, "running"),
+            Obs(0, 1, "seen"),
+            Obs(0, 1, "seen"),
+            Obs(1, 1, "nopod", backstop=True),
+            Obs(1, 1, "nopod", backstop=True),
+            Obs(1, 2, "running"),
+            Obs(3, 3, "running"),
+            Obs(5, 4, "running", last=3),
+        ],
+        late=[(4, Obs(-1, 1, "pending"))],
+        lost={1, 2, 4},
+        closing={1: "last-seen", 2: "replaced", 4: "last-seen"},
+        process_skew=0,
+    )
+)
 def test_the_ledger_bills_what_the_pods_held(life):
     note(str(life))
     first, second = live(life)

@@ -211,6 +211,10 @@ def meter_step(
     if pod is not None and uid == metered_pod:
         end = released_at(pod, gone=False)
         if end is None:
+            if (pod.get("status") or {}).get("phase") == "Pending":
+                # A late view from before it ran (a pod never goes back to Pending): it says
+                # nothing about the pod now, and must not undo the backstop finding it gone.
+                return MeterStep()
             return MeterStep(seen=True)
         return MeterStep(close=True, close_at=end, ended=OBSERVED)
     last_uid = ((last_pod or {}).get("metadata") or {}).get("uid")

@@ -38,6 +38,15 @@ def test_the_metered_pod_running_is_seen_and_ended_is_closed_at_its_finish():
     )
 
 
+def test_a_late_view_of_the_metered_pod_still_pending_is_no_sighting():
+    """A pod never goes back to Pending: such a view is from before it ran, and must not
+    clear the backstop's finding it gone (it would bill time after its last sighting)."""
+    pending = pod_of("p1", T)
+    pending["status"] = {"phase": "Pending"}
+    assert step("p1", pod=pending, missing_before=True) == MeterStep()
+    assert step("p1", pod=pod_of("p1", T), missing_before=True) == MeterStep(seen=True)
+
+
 def test_a_forced_deletion_ends_at_its_deletion_timestamp():
     gone = pod_of("p1", T, deleted=T + timedelta(minutes=7))
     assert released_at(gone, gone=False) is None
