@@ -19,7 +19,7 @@ from xdist.scheduler import LoadGroupScheduling
 ROOT = Path(__file__).resolve().parent
 
 # Property tests assert what holds, not how fast one example runs: on a two-core machine
-# that is also running the simulated clusters, the session's worker and a collector pass,
+# that is also running the development clusters, the session's worker and a collector pass,
 # an example can take longer than Hypothesis's 200 ms default deadline.
 settings.register_profile("suite", deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile("suite")
@@ -42,7 +42,7 @@ def _live_server_backlog():
     """Give `live_server` a listen backlog like a production server's. Django's WSGIServer
     listens with a backlog of 10, so a test that opens 50 connections at once has some
     refused or reset before the server sees them, which is a fact about the test server,
-    not about the product (gunicorn's default is 2048; simcluster's server uses 128)."""
+    not about the product (gunicorn's default is 2048)."""
     from django.core.servers.basehttp import ThreadedWSGIServer
     from django.test.testcases import LiveServerThread
 
@@ -83,27 +83,26 @@ def auth_client(tenant):
 
 @pytest.fixture(scope="session")
 def cluster(tmp_path_factory, pytestconfig):
-    """The simulated cluster (sample topology) over HTTP, with the GPUUnit CRD installed.
-    This process and the Celery worker both reach it through KUBECONFIG. A test that uses it
+    """A development cluster of this test process (devstack/cluster.py: the real API server,
+    scheduler and controller-manager, KWOK nodes of the sample topology) with the GPUUnit CRD
+    installed. This process and the Celery worker both reach it through KUBECONFIG, which
+    goes through its fault proxy (`cluster.faults`, `cluster.requests`). A test that uses it
     and leaves Pods or ResourceClaims in it fails (see "Objects a test leaves" below)."""
     from django.conf import settings
 
     from controlplane import kube
+    from devstack.cluster import DevCluster
     from runtime.control.provisioning import install_crd
-    from simcluster.cluster import SimCluster
 
-    # Device health is tested with DeviceTaintRules, off by default in 1.36 as in a real
-    # cluster: this one has turned them on.
-    sim = SimCluster(topology=None, feature_gates={"DRADeviceTaintRules": True}).start()
-    kubeconfig = sim.write_kubeconfig(tmp_path_factory.mktemp("kube") / "config")
-    os.environ["KUBECONFIG"] = str(kubeconfig)
-    settings.KUBECONFIG = str(kubeconfig)
+    dev = DevCluster(tmp_path_factory.mktemp("cluster"), proxy=True).start()
+    os.environ["KUBECONFIG"] = str(dev.kubeconfig)
+    settings.KUBECONFIG = str(dev.kubeconfig)
     kube.reset()
     install_crd()
-    pytestconfig.stash[_SESSION_CLUSTER] = sim
-    yield sim
+    pytestconfig.stash[_SESSION_CLUSTER] = dev
+    yield dev
     del pytestconfig.stash[_SESSION_CLUSTER]
-    sim.stop()
+    dev.stop()
     kube.reset()
 
 
@@ -339,9 +338,8 @@ _PAUSED_NODES = pytest.StashKey[list]()
 # and looks again when all of the test's teardown is done. Objects made by the cluster itself or
 # by wider fixtures are there on both looks and never count: no names are listed.
 
-LEAK_KINDS = {"pods": "Pod", "resourceclaims": "ResourceClaim"}
-_SESSION_CLUSTER = pytest.StashKey[Any]()  # the session's SimCluster while it runs
-_LEAK_BASELINE = pytest.StashKey[tuple[Any, frozenset[str]]]()  # (SimCluster, uids before)
+_SESSION_CLUSTER = pytest.StashKey[Any]()  # the session's DevCluster while it runs
+_LEAK_BASELINE = pytest.StashKey[tuple[Any, frozenset[str]]]()  # (DevCluster, uids before)
 
 
 # Modules whose tests go to one `make test` process together, the rest being handed out one
@@ -388,40 +386,38 @@ def pytest_addoption(parser):
 
 
 class LeftObject(NamedTuple):
-    """A Pod or ResourceClaim still in the cluster: `resource` is the store's key (pods)."""
+    """A Pod or ResourceClaim still in the cluster."""
 
-    resource: str
+    kind: str
     namespace: str
     name: str
     state: str  # "" or how far its deletion got
 
     def __str__(self) -> str:
-        where = f"{LEAK_KINDS[self.resource]} {self.namespace}/{self.name}"
+        where = f"{self.kind} {self.namespace}/{self.name}"
         return f"{where} ({self.state})" if self.state else where
 
 
-def cluster_objects(store) -> dict[str, LeftObject]:
-    """The Pods and ResourceClaims in a simcluster `Store`, by uid (read under its lock, no
-    copies: cheap enough to run around every test)."""
+def cluster_objects(dev) -> dict[str, LeftObject]:
+    """The Pods and ResourceClaims in a development cluster, by uid (two list calls: cheap
+    enough to run around every test)."""
     found = {}
-    for resource in LEAK_KINDS:
-        items, _ = store.list_shared(resource)
-        for obj in items:
-            metadata = obj["metadata"]
-            state = ""
-            if metadata.get("deletionTimestamp"):
-                finalizers = metadata.get("finalizers") or []
-                state = f"deleting since {metadata['deletionTimestamp']}" + (
-                    f", finalizers {finalizers}" if finalizers else ""
-                )
-            found[metadata["uid"]] = LeftObject(
-                resource, metadata.get("namespace") or "", metadata["name"], state
+    for obj in dev.objects():
+        metadata = obj["metadata"]
+        state = ""
+        if metadata.get("deletionTimestamp"):
+            finalizers = metadata.get("finalizers") or []
+            state = f"deleting since {metadata['deletionTimestamp']}" + (
+                f", finalizers {finalizers}" if finalizers else ""
             )
+        found[metadata["uid"]] = LeftObject(
+            obj["kind"], metadata.get("namespace") or "", metadata["name"], state
+        )
     return found
 
 
-def objects_left(store, baseline: Collection[str], timeout: float) -> list[LeftObject]:
-    """The Pods and ResourceClaims in `store` whose uids are not in `baseline`, [] as soon as
+def objects_left(dev, baseline: Collection[str], timeout: float) -> list[LeftObject]:
+    """The Pods and ResourceClaims in `dev` whose uids are not in `baseline`, [] as soon as
     there are none, else those still there after `timeout` seconds. Their removal may be under
     way when a test ends (a unit being torn down, a pod or claim held by a finalizer): an
     object that goes, through whatever deletion, counts as gone; one made again under the same
@@ -429,12 +425,12 @@ def objects_left(store, baseline: Collection[str], timeout: float) -> list[LeftO
     deadline = time.monotonic() + timeout
     while True:
         left = sorted(
-            (obj for uid, obj in cluster_objects(store).items() if uid not in baseline),
-            key=lambda obj: (obj.resource, obj.namespace, obj.name),
+            (obj for uid, obj in cluster_objects(dev).items() if uid not in baseline),
+            key=lambda obj: (obj.kind, obj.namespace, obj.name),
         )
         if not left or time.monotonic() >= deadline:
             return left
-        time.sleep(0.05)  # then look again: the deadline bounds the wait, the look ends it
+        time.sleep(0.1)  # then look again: the deadline bounds the wait, the look ends it
 
 
 @pytest.fixture(autouse=True)
@@ -444,9 +440,9 @@ def _cluster_leak_baseline(request):
     function-scoped ones the test, its module or a nearer conftest asks for (only plugins'
     autouse ones, pytest-django's database, come first): what those make counts as the
     test's."""
-    sim = request.config.stash.get(_SESSION_CLUSTER, None)
-    if sim is not None and "cluster" in request.fixturenames:
-        request.node.stash[_LEAK_BASELINE] = (sim, frozenset(cluster_objects(sim.store)))
+    dev = request.config.stash.get(_SESSION_CLUSTER, None)
+    if dev is not None and "cluster" in request.fixturenames:
+        request.node.stash[_LEAK_BASELINE] = (dev, frozenset(cluster_objects(dev)))
 
 
 @pytest.hookimpl(wrapper=True)
@@ -459,17 +455,17 @@ def pytest_runtest_teardown(item, nextitem):
     baseline = item.stash.get(_LEAK_BASELINE, None)
     if baseline is None:
         return (yield)
-    sim, uids = baseline
+    dev, uids = baseline
     timeout = item.config.getoption("cluster_leak_timeout")
 
     def check() -> None:
-        if (item.funcargs or {}).get("cluster") is not sim:
-            return  # a fixture of its own named `cluster` (simcluster's volume tests)
-        left = objects_left(sim.store, uids, timeout)
+        if (item.funcargs or {}).get("cluster") is not dev:
+            return  # a fixture of its own named `cluster`
+        left = objects_left(dev, uids, timeout)
         if not left:
             return
         for obj in left:
-            sim.store.delete(obj.resource, obj.namespace, obj.name, internal=True)
+            dev.remove(obj.kind, obj.namespace, obj.name)
         pytest.fail(
             f"{item.nodeid} left {len(left)} object(s) in the session's cluster, still there "
             f"{timeout:g} s after its teardown (now deleted by the leak guard): "

@@ -52,7 +52,7 @@ def test_a_container_ignoring_sigterm_is_billed_until_its_pod_is_gone(tenant, cl
     package(article=True, price="0.36", termination_grace_seconds=3)
     client = client_for(tenant)
     unit = wait_for_phase(order(client, "stubborn", "gpu-rtx3080-2x-cpu10-mem40g"), "Running")
-    cluster.on_sigterm(unit.namespace, manifests.pod_name_for(unit.name), exit_after=None)
+    cluster.on_sigterm(unit.namespace, manifests.pod_name_for(unit.name), ignore=True)
 
     asked = stop(client, unit)
 

@@ -701,6 +701,27 @@ def _roll_out(operation: Operation) -> None:
 CRD_MANIFEST = settings.BASE_DIR / "k8s" / "gpuunit-crd.yaml"
 
 
+# How long install_crd waits for the API server to serve GPUUnits (established within a
+# second on a development cluster).
+CRD_READY_TIMEOUT = 60.0
+
+
 def install_crd() -> None:
-    """Create the GPUUnit CRD, or bring an existing one up to date (make run, tests, deploys)."""
+    """Create the GPUUnit CRD, or bring an existing one up to date (make run, tests, deploys),
+    and return once the API server serves GPUUnits: a CRD just created is first not
+    Established, then its storage answers 503 "storage is (re)initializing" for a moment."""
     kube.ensure(kube.CRD, yaml.safe_load(CRD_MANIFEST.read_text()), replace_all=True)
+    name = f"{kube.GPUUNIT.plural}.{kube.GPUUNIT.group}"
+    deadline = time.monotonic() + CRD_READY_TIMEOUT
+    while True:
+        crd = kube.get(kube.CRD, None, name) or {}
+        conditions = (crd.get("status") or {}).get("conditions") or []
+        if any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions):
+            try:
+                kube.list_page(kube.GPUUNIT, limit=1)
+                return
+            except TemporaryError:
+                pass
+        if time.monotonic() > deadline:
+            raise TemporaryError(f"the API server does not serve {name} yet")
+        time.sleep(0.1)
