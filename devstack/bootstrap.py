@@ -1,5 +1,5 @@
 """`make run`'s setup, in one Django process: migrations, the sample catalog, the demo users and
-tenants, the GPUUnit CRD in each simulated cluster, the second region's registration and the
+tenants, the GPUUnit CRD in each development cluster, the second region's registration and the
 demo API keys. Each step is the management command an operator would run (`call_command`), so
 what `make run` sets up is what those commands do; running them in one process spares a Django
 start (about 3 s of CPU) per step.

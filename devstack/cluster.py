@@ -192,6 +192,18 @@ class DevCluster:
                 process.kill()
                 process.wait()
 
+    def running(self) -> bool:
+        """Whether every process of the cluster is still up."""
+        return bool(self.processes) and all(p.poll() is None for p in self.processes.values())
+
+    def exited(self) -> str:
+        """The processes that exited, with their codes and logs (for a message)."""
+        return ", ".join(
+            f"{name} exited with {process.returncode}, see {self.logs / name}.log"
+            for name, process in self.processes.items()
+            if process.poll() is not None
+        )
+
     def __enter__(self) -> DevCluster:
         return self.start()
 

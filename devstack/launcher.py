@@ -1,4 +1,4 @@
-"""`make run`: services, simulated cluster, migrations, sample data, then web + worker +
+"""`make run`: services, the development clusters, migrations, sample data, then web + worker +
 observer + beat until Ctrl-C."""
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -17,10 +18,11 @@ from pathlib import Path
 import redis
 
 from devstack import services
+from devstack.cluster import DevCluster
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE_CATALOG = ROOT / "catalog" / "samples" / "packages.yaml"
-# What the simulated cluster gets at start: Gateway API CRDs, a Gateway and a default
+# What each development cluster gets at start: Gateway API CRDs, a Gateway and a default
 # StorageClass, so a unit gets a URL and bound storage (applied again, unchanged, each start).
 DEV_OBJECTS = ROOT / "k8s" / "components" / "dev-gateway"
 DEV_ACCESS = {
@@ -29,15 +31,18 @@ DEV_ACCESS = {
     "ACCESS_PUBLIC_SCHEME": "http",
     "ACCESS_TCP_HOST": "127.0.0.1",
 }
-# The second region of `make run` (ARCHITECTURE §20): a smaller simulated cluster, registered
-# as a ClusterProfile would be (manage.py import_clusters), beside the first (the process's
-# own cluster, CLUSTER_NAME "default").
+# The second region of `make run` (ARCHITECTURE §20): a smaller development cluster, one node
+# of four RTX 3080s, registered as a ClusterProfile would be (manage.py import_clusters), beside
+# the first (the process's own cluster, CLUSTER_NAME "default").
 SECOND_CLUSTER = "eu-west"
+SECOND_CLUSTER_TOPOLOGY = {
+    "generate": {"nodes": 1, "gpus_per_node": 4, "product": "NVIDIA GeForce RTX 3080"}
+}
 SECOND_CLUSTER_PROFILE = {
     "apiVersion": "multicluster.x-k8s.io/v1alpha1",
     "kind": "ClusterProfile",
     "metadata": {"name": SECOND_CLUSTER},
-    "spec": {"displayName": "EU West (simulated)"},
+    "spec": {"displayName": "EU West (development)"},
     "status": {"properties": [{"name": "region", "value": "eu-west"}]},
 }
 # What `python -m devstack manage` needs to reach a running `make run`: written once it is up,
@@ -76,89 +81,62 @@ def _signal_group(pgid: int, sig: signal.Signals) -> None:
         os.killpg(pgid, sig)
 
 
-def _start_cluster(
-    data_root: Path,
-    env: dict[str, str],
-    processes: list[tuple[str, subprocess.Popen]],
-    gateway_ports: dict[str, str],
-) -> bool:
-    """The simulated clusters, unless KUBECONFIG points at a real one: the first (sample
-    topology; .devdata/kubeconfig, also as kubeconfig-default) and eu-west, one node of four
-    RTX 3080s (.devdata/kubeconfig-eu-west), each with its gateway on its port of
-    `gateway_ports`. Whether they are simulated."""
+def _start_clusters(
+    data_root: Path, env: dict[str, str], gateway_ports: dict[str, str]
+) -> list[DevCluster]:
+    """The development clusters, unless KUBECONFIG points at a real one: `default` (the sample
+    topology; .devdata/kubeconfig, also as kubeconfig-default) and eu-west
+    (.devdata/kubeconfig-eu-west), each with its gateway on its port of `gateway_ports`,
+    started side by side. Their etcd data stays in .devdata/clusters/, so units outlive a
+    restart of make run as they would a restart of the control plane."""
     if env.get("KUBECONFIG"):
         print(f"using the cluster in KUBECONFIG={env['KUBECONFIG']}", flush=True)
-        return False
-    kubeconfig = data_root / "kubeconfig"
-    _start_simcluster(
-        "cluster",
-        kubeconfig,
-        data_root / "cluster.json",
-        env,
-        processes,
-        ["--gateway-port", gateway_ports["default"]],
-    )
-    shutil.copyfile(kubeconfig, data_root / "kubeconfig-default")
-    _start_simcluster(
-        f"cluster {SECOND_CLUSTER}",
-        data_root / f"kubeconfig-{SECOND_CLUSTER}",
-        data_root / f"cluster-{SECOND_CLUSTER}.json",
-        env,
-        processes,
-        [
-            *("--nodes", "1", "--gpus-per-node", "4", "--product", "NVIDIA GeForce RTX 3080"),
-            *("--gateway-port", gateway_ports[SECOND_CLUSTER]),
-        ],
-    )
-    env["KUBECONFIG"] = str(kubeconfig)
+        return []
+    clusters = [
+        DevCluster(
+            data_root / "clusters" / "default",
+            name="default",
+            gateway_port=int(gateway_ports["default"]),
+            extra_objects=[DEV_OBJECTS],
+        ),
+        DevCluster(
+            data_root / "clusters" / SECOND_CLUSTER,
+            name=SECOND_CLUSTER,
+            topology=SECOND_CLUSTER_TOPOLOGY,
+            gateway_port=int(gateway_ports[SECOND_CLUSTER]),
+            extra_objects=[DEV_OBJECTS],
+        ),
+    ]
+    failures: list[BaseException] = []
+
+    def start(cluster: DevCluster) -> None:
+        try:
+            cluster.start()
+        except BaseException as error:  # reported below, in this thread
+            failures.append(error)
+
+    print("starting the development clusters (default, eu-west)...", flush=True)
+    threads = [threading.Thread(target=start, args=(c,)) for c in clusters]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    if failures:
+        for cluster in clusters:
+            cluster.stop()
+        raise RuntimeError(f"a development cluster did not start: {failures[0]}")
+    for cluster in clusters:
+        shutil.copyfile(cluster.kubeconfig, data_root / f"kubeconfig-{cluster.name}")
+    shutil.copyfile(clusters[0].kubeconfig, data_root / "kubeconfig")
+    env["KUBECONFIG"] = str(data_root / "kubeconfig")
     # The dev component's Gateway publishes units: a newcomer's HTTP unit gets a URL, which
-    # each simulated cluster's gateway routes (no container answers behind it); on a real
+    # each development cluster's gateway routes (no container answers behind it); on a real
     # cluster these name a real gateway.
     for name, value in DEV_ACCESS.items():
         env.setdefault(name, value)
     # Webhooks may reach a receiver on this machine (a real deployment: public addresses only).
     env.setdefault("WEBHOOK_ALLOWED_NETWORKS", "127.0.0.0/8")
-    return True
-
-
-def _start_simcluster(
-    name: str,
-    kubeconfig: Path,
-    persist: Path,
-    env: dict[str, str],
-    processes: list[tuple[str, subprocess.Popen]],
-    topology: list[str],
-) -> None:
-    kubeconfig.unlink(missing_ok=True)
-    processes.append(
-        _start(
-            name,
-            [
-                sys.executable,
-                "-m",
-                "simcluster",
-                "--port",
-                str(services.free_port()),
-                "--kubeconfig-out",
-                str(kubeconfig),
-                "--persist",
-                str(persist),
-                "--dev-objects",
-                str(DEV_OBJECTS),
-                # DeviceTaintRules (off by default in 1.36) on, so an operator can drain a
-                # device with one, as README's device health says.
-                "--feature-gates",
-                "DRADeviceTaintRules=true",
-                *topology,
-            ],
-            env,
-        )
-    )
-    deadline = time.monotonic() + 30
-    while not kubeconfig.exists():
-        if time.monotonic() > deadline or processes[-1][1].poll() is not None:
-            raise RuntimeError(f"the simulated {name} did not start")
-        time.sleep(0.1)
+    return clusters
 
 
 def _ignore_signals() -> None:
@@ -202,10 +180,12 @@ def run(*, data_root: Path) -> int:
     # background job inherits SIG_IGN, and Python then installs no handler of its own).
     signal.signal(signal.SIGINT, signal.default_int_handler)
     processes: list[tuple[str, subprocess.Popen]] = []
+    clusters: list[DevCluster] = []
     with services.environment(data_root=data_root) as env:
         try:
             ports = _metrics_ports(int(port))
-            simulated = _start_cluster(data_root, env, processes, _gateway_ports(int(port)))
+            clusters = _start_clusters(data_root, env, _gateway_ports(int(port)))
+            development = bool(clusters)
             # One Django process runs every setup command (devstack/bootstrap.py).
             subprocess.run(
                 [
@@ -213,7 +193,7 @@ def run(*, data_root: Path) -> int:
                     "-m",
                     "devstack.bootstrap",
                     str(data_root),
-                    *(["--second-cluster"] if simulated else []),
+                    *(["--second-cluster"] if development else []),
                 ],
                 cwd=ROOT,
                 env=env,
@@ -286,11 +266,14 @@ def run(*, data_root: Path) -> int:
                 )
             )
             _print_welcome(
-                base, data_root, ports, health, _gateway_ports(int(port)) if simulated else {}
+                base, data_root, ports, health, _gateway_ports(int(port)) if development else {}
             )
-            while all(process.poll() is None for _name, process in processes):
+            while all(process.poll() is None for _name, process in processes) and all(
+                cluster.running() for cluster in clusters
+            ):
                 time.sleep(0.5)
             failed = [name for name, process in processes if process.poll() is not None]
+            failed += [f"cluster {c.name} ({c.exited()})" for c in clusters if not c.running()]
             print(f"stopping: {', '.join(failed)} exited", file=sys.stderr)
             return 1
         except KeyboardInterrupt:
@@ -304,6 +287,8 @@ def run(*, data_root: Path) -> int:
             _ignore_signals()
             stack_file.unlink(missing_ok=True)
             _stop(processes)
+            for cluster in clusters:
+                cluster.stop()
 
 
 def _metrics_ports(port: int) -> dict[str, str]:
@@ -312,7 +297,7 @@ def _metrics_ports(port: int) -> dict[str, str]:
 
 
 def _gateway_ports(port: int) -> dict[str, str]:
-    """Each simulated cluster's gateway (port 80 of its Gateways): the two after /metrics."""
+    """Each development cluster's gateway (port 80 of its Gateways): the two after /metrics."""
     return {"default": str(port + 3), SECOND_CLUSTER: str(port + 4)}
 
 
@@ -364,7 +349,7 @@ def _print_welcome(
 
 
 def _gateway_line(gateways: dict[str, str]) -> str:
-    """Where each simulated cluster's gateway listens: units' URLs lead there."""
+    """Where each development cluster's gateway listens: units' URLs lead there."""
     if not gateways:
         return ""
     return (
@@ -375,7 +360,7 @@ def _gateway_line(gateways: dict[str, str]) -> str:
 
 
 def _gateway_example(base: str, gateways: dict[str, str]) -> str:
-    """How to reach the example unit's URL through the simulated gateway, and what answers."""
+    """How to reach the example unit's URL through the development gateway, and what answers."""
     if not gateways:
         return ""
     url = (
@@ -383,9 +368,9 @@ def _gateway_example(base: str, gateways: dict[str, str]) -> str:
         """python3 -c 'import json, sys; print(json.load(sys.stdin)["data"]["access"]["url"])'"""
     )
     return (
-        "\nReach its access.url through the gateway. The simulated cluster runs no containers:\n"
+        "\nReach its access.url through the gateway. KWOK runs no containers behind the pods:\n"
         "the gateway answers 503 naming the unit, its Service and pod; SSH reaches nothing;\n"
-        "logs are the simulated kubelet's lines.\n"
+        "logs are the development node agent's lines.\n"
         f'  curl -s --connect-to ::127.0.0.1:{gateways["default"]} "$({url})"\n'
     )
 

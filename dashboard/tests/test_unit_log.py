@@ -156,7 +156,7 @@ class TestAgainstTheCluster:
         response = member.get(log_live(running))
         assert response.status_code == 200
         body = response.content.decode()
-        assert "simcluster: image python:3.12" in body
+        assert "devstack: image python:3.12" in body
         assert "epoch 1 loss 0.9" in body
         assert "<script>" not in body
         assert "<img" not in body

@@ -30,17 +30,18 @@ RULE = "unhealthy-gpu"
 @pytest.fixture(autouse=True)
 def _cleanup(tenant, cluster):
     yield
-    if kube.get(kube.DEVICETAINTRULE, None, RULE) is not None:
-        kube.delete(kube.DEVICETAINTRULE, None, RULE)
+    if kube.get(kube.device_taint_rule_kind(), None, RULE) is not None:
+        kube.delete(kube.device_taint_rule_kind(), None, RULE)
     remove_namespace_objects(tenant.namespace)
 
 
 def taint(device: dict, effect: str = "NoExecute") -> None:
+    rule = kube.device_taint_rule_kind()  # the version the cluster serves it at
     kube.create(
-        kube.DEVICETAINTRULE,
+        rule,
         None,
         {
-            "apiVersion": f"{kube.DEVICETAINTRULE.group}/{kube.DEVICETAINTRULE.version}",
+            "apiVersion": f"{rule.group}/{rule.version}",
             "kind": "DeviceTaintRule",
             "metadata": {"name": RULE},
             "spec": {

@@ -66,7 +66,7 @@ def test_a_create_costs_the_same_however_many_units_the_database_holds(tenant, c
         == many[1]
         == [
             f"create {GPUUNIT_RESOURCE}",
-            "create resourceclaims",
+            "create resourceclaims.resource.k8s.io",
             "create pods",
         ]
     )

@@ -120,6 +120,11 @@ def test_cluster_quota_rejection_fails_the_unit_and_leaves_nothing_behind(auth_c
             "kind": "Pod",
             "metadata": {"name": "squatter"},
             "spec": {
+                # The tenant namespace enforces Pod Security "restricted".
+                "securityContext": {
+                    "runAsNonRoot": True,
+                    "seccompProfile": {"type": "RuntimeDefault"},
+                },
                 "containers": [
                     {
                         "name": "c",
@@ -128,8 +133,12 @@ def test_cluster_quota_rejection_fails_the_unit_and_leaves_nothing_behind(auth_c
                             "requests": {"cpu": "155", "memory": "1Gi"},
                             "limits": {"cpu": "155", "memory": "1Gi"},
                         },
+                        "securityContext": {
+                            "allowPrivilegeEscalation": False,
+                            "capabilities": {"drop": ["ALL"]},
+                        },
                     }
-                ]
+                ],
             },
         },
     )
