@@ -35,10 +35,11 @@ COMMANDS = {
     "kube-scheduler": "k8s.io/kubernetes/cmd/kube-scheduler",
     "etcd": "go.etcd.io/etcd/server/v3",
     "kwok": "sigs.k8s.io/kwok/cmd/kwok",
-    "faultproxy": "lokiwager.io/devstack/kube/faultproxy",
 }
-# Files the binaries' cache key covers: the pins and our own Go code.
-_KEY_FILES = ("go.mod", "go.sum", "faultproxy/main.go")
+# Files the binaries' cache key covers: the pins. Our own fault proxy is keyed apart
+# (faultproxy()), so a change to it does not build Kubernetes again.
+_KEY_FILES = ("go.mod", "go.sum")
+FAULT_PROXY = "lokiwager.io/devstack/kube/faultproxy"
 # KWOK's CustomResourceDefinitions (its Logs among them), read from the module's source as
 # kwokctl installs them, kept beside the binaries.
 KWOK_CRDS = "kwok-crds"
@@ -205,8 +206,29 @@ def _copy_kwok_crds(go: str, into: Path, env: dict[str, str]) -> None:
         shutil.copyfile(crd, into / crd.name)
 
 
+def faultproxy(*, quiet: bool = False) -> Path:
+    """The fault proxy's binary, built (in seconds: the standard library only) for its source."""
+    bin_dir = ensure(quiet=quiet)
+    source = (MODULE / "faultproxy" / "main.go").read_bytes()
+    path = bin_dir / f"faultproxy-{hashlib.sha256(source).hexdigest()[:12]}"
+    if path.exists():
+        return path
+    with _lock(bin_dir.parent / "faultproxy.lock"):
+        if not path.exists():
+            staging = path.with_name(path.name + ".tmp")
+            subprocess.run(
+                [go_command(), "build", "-trimpath", "-o", str(staging), FAULT_PROXY],
+                cwd=MODULE,
+                env={**os.environ, "GOFLAGS": "-mod=mod", "CGO_ENABLED": "0"},
+                check=True,
+            )
+            staging.rename(path)
+    return path
+
+
 def main() -> int:
     print(ensure())
+    print(faultproxy())
     return 0
 
 

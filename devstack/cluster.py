@@ -171,7 +171,7 @@ class DevCluster:
             self.apply_manifests(path)
         self._start_agent()
         if self.proxy:
-            self._start_proxy(bin_dir, keys)
+            self._start_proxy(binaries.faultproxy(), keys)
         else:
             shutil.copyfile(self.admin_kubeconfig, self.kubeconfig)
         self._wait_for_nodes()
@@ -191,6 +191,15 @@ class DevCluster:
             except subprocess.TimeoutExpired:
                 process.kill()
                 process.wait()
+
+    def write_kubeconfig(self, path: str | Path, *, direct: bool = False) -> Path:
+        """A copy of the product's kubeconfig (through the fault proxy when there is one; with
+        `direct`, straight to the API server) at `path`."""
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(self.admin_kubeconfig if direct else self.kubeconfig, target)
+        target.chmod(0o600)
+        return target
 
     def running(self) -> bool:
         """Whether every process of the cluster is still up."""
@@ -346,11 +355,11 @@ class DevCluster:
                 api.apply(yaml.safe_load(path.read_text()))
         api.wait_for_crd("logs.kwok.x-k8s.io")
 
-    def _start_proxy(self, bin_dir: Path, keys: pki.Pki) -> None:
+    def _start_proxy(self, binary: Path, keys: pki.Pki) -> None:
         process = self._spawn(
             "faultproxy",
             [
-                str(bin_dir / "faultproxy"),
+                str(binary),
                 "--listen=127.0.0.1:0",
                 "--control=127.0.0.1:0",
                 f"--upstream={self.server}",

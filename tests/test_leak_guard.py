@@ -1,8 +1,8 @@
 """The leak guard of conftest.py: a test that leaves Pods or ResourceClaims in the session's
-simulated cluster fails the suite; one that removes what it made passes.
+development cluster fails the suite; one that removes what it made passes.
 
-The guard's look at a cluster is tested against a cluster of this test's own; the guard as the
-suite runs it, in a pytest run of its own (a subprocess with the project's conftest and a
+The guard's look at a cluster is tested against a cluster of this module's own; the guard as
+the suite runs it, in a pytest run of its own (a subprocess with the project's conftest and a
 session cluster of its own) whose tests leak a pod, remove theirs, or leave a claim for a
 module fixture to remove after the session's last test."""
 
@@ -10,24 +10,28 @@ from __future__ import annotations
 
 import os
 import threading
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from conftest import cluster_objects, objects_left
-from simcluster.cluster import SimCluster
+from devstack import binaries
+from devstack.cluster import DevCluster
 
 pytest_plugins = ["pytester"]
 
 ROOT = Path(__file__).resolve().parents[1]
+# Read before pytester points HOME at its own folder: the inner run uses the binaries built.
+CACHE_HOME = binaries.cache_root().parents[1]
 
 
 def pod(name: str, **metadata) -> dict:
     return {
         "apiVersion": "v1",
         "kind": "Pod",
-        "metadata": {"name": name, "namespace": "default", **metadata},
+        "metadata": {"name": name, **metadata},
         "spec": {"containers": [{"name": "main", "image": "busybox"}]},
     }
 
@@ -36,7 +40,7 @@ def claim(name: str) -> dict:
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceClaim",
-        "metadata": {"name": name, "namespace": "default"},
+        "metadata": {"name": name},
         "spec": {
             "devices": {
                 "requests": [{"name": "gpu", "exactly": {"deviceClassName": "nvidia-h100"}}]
@@ -45,71 +49,85 @@ def claim(name: str) -> dict:
     }
 
 
-@pytest.fixture
-def sim() -> Iterator[SimCluster]:
-    with SimCluster(topology=None) as cluster:
+@pytest.fixture(scope="module")
+def dev(tmp_path_factory) -> Iterator[DevCluster]:
+    with DevCluster(tmp_path_factory.mktemp("leak-guard")) as cluster:
         yield cluster
 
 
-def test_what_was_made_after_the_baseline_is_left_and_named(sim):
-    sim.store.create("pods", pod("before"))
-    baseline = frozenset(cluster_objects(sim.store))
-    sim.store.create("pods", pod("made"))
-    sim.store.create("resourceclaims", claim("made-claim"))
-    sim.store.create("pods", pod("stuck", finalizers=["example.com/hold"]))
-    sim.store.delete("pods", "default", "stuck")  # marked for deletion, held by its finalizer
+@pytest.fixture
+def ns(dev) -> Iterator[str]:
+    """A namespace of the test's own in the module's cluster; what is in it goes after."""
+    name = f"leak-{uuid.uuid4().hex[:8]}"
+    dev.api.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    yield name
+    for obj in dev.objects():
+        if obj["metadata"].get("namespace") == name:
+            dev.remove(obj["kind"], name, obj["metadata"]["name"])
+    dev.api.delete("v1", "Namespace", name)
 
-    left = objects_left(sim.store, baseline, timeout=0)
 
-    assert [(obj.resource, obj.namespace, obj.name) for obj in left] == [
-        ("pods", "default", "made"),
-        ("pods", "default", "stuck"),
-        ("resourceclaims", "default", "made-claim"),
+def make(dev: DevCluster, ns: str, body: dict) -> None:
+    version = body["apiVersion"]
+    dev.api.request("POST", dev.api.path(version, body["kind"], ns), body)
+
+
+def test_what_was_made_after_the_baseline_is_left_and_named(dev, ns):
+    make(dev, ns, pod("before"))
+    baseline = frozenset(cluster_objects(dev))
+    make(dev, ns, pod("made"))
+    make(dev, ns, claim("made-claim"))
+    make(dev, ns, pod("stuck", finalizers=["example.com/hold"]))
+    dev.api.delete("v1", "Pod", "stuck", ns)  # marked for deletion, held by its finalizer
+
+    left = objects_left(dev, baseline, timeout=0)
+
+    assert [(obj.kind, obj.namespace, obj.name) for obj in left] == [
+        ("Pod", ns, "made"),
+        ("Pod", ns, "stuck"),
+        ("ResourceClaim", ns, "made-claim"),
     ]
-    assert str(left[0]) == "Pod default/made"
-    assert str(left[1]).startswith("Pod default/stuck (deleting since ")
+    assert str(left[0]) == f"Pod {ns}/made"
+    assert str(left[1]).startswith(f"Pod {ns}/stuck (deleting since ")
     assert str(left[1]).endswith(", finalizers ['example.com/hold'])")
-    assert str(left[2]) == "ResourceClaim default/made-claim"
+    assert str(left[2]) == f"ResourceClaim {ns}/made-claim"
 
 
-def test_an_object_made_again_under_the_same_name_is_a_new_one(sim):
-    sim.store.create("pods", pod("same"))
-    baseline = frozenset(cluster_objects(sim.store))
-    sim.store.delete("pods", "default", "same")
-    sim.store.create("pods", pod("same"))
+def test_an_object_made_again_under_the_same_name_is_a_new_one(dev, ns):
+    make(dev, ns, pod("same"))
+    baseline = frozenset(cluster_objects(dev))
+    dev.remove("Pod", ns, "same")
+    make(dev, ns, pod("same"))
 
-    assert [str(obj) for obj in objects_left(sim.store, baseline, timeout=0)] == [
-        "Pod default/same"
-    ]
+    assert [str(obj) for obj in objects_left(dev, baseline, timeout=0)] == [f"Pod {ns}/same"]
 
 
-class WatchedStore:
-    """A store whose first list that shows pod `name` sets `seen`."""
+class Watched:
+    """The cluster, as the guard looks at it; its first look that shows pod `name` sets
+    `seen`."""
 
-    def __init__(self, store, name: str) -> None:
-        self.store = store
+    def __init__(self, dev: DevCluster, name: str) -> None:
+        self.dev = dev
         self.name = name
         self.seen = threading.Event()
 
-    def list_shared(self, resource: str):
-        items, version = self.store.list_shared(resource)
-        if resource == "pods" and any(obj["metadata"]["name"] == self.name for obj in items):
+    def objects(self) -> list[dict]:
+        found = self.dev.objects()
+        if any(o["kind"] == "Pod" and o["metadata"]["name"] == self.name for o in found):
             self.seen.set()
-        return items, version
+        return found
 
 
-def test_an_object_whose_deletion_ends_while_the_guard_waits_counts_as_gone(sim):
-    baseline = frozenset(cluster_objects(sim.store))
-    sim.store.create("pods", pod("going", finalizers=["example.com/hold"]))
-    sim.store.delete("pods", "default", "going")
-    watched = WatchedStore(sim.store, "going")
+def test_an_object_whose_deletion_ends_while_the_guard_waits_counts_as_gone(dev, ns):
+    baseline = frozenset(cluster_objects(dev))
+    make(dev, ns, pod("going", finalizers=["example.com/hold"]))
+    dev.api.delete("v1", "Pod", "going", ns)
+    watched = Watched(dev, "going")
 
     def release() -> None:
         # Once the guard has seen the pod (still deleting), its finalizer is dropped.
         if watched.seen.wait(timeout=30):
-            held = sim.store.get("pods", "default", "going")
-            held["metadata"]["finalizers"] = []
-            sim.store.update("pods", held)
+            dev.api.patch("v1", "Pod", "going", {"metadata": {"finalizers": None}}, ns)
 
     releaser = threading.Thread(target=release)
     releaser.start()
@@ -118,7 +136,7 @@ def test_an_object_whose_deletion_ends_while_the_guard_waits_counts_as_gone(sim)
     finally:
         watched.seen.set()
         releaser.join()
-    assert sim.store.get("pods", "default", "going") is None
+    assert dev.pod(ns, "going") is None
 
 
 INNER_TESTS = """
@@ -187,6 +205,7 @@ def test_a_test_that_leaks_a_pod_fails_the_suite(pytester, monkeypatch):
     monkeypatch.setenv(
         "PYTHONPATH", os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))
     )
+    monkeypatch.setenv("XDG_CACHE_HOME", str(CACHE_HOME))
     result = pytester.runpytest_subprocess(
         "-p",
         "conftest",

@@ -159,11 +159,17 @@ func request(r *http.Request) (verb, resource, namespace, name, subresource stri
 type statusRecorder struct {
 	http.ResponseWriter
 	code int
+	// Called once with the status, as the answer starts (a watch is recorded then, not when
+	// it ends).
+	onHeader func(code int)
 }
 
 func (s *statusRecorder) WriteHeader(code int) {
 	if s.code == 0 {
 		s.code = code
+		if s.onHeader != nil {
+			s.onHeader(code)
+		}
 	}
 	s.ResponseWriter.WriteHeader(code)
 }
@@ -242,7 +248,13 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	recorder := &statusRecorder{ResponseWriter: w}
-	if verb == "watch" || r.URL.Query().Get("follow") == "true" {
+	streaming := verb == "watch" || r.URL.Query().Get("follow") == "true"
+	if streaming {
+		recorder.onHeader = func(code int) {
+			e := entry
+			e.Code = code
+			p.record(e)
+		}
 		ctx, cancel := context.WithCancel(r.Context())
 		p.mu.Lock()
 		p.seq++
@@ -258,11 +270,13 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r = r.WithContext(ctx)
 	}
 	p.forward.ServeHTTP(recorder, r)
-	entry.Code = recorder.code
-	if entry.Code == 0 {
-		entry.Code = http.StatusOK
+	if !streaming || recorder.code == 0 {
+		entry.Code = recorder.code
+		if entry.Code == 0 {
+			entry.Code = http.StatusBadGateway // no answer reached the client
+		}
+		p.record(entry)
 	}
-	p.record(entry)
 	if r.Context().Err() != nil && verb == "watch" {
 		// Cut: end the connection without the chunked body's end, as a failing network would.
 		panic(http.ErrAbortHandler)
