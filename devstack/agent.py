@@ -26,6 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from devstack.gateway import Gateway
 from devstack.kubeapi import Api, ApiError
 
 LOGS_API = "kwok.x-k8s.io/v1alpha1"
@@ -172,16 +173,12 @@ def main(argv: list[str] | None = None) -> int:
     api = Api.from_kubeconfig(args.kubeconfig)
     args.logs.mkdir(parents=True, exist_ok=True)
     threads = [threading.Thread(target=ContainerOutput(api, args.logs).run, daemon=True)]
-    if args.gateway_port is not None:
-        from devstack import gateway
-
-        threads.append(
-            threading.Thread(
-                target=gateway.serve, args=(Api.from_kubeconfig(args.kubeconfig), args.gateway_port), daemon=True
-            )
-        )
     for thread in threads:
         thread.start()
+    if args.gateway_port is not None:
+        gateway = Gateway(Api.from_kubeconfig(args.kubeconfig), port=args.gateway_port).start()
+        assert gateway._thread is not None
+        threads.append(gateway._thread)
     print("agent: ready", flush=True)
     while all(thread.is_alive() for thread in threads):
         time.sleep(1)

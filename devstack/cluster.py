@@ -77,7 +77,9 @@ class ClusterError(RuntimeError):
 
 class DevCluster:
     """A development cluster in `folder` (data, keys, logs, kubeconfigs). `start()` brings it
-    up, `stop()` ends it; the etcd data stays in `folder` unless it is temporary.
+    up, `stop()` ends it; the etcd data stays in `folder` unless it is temporary. Its
+    processes are killed when the thread that started them ends (PR_SET_PDEATHSIG, so a
+    killed test run leaves none behind): start it from a thread that outlives it.
 
     `kubeconfig` is what the product is given: through the fault proxy when `proxy` (tests),
     straight to the API server otherwise. `admin_kubeconfig` always goes straight there.

@@ -160,12 +160,20 @@ class GatewayHandler(BaseHTTPRequestHandler):
             headers={name.lower(): value for name, value in self.headers.items()},
             query=dict(parse_qsl(target.query, keep_blank_values=True)),
         )
-        decision = decide(
-            ApiObjects(self.server.api),
-            port=self.server.listener_port,
-            request=request,
-            turn=self.server.next_turn(),
-        )
+        try:
+            decision = decide(
+                ApiObjects(self.server.api),
+                port=self.server.listener_port,
+                request=request,
+                turn=self.server.next_turn(),
+            )
+        except (ApiError, OSError) as error:
+            decision = Decision(
+                503,
+                "ClusterUnavailable",
+                f"The gateway could not read the cluster's routes: {error}",
+                (),
+            )
         content_type, body = render(
             decision, html_page="text/html" in self.headers.get("Accept", "")
         )
@@ -192,6 +200,39 @@ class GatewayHandler(BaseHTTPRequestHandler):
             self.rfile.read(length)
 
 
-def serve(api: Api, port: int, *, listener_port: int = 80) -> None:
-    """Serve the Gateways' `listener_port` on 127.0.0.1:`port` until the process ends."""
-    GatewayServer(("127.0.0.1", port), api, listener_port).serve_forever(poll_interval=0.5)
+class Gateway:
+    """The data plane on a thread: the Gateways' `listener_port` served on 127.0.0.1:`port`
+    (0 picks a free one)."""
+
+    def __init__(self, api: Api, *, port: int = 0, listener_port: int = 80) -> None:
+        self.api = api
+        self.host = "127.0.0.1"
+        self.port = port
+        self.listener_port = listener_port
+        self._server: GatewayServer | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self) -> Gateway:
+        self._server = GatewayServer((self.host, self.port), self.api, self.listener_port)
+        self.port = self._server.server_address[1]
+        self._thread = threading.Thread(
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.2},
+            name="devstack-gateway",
+            daemon=True,
+        )
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        if self._thread is not None:
+            self._thread.join(timeout=10)
+            self._thread = None

@@ -189,13 +189,26 @@ class Api:
             response.release_conn()
 
     def wait_for_crd(self, name: str, timeout: float = 30) -> None:
+        """Until the CRD is Established and its kind is served: a CRD just made answers 404,
+        then 429/503 "storage is (re)initializing" for a moment."""
         deadline = time.monotonic() + timeout
         while True:
             crd = self.get("apiextensions.k8s.io/v1", "CustomResourceDefinition", name)
             status = (crd or {}).get("status") or {}
             conditions = {c["type"]: c["status"] for c in status.get("conditions") or []}
-            if conditions.get("Established") == "True":
-                return
+            if crd and conditions.get("Established") == "True":
+                spec = crd["spec"]
+                version = next(v["name"] for v in spec["versions"] if v.get("storage"))
+                try:
+                    self.request(
+                        "GET",
+                        f"/apis/{spec['group']}/{version}/{spec['names']['plural']}",
+                        query={"limit": "1"},
+                    )
+                    return
+                except ApiError as error:
+                    if error.status not in (404, 429, 503):
+                        raise
             if time.monotonic() > deadline:
                 raise ApiError(504, f"CRD {name} not established in {timeout}s")
             time.sleep(0.1)

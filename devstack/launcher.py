@@ -10,7 +10,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 from pathlib import Path
@@ -18,7 +17,7 @@ from pathlib import Path
 import redis
 
 from devstack import services
-from devstack.cluster import DevCluster
+from devstack.cluster import ClusterError, DevCluster
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE_CATALOG = ROOT / "catalog" / "samples" / "packages.yaml"
@@ -107,24 +106,16 @@ def _start_clusters(
             extra_objects=[DEV_OBJECTS],
         ),
     ]
-    failures: list[BaseException] = []
-
-    def start(cluster: DevCluster) -> None:
-        try:
-            cluster.start()
-        except BaseException as error:  # reported below, in this thread
-            failures.append(error)
-
+    # One after the other, from this thread: each cluster's processes end with the thread
+    # that started them (DevCluster), and this one lives as long as make run.
     print("starting the development clusters (default, eu-west)...", flush=True)
-    threads = [threading.Thread(target=start, args=(c,)) for c in clusters]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    if failures:
+    try:
+        for cluster in clusters:
+            cluster.start()
+    except ClusterError as error:
         for cluster in clusters:
             cluster.stop()
-        raise RuntimeError(f"a development cluster did not start: {failures[0]}")
+        raise RuntimeError(f"a development cluster did not start: {error}") from error
     for cluster in clusters:
         shutil.copyfile(cluster.kubeconfig, data_root / f"kubeconfig-{cluster.name}")
     shutil.copyfile(clusters[0].kubeconfig, data_root / "kubeconfig")

@@ -1,5 +1,5 @@
 """`kubectl apply -f` of the shipped CRD, tenant namespace, quota and DeviceClasses against a
-fresh simulated cluster that has GPUs but no device classes of its own, then the runtime
+fresh development cluster that has GPUs but no device classes of its own, then the runtime
 provisions a unit there to Running: the applied objects are all it needs."""
 
 from __future__ import annotations
@@ -15,11 +15,11 @@ from django.conf import settings
 
 from catalog.tests.factories import PackageFactory
 from controlplane import kube
+from devstack.cluster import DevCluster
 from runtime import orders
 from runtime.control import provisioning
 from runtime.models import Operation
 from runtime.tests.helpers import wait_for_phase
-from simcluster.cluster import SimCluster
 from tenancy import services as tenancy_services
 from tenancy.models import Tenant
 from tests.test_manifests import K8S
@@ -52,14 +52,13 @@ Kubectl = Callable[..., str]
 
 
 @pytest.fixture
-def sim() -> Iterator[SimCluster]:
-    cluster = SimCluster(topology=TOPOLOGY).start()
-    yield cluster
-    cluster.stop()
+def sim(tmp_path) -> Iterator[DevCluster]:
+    with DevCluster(tmp_path / "cluster", topology=TOPOLOGY, proxy=True) as cluster:
+        yield cluster
 
 
 @pytest.fixture
-def kubeconfig(sim: SimCluster, tmp_path: Path) -> Path:
+def kubeconfig(sim: DevCluster, tmp_path: Path) -> Path:
     return sim.write_kubeconfig(tmp_path / "kubeconfig")
 
 

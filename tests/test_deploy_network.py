@@ -2,7 +2,8 @@
 ingress (web from the gateway's namespace, the metrics ports from the monitoring namespace, read
 by the NetworkPolicy evaluator of runtime/tests/test_network_isolation.py against the
 Deployments' own pod labels and ports), web's /metrics token is scraped from the Secret, and
-the simulated cluster takes every NetworkPolicy the product ships or builds, as built."""
+a real API server takes every NetworkPolicy the product ships or builds, as built (the
+development clusters store them; with no CNI nothing enforces them there)."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from runtime.tests.test_network_isolation import (
     allows,
     assert_valid,
 )
-from simcluster.cluster import SimCluster
+from devstack.cluster import DevCluster
 from tests.test_deploy_workloads import NAMESPACE, OBJECTS, WORKLOADS
 from tests.test_manifests import K8S
 
@@ -118,20 +119,19 @@ def test_the_service_monitor_sends_web_the_metrics_token_from_the_secret():
     assert monitor["metadata"]["namespace"] == NAMESPACE  # where that Secret is
 
 
-# --- The simulated cluster stores every policy as it was sent (the controller's `ensure`
-# compares the spec it built with the one it reads back).
+# --- The API server stores every policy as it was sent (the controller's `ensure` compares
+# the spec it built with the one it reads back).
 
 TENANT_NAMESPACE = K8S / "tenant-namespace.yaml"
 
 
 @pytest.fixture
-def sim() -> Iterator[SimCluster]:
-    cluster = SimCluster(topology={"deviceClasses": [], "nodes": []}).start()
-    yield cluster
-    cluster.stop()
+def sim(tmp_path) -> Iterator[DevCluster]:
+    with DevCluster(tmp_path / "cluster", topology={"deviceClasses": [], "nodes": []}) as cluster:
+        yield cluster
 
 
-def _kubectl(sim: SimCluster, tmp_path: Path, *args: str) -> str:
+def _kubectl(sim: DevCluster, tmp_path: Path, *args: str) -> str:
     config = sim.write_kubeconfig(tmp_path / "kubeconfig")
     env = {"HOME": str(tmp_path / "home"), "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
     result = subprocess.run(
@@ -148,7 +148,7 @@ def _kubectl(sim: SimCluster, tmp_path: Path, *args: str) -> str:
 
 @pytest.mark.kubectl
 @pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl is not on PATH")
-def test_the_simulated_cluster_takes_every_policy_as_built(sim, tmp_path):
+def test_the_api_server_takes_every_policy_as_built(sim, tmp_path):
     namespace = yaml.safe_load(TENANT_NAMESPACE.read_text())["metadata"]["name"]
     unit = dataclasses.replace(UNIT, namespace=namespace)
     cluster = POD_CIDRS + SERVICE_CIDRS + NODE_CIDRS

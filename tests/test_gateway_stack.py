@@ -1,7 +1,7 @@
-"""A unit ordered through the API is reachable by its URL through the simulated gateway, as
+"""A unit ordered through the API is reachable by its URL through the development gateway, as
 under `make run`: the worker publishes it with an HTTPRoute from the dev component's Gateway,
-and a request for the URL's host at the gateway's port reaches the unit's pod, where the
-simulated cluster has no process to answer, so the page names the unit, its Service and pod."""
+and a request for the URL's host at the gateway's port reaches the unit's pod, where no
+process runs (KWOK), so the page names the unit, its Service and pod."""
 
 from __future__ import annotations
 
@@ -16,9 +16,8 @@ from catalog.tests.factories import PackageFactory
 from conftest import start_worker, stop_worker
 from controlplane import kube
 from runtime.models import GPUUnit
-from runtime.tests.helpers import remove_namespace_objects, wait_for_phase
-from simcluster.gateway import SimGateway
-from simcluster.tests.conftest import wait_until
+from devstack.gateway import Gateway
+from runtime.tests.helpers import remove_namespace_objects, wait_for_phase, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
 DEV_GATEWAY = Path(__file__).resolve().parents[1] / "k8s" / "components" / "dev-gateway"
@@ -41,7 +40,7 @@ ORDER = {
 
 
 @pytest.fixture
-def gateway(session_worker_paused, cluster, settings, tenant) -> Iterator[SimGateway]:
+def gateway(session_worker_paused, cluster, settings, tenant) -> Iterator[Gateway]:
     """The dev component's Gateway in the session's cluster, its data plane on a free port,
     and a worker (and this process) publishing HTTP units through it."""
     PackageFactory(article=True)
@@ -50,7 +49,7 @@ def gateway(session_worker_paused, cluster, settings, tenant) -> Iterator[SimGat
     for name, value in ACCESS.items():
         setattr(settings, name, value)
     worker = start_worker("gateway-stack", **ACCESS)
-    data_plane = SimGateway(cluster.store).start()
+    data_plane = Gateway(cluster.api).start()
     yield data_plane
     data_plane.stop()
     stop_worker(worker)
@@ -60,7 +59,7 @@ def gateway(session_worker_paused, cluster, settings, tenant) -> Iterator[SimGat
     remove_namespace_objects(tenant.namespace)
 
 
-def fetch(gateway: SimGateway, url: str) -> tuple[int, str]:
+def fetch(gateway: Gateway, url: str) -> tuple[int, str]:
     """GET `url` at the gateway's port, its Host kept (what `curl --connect-to` does)."""
     target = urlsplit(url)
     connection = http.client.HTTPConnection(gateway.host, gateway.port, timeout=10)
@@ -79,11 +78,11 @@ def test_a_units_url_through_the_gateway_reaches_its_pod_and_names_it(gateway, a
     url = auth_client.get("/api/v1/gpu-units/web").json()["data"]["access"]["url"]
     assert urlsplit(url).hostname.endswith(".units.localhost")
 
-    status, page = wait_until(
-        lambda: fetch(gateway, url),
-        lambda answer: "No process serves this unit" in answer[1],
-        "the unit's URL to reach its pod through the gateway",
-    )
+    def reached() -> tuple[int, str] | None:
+        answer = fetch(gateway, url)
+        return answer if "No process serves this unit" in answer[1] else None
+
+    status, page = wait_until(reached, "the unit's URL to reach its pod through the gateway")
     pod = kube.get(kube.POD, tenant.namespace, "unit-web")
     namespace = tenant.namespace
     assert status == 503

@@ -126,7 +126,7 @@ def order_and_wait_for_running(
 
 
 def wait_for_regions(base: str, key: str) -> dict[str, dict]:
-    """Both simulated clusters listed (by the observer of each) and reachable."""
+    """Both development clusters listed (by the observer of each) and reachable."""
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
         regions = {r["name"]: r for r in json.loads(get(f"{base}/api/v1/regions", key)[1])["data"]}
@@ -151,7 +151,7 @@ def wait_for_inventory(base: str, key: str, cluster: str = "default") -> dict:
 @pytest.mark.long
 def test_make_run_serves_api_and_admin_and_stops_on_ctrl_c(tmp_path):
     # The web port and the four after it (the worker's and the observer's /metrics, the two
-    # simulated clusters' gateways).
+    # development clusters' gateways).
     port, data, log = free_port_block(5), tmp_path / "devdata", tmp_path / "run.log"
     base = f"http://127.0.0.1:{port}"
     process = start(data, port, log)
@@ -171,7 +171,7 @@ def test_make_run_serves_api_and_admin_and_stops_on_ctrl_c(tmp_path):
         assert (data / "kubeconfig-default").read_text() == (data / "kubeconfig").read_text()
         assert "current-context" in (data / "kubeconfig-eu-west").read_text()
         wait_for_regions(base, key)
-        # Each simulated cluster's gateway (web port + 3, + 4): no route for a bare address.
+        # Each development cluster's gateway (web port + 3, + 4): no route for a bare address.
         for gateway in (port + 3, port + 4):
             status, body = get(f"http://127.0.0.1:{gateway}/")
             assert (status, b"No HTTPRoute attached" in body) == (404, True), body
@@ -200,7 +200,16 @@ def test_make_run_serves_api_and_admin_and_stops_on_ctrl_c(tmp_path):
     finally:
         stop_whatever_is_left(process)
     commands = " | ".join(children.values())
-    for expected in ("redis-server", "simcluster", "gunicorn", "worker", "observe", "beat"):
+    for expected in (
+        "redis-server",
+        "kube-apiserver",
+        "etcd",
+        "kwok",
+        "gunicorn",
+        "worker",
+        "observe",
+        "beat",
+    ):
         assert expected in commands
     assert not [pid for pid in children if psutil.pid_exists(pid)]
     with pytest.raises(urllib.error.URLError, match="refused"):

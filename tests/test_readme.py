@@ -35,7 +35,7 @@ NOT_HERE = {
 # `make run` and `make test` themselves: this test runs inside both.
 THE_TWO_COMMANDS = re.compile(r"^make (run|test)\b", re.MULTILINE)
 # Run `curl` so that an HTTP error fails the block but its body is still printed; except
-# through the simulated gateway (`--connect-to`), whose answer for a unit is an HTTP error by
+# through the development gateway (`--connect-to`), whose answer for a unit is an HTTP error by
 # design (503: no process serves it), a page the test reads instead.
 PRELUDE = (
     'curl() { case " $* " in\n'
@@ -43,7 +43,7 @@ PRELUDE = (
     '  *) command curl --fail-with-body --max-time 20 "$@" ;;\n'
     "esac; }\n"
 )
-GATEWAY_PAGE = "No process serves this unit in the simulated cluster"
+GATEWAY_PAGE = "No process serves this unit in the development cluster"
 
 
 def readme_blocks() -> list[tuple[str, str]]:
@@ -107,7 +107,7 @@ def stack(tmp_path_factory):
 
 def run_block(stack, block: str) -> subprocess.CompletedProcess:
     script = block.replace(".devdata", str(stack["data"]))
-    # Web, the worker's and the observer's /metrics, then the two simulated gateways.
+    # Web, the worker's and the observer's /metrics, then the two development gateways.
     for offset in (0, 1, 2, 3, 4):
         script = script.replace(f"127.0.0.1:{8000 + offset}", f"127.0.0.1:{stack['port'] + offset}")
     return subprocess.run(
@@ -179,7 +179,7 @@ def test_sigterm_to_the_process_group_stops_everything(stack):
     process = stack["process"]
     children = psutil.Process(process.pid).children(recursive=True)
     names = " ".join(" ".join(child.cmdline()) for child in children)
-    for expected in ("gunicorn", "simcluster", "celery", "observe", "redis-server"):
+    for expected in ("gunicorn", "kube-apiserver", "kwok", "celery", "observe", "redis-server"):
         assert expected in names
     # make and the launcher both get it (and make passes it on): the second must not break
     # the cleanup halfway, which left gunicorn and the cluster running.

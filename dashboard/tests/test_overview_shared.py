@@ -1,22 +1,25 @@
-"""The overview's Shared GPUs table, from the mirror a sync of the simulated cluster leaves: per
+"""The overview's Shared GPUs table, from the mirror a sync of a development cluster leaves: per
 shared device the claims holding a share and each capacity's consumed, total and remaining, for
 operators only, and no section when no device is shared."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 import time
 from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
+from django.conf import settings
 from django.test import Client
 from django.utils import timezone
 
 from controlplane import kube
 from dashboard.tests.conftest import client_for, make_user
+from devstack.cluster import DevCluster
 from inventory.sync import sync_inventory
-from inventory.tests.test_sync import pointed_at
-from simcluster.cluster import SimCluster
 from tenancy.tests.factories import TenantFactory
 from tests.endpoints import recording
 
@@ -63,16 +66,29 @@ def hold_shares(count: int, *, cores: str, memory: str) -> None:
         time.sleep(0.1)
 
 
+@contextlib.contextmanager
+def cluster_of(topology: dict[str, Any] | None, folder: Path) -> Iterator[DevCluster]:
+    """A development cluster of `topology` (None: the sample), this process pointed at it."""
+    dev = DevCluster(folder, topology=topology)
+    previous = settings.KUBECONFIG
+    try:
+        dev.start()
+        settings.KUBECONFIG = str(dev.kubeconfig)
+        kube.reset()
+        yield dev
+    finally:
+        settings.KUBECONFIG = previous
+        kube.reset()
+        dev.stop()
+
+
 @pytest.fixture(scope="module")
-def sample_cluster(tmp_path_factory) -> Iterator[SimCluster]:
+def sample_cluster(tmp_path_factory) -> Iterator[DevCluster]:
     """The sample topology (gpu-node-shared-0 with HAMi's hami-gpu-0 and hami-gpu-1) with
     three units' worth of shares, a quarter of the cores and 20Gi each, on one GPU."""
-    with (
-        SimCluster(topology=None) as sim,
-        pointed_at(sim, tmp_path_factory.mktemp("shared")),
-    ):
+    with cluster_of(None, tmp_path_factory.mktemp("shared")) as dev:
         hold_shares(3, cores="25", memory="20Gi")
-        yield sim
+        yield dev
 
 
 def shared_rows(body: str) -> list[list[str]]:
@@ -132,10 +148,8 @@ def test_customers_do_not_see_shared_gpus_when_the_cluster_has_them(sample_clust
 
 
 def test_no_shared_gpus_section_when_no_device_is_shared(tmp_path):
-    cluster = SimCluster(
-        topology={"generate": {"nodes": 1, "gpus_per_node": 2, "product": "NVIDIA H100 80GB HBM3"}}
-    )
-    with cluster as sim, pointed_at(sim, tmp_path):
+    topology = {"generate": {"nodes": 1, "gpus_per_node": 2, "product": "NVIDIA H100 80GB HBM3"}}
+    with cluster_of(topology, tmp_path / "cluster"):
         sync_inventory()
     response = client_for(make_user(staff=True)).get(OVERVIEW)
     assert response.context["shared_devices"] == []
@@ -175,7 +189,7 @@ def test_statements_flat_when_more_gpus_are_shared(tmp_path, monkeypatch):
     staff = client_for(make_user(staff=True))
     counts = []
     for gpus in (1, 6):
-        with SimCluster(topology=shared_topology(gpus)) as sim, pointed_at(sim, tmp_path):
+        with cluster_of(shared_topology(gpus), tmp_path / f"cluster-{gpus}"):
             hold_shares(gpus, cores="60", memory="1Gi")  # one share on each GPU
             sync_inventory()
         assert len(staff.get(OVERVIEW).context["shared_devices"]) == gpus

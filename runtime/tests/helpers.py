@@ -1,4 +1,5 @@
-"""Helpers for integration tests against the simulated cluster and a real worker."""
+"""Helpers for integration tests against a development cluster (devstack/cluster.py) and a real
+Celery worker."""
 
 from __future__ import annotations
 
@@ -14,11 +15,11 @@ from catalog.tests.factories import PackageFactory
 from conftest import start_worker, stop_worker
 from controlplane import kube
 from controlplane.celery import app
+from devstack.cluster import DevCluster
 from runtime import manifests
 from runtime.control import reconcile
 from runtime.control.provisioning import install_crd
 from runtime.models import GPUUnit, UnitPhase
-from simcluster.cluster import SimCluster
 
 
 @contextmanager
@@ -91,25 +92,29 @@ def remove_namespace_objects(namespace: str) -> None:
 
 @contextmanager
 def cluster_of_its_own(
-    topology: Mapping[str, Any], tmp_path: Path, worker: str
-) -> Iterator[SimCluster]:
-    """A simulated cluster of `topology` with the GPUUnit CRD, this process and a Celery worker
-    of its own (`<worker>@<host>`) pointed at it. The test pauses the session's worker (fixture
+    topology: str | Path | Mapping[str, Any] | None, tmp_path: Path, worker: str
+) -> Iterator[DevCluster]:
+    """A development cluster of `topology` (in `tmp_path / "cluster"`, behind its fault proxy)
+    with the GPUUnit CRD, and this process and a Celery worker of its own (`<worker>@<host>`)
+    pointed at it: for a test that needs devices the sample topology lacks, or every device of
+    a cluster to itself. The test pauses the session's worker (fixture
     `session_worker_paused`), which stays on the session's cluster."""
-    sim = SimCluster(topology=topology).start()
-    kubeconfig = str(sim.write_kubeconfig(tmp_path / "kubeconfig"))
+    dev = DevCluster(tmp_path / "cluster", topology=topology, proxy=True)
     previous = settings.KUBECONFIG
-    settings.KUBECONFIG = kubeconfig
-    kube.reset()
-    install_crd()
-    process = start_worker(worker, KUBECONFIG=kubeconfig)
+    process = None
     try:
-        yield sim
+        dev.start()
+        settings.KUBECONFIG = str(dev.kubeconfig)
+        kube.reset()
+        install_crd()
+        process = start_worker(worker, KUBECONFIG=str(dev.kubeconfig))
+        yield dev
     finally:
-        stop_worker(process)
+        if process is not None:
+            stop_worker(process)
         settings.KUBECONFIG = previous
         kube.reset()
-        sim.stop()
+        dev.stop()
 
 
 def wait_until(condition: Callable[[], Any], what: str, *, timeout: float = 30.0) -> Any:

@@ -1,5 +1,5 @@
 """MIG packages on a partitionable GPU (dynamic MIG, ARCHITECTURE §14) through the stack: the
-simulated cluster publishes every placement of every profile of one H100, each drawing on the
+development cluster publishes every placement of every profile of one H100, each drawing on the
 GPU's shared counters. With a 7g.80gb unit running, GET /packages says no 1g.10gb fits (every
 1g device is unallocated, but its memory slice is taken) and a 1g unit waits Pending; with a
 3g.40gb unit running it says three do, and three reach Running while a fourth waits."""
@@ -49,8 +49,8 @@ TOPOLOGY = {
 @pytest.fixture
 def partitioned_cluster(tmp_path, session_worker_paused, django_db_blocker):
     """The cluster with one partitionable H100, this process and a worker of its own."""
-    with cluster_of_its_own(TOPOLOGY, tmp_path, "partitioned") as sim:
-        yield sim
+    with cluster_of_its_own(TOPOLOGY, tmp_path, "partitioned") as dev:
+        yield dev
 
 
 def mig_package(profile: str):

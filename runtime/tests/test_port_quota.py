@@ -6,6 +6,8 @@ its ephemeral storage), and GET /quota shows them."""
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 
 from catalog.tests.factories import ARTICLE_PACKAGE_ID, PackageFactory
@@ -15,7 +17,6 @@ from runtime import access, manifests
 from runtime.control.provisioning import CHILDREN, ensure_tenant_namespace
 from runtime.models import GPUUnit, Operation, OperationStatus, UnitPhase
 from runtime.tests.helpers import order_unit, remove_namespace_objects, wait_for_phase, wait_until
-from simcluster.quota import service_usage
 from tenancy.tests.factories import TenantFactory
 from tenancy.tests.test_sshkeys import ED25519
 from tests.endpoints import client_for
@@ -78,6 +79,40 @@ def _contract(**overrides) -> manifests.UnitContract:
     return manifests.UnitContract(**fields)
 
 
+def _charged(services: list[dict]) -> tuple[int, int]:
+    """(node ports, load balancers) the API server's ResourceQuota admission charges for
+    creating `services`: they are made in a namespace of their own under a quota of both, and
+    its used status read back. Admission writes the charge to the quota before a create
+    returns; the quota controller must have filled in the status first (until then admission
+    refuses: status unknown for quota)."""
+    namespace = f"exposure-{uuid.uuid4().hex[:12]}"
+    kube.create(kube.NAMESPACE, None, {"metadata": {"name": namespace}})
+    try:
+        kube.create(
+            kube.RESOURCEQUOTA,
+            namespace,
+            {
+                "metadata": {"name": "exposure"},
+                "spec": {"hard": {"services.nodeports": "100", "services.loadbalancers": "100"}},
+            },
+        )
+
+        def status() -> dict:
+            return kube.get(kube.RESOURCEQUOTA, namespace, "exposure").get("status") or {}
+
+        wait_until(lambda: status().get("hard"), "the quota controller to fill in its status")
+        for service in services:
+            # No owner: the garbage collector would delete a Service whose GPUUnit is not
+            # there, and the quota controller would then take its charge back.
+            metadata = {**service["metadata"], "namespace": namespace}
+            metadata.pop("ownerReferences")
+            kube.create(kube.SERVICE, namespace, {**service, "metadata": metadata})
+        used = status()["used"]
+        return int(used["services.nodeports"]), int(used["services.loadbalancers"])
+    finally:
+        kube.delete(kube.NAMESPACE, None, namespace)
+
+
 @pytest.mark.parametrize("service_type", ["NodePort", "LoadBalancer", "ClusterIP"])
 @pytest.mark.parametrize(
     ("template_ports", "access_settings", "ssh"),
@@ -89,11 +124,12 @@ def _contract(**overrides) -> manifests.UnitContract:
         (0, {}, False),
     ],
 )
-def test_exposure_counts_what_the_quota_counts_of_the_services_a_unit_gets(
-    service_type, template_ports, access_settings, ssh, settings
+def test_exposure_counts_what_the_quota_charges_for_the_services_a_unit_gets(
+    cluster, service_type, template_ports, access_settings, ssh
 ):
-    """The count the control plane checks equals what the API server's service evaluator
-    charges for the Services provisioning makes (CHILDREN, with provision_access's types)."""
+    """The count the control plane checks equals what the API server's ResourceQuota
+    admission charges for the Services provisioning makes (CHILDREN, with provision_access's
+    types)."""
     config = access.AccessConfig(tcp_service_type=service_type)
     contract = _contract(ports=ports(template_ports)["ports"], access=access_settings, ssh=ssh)
     wanted = {child.part for child in CHILDREN if child.wanted(contract, config)}
@@ -109,16 +145,8 @@ def test_exposure_counts_what_the_quota_counts_of_the_services_a_unit_gets(
         services.append(
             manifests.build_ssh_service(contract, owner_uid="u", service_type=service_type)
         )
-    charged = {"services.nodeports": 0, "services.loadbalancers": 0}
-    for service in services:
-        for key, amount in service_usage(service).items():
-            if key in charged:
-                charged[key] += int(amount.amount)
     counted = access.exposure(ports=contract.ports, access=contract.access, ssh=ssh, config=config)
-    assert (counted.node_ports, counted.load_balancers) == (
-        charged["services.nodeports"],
-        charged["services.loadbalancers"],
-    )
+    assert (counted.node_ports, counted.load_balancers) == _charged(services)
 
 
 def test_the_resource_quota_carries_node_ports_load_balancers_and_ephemeral_storage():

@@ -1,7 +1,8 @@
-"""Shared GPU packages (ARCHITECTURE §14) through the stack, on a simulated cluster with one
+"""Shared GPU packages (ARCHITECTURE §14) through the stack, on a development cluster with one
 GPU that HAMi's DRA driver shares by `cores` and `memory`: four units of a quarter-GPU package
 run on it, each with its share; GET /packages said how many more fit before each order, and a
-fifth unit waits Pending."""
+fifth unit waits Pending. On a cluster whose consumable capacity is off, a share fails rather
+than run as a whole GPU."""
 
 from __future__ import annotations
 
@@ -10,12 +11,12 @@ from django.conf import settings
 
 from catalog.tests.factories import PackageFactory
 from controlplane import kube
+from devstack.cluster import DevCluster
 from inventory.sync import sync_inventory
 from runtime import orders
 from runtime.control.provisioning import install_crd, provision_unit
 from runtime.models import GPUUnit, Operation, UnitPhase
 from runtime.tests.helpers import cluster_of_its_own, order_unit, wait_for_phase
-from simcluster.cluster import SimCluster
 from tenancy.tests.factories import TenantFactory
 from tests.endpoints import client_for
 
@@ -48,8 +49,8 @@ TOPOLOGY = {
 def shared_cluster(tmp_path, session_worker_paused, django_db_blocker):
     """The cluster with one shareable GPU, this process and a worker of its own pointed at it
     (the session's worker, on the session's cluster, takes nothing meanwhile)."""
-    with cluster_of_its_own(TOPOLOGY, tmp_path, "shared") as sim:
-        yield sim
+    with cluster_of_its_own(TOPOLOGY, tmp_path, "shared") as dev:
+        yield dev
 
 
 def test_four_quarter_units_share_one_gpu_and_a_fifth_waits(tenant, shared_cluster):
@@ -101,23 +102,29 @@ def test_four_quarter_units_share_one_gpu_and_a_fifth_waits(tenant, shared_clust
 
 
 @pytest.fixture
-def cluster_134(tmp_path, session_worker_paused):
-    """The same GPU on a 1.34 cluster, whose DRAConsumableCapacity gate is off: its API server
-    drops a claim's capacity requests (and the slice's request policies) without a word. This
-    process is pointed at it; the session's worker takes nothing meanwhile."""
-    sim = SimCluster(topology=TOPOLOGY, emulated_version="1.34").start()
+def cluster_without_capacity(tmp_path, session_worker_paused):
+    """The same GPU on a cluster whose DRAConsumableCapacity gate is off (as on 1.34 and 1.35,
+    where it was alpha and off by default): its API server drops a claim's capacity requests
+    (and the slice's request policies) without a word. This process is pointed at it; the
+    session's worker takes nothing meanwhile."""
+    dev = DevCluster(
+        tmp_path / "cluster", topology=TOPOLOGY, feature_gates={"DRAConsumableCapacity": False}
+    )
     previous = settings.KUBECONFIG
-    settings.KUBECONFIG = str(sim.write_kubeconfig(tmp_path / "kubeconfig"))
-    kube.reset()
-    install_crd()
-    yield sim
-    settings.KUBECONFIG = previous
-    kube.reset()
-    sim.stop()
+    try:
+        dev.start()
+        settings.KUBECONFIG = str(dev.kubeconfig)
+        kube.reset()
+        install_crd()
+        yield dev
+    finally:
+        settings.KUBECONFIG = previous
+        kube.reset()
+        dev.stop()
 
 
 def test_a_share_on_a_cluster_that_drops_capacity_requests_fails_and_leaves_nothing(
-    tenant, cluster_134
+    tenant, cluster_without_capacity
 ):
     PackageFactory(
         id="h100-quarter",
@@ -131,8 +138,8 @@ def test_a_share_on_a_cluster_that_drops_capacity_requests_fails_and_leaves_noth
     )
     created = orders.create_unit(
         tenant=tenant,
-        operation_id="quarter-134",
-        name="quarter-134",
+        operation_id="quarter-dropped",
+        name="quarter-dropped",
         package_id="h100-quarter",
         image="busybox",
     )

@@ -1,8 +1,9 @@
-"""Two clusters behind one control plane, over the real stack: the session's simulated cluster
-(the process's own, `default`, region `default`) and a second one (`west-1`, region
-`eu-west`), each with its own observer (one `manage.py observe` watches both), inventory
-mirror and Celery queue (a worker of its own takes `cluster.west-1`). An order pinned to a
-region lands in that region's cluster, and its objects are there and nowhere else."""
+"""Two clusters behind one control plane, over the real stack: the session's development
+cluster (the process's own, `default`, region `default`) and a second one (`west-1`, region
+`eu-west`, behind its fault proxy), each with its own observer (one `manage.py observe`
+watches both), inventory mirror and Celery queue (a worker of its own takes
+`cluster.west-1`). An order pinned to a region lands in that region's cluster, and its
+objects are there and nowhere else."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from billing.models import Meter, UsageRecord
 from catalog.tests.factories import ARTICLE_PACKAGE_ID, PackageFactory
 from conftest import start_observer, start_worker, stop_worker
 from controlplane import kube
+from devstack.cluster import DevCluster
 from inventory import clusters as inventory_clusters
 from inventory import selectors as inventory_selectors
 from inventory import sync
@@ -28,7 +30,6 @@ from runtime.control.observer import read_status
 from runtime.control.provisioning import install_crd
 from runtime.models import GPUStorage, GPUUnit, UnitEvent, UnitPhase
 from runtime.tests.helpers import order_unit, wait_until
-from simcluster.cluster import SimCluster
 
 pytestmark = [
     pytest.mark.long,
@@ -44,33 +45,37 @@ DEV_GATEWAY = Path(__file__).resolve().parents[2] / "k8s" / "components" / "dev-
 def west(cluster, tmp_path):
     """The second cluster, registered and enabled, with the GPUUnit CRD, and what watches and
     works it: an observer of every enabled cluster and a worker of west's queue."""
-    sim = SimCluster(
+    dev = DevCluster(
+        tmp_path / WEST,
+        name=WEST,
         topology={
             "generate": {"nodes": 1, "gpus_per_node": 8, "product": "NVIDIA GeForce RTX 3080"}
-        }
-    ).start()
+        },
+        proxy=True,
+    )
     observer = worker = None
     try:
+        dev.start()
         # Before the observer starts: its first listing computes what fits of each package.
         PackageFactory(article=True)
         Cluster.objects.create(
             name=WEST,
             region="eu-west",
-            kubeconfig=str(sim.write_kubeconfig(tmp_path / f"kubeconfig-{WEST}")),
+            kubeconfig=str(dev.write_kubeconfig(tmp_path / f"kubeconfig-{WEST}")),
         )
         with kube.using(WEST):
             install_crd()
         worker = start_worker("west", queues=f"cluster.{WEST}")
         observer = start_observer("two-clusters")
         wait_until(lambda: (read_status(WEST) or {}).get("synced"), "the observer to list west-1")
-        yield sim
+        yield dev
     finally:
         if observer is not None:
             os.killpg(observer.pid, signal.SIGTERM)
             observer.wait(timeout=20)
         if worker is not None:
             stop_worker(worker)
-        sim.stop()
+        dev.stop()
         kube.reset()
 
 
@@ -272,13 +277,16 @@ def test_a_cluster_that_refuses_before_anything_is_made_lets_the_unit_be_placed_
     """Two clusters in eu-west; the first refuses to make GPUUnits (403, as RBAC would). The
     unit's create fails there before anything of it exists, so it is placed again in the other
     cluster of its region, and runs there; nothing of it is left in the first."""
-    second = SimCluster(
+    second = DevCluster(
+        tmp_path / "west-2",
+        name="west-2",
         topology={
             "generate": {"nodes": 1, "gpus_per_node": 2, "product": "NVIDIA GeForce RTX 3080"}
-        }
-    ).start()
+        },
+    )
     worker = None
     try:
+        second.start()
         Cluster.objects.create(
             name="west-2",
             region="eu-west",
