@@ -333,7 +333,7 @@ OBSERVER_METRICS_PORT = env.int("OBSERVER_METRICS_PORT", default=0)
 HEARTBEAT_INTERVAL_SECONDS = env.int("HEARTBEAT_INTERVAL_SECONDS", default=15)
 
 # Kubernetes: KUBECONFIG (a path) or, inside a pod, the service account. `make run` and the
-# tests point it at the simulated cluster.
+# tests point it at a development cluster (devstack/cluster.py).
 KUBECONFIG = env.str("KUBECONFIG", default="")
 KUBE_CONTEXT = env.str("KUBE_CONTEXT", default="")
 KUBE_REQUEST_TIMEOUT = env.float("KUBE_REQUEST_TIMEOUT", default=10.0)

@@ -6,6 +6,7 @@ They are built once per machine into `$XDG_CACHE_HOME/gpu-control-plane/kube/<ke
 `~/.cache/...`), the key being a hash of the module's files and the Go version, so every clone
 on the machine (CI's fresh one included) reuses them and a change of pins builds anew.
 `python -m devstack.binaries` builds them (`make binaries`); the launcher does so on first use.
+DEVSTACK_KUBE_BIN names a folder of them built elsewhere (the docker-compose image).
 """
 
 from __future__ import annotations
@@ -79,7 +80,10 @@ def folder(go: str | None = None) -> Path:
 
 
 def ensure(*, quiet: bool = False) -> Path:
-    """The folder of built binaries, building them first if this machine has not."""
+    """The folder of built binaries, building them first if this machine has not. With
+    DEVSTACK_KUBE_BIN set, that folder as it is (an image that carries them, no Go)."""
+    if given := os.environ.get("DEVSTACK_KUBE_BIN"):
+        return Path(given)
     go = go_command()
     target = folder(go)
     if (target / "bin" / ".complete").exists():

@@ -14,6 +14,7 @@ for logs) and the fault proxy in front.
 
 from __future__ import annotations
 
+import argparse
 import base64
 import contextlib
 import ctypes
@@ -95,6 +96,8 @@ class DevCluster:
         feature_gates: Mapping[str, bool] | None = None,
         extra_objects: Sequence[Path] = (),
         gateway_port: int | None = None,
+        host: str = "127.0.0.1",
+        api_port: int | None = None,
     ) -> None:
         self.folder = folder
         self.name = name
@@ -103,6 +106,10 @@ class DevCluster:
         self.feature_gates = {**FEATURE_GATES, **(feature_gates or {})}
         self.extra_objects = list(extra_objects)
         self.gateway_port = gateway_port
+        # The name and port clients reach the API server by: loopback and a free port, or
+        # (docker-compose) the service's name and a fixed port, listened on every interface.
+        self.host = host
+        self.api_port = api_port
         self.api: kubeapi.Api
         self.processes: dict[str, subprocess.Popen] = {}
         self.ports: dict[str, int] = {}
@@ -147,7 +154,7 @@ class DevCluster:
         bin_dir = binaries.ensure()
         self.folder.mkdir(parents=True, exist_ok=True)
         self.logs.mkdir(exist_ok=True)
-        keys = pki.ensure(self.folder / "pki")
+        keys = pki.ensure(self.folder / "pki", host=self.host)
         (self.folder / "tokens.csv").write_text(
             f'{self.token},{ADMIN_USER},{ADMIN_USER},"system:masters"\n'
         )
@@ -156,7 +163,7 @@ class DevCluster:
             self.ports = {
                 "etcd": base,
                 "etcd-peer": base + 1,
-                "kube-apiserver": base + 2,
+                "kube-apiserver": self.api_port or base + 2,
                 "kwok": base + 3,
             }
             try:
@@ -166,7 +173,9 @@ class DevCluster:
                 self.stop()
                 if attempt == 2 or "address already in use" not in str(error):
                     raise
-        self._write_kubeconfig(self.admin_kubeconfig, self.server)
+        self._write_kubeconfig(
+            self.admin_kubeconfig, f"https://{self.host}:{self.ports['kube-apiserver']}"
+        )
         self.api = kubeapi.Api(self.server, self.token, keys.ca_cert)
         driver.publish(self.api, self.topology)
         for path in self.extra_objects:
@@ -275,7 +284,7 @@ class DevCluster:
             [
                 str(bin_dir / "kube-apiserver"),
                 f"--etcd-servers={etcd_url}",
-                "--bind-address=127.0.0.1",
+                f"--bind-address={'127.0.0.1' if self.host == '127.0.0.1' else '0.0.0.0'}",
                 "--advertise-address=127.0.0.1",
                 f"--secure-port={self.ports['kube-apiserver']}",
                 f"--tls-cert-file={keys.server_cert}",
@@ -675,9 +684,31 @@ def describe(cluster: DevCluster) -> dict[str, Any]:
     return {"name": cluster.name, "server": cluster.server, "ports": cluster.ports}
 
 
-if __name__ == "__main__":  # a cluster by hand: python -m devstack.cluster FOLDER
-    with DevCluster(Path(sys.argv[1])) as cluster:
+def main(argv: list[str] | None = None) -> int:
+    """`python -m devstack.cluster FOLDER`: one development cluster until SIGTERM or Ctrl-C."""
+    parser = argparse.ArgumentParser(prog="python -m devstack.cluster")
+    parser.add_argument("folder", type=Path)
+    parser.add_argument("--name", default="default")
+    parser.add_argument("--topology", help="a topology YAML (default: the sample's)")
+    parser.add_argument("--host", default="127.0.0.1", help="the name clients reach it by")
+    parser.add_argument("--port", type=int, help="the API server's port (default: a free one)")
+    parser.add_argument("--kubeconfig-out", type=Path, help="also write the kubeconfig here")
+    args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    with DevCluster(
+        args.folder.resolve(),
+        name=args.name,
+        topology=args.topology,
+        host=args.host,
+        api_port=args.port,
+    ) as cluster:
+        if args.kubeconfig_out:
+            cluster.write_kubeconfig(args.kubeconfig_out)
         print(json.dumps(describe(cluster)), flush=True)
         with contextlib.suppress(KeyboardInterrupt):
             signal.pause()
-    os._exit(0)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -55,10 +55,12 @@ class Pki:
         return self.folder / "sa.pub"
 
 
-def ensure(folder: Path) -> Pki:
-    """The cluster's PKI in `folder`, made on first use."""
+def ensure(folder: Path, *, host: str = "127.0.0.1") -> Pki:
+    """The cluster's PKI in `folder`, made on first use (again if the API server's certificate
+    does not name `host`, the name clients reach it by)."""
     pki = Pki(folder)
-    if pki.service_account_pub.exists():
+    names = folder / "server-names"
+    if pki.service_account_pub.exists() and names.exists() and names.read_text() == host:
         return pki
     folder.mkdir(parents=True, exist_ok=True)
     ca_key = ec.generate_private_key(ec.SECP256R1())
@@ -91,10 +93,7 @@ def ensure(folder: Path) -> Pki:
             server_key.public_key(),
         )
         .add_extension(
-            x509.SubjectAlternativeName(
-                [x509.DNSName(name) for name in SERVER_NAMES]
-                + [x509.IPAddress(ipaddress.ip_address(a)) for a in SERVER_ADDRESSES]
-            ),
+            x509.SubjectAlternativeName(_names(host)),
             critical=False,
         )
         .add_extension(x509.ExtendedKeyUsage([ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
@@ -134,13 +133,25 @@ def ensure(folder: Path) -> Pki:
     _write_key(pki.client_key, client_key)
     sa_key = ec.generate_private_key(ec.SECP256R1())
     _write_key(pki.service_account_key, sa_key)
-    # Written last: its presence says the folder is complete.
     pki.service_account_pub.write_bytes(
         sa_key.public_key().public_bytes(
             serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
         )
     )
+    names.write_text(host)  # written last: its presence says the folder is complete
     return pki
+
+
+def _names(host: str) -> list[x509.GeneralName]:
+    addresses = set(SERVER_ADDRESSES)
+    dns = set(SERVER_NAMES)
+    try:
+        addresses.add(str(ipaddress.ip_address(host)))
+    except ValueError:
+        dns.add(host)
+    return [x509.DNSName(n) for n in sorted(dns)] + [
+        x509.IPAddress(ipaddress.ip_address(a)) for a in sorted(addresses)
+    ]
 
 
 def _builder(subject: x509.Name, issuer: x509.Name, key) -> x509.CertificateBuilder:

@@ -1,6 +1,6 @@
 """docker-compose.yml and the Dockerfile, checked by reading them (Docker is not needed): every
 service's image and command, healthchecks, dependency wiring on healthy services, Redis
-durability, a single beat, the shared kubeconfig of the simulated cluster, no committed
+durability, a single beat, the shared kubeconfig of the development cluster, no committed
 secrets, and an image that runs as the non-root user the Kubernetes manifests expect."""
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ ROOT = K8S.parent
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
 SERVICES = COMPOSE["services"]
 APPS = ("migrate", "web", "worker", "observer", "beat")
-LONG_RUNNING = ("postgres", "redis", "simcluster", "web", "worker", "observer", "beat")
+LONG_RUNNING = ("postgres", "redis", "devcluster", "web", "worker", "observer", "beat")
 DOCKERFILE = (ROOT / "Dockerfile").read_text()
 
 
@@ -32,23 +32,31 @@ def healthcheck(name: str) -> str:
 
 
 def test_the_stack_has_every_service():
-    assert set(SERVICES) == {"postgres", "redis", "simcluster", *APPS}
+    assert set(SERVICES) == {"postgres", "redis", "devcluster", *APPS}
 
 
 def test_services_run_the_right_image_and_command():
     assert SERVICES["postgres"]["image"].startswith("postgres:")
     assert SERVICES["redis"]["image"].startswith("redis:")
-    images = {SERVICES[name]["image"] for name in (*APPS, "simcluster")}
+    images = {SERVICES[name]["image"] for name in APPS}
     assert len(images) == 1
-    for name in (*APPS, "simcluster"):
+    for name in APPS:
         assert SERVICES[name]["build"] == "."
+    # The development cluster: the app image plus the binaries the `kube` stage builds.
+    assert SERVICES["devcluster"]["build"] == {"context": ".", "target": "devcluster"}
+    assert re.search(r"^FROM app AS devcluster$", DOCKERFILE, re.MULTILINE)
+    assert "COPY --from=kube /opt/kube/bin /opt/kube/bin" in DOCKERFILE
+    assert "ENV DEVSTACK_KUBE_BIN=/opt/kube/bin" in DOCKERFILE
+    # The app image is the last stage, the one `build: .` makes.
+    assert re.findall(r"^FROM (\S+)", DOCKERFILE, re.MULTILINE)[-1] == "app"
     assert command("web").startswith("gunicorn controlplane.wsgi:application --bind=0.0.0.0:8000")
     assert command("worker").startswith("celery --app=controlplane worker")
     assert command("beat").startswith("celery --app=controlplane beat")
     assert command("observer") == "python manage.py observe"
     assert "--schedule=/tmp/" in command("beat")
     assert "python manage.py migrate --noinput" in command("migrate")
-    assert "python -m simcluster --host 0.0.0.0" in command("simcluster")
+    assert command("devcluster").startswith("python -m devstack.cluster /var/lib/devcluster")
+    assert "--host=devcluster" in command("devcluster")
 
 
 def test_long_running_services_have_healthchecks_that_probe_the_right_thing():
@@ -64,14 +72,14 @@ def test_long_running_services_have_healthchecks_that_probe_the_right_thing():
     assert "inspect ping --destination=celery@$$(hostname)" in healthcheck("worker")
     assert "inspect ping --destination=celerybeat@$$(hostname)" in healthcheck("beat")
     assert "--enable-remote-control" in command("beat")
-    port = re.search(r"--port (\d+)", command("simcluster")).group(1)
-    assert f"http://127.0.0.1:{port}/healthz" in healthcheck("simcluster")
+    port = re.search(r"--port=(\d+)", command("devcluster")).group(1)
+    assert f"https://127.0.0.1:{port}/readyz" in healthcheck("devcluster")
 
 
 def test_app_services_wait_for_healthy_backing_services_and_migrations():
     for name in APPS:
         depends = SERVICES[name]["depends_on"]
-        for backing in ("postgres", "redis", "simcluster"):
+        for backing in ("postgres", "redis", "devcluster"):
             assert depends[backing] == {"condition": "service_healthy"}, (name, backing)
     for name in ("web", "worker", "observer", "beat"):
         migrate = SERVICES[name]["depends_on"]["migrate"]
@@ -95,19 +103,19 @@ def test_exactly_one_beat():
     assert "scale" not in SERVICES["beat"]
 
 
-def test_app_containers_reach_the_simulated_cluster_through_a_shared_kubeconfig():
-    simcluster = command("simcluster")
-    port = re.search(r"--port (\d+)", simcluster).group(1)
-    assert f'server: "http://simcluster:{port}"' in simcluster
-    assert "> /kube/config" in simcluster
-    assert "kubeconfig:/kube" in SERVICES["simcluster"]["volumes"]
+def test_app_containers_reach_the_development_cluster_through_a_shared_kubeconfig():
+    devcluster = command("devcluster")
+    # The kubeconfig it writes names it by its service name, which its certificate names too.
+    assert "--host=devcluster" in devcluster
+    assert "--kubeconfig-out=/kube/config" in devcluster
+    assert "kubeconfig:/kube" in SERVICES["devcluster"]["volumes"]
     for name in APPS:
         assert SERVICES[name]["environment"]["KUBECONFIG"] == "/kube/config"
         assert "kubeconfig:/kube:ro" in SERVICES[name]["volumes"]
     assert "kubeconfig" in COMPOSE["volumes"]
 
 
-@pytest.mark.parametrize("name", [*APPS, "simcluster"])
+@pytest.mark.parametrize("name", [*APPS, "devcluster"])
 def test_app_containers_run_as_locked_down_as_the_kubernetes_pods(name):
     service = SERVICES[name]
     assert service["read_only"] is True
