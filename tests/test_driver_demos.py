@@ -1,13 +1,13 @@
-"""The DRA drivers' own demo manifests against the simulated cluster, with the outcome a real
-1.34-1.36 cluster gives: NVIDIA's quickstart (gpu-test1..6, gpu-test-mps), dra-example-driver's
-basic examples, and the Kubernetes documentation's DRA examples.
+"""The DRA drivers' own demo manifests on a development cluster (the real kube-apiserver,
+scheduler and controller-manager of 1.36, KWOK nodes), applied as their READMEs say, with the
+outcome the real scheduler gives: NVIDIA's quickstart (gpu-test1..6, gpu-test-mps),
+dra-example-driver's basic examples, and the Kubernetes documentation's DRA examples.
 
 Every manifest is rewritten here (not copied), keeping the kinds, names, claims, templates,
 requests, selectors, constraints and config of the source named above each scenario. Each test
-gets a fresh cluster publishing devices as that driver does, with the DeviceClass its chart
-installs, so the manifests keep their own class and driver names. The newer dra-example-driver
-examples (admin-access, gpu-allow-multiple-allocations, partitionable-devices) are covered in
-test_claim_templates.py and test_shared_devices.py."""
+gets a fresh cluster whose development driver publishes devices as that driver does
+(devstack/driver.py), with the DeviceClass its chart installs, so the manifests keep their own
+class and driver names."""
 
 from __future__ import annotations
 
@@ -15,16 +15,16 @@ import os
 import re
 import shutil
 import subprocess
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 import yaml
 from kubernetes import client, config, utils
 
-from simcluster.cluster import SimCluster
-from simcluster.tests.conftest import wait_until
+from devstack.cluster import DevCluster
 
 # `kubectl get resourceclaim` STATE and the template controller's annotation.
 POD_CLAIM_NAME = "resource.kubernetes.io/pod-claim-name"
@@ -36,10 +36,28 @@ H100 = "NVIDIA H100 80GB HBM3"
 needs_kubectl = pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not on PATH")
 
 
+T = TypeVar("T")
+
+
+def wait_until(
+    read: Callable[[], T], done: Callable[[T], bool], what: str, *, timeout: float = 30.0
+) -> T:
+    """Poll `read()` until `done` says yes; fail naming `what` and the last value once
+    `timeout` seconds have passed (a bound for a loaded machine, not a speed check)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = read()
+        if done(value):
+            return value
+        if time.monotonic() > deadline:
+            pytest.fail(f"timed out waiting for {what}; last value: {value}")
+        time.sleep(0.05)
+
+
 class Demo:
     """One fresh cluster: the official client, kubectl, and the reads the scenarios assert."""
 
-    def __init__(self, sim: SimCluster, tmp_path: Path) -> None:
+    def __init__(self, sim: DevCluster, tmp_path: Path) -> None:
         self.sim = sim
         self.tmp_path = tmp_path
         self.kubeconfig = sim.write_kubeconfig(tmp_path / "kubeconfig")
@@ -192,10 +210,10 @@ def _node_of(claim: dict[str, Any]) -> str:
 
 @pytest.fixture
 def start(tmp_path: Path) -> Iterator[Callable[[dict[str, Any]], Demo]]:
-    started: list[tuple[SimCluster, Demo]] = []
+    started: list[tuple[DevCluster, Demo]] = []
 
     def make(topology: dict[str, Any]) -> Demo:
-        sim = SimCluster(topology=topology)
+        sim = DevCluster(tmp_path / f"cluster-{len(started)}", topology=topology)
         sim.start()
         demo = Demo(sim, tmp_path)
         started.append((sim, demo))
@@ -210,7 +228,7 @@ def start(tmp_path: Path) -> Iterator[Callable[[dict[str, Any]], Demo]]:
 # -- NVIDIA k8s-dra-driver-gpu ----------------------------------------------------------------
 
 # The half-balanced layout of demo/specs/quickstart/mig-parted-config.yaml (two 1g, one 2g, one
-# 3g per GPU on GPUs 0-3, GPUs 4-7 whole) with the simulated cluster's H100 profiles in place of
+# 3g per GPU on GPUs 0-3, GPUs 4-7 whole) with the development driver's H100 profiles in place of
 # the A100-40GB ones (1g.5gb -> 1g.10gb, 2g.10gb -> 2g.20gb, 3g.20gb -> 3g.40gb). Whole GPUs
 # and MIG devices sit on two nodes: one pool per node, as the driver publishes them.
 MIG_LAYOUT = ["1g.10gb", "1g.10gb", "2g.20gb", "3g.40gb"]
@@ -448,9 +466,7 @@ def test_nvidia_gpu_test3_two_pods_share_one_claim(start: Callable[..., Demo]) -
 # NVIDIA/k8s-dra-driver-gpu demo/specs/quickstart/v1/gpu-test4.yaml: a template asking four
 # MIG devices (two 1g, one 2g, one 3g) constrained to one parent GPU (matchAttribute
 # parentUUID over all requests), each container getting one request, in a Deployment of 4
-# replicas. Profiles adapted to H100 (see MIG_LAYOUT); the simulated cluster serves no
-# Deployments, so the four replicas are created as the ReplicaSet would create them: pods of
-# the Deployment's pod template.
+# replicas. Profiles adapted to H100 (see MIG_LAYOUT).
 GPU_TEST4_TEMPLATE = """
 apiVersion: v1
 kind: Namespace
@@ -490,43 +506,50 @@ spec:
 GPU_TEST4_REQUESTS = ["mig-1g-10gb-0", "mig-1g-10gb-1", "mig-2g-20gb", "mig-3g-40gb"]
 
 
-def _gpu_test4_pod(name: str) -> str:
+def _gpu_test4_deployment(replicas: int) -> str:
     containers = "".join(
         f"""
-  - name: ctr{number}
-    image: ubuntu:22.04
-    command: ["bash", "-c"]
-    args: ["nvidia-smi -L; trap 'exit 0' TERM; sleep 9999 & wait"]
-    resources:
-      claims: [{{name: mig-devices, request: {request}}}]"""
+      - name: ctr{number}
+        image: ubuntu:22.04
+        command: ["bash", "-c"]
+        args: ["nvidia-smi -L; trap 'exit 0' TERM; sleep 9999 & wait"]
+        resources:
+          claims: [{{name: mig-devices, request: {request}}}]"""
         for number, request in enumerate(GPU_TEST4_REQUESTS)
     )
     return f"""
-apiVersion: v1
-kind: Pod
-metadata:
-  namespace: gpu-test4
-  name: {name}
-  labels: {{app: pod}}
+apiVersion: apps/v1
+kind: Deployment
+metadata: {{namespace: gpu-test4, name: pod}}
 spec:
-  resourceClaims:
-  - name: mig-devices
-    resourceClaimTemplateName: mig-devices
-  containers:{containers}
-  tolerations:
-  - {{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}}
+  replicas: {replicas}
+  selector: {{matchLabels: {{app: pod}}}}
+  template:
+    metadata: {{labels: {{app: pod}}}}
+    spec:
+      resourceClaims:
+      - name: mig-devices
+        resourceClaimTemplateName: mig-devices
+      containers:{containers}
+      tolerations:
+      - {{key: nvidia.com/gpu, operator: Exists, effect: NoSchedule}}
 """
 
 
+@needs_kubectl
 def test_nvidia_gpu_test4_mig_devices_of_one_parent_per_pod(start: Callable[..., Demo]) -> None:
+    """The Deployment's controllers (replicaset, resourceclaim) make the pods and their claims."""
     demo = start(NVIDIA_TOPOLOGY)
-    demo.create(GPU_TEST4_TEMPLATE)
-    replicas = [f"pod-7d4b9c8f6-{suffix}" for suffix in ("b2x7k", "h9q4m", "p5w2n", "z8r6t")]
-    for name in replicas:
-        demo.create(_gpu_test4_pod(name))
+    demo.apply("gpu-test4", GPU_TEST4_TEMPLATE + "---" + _gpu_test4_deployment(4))
+
+    def replicas() -> list[str]:
+        listed = demo.core.list_namespaced_pod("gpu-test4", label_selector="app=pod")
+        return sorted(pod.metadata.name for pod in listed.items)
+
+    first = wait_until(replicas, lambda names: len(names) == 4, "the Deployment's 4 pods")
     published = demo.slice_devices(NVIDIA)
     parents = []
-    for name in replicas:
+    for name in first:
         pod = demo.running("gpu-test4", name)
         assert pod["spec"]["nodeName"] == "gpu-node-mig"
         claim = demo.generated_claim("gpu-test4", name, "mig-devices")
@@ -546,14 +569,15 @@ def test_nvidia_gpu_test4_mig_devices_of_one_parent_per_pod(start: Callable[...,
     assert len(set(parents)) == 4  # each replica filled a GPU of its own
 
     # A fifth replica finds no GPU with four free MIG devices: Pending, Unschedulable.
-    demo.create(_gpu_test4_pod("pod-7d4b9c8f6-c3v5j"))
-    condition = demo.not_scheduled("gpu-test4", "pod-7d4b9c8f6-c3v5j")
+    demo.kubectl("-n", "gpu-test4", "scale", "deployment/pod", "--replicas=5")
+    [fifth] = set(wait_until(replicas, lambda names: len(names) == 5, "a fifth pod")) - set(first)
+    condition = demo.not_scheduled("gpu-test4", fifth)
     assert condition["reason"] == "Unschedulable"
     assert "cannot allocate all claims" in condition["message"]
-    [event, *_] = demo.events("gpu-test4", "pod-7d4b9c8f6-c3v5j", "FailedScheduling")
+    [event, *_] = demo.events("gpu-test4", fifth, "FailedScheduling")
     assert event["type"] == "Warning"
     assert "cannot allocate all claims" in event["message"]
-    pod = demo.pod("gpu-test4", "pod-7d4b9c8f6-c3v5j")
+    pod = demo.pod("gpu-test4", fifth)
     assert pod["status"]["phase"] == "Pending"
     assert not pod["spec"].get("nodeName")
 
@@ -1320,9 +1344,9 @@ def _docs_slice(driver: str, node: str, devices: list[dict[str, Any]]) -> dict[s
 # allocate-devices-dra.md with content/en/examples/dra/deviceclass.yaml (published there as
 # resource.k8s.io/v1beta2; written here as v1, see the report), resourceclaimtemplate.yaml,
 # resourceclaim.yaml (allocationMode All) and dra-example-job.yaml (a Job whose pod template
-# names both; the simulated cluster serves no Jobs, so its pods are created directly). The
-# shared claim takes every `type == "gpu"`, 64Gi device of the node, so the template claim
-# asking one more with the same selector cannot be met: the pods stay Pending, Unschedulable.
+# names both; the controller-manager's Job controller makes its pods). The shared claim takes
+# every `type == "gpu"`, 64Gi device of the node, so the template claim asking one more with
+# the same selector cannot be met: the pods stay Pending, Unschedulable.
 DOCS_CLAIMS = """
 apiVersion: resource.k8s.io/v1
 kind: DeviceClass
@@ -1367,7 +1391,10 @@ spec:
 """
 
 
-def _docs_job_pod(name: str, claim_template: str = "example-resource-claim-template") -> dict:
+def _docs_job(claim_template: str = "example-resource-claim-template") -> dict:
+    """dra-example-job.yaml: two pods at a time, each with a claim of its own from the template
+    and the shared claim, its three containers as the docs split them."""
+
     def container(number: int, claim: str) -> dict[str, Any]:
         return {
             "name": f"container{number}",
@@ -1377,20 +1404,40 @@ def _docs_job_pod(name: str, claim_template: str = "example-resource-claim-templ
         }
 
     return {
-        "metadata": {"name": name, "labels": {"job-name": "example-dra-job"}},
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": "example-dra-job", "namespace": "dra-docs"},
         "spec": {
-            "restartPolicy": "Never",
-            "containers": [
-                container(0, "separate-gpu-claim"),
-                container(1, "shared-gpu-claim"),
-                container(2, "shared-gpu-claim"),
-            ],
-            "resourceClaims": [
-                {"name": "separate-gpu-claim", "resourceClaimTemplateName": claim_template},
-                {"name": "shared-gpu-claim", "resourceClaimName": "example-resource-claim"},
-            ],
+            "completions": 10,
+            "parallelism": 2,
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [
+                        container(0, "separate-gpu-claim"),
+                        container(1, "shared-gpu-claim"),
+                        container(2, "shared-gpu-claim"),
+                    ],
+                    "resourceClaims": [
+                        {"name": "separate-gpu-claim", "resourceClaimTemplateName": claim_template},
+                        {"name": "shared-gpu-claim", "resourceClaimName": "example-resource-claim"},
+                    ],
+                }
+            },
         },
     }
+
+
+def _job_pods(demo: Demo) -> list[str]:
+    """The Job's two pods, once its controller has made them."""
+
+    def names() -> list[str]:
+        listed = demo.core.list_namespaced_pod(
+            "dra-docs", label_selector="job-name=example-dra-job"
+        )
+        return sorted(pod.metadata.name for pod in listed.items)
+
+    return wait_until(names, lambda found: len(found) == 2, "the Job's two pods")
 
 
 def _docs_gpu(name: str, memory: str = "64Gi") -> dict[str, Any]:
@@ -1412,10 +1459,9 @@ def test_docs_all_mode_claim_leaves_no_device_for_the_template(
     demo.core.create_namespace({"metadata": {"name": "dra-docs"}})
     out = demo.apply("dra-docs", DOCS_CLAIMS)
     assert "deviceclass.resource.k8s.io/example-device-class created" in out
+    demo.create(yaml.safe_dump(_docs_job()))
     # The Job's parallelism is 2: two pods at a time.
-    for name in ("example-dra-job-4x7kq", "example-dra-job-9mz2w"):
-        demo.core.create_namespaced_pod("dra-docs", _docs_job_pod(name))
-    for name in ("example-dra-job-4x7kq", "example-dra-job-9mz2w"):
+    for name in _job_pods(demo):
         condition = demo.not_scheduled("dra-docs", name)
         assert condition["reason"] == "Unschedulable"
         assert "cannot allocate all claims" in condition["message"]
@@ -1454,9 +1500,8 @@ def test_docs_all_mode_claim_shared_with_a_template_of_another_device(
         .replace("example-resource-claim-template", "small-gpu-template")
         .replace('quantity("64Gi")', 'quantity("32Gi")')
     )
-    pods = ["example-dra-job-4x7kq", "example-dra-job-9mz2w"]
-    for name in pods:
-        demo.core.create_namespaced_pod("dra-docs", _docs_job_pod(name, "small-gpu-template"))
+    demo.create(yaml.safe_dump(_docs_job("small-gpu-template")))
+    pods = _job_pods(demo)
     separate = []
     for name in pods:
         demo.running("dra-docs", name)
@@ -1474,15 +1519,10 @@ def test_docs_all_mode_claim_shared_with_a_template_of_another_device(
 @needs_kubectl
 def test_docs_tutorial_claim_and_pod(start: Callable[..., Demo]) -> None:
     demo = _example(start)
-    # The tutorial runs `kubectl create namespace dra-tutorial`; kubectl sends that body as
-    # protobuf, which the simulated cluster does not read (415), so it is applied instead.
+    demo.kubectl("create", "namespace", "dra-tutorial")
     demo.apply(
         "tutorial",
         """
-apiVersion: v1
-kind: Namespace
-metadata: {name: dra-tutorial}
----
 apiVersion: resource.k8s.io/v1
 kind: ResourceClaim
 metadata: {name: some-gpu, namespace: dra-tutorial}
