@@ -28,6 +28,11 @@ SENTENCES: dict[str, str] = {
     "WaitingForAllocation": "The unit is waiting for the DRA driver to allocate its GPUs.",
     "Starting": "The GPUs are allocated and the unit's container is starting.",
     "ContainersNotReady": "The container runs but does not report ready yet.",
+    "NodeNotReady": (
+        "The node the unit runs on stopped reporting ready, so the unit is not served. If the "
+        "node does not come back within a few minutes, Kubernetes evicts the pod; restart the "
+        "unit to run it elsewhere."
+    ),
     "ImagePullFailed": (
         "The image {image} could not be pulled. Check its name and tag, and that the "
         "registry lets the cluster pull it."

@@ -323,6 +323,10 @@ class DevCluster:
                 f"--root-ca-file={keys.ca_cert}",
                 f"--service-account-private-key-file={keys.service_account_key}",
                 "--controllers=*",
+                # A node whose kubelet went silent is NotReady after 20 s, not 50: the Lease
+                # above is renewed every few seconds.
+                "--node-monitor-grace-period=20s",
+                "--node-monitor-period=2s",
                 "--kube-api-qps=200",
                 "--kube-api-burst=400",
                 "--secure-port=0",
@@ -347,13 +351,15 @@ class DevCluster:
                 str(bin_dir / "kwok"),
                 f"--kubeconfig={kubeconfig}",
                 f"--config={kwok_config}",
-                "--manage-all-nodes=true",
+                # A node labelled chaos=not-ready is dropped, as if its kubelet stopped: no
+                # status, no Lease, its pods left as they are (devstack/stages/nodes.yaml).
+                f"--manage-nodes-with-label-selector={CHAOS_LABEL}!=not-ready",
                 "--node-ip=127.0.0.1",
                 f"--node-port={self.ports['kwok']}",
                 f"--server-address=127.0.0.1:{self.ports['kwok']}",
                 f"--tls-cert-file={keys.client_cert}",
                 f"--tls-private-key-file={keys.client_key}",
-                "--node-lease-duration-seconds=40",
+                "--node-lease-duration-seconds=10",
             ],
         )
         for name in COMPONENTS:

@@ -15,7 +15,14 @@ from django.db.models.functions import Cast
 from django.utils import timezone
 
 from inventory import clusters
-from inventory.models import Cluster, Device, InventorySnapshot, PackageAvailability, SyncRun
+from inventory.models import (
+    Cluster,
+    Device,
+    InventorySnapshot,
+    Node,
+    PackageAvailability,
+    SyncRun,
+)
 from inventory.observe import Observation, attribute_value, build_document
 from inventory.placement import Candidate
 
@@ -130,6 +137,19 @@ def device_uuids(devices: Iterable[DeviceKey], *, cluster: str) -> dict[DeviceKe
         if (driver, pool, name) in wanted and isinstance(value, str) and value:
             found[(driver, pool, name)] = value
     return found
+
+
+def unready_nodes(names: Iterable[str], *, cluster: str) -> set[str]:
+    """Those of `cluster`'s nodes named that the mirror says are not Ready. One query for any
+    number of names (none for none)."""
+    wanted = {name for name in names if name}
+    if not wanted:
+        return set()
+    return set(
+        Node.objects.filter(cluster=cluster, name__in=wanted, ready=False).values_list(
+            "name", flat=True
+        )
+    )
 
 
 def device_taints(devices: Iterable[DeviceKey], *, cluster: str) -> dict[DeviceKey, list[dict]]:

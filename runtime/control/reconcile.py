@@ -13,7 +13,7 @@ unit with its reason; a temporary one leaves it for the next look (`ReconcileRes
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
@@ -46,6 +46,8 @@ _HEALTHY_REASONS = {
     WAITING_FOR_PREEMPTION,
 }
 DEVICE_UNHEALTHY = "DeviceUnhealthy"
+# A running unit whose pod the node lifecycle controller marked not ready with its node.
+NODE_NOT_READY = "NodeNotReady"
 # The condition kube-controller-manager's device taint eviction puts on a pod it deletes.
 _TAINT_EVICTION = "DeletionByDeviceTaintManager"
 # The kinds a unit is reconciled from, watched by the observer and listed by the backstop.
@@ -178,12 +180,27 @@ def plan_pod(
     return PodStep.RECREATE
 
 
+def unready_node(pod: dict | None) -> str:
+    """The node of a running pod whose Ready condition is False ("" otherwise): the pods the
+    reconcile asks the mirror about, whether their node is the reason."""
+    if pod is None or (pod.get("status") or {}).get("phase") != "Running":
+        return ""
+    for condition in (pod.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "Ready" and condition.get("status") == "False":
+            return (pod.get("spec") or {}).get("nodeName") or ""
+    return ""
+
+
 def plan_row(
-    unit: GPUUnit, objects: UnitObjects, taints: Mapping[DeviceKey, list[dict]]
+    unit: GPUUnit,
+    objects: UnitObjects,
+    taints: Mapping[DeviceKey, list[dict]],
+    unready_nodes: Collection[str] = (),
 ) -> RowChange:
     """What the unit's row should say given its objects: Terminated once a Terminating unit's
     objects are gone, Failed when its GPUUnit was deleted behind our back or a device it held
-    turned unhealthy, else the phase, reason and DRA status derived from claim and pod."""
+    turned unhealthy, else the phase, reason and DRA status derived from claim and pod (with
+    NodeNotReady for a pod not ready because its node, among `unready_nodes`, is not)."""
     gpuunit = own_gpuunit(unit, objects.gpuunit)
     claim, pod = objects.claim, objects.pod
     if unit.phase == UnitPhase.TERMINATING:
@@ -217,6 +234,14 @@ def plan_row(
                 compare_status=True,
             )
     observed = observe(claim_name=unit.claim_name, claim=claim, pod=pod)
+    if observed.reason == "ContainersNotReady" and observed.node_name in unready_nodes:
+        observed = replace(
+            observed,
+            reason=NODE_NOT_READY,
+            message=f"Node {observed.node_name} is not ready: the unit is not served, and its "
+            "pod is evicted once its toleration of that ends (5 minutes by default) unless the "
+            "node comes back.",
+        )
     fields: dict[str, Any] = {"dra": observed.dra, "node_name": observed.node_name}
     if unit.preemption_wait_until is not None:
         if observed.phase == UnitPhase.PENDING and not observed.dra.get("allocated"):
@@ -361,6 +386,13 @@ def reconcile_batch(
         )
         for cluster in {unit.cluster for unit in units}
     }
+    unready = {
+        cluster: inventory_selectors.unready_nodes(
+            (unready_node(objects[unit.pk].pod) for unit in units if unit.cluster == cluster),
+            cluster=cluster,
+        )
+        for cluster in {unit.cluster for unit in units}
+    }
     refused: dict[int, RowChange] = {}
     for unit in units:
         step = plan_pod(unit, objects[unit.pk], taints[unit.cluster])
@@ -396,7 +428,9 @@ def reconcile_batch(
     def settle(unit: GPUUnit) -> None:
         unit_objects = objects[unit.pk]
         ending = unit.phase == UnitPhase.TERMINATING
-        change = refused.get(unit.pk) or plan_row(unit, unit_objects, taints[unit.cluster])
+        change = refused.get(unit.pk) or plan_row(
+            unit, unit_objects, taints[unit.cluster], unready[unit.cluster]
+        )
         try:
             with transaction.atomic():
                 _apply_row(unit, change, result)
