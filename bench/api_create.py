@@ -1,7 +1,8 @@
 """Create API throughput: POST /api/v1/gpu-units with fresh operationIDs (auth, throttle,
 validation, idempotency check, quota under the tenant lock, unit + operation + event, enqueue)
 and replays of one operationID, each against a bare Django view doing one INSERT. Same gunicorn,
-same 8 connections; rounds alternate so drift hits every kind alike. Prints one JSON line.
+same 8 connections; rounds alternate so drift hits every kind alike. No cluster: nothing
+takes the provisioning tasks the creates queue. Prints one JSON line.
 
 `create` spreads the 8 connections over 8 tenants (one API key each), as many customers would;
 `create_one_tenant` sends all 8 through one key, where creates queue on that tenant's row lock
@@ -13,9 +14,9 @@ from collections.abc import Callable
 
 from bench import harness
 
-ROUNDS = 3
-SECONDS = 5.0
-WARMUP_SECONDS = 1.0
+ROUNDS = harness.sized(3, 1)
+SECONDS = harness.sized(5.0, 1.0)
+WARMUP_SECONDS = harness.sized(1.0, 0.5)
 KINDS = ("baseline", "create", "create_one_tenant", "replay")
 
 

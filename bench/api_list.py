@@ -1,7 +1,8 @@
 """List latency: GET /api/v1/gpu-units with 10,000 units in the tenant, page sizes 10 and 100,
 first page and a page deep in the list (by cursor), against a raw `SELECT ... LIMIT` view
 rendering the same columns as JSON. One connection (latency, not throughput); rounds
-alternate. Statements per request must not depend on the page size. Prints one JSON line."""
+alternate. Statements per request must not depend on the page size. No cluster. Prints one
+JSON line."""
 
 from __future__ import annotations
 
@@ -9,10 +10,12 @@ import json
 
 from bench import harness
 
-UNITS = 10_000
+UNITS = harness.sized(10_000, 1_000)
 PAGE_SIZES = (10, 100)
-ROUNDS = 3
-REQUESTS = 100
+ROUNDS = harness.sized(3, 1)
+REQUESTS = harness.sized(100, 30)
+# The "deep" page: this many units in, by cursor.
+DEEP = UNITS // 2
 
 
 def seed_units(tenant, package) -> None:
@@ -69,9 +72,9 @@ def main() -> None:
     with connection.cursor() as cursor:
         cursor.execute("ANALYZE")
         cursor.execute(
-            "SELECT uid FROM runtime_gpuunit WHERE tenant_id = %s ORDER BY id DESC OFFSET 5000 "
+            "SELECT uid FROM runtime_gpuunit WHERE tenant_id = %s ORDER BY id DESC OFFSET %s "
             "LIMIT 1",
-            [tenant.pk],
+            [tenant.pk, DEEP],
         )
         # The cursor the API itself would hand out after that unit (unfiltered list).
         deep_cursor = encode_cursor(str(cursor.fetchone()[0]), cursor_scope(tenant.pk, None, ""))
@@ -108,6 +111,7 @@ def main() -> None:
         "bench": "api_list",
         "server": harness.SERVER_DESCRIPTION,
         "units_in_tenant": UNITS,
+        "deep_offset": DEEP,
         "concurrency": 1,
         "requests": ROUNDS * REQUESTS,
     }

@@ -1,31 +1,34 @@
-"""End to end: 500 units from POST /api/v1/gpu-units to phase Running in the simulated cluster
-(63 nodes x 8 H100), with gunicorn, 2 Celery worker processes (prefork, concurrency 2), the
-observer, and Celery beat with its backstop reconcile at the default 30 s, against the
-simulated cluster's own throughput for the same objects created directly (ResourceClaim + Pod,
-no GPUUnit, no control plane) with the official kubernetes client from 2 threads. Prints one
-JSON line.
+"""End to end: a burst of 500 units from POST /api/v1/gpu-units to phase Running on a
+development cluster of 63 nodes x 8 H100 (the real API server, scheduler and
+controller-manager; KWOK reports a bound pod Running), with gunicorn, 2 Celery worker
+processes (prefork, concurrency 2), the observer, and Celery beat with its backstop reconcile
+at the default 30 s, against the same ResourceClaim + Pod per unit created directly against
+the same API server (no GPUUnit, no control plane) with the official kubernetes client from 2
+threads. The direct burst runs first and its objects are deleted before the control plane's.
+Prints one JSON line.
 
 Time to running is measured from the moment a request is sent to the first poll (every 0.1 s)
-that sees the unit Running in the database (the pod Running in the cluster, for the baseline)."""
+that sees the unit Running in the database; for the baseline, to the watch event that shows
+its pod Running."""
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from bench import harness
 
-UNITS = 500
-NODES = 63  # 504 GPUs
+UNITS = harness.sized(500, 12)
+NODES = harness.sized(63, 2)  # 504 GPUs (small: 16)
 WORKERS = 2
 RECONCILE_INTERVAL_SECONDS = "30"
 POLL_SECONDS = 0.1
 TIMEOUT_SECONDS = 300.0
-SIM_ARGS = ("--nodes", str(NODES), "--gpus-per-node", "8", "--scheduler")
+DIRECT_NAMESPACE = "bench-direct"
 
 
 def burst_stats(sent: dict[str, float], running: dict[str, float]) -> dict:
@@ -40,11 +43,34 @@ def burst_stats(sent: dict[str, float], running: dict[str, float]) -> dict:
     }
 
 
-def control_plane(tenant, key: str, package) -> dict:
-    from runtime.control.provisioning import install_crd
+def wait_running(tenant: Any, units: int) -> dict[str, float]:
+    """Until `units` of the tenant's units are Running in the database: when each was first
+    seen so (a poll every POLL_SECONDS)."""
     from runtime.models import GPUUnit
 
-    body = {"packageID": package.id, "image": "ghcr.io/example/worker:1.0"}
+    running: dict[str, float] = {}
+    deadline = time.perf_counter() + TIMEOUT_SECONDS
+    while len(running) < units:
+        if time.perf_counter() > deadline:
+            raise RuntimeError(f"only {len(running)} of {units} units Running in time")
+        now = time.perf_counter()
+        for name in GPUUnit.objects.filter(tenant=tenant, phase="Running").values_list(
+            "name", flat=True
+        ):
+            running.setdefault(name, now)
+        time.sleep(POLL_SECONDS)
+    return running
+
+
+def worker_args() -> tuple[str, ...]:
+    chosen = os.environ.get("BENCH_WORKER_ARGS", f"--pool prefork --concurrency {WORKERS}")
+    return (*chosen.split(), "--without-heartbeat", "--without-gossip", "--without-mingle")
+
+
+def control_plane(cluster: harness.DevCluster, tenant: Any, key: str, package: Any) -> dict:
+    from runtime.control.provisioning import install_crd
+
+    body = {"packageID": package.id, "image": harness.IMAGE}
 
     def create(index: int, worker: int) -> harness.Request:
         name = f"e2e-{index}"
@@ -53,94 +79,61 @@ def control_plane(tenant, key: str, package) -> dict:
         )
 
     schedule = Path(tempfile.mkdtemp(prefix="bench-beat-")) / "schedule"
+    install_crd()
+    harness.tenant_namespace(cluster, tenant)
     with (
-        harness.simcluster(*SIM_ARGS, module="bench.simserver") as kubeconfig,
         harness.gunicorn() as port,
+        harness.celery("worker", *worker_args()),
+        harness.celery("beat", "--schedule", str(schedule)),
+        harness.observer(),
     ):
-        harness.use_cluster(kubeconfig)
-        install_crd()
-        worker_args = tuple(
-            os.environ.get("BENCH_WORKER_ARGS", f"--pool prefork --concurrency {WORKERS}").split()
+        harness.wait_for_worker()
+        load: dict[str, harness.LoadResult] = {}
+        thread = threading.Thread(
+            target=lambda: load.update(result=harness.run_load(port, create, total=UNITS))
         )
-        quiet = ("--without-heartbeat", "--without-gossip", "--without-mingle")
-        with (
-            harness.celery("worker", *worker_args, *quiet),
-            harness.celery("beat", "--schedule", str(schedule)),
-            harness.observer(),
-        ):
-            harness.wait_for_worker()
-            load: dict[str, harness.LoadResult] = {}
-            thread = threading.Thread(
-                target=lambda: load.update(result=harness.run_load(port, create, total=UNITS))
-            )
-            thread.start()
-            running: dict[str, float] = {}
-            deadline = time.perf_counter() + TIMEOUT_SECONDS
-            while len(running) < UNITS:
-                if time.perf_counter() > deadline:
-                    raise RuntimeError(f"only {len(running)} of {UNITS} units Running in time")
-                now = time.perf_counter()
-                for name in GPUUnit.objects.filter(tenant=tenant, phase="Running").values_list(
-                    "name", flat=True
-                ):
-                    running.setdefault(name, now)
-                time.sleep(POLL_SECONDS)
-            thread.join()
+        thread.start()
+        running = wait_running(tenant, UNITS)
+        thread.join()
     result = load["result"]
     result.check(201)
     sent = {f"e2e-{index}": at for index, at in result.sent_at.items()}
     return {**burst_stats(sent, running), "post_rps": round(result.rps, 1)}
 
 
-def direct(package) -> dict:
-    """The same claim and pod, created straight against the simulated cluster."""
-    from kubernetes import client, config
+def direct(cluster: harness.DevCluster, package: Any) -> dict:
+    """The same claims and pods, created straight against the cluster from WORKERS threads;
+    deleted afterwards."""
+    harness.direct_namespace(cluster, DIRECT_NAMESPACE)
+    client = harness.DirectClient(cluster)
+    queue = iter(
+        [
+            harness.direct_objects(package, f"e2e-{index}", DIRECT_NAMESPACE)
+            for index in range(UNITS)
+        ]
+    )
+    lock = threading.Lock()
+    sent: dict[str, float] = {}
 
-    from runtime import manifests
+    def creator() -> None:
+        while True:
+            with lock:
+                item = next(queue, None)
+            if item is None:
+                return
+            claim, pod = item
+            sent[pod["metadata"]["name"]] = time.perf_counter()
+            client.create(DIRECT_NAMESPACE, claim, pod)
 
-    namespace = "bench-direct"
-    with harness.simcluster(*SIM_ARGS, module="bench.simserver") as kubeconfig:
-        api = config.new_client_from_config(str(kubeconfig))
-        core, resource = client.CoreV1Api(api), client.ResourceV1Api(api)
-        core.create_namespace(
-            {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
-        )
-        objects = []
-        for index in range(UNITS):
-            name = f"e2e-{index}"
-            objects.append((name, *harness.direct_objects(package, name, namespace)))
-        sent: dict[str, float] = {}
-        queue = iter(objects)
-        lock = threading.Lock()
-
-        def creator() -> None:
-            while True:
-                with lock:
-                    item = next(queue, None)
-                if item is None:
-                    return
-                name, claim, pod = item
-                sent[manifests.pod_name_for(name)] = time.perf_counter()
-                resource.create_namespaced_resource_claim(namespace, claim, _preload_content=False)
-                core.create_namespaced_pod(namespace, pod, _preload_content=False)
-
-        threads = [threading.Thread(target=creator) for _ in range(WORKERS)]
-        for thread in threads:
-            thread.start()
-        running: dict[str, float] = {}
-        deadline = time.perf_counter() + TIMEOUT_SECONDS
-        while len(running) < UNITS:
-            if time.perf_counter() > deadline:
-                raise RuntimeError(f"only {len(running)} of {UNITS} pods Running in time")
-            now = time.perf_counter()
-            pods = json.loads(core.list_namespaced_pod(namespace, _preload_content=False).data)
-            for pod in pods["items"]:
-                if (pod.get("status") or {}).get("phase") == "Running":
-                    running.setdefault(pod["metadata"]["name"], now)
-            time.sleep(POLL_SECONDS)
-        for thread in threads:
-            thread.join()
-    return burst_stats(sent, running)
+    running = harness.PodsRunning(cluster, DIRECT_NAMESPACE).start()
+    threads = [threading.Thread(target=creator) for _ in range(WORKERS)]
+    for thread in threads:
+        thread.start()
+    times = running.wait(UNITS, timeout=TIMEOUT_SECONDS)
+    for thread in threads:
+        thread.join()
+    harness.clear_namespace(cluster, DIRECT_NAMESPACE)
+    return burst_stats(sent, times)
 
 
 def main() -> None:
@@ -152,13 +145,16 @@ def main() -> None:
     )
     tenant, key = harness.make_tenant("bench-e2e")
     package = harness.make_package()
-    harness.log("end_to_end: control plane")
-    measured = control_plane(tenant, key, package)
-    harness.log("end_to_end: direct")
-    baseline = direct(package)
+    with harness.dev_cluster("default", nodes=NODES) as cluster:
+        harness.use_cluster(cluster.kubeconfig)
+        harness.log("end_to_end: direct")
+        baseline = direct(cluster, package)
+        harness.log("end_to_end: control plane")
+        measured = control_plane(cluster, tenant, key, package)
     figures = {
         "bench": "end_to_end",
         "units": UNITS,
+        "cluster": f"a development cluster of {NODES} nodes x 8 H100",
         "workers": f"{WORKERS} celery worker processes (prefork)",
         "reconcile": f"the observer; beat's backstop reconcile_units every "
         f"{RECONCILE_INTERVAL_SECONDS} s",

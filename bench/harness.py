@@ -1,8 +1,11 @@
 """Shared plumbing for the benchmarks: a fresh database and Redis db per script, production-mode
-settings, a gunicorn server, Celery processes, the simulated cluster in a subprocess, and a
-loopback load generator with persistent connections.
+settings, a gunicorn server, Celery processes, development clusters (devstack/cluster.py: the
+real API server, scheduler and controller-manager, KWOK nodes), what the direct baselines
+create straight against them, and a loopback load generator with persistent connections.
 
-Every script needs DATABASE_URL and REDIS_URL (`python -m devstack exec --` provides them)."""
+Every script needs DATABASE_URL and REDIS_URL (`python -m devstack exec --` provides them).
+With BENCH_SMALL=1 each script runs at a few sizes small enough to check that it works end to
+end on a busy machine; its figures then say so (`"small": true`) and are not the benchmark's."""
 
 from __future__ import annotations
 
@@ -12,6 +15,7 @@ import itertools
 import json
 import os
 import secrets
+import shutil
 import socket
 import statistics
 import subprocess
@@ -20,15 +24,18 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import urlsplit, urlunsplit
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+from devstack.cluster import DevCluster  # noqa: E402 - once ROOT is importable
 
 # The machine has 2 cores: 2 gunicorn workers x 4 threads serve, 8 client connections load.
 SERVER_WORKERS = int(os.environ.get("BENCH_SERVER_WORKERS", "2"))
@@ -55,12 +62,24 @@ _REDIS_DB = {
 }
 
 
+# BENCH_SMALL=1: every script at sizes that only check it works (see the module's docstring).
+SMALL = os.environ.get("BENCH_SMALL", "") not in ("", "0")
+Size = TypeVar("Size")
+
+
+def sized(full: Size, small: Size) -> Size:
+    """`full`, or `small` when the run is small (BENCH_SMALL=1)."""
+    return small if SMALL else full
+
+
 def log(message: str) -> None:
     print(f"[bench] {message}", file=sys.stderr, flush=True)
 
 
 def emit(figures: dict[str, Any]) -> None:
-    """The script's one line of output."""
+    """The script's one line of output (a small run's says so)."""
+    if SMALL:
+        figures = {**figures, "small": True}
     print(json.dumps(figures), flush=True)
 
 
@@ -205,6 +224,10 @@ def celery(*args: str) -> Iterator[subprocess.Popen]:
         _stop(process)
 
 
+# Listing 10,000 units' objects from a real API server takes a while.
+OBSERVER_START_SECONDS = 300
+
+
 @contextlib.contextmanager
 def observer() -> Iterator[subprocess.Popen]:
     """`manage.py observe` with the bench environment, once it leads and has listed the
@@ -215,48 +238,18 @@ def observer() -> Iterator[subprocess.Popen]:
         [sys.executable, "manage.py", "observe"], cwd=ROOT, env=dict(os.environ)
     )
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + OBSERVER_START_SECONDS
         while True:
             status = read_status() or {}
             if status.get("identity", "").endswith(f":{process.pid}") and status.get("synced"):
                 break
             if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError("the observer did not lead and list the cluster within 60 s")
+                raise RuntimeError(
+                    f"the observer did not lead and list the cluster within "
+                    f"{OBSERVER_START_SECONDS} s"
+                )
             time.sleep(0.1)
         yield process
-    finally:
-        _stop(process)
-
-
-@contextlib.contextmanager
-def simcluster(*args: str, module: str = "simcluster") -> Iterator[Path]:
-    """The simulated cluster in its own process (so serving it does not share our GIL);
-    yields the path of its kubeconfig."""
-    workdir = Path(tempfile.mkdtemp(prefix="bench-sim-"))
-    kubeconfig = workdir / "kubeconfig"
-    port = free_port()
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            module,
-            "--port",
-            str(port),
-            "--kubeconfig-out",
-            str(kubeconfig),
-            *args,
-        ],
-        cwd=ROOT,
-        env=dict(os.environ),
-        stdout=subprocess.DEVNULL,
-    )
-    try:
-        _wait_http(port, "/version", timeout=120, process=process)
-        while not kubeconfig.exists():
-            if process.poll() is not None:
-                raise RuntimeError(f"{module} exited with {process.returncode}")
-            time.sleep(0.05)
-        yield kubeconfig
     finally:
         _stop(process)
 
@@ -490,28 +483,32 @@ def wait_for_worker() -> None:
     raise RuntimeError("no celery worker answered within 60 s")
 
 
+IMAGE = "ghcr.io/example/worker:1.0"
+
+
+def unit_contract(package: Any, tenant: Any, name: str, namespace: str) -> Any:
+    """The contract a unit of `package` named `name` gets when `tenant` orders it (the same
+    fields GPUUnit.contract_fields snapshots): what its claim and pod are built from."""
+    from runtime.models import GPUUnit
+
+    unit = GPUUnit(
+        tenant=tenant,
+        name=name,
+        namespace=namespace,
+        operation_id=name,
+        image=IMAGE,
+        **GPUUnit.contract_fields(package, name=name),
+    )
+    return unit.contract(request_hash="-")
+
+
 def direct_objects(package: Any, name: str, namespace: str) -> tuple[dict, dict]:
     """The claim and pod a unit of `package` named `name` gets, without its GPUUnit owner:
     what the direct baselines create straight against the cluster."""
     from runtime import manifests
+    from tenancy.models import Tenant
 
-    contract = manifests.UnitContract(
-        name=name,
-        namespace=namespace,
-        tenant="bench",
-        operation_id=name,
-        request_hash="-",
-        package_id=package.id,
-        spec_name=package.spec_name,
-        image="ghcr.io/example/worker:1.0",
-        cpu=package.cpu,
-        memory=package.memory,
-        gpu=package.gpu,
-        device_class_name=package.device_class_name,
-        claim_name=manifests.claim_name_for(name),
-        claim_request_name=package.claim_request_name,
-        count=package.count,
-    )
+    contract = unit_contract(package, Tenant(slug="bench-direct"), name, namespace)
     claim = manifests.build_resource_claim(contract, owner_uid="-")
     pod = manifests.build_pod(contract, owner_uid="-")
     for obj in (claim, pod):
@@ -538,3 +535,211 @@ def api_key(tenant: Any) -> str:
     from tenancy import services
 
     return services.create_api_key(tenant=tenant, name="bench")[1]
+
+
+# --- development clusters ---------------------------------------------------------------------
+
+H100 = "NVIDIA H100 80GB HBM3"
+CLAIMS = ("resource.k8s.io/v1", "ResourceClaim")
+PODS = ("v1", "Pod")
+
+
+@contextlib.contextmanager
+def dev_cluster(name: str, *, nodes: int, gpus_per_node: int = 8) -> Iterator[DevCluster]:
+    """A development cluster of `nodes` identical nodes of H100s, in a temporary folder removed
+    afterwards. Its processes die with the thread that starts them: the script's main thread.
+    The product reaches it through `.kubeconfig` (no fault proxy: nothing in between), and no
+    node agent writes container output (the load would fall on both halves of a comparison)."""
+    folder = Path(tempfile.mkdtemp(prefix=f"bench-cluster-{name}-"))
+    topology = {"generate": {"nodes": nodes, "gpus_per_node": gpus_per_node, "product": H100}}
+    cluster = DevCluster(folder, name=name, topology=topology, agent=False)
+    log(f"starting development cluster {name}: {nodes} nodes x {gpus_per_node} H100")
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def wait_until(condition: Callable[[], Any], what: str, *, timeout: float = 120.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while not (found := condition()):
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"timed out after {timeout:g} s waiting until {what}")
+        time.sleep(0.05)
+    return found
+
+
+def namespace_ready(cluster: DevCluster, namespace: str) -> None:
+    """Until the controller-manager has made the namespace's ServiceAccount: the API server
+    refuses pods (403) in a namespace that has none yet."""
+    wait_until(
+        lambda: cluster.api.get("v1", "ServiceAccount", "default", namespace),
+        f"namespace {namespace} has its ServiceAccount",
+    )
+
+
+def direct_namespace(cluster: DevCluster, namespace: str) -> None:
+    """A namespace for the direct baseline, admitting pods as a tenant's does (Pod Security
+    restricted), once pods can be created in it."""
+    from runtime import manifests
+
+    cluster.api.apply(manifests.build_namespace(namespace, tenant=namespace))
+    namespace_ready(cluster, namespace)
+
+
+def tenant_namespace(cluster: DevCluster, tenant: Any, *, cluster_name: str = "") -> None:
+    """The tenant's namespace and quota as provisioning makes them, made before a measurement
+    (a tenant's first unit would otherwise race the controller-manager for the namespace's
+    ServiceAccount); `cluster_name` a registered cluster, else the process's own."""
+    from controlplane import kube
+    from runtime.control.provisioning import ensure_tenant_namespace
+
+    with kube.using(cluster_name or kube.HOME):
+        ensure_tenant_namespace(tenant)
+    namespace_ready(cluster, tenant.namespace)
+
+
+class DirectClient:
+    """Creates claims and pods straight against one cluster with the official kubernetes
+    client (the one the product's calls go through), no GPUUnit, no control plane."""
+
+    def __init__(self, cluster: DevCluster) -> None:
+        from kubernetes import client, config
+
+        api = config.new_client_from_config(str(cluster.admin_kubeconfig))
+        self.core = client.CoreV1Api(api)
+        self.resource = client.ResourceV1Api(api)
+
+    def create(self, namespace: str, claim: dict, pod: dict) -> None:
+        self.resource.create_namespaced_resource_claim(namespace, claim, _preload_content=False)
+        self.core.create_namespaced_pod(namespace, pod, _preload_content=False)
+
+    def pod_phase(self, namespace: str, name: str) -> str:
+        pod = self.core.read_namespaced_pod(name, namespace, _preload_content=False)
+        return (json.loads(pod.data).get("status") or {}).get("phase", "")
+
+
+class PodsRunning:
+    """When each pod of a namespace was first seen Running, from a watch on a thread of its
+    own: listing hundreds of pods every 0.1 s would cost the API server more CPU than what it
+    times on a two-core machine. `start()` before the pods are made."""
+
+    def __init__(self, cluster: DevCluster, namespace: str) -> None:
+        self.cluster = cluster
+        self.namespace = namespace
+        self.running: dict[str, float] = {}
+        self._version = ""  # the resourceVersion the watch goes on from
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._follow, daemon=True)
+
+    def start(self) -> PodsRunning:
+        listing = self.cluster.api.request("GET", self.cluster.api.path(*PODS, self.namespace))
+        self._seen(listing["items"])
+        self._version = listing["metadata"]["resourceVersion"]
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stopped.set()
+
+    def _seen(self, pods: Iterable[dict]) -> None:
+        now = time.perf_counter()
+        for pod in pods:
+            metadata = pod.get("metadata") or {}
+            phase = (pod.get("status") or {}).get("phase")
+            if metadata.get("namespace") == self.namespace and phase == "Running":
+                self.running.setdefault(metadata["name"], now)
+
+    def _follow(self) -> None:
+        from devstack.kubeapi import ApiError
+
+        while not self._stopped.is_set():
+            try:
+                for event in self.cluster.api.watch(*PODS, resource_version=self._version):
+                    if self._stopped.is_set():
+                        return
+                    obj = event.get("object") or {}
+                    if event.get("type") == "ERROR":  # too old a version: list again
+                        raise ApiError(410, json.dumps(obj))
+                    self._version = obj["metadata"]["resourceVersion"]
+                    if event["type"] != "BOOKMARK":
+                        self._seen([obj])
+            except Exception:  # a watch that ended or broke: list, then watch again
+                if self._stopped.is_set():
+                    return
+                time.sleep(0.1)
+                with contextlib.suppress(Exception):
+                    listing = self.cluster.api.request(
+                        "GET", self.cluster.api.path(*PODS, self.namespace)
+                    )
+                    self._seen(listing["items"])
+                    self._version = listing["metadata"]["resourceVersion"]
+
+    def wait(self, count: int, *, timeout: float) -> dict[str, float]:
+        """Until `count` pods were seen Running; their names and times."""
+        wait_until(
+            lambda: len(self.running) >= count,
+            f"{count} pods of {self.namespace} Running ({len(self.running)} are)",
+            timeout=timeout,
+        )
+        self.stop()
+        return dict(self.running)
+
+
+def clear_namespace(cluster: DevCluster, namespace: str, *, timeout: float = 300.0) -> None:
+    """Delete every pod (at once: no grace) and claim of `namespace`, and wait until they are
+    gone, so their devices are free for what is measured next."""
+    api = cluster.api
+    api.request("DELETE", api.path(*PODS, namespace), query={"gracePeriodSeconds": "0"})
+    api.request("DELETE", api.path(*CLAIMS, namespace))
+    wait_until(
+        lambda: (
+            not api.list(*PODS, namespace, limit="1")
+            and not api.list(*CLAIMS, namespace, limit="1")
+        ),
+        f"the pods and claims of {namespace} are gone",
+        timeout=timeout,
+    )
+
+
+def create_units(
+    cluster: DevCluster, contracts: Sequence[Any], *, threads: int = 4
+) -> list[dict[str, Any]]:
+    """Each contract's GPUUnit, claim and pod as provisioning makes them (the claim and pod
+    owned by the GPUUnit), created from `threads` threads; returns the GPUUnits."""
+    from runtime import manifests
+
+    api = cluster.api
+
+    def create(obj: dict) -> dict:
+        metadata = obj["metadata"]
+        path = api.path(obj["apiVersion"], obj["kind"], metadata.get("namespace"))
+        return api.request("POST", path, obj)
+
+    def unit(contract: Any) -> dict:
+        gpuunit = create(manifests.build_gpuunit(contract))
+        owner = gpuunit["metadata"]["uid"]
+        create(manifests.build_resource_claim(contract, owner_uid=owner))
+        create(manifests.build_pod(contract, owner_uid=owner))
+        return gpuunit
+
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        return list(pool.map(unit, contracts))
+
+
+def create_claims_and_pods(
+    cluster: DevCluster, objects: Sequence[tuple[dict, dict]], *, threads: int = 4
+) -> None:
+    """Claims and their pods (no owner), created from `threads` threads."""
+    api = cluster.api
+
+    def create(pair: tuple[dict, dict]) -> None:
+        for obj in pair:
+            metadata = obj["metadata"]
+            path = api.path(obj["apiVersion"], obj["kind"], metadata.get("namespace"))
+            api.request("POST", path, obj)
+
+    with ThreadPoolExecutor(max_workers=threads) as pool:
+        list(pool.map(create, objects))

@@ -1,5 +1,7 @@
 """What observing costs as the fleet grows: at 10 and 10,000 units (each with its GPUUnit, claim
-and pod, allocated and running, on a simulated cluster with 10,000 H100s), the SQL statements
+and pod as provisioning makes them, allocated by the scheduler and running, on a development
+cluster of 1,250 nodes x 8 H100: the real API server, scheduler and controller-manager, KWOK
+nodes; the cluster grows from the first size to the second), the SQL statements
 and cluster calls of one observed change, the duration of the full reconcile pass, of the
 slowest tick of beat's paged backstop over one cycle (RECONCILE_PAGE_SIZE units a tick) and how
 many ticks the cycle takes, and the resident memory of the web, worker and observer processes.
@@ -15,46 +17,61 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Iterator
+from typing import Any
 
 import psutil
 
 from bench import harness
-from bench.simserver import UNIT_NAMESPACE, UNIT_TENANT, unit_contract
 
-SIZES = (10, 10_000)
-NODES, GPUS_PER_NODE = 1250, 8  # 10,000 devices
+SIZES = harness.sized((10, 10_000), (10, 40))
+NODES, GPUS_PER_NODE = harness.sized((1250, 8), (6, 8))  # 10,000 devices (small: 48)
+UNIT_NAMESPACE = UNIT_TENANT = "bench-units"
+# Creating 10,000 units' objects and the scheduler placing their pods takes minutes.
+SEED_TIMEOUT_SECONDS = 2400.0
 
 
-def _seed_rows(tenant, gpuunits: list[dict]) -> None:
+def _seed_rows(tenant: Any, package: Any, gpuunits: list[dict]) -> None:
     """The database rows of units whose objects the cluster already has (as provisioning
     would have recorded them), in one bulk insert."""
     from django.conf import settings
 
-    from catalog.models import Package
     from runtime.models import GPUUnit, UnitPhase
 
-    package = Package.objects.get(pk="bench-h100-1x")
-    rows = []
-    for gpuunit in gpuunits:
-        index = int(gpuunit["metadata"]["name"].removeprefix("unit-"))
-        contract = unit_contract(index)
-        rows.append(
-            GPUUnit(
-                tenant=tenant,
-                name=contract.name,
-                namespace=UNIT_NAMESPACE,
-                cluster=settings.CLUSTER_NAME,
-                operation_id=contract.operation_id,
-                image=contract.image,
-                phase=UnitPhase.PROVISIONING,
-                unit_k8s_uid=gpuunit["metadata"]["uid"],
-                # Provisioning brought the objects to the unit's generation (else the
-                # reconcile leaves the unit to a rollout that never comes).
-                observed_generation=1,
-                **GPUUnit.contract_fields(package, name=contract.name),
-            )
+    rows = [
+        GPUUnit(
+            tenant=tenant,
+            name=gpuunit["metadata"]["name"],
+            namespace=UNIT_NAMESPACE,
+            cluster=settings.CLUSTER_NAME,
+            operation_id=gpuunit["metadata"]["name"],  # as harness.unit_contract names it
+            image=harness.IMAGE,
+            phase=UnitPhase.PROVISIONING,
+            unit_k8s_uid=gpuunit["metadata"]["uid"],
+            # Provisioning brought the objects to the unit's generation (else the
+            # reconcile leaves the unit to a rollout that never comes).
+            observed_generation=1,
+            **GPUUnit.contract_fields(package, name=gpuunit["metadata"]["name"]),
         )
+        for gpuunit in gpuunits
+    ]
     GPUUnit.objects.bulk_create(rows, batch_size=2_000)
+
+
+def _grow(cluster: harness.DevCluster, tenant: Any, package: Any, units: int) -> list[dict]:
+    """Units `unit-<n>` up to `units` in the cluster, their pods placed and Running; returns
+    every GPUUnit."""
+    from controlplane import kube
+
+    have = len(kube.list_all(kube.GPUUNIT)[0])
+    contracts = [
+        harness.unit_contract(package, tenant, f"unit-{n}", UNIT_NAMESPACE)
+        for n in range(have, units)
+    ]
+    running = harness.PodsRunning(cluster, UNIT_NAMESPACE).start()
+    harness.create_units(cluster, contracts)
+    running.wait(units, timeout=SEED_TIMEOUT_SECONDS)
+    gpuunits, _version = kube.list_all(kube.GPUUNIT)
+    return gpuunits
 
 
 def _kube_calls() -> float:
@@ -146,45 +163,39 @@ def _rss_mb(process: psutil.Process) -> float:
     return round(process.memory_info().rss / 2**20, 1)
 
 
-def measure(units: int) -> dict:
-    from controlplane import kube
+def measure(cluster: harness.DevCluster, tenant: Any, package: Any, units: int) -> dict:
     from runtime.control import reconcile
     from runtime.models import GPUUnit
 
     GPUUnit.objects.all().delete()
-    tenant = harness.tenant_with_namespace(UNIT_TENANT, UNIT_NAMESPACE)
-    args = ("--nodes", str(NODES), "--gpus-per-node", str(GPUS_PER_NODE), "--units", str(units))
-    with harness.simcluster(*args, module="bench.simserver") as kubeconfig:
-        harness.use_cluster(kubeconfig)
-        gpuunits, _version = kube.list_all(kube.GPUUNIT)
-        _seed_rows(tenant, gpuunits)
-        reconcile.reconcile_units()  # Provisioning -> Running, statuses patched: steady after
-        started = time.perf_counter()
-        steady = reconcile.reconcile_units()
-        backstop_s = time.perf_counter() - started
-        if steady.changed:
-            raise RuntimeError(f"the second reconcile still changed units: {steady}")
-        tick_s, cycle_ticks = _backstop_cycle()
-        unit = GPUUnit.objects.order_by("id").first()
-        with _observer_informers() as observer:
-            one = [_one_event(observer, unit) for _ in range(3)]
-        statements, calls = one[-1]
-        with (
-            harness.gunicorn() as port,
-            harness.celery("worker", "--pool", "prefork", "--concurrency", "2") as worker,
-            harness.observer() as observer_process,
-        ):
-            harness.wait_for_worker()
-            key = harness.api_key(tenant)
-            list_request = harness.json_request("GET", "/api/v1/gpu-units?limit=100", None, key)
-            harness.run_load(port, lambda _i, _w: list_request, concurrency=2, total=50).check(200)
-            web = psutil.Process(harness.gunicorn_pid(port))
-            web_mb = max(_rss_mb(child) for child in web.children())
-            worker_mb = max(
-                [_rss_mb(psutil.Process(worker.pid))]
-                + [_rss_mb(c) for c in psutil.Process(worker.pid).children()]
-            )
-            observer_mb = _rss_mb(psutil.Process(observer_process.pid))
+    _seed_rows(tenant, package, _grow(cluster, tenant, package, units))
+    reconcile.reconcile_units()  # Provisioning -> Running, statuses patched: steady after
+    started = time.perf_counter()
+    steady = reconcile.reconcile_units()
+    backstop_s = time.perf_counter() - started
+    if steady.changed:
+        raise RuntimeError(f"the second reconcile still changed units: {steady}")
+    tick_s, cycle_ticks = _backstop_cycle()
+    unit = GPUUnit.objects.order_by("id").first()
+    with _observer_informers() as observer:
+        one = [_one_event(observer, unit) for _ in range(3)]
+    statements, calls = one[-1]
+    with (
+        harness.gunicorn() as port,
+        harness.celery("worker", "--pool", "prefork", "--concurrency", "2") as worker,
+        harness.observer() as observer_process,
+    ):
+        harness.wait_for_worker()
+        key = harness.api_key(tenant)
+        list_request = harness.json_request("GET", "/api/v1/gpu-units?limit=100", None, key)
+        harness.run_load(port, lambda _i, _w: list_request, concurrency=2, total=50).check(200)
+        web = psutil.Process(harness.gunicorn_pid(port))
+        web_mb = max(_rss_mb(child) for child in web.children())
+        worker_mb = max(
+            [_rss_mb(psutil.Process(worker.pid))]
+            + [_rss_mb(c) for c in psutil.Process(worker.pid).children()]
+        )
+        observer_mb = _rss_mb(psutil.Process(observer_process.pid))
     return {
         f"u{units}_event_statements": statements,
         f"u{units}_event_cluster_calls": calls,
@@ -199,17 +210,25 @@ def measure(units: int) -> dict:
 
 def main() -> None:
     harness.setup("observer_cost", KUBE_REQUEST_TIMEOUT="30")
-    harness.make_package()
+    package = harness.make_package()
     from django.conf import settings
+
+    from runtime.control.provisioning import install_crd
 
     figures: dict = {
         "bench": "observer_cost",
+        "sizes": list(SIZES),
         "devices": NODES * GPUS_PER_NODE,
         "reconcile_page_size": settings.RECONCILE_PAGE_SIZE,
     }
-    for units in SIZES:
-        harness.log(f"observer_cost: {units} units")
-        figures.update(measure(units))
+    tenant = harness.tenant_with_namespace(UNIT_TENANT, UNIT_NAMESPACE)
+    with harness.dev_cluster("default", nodes=NODES, gpus_per_node=GPUS_PER_NODE) as cluster:
+        harness.use_cluster(cluster.kubeconfig)
+        install_crd()
+        harness.tenant_namespace(cluster, tenant)
+        for units in SIZES:
+            harness.log(f"observer_cost: {units} units")
+            figures.update(measure(cluster, tenant, package, units))
     small, large = SIZES
     figures["event_cost_flat"] = (
         figures[f"u{small}_event_statements"] == figures[f"u{large}_event_statements"]

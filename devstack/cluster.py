@@ -98,6 +98,7 @@ class DevCluster:
         gateway_port: int | None = None,
         host: str = "127.0.0.1",
         api_port: int | None = None,
+        agent: bool = True,
     ) -> None:
         self.folder = folder
         self.name = name
@@ -110,6 +111,8 @@ class DevCluster:
         # (docker-compose) the service's name and a fixed port, listened on every interface.
         self.host = host
         self.api_port = api_port
+        # The node agent (container output, the gateway); a benchmark may do without it.
+        self.agent = agent
         self.api: kubeapi.Api
         self.processes: dict[str, subprocess.Popen] = {}
         self.ports: dict[str, int] = {}
@@ -180,7 +183,8 @@ class DevCluster:
         driver.publish(self.api, self.topology)
         for path in self.extra_objects:
             self.apply_manifests(path)
-        self._start_agent()
+        if self.agent:
+            self._start_agent()
         if self.proxy:
             self._start_proxy(binaries.faultproxy(), keys)
         else:
