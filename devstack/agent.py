@@ -104,7 +104,9 @@ class ContainerOutput:
         uid, namespace, name = metadata["uid"], metadata["namespace"], metadata["name"]
         spec = pod.get("spec") or {}
         status = pod.get("status") or {}
-        containers = {c["name"]: c for c in [*spec.get("initContainers", []), *spec.get("containers", [])]}
+        containers = {
+            c["name"]: c for c in [*spec.get("initContainers", []), *spec.get("containers", [])]
+        }
         statuses = [*status.get("initContainerStatuses", []), *status.get("containerStatuses", [])]
         changed = False
         for entry in statuses:
@@ -147,9 +149,7 @@ class ContainerOutput:
             "metadata": {
                 "name": name,
                 "namespace": namespace,
-                "ownerReferences": [
-                    {"apiVersion": "v1", "kind": "Pod", "name": name, "uid": uid}
-                ],
+                "ownerReferences": [{"apiVersion": "v1", "kind": "Pod", "name": name, "uid": uid}],
             },
             "spec": {"logs": entries},
         }

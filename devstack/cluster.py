@@ -20,7 +20,6 @@ import contextlib
 import ctypes
 import hashlib
 import json
-import os
 import secrets
 import shutil
 import signal
@@ -244,7 +243,7 @@ class DevCluster:
             stdin=subprocess.DEVNULL,
             stdout=log,
             stderr=subprocess.STDOUT,
-            preexec_fn=_die_with_parent,  # noqa: PLW1509 - no threads touch what it uses
+            preexec_fn=_die_with_parent,
             start_new_session=True,
         )
         log.close()
@@ -632,10 +631,12 @@ class DevCluster:
         deadline = time.monotonic() + START_TIMEOUT
         while True:
             self._started(name)
-            with contextlib.suppress(OSError, urllib.error.URLError):
-                with urllib.request.urlopen(request, timeout=2, context=context) as response:
-                    if response.status == 200:
-                        return
+            with (
+                contextlib.suppress(OSError, urllib.error.URLError),
+                urllib.request.urlopen(request, timeout=2, context=context) as response,
+            ):
+                if response.status == 200:
+                    return
             if time.monotonic() > deadline:
                 raise ClusterError(f"{name} of cluster {self.name} not ready in {START_TIMEOUT}s")
             time.sleep(0.1)

@@ -109,10 +109,7 @@ def build_objects(spec: Mapping[str, Any]) -> Seed:
         seed.append(("nodes", build_node(node, node_gpus)))
         slices.extend(("resourceslices", s) for s in build_resource_slices(name, gpus))
         slices.extend(("resourceslices", s) for s in build_shareable_slices(name, shareable))
-        slices.extend(
-            ("resourceslices", s)
-            for s in build_mig_slices(name, mig, f"nodes[{index}]")
-        )
+        slices.extend(("resourceslices", s) for s in build_mig_slices(name, mig, f"nodes[{index}]"))
     for index, device_class in enumerate(spec.get("deviceClasses") or []):
         seed.append(("deviceclasses", build_device_class(device_class, f"deviceClasses[{index}]")))
     return seed + slices
@@ -514,7 +511,6 @@ def _required(entry: Mapping[str, Any], key: str, where: str) -> str:
 
 def _hex_id(*parts: str) -> str:
     return hashlib.sha256("/".join(parts).encode()).hexdigest()[:32]
-
 
 
 def publish(api: Any, source: str | Path | Mapping[str, Any] | None) -> None:

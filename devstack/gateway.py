@@ -62,15 +62,11 @@ class ApiObjects:
 
     def __init__(self, api: Api) -> None:
         self.api = api
-        self._lists: dict[tuple[str, str | None], list[Obj]] = {}
+        self._lists: dict[tuple[str, str | None], Sequence[Obj]] = {}
 
     def get(self, resource: str, namespace: str | None, name: str) -> Obj | None:
         return next(
-            (
-                obj
-                for obj in self.list(resource, namespace)
-                if obj["metadata"]["name"] == name
-            ),
+            (obj for obj in self.list(resource, namespace) if obj["metadata"]["name"] == name),
             None,
         )
 

@@ -586,8 +586,8 @@ def decide(objects: Objects, *, port: int, request: Request, turn: int = 0) -> D
     return Decision(
         503,
         "NoProcess",
-        "No process serves this unit in the development cluster: its pods run no containers (KWOK), so "
-        f"nothing listens on {status.get('podIP')}:{endpoint.port}.",
+        "No process serves this unit in the development cluster: its pods run no containers "
+        f"(KWOK), so nothing listens on {status.get('podIP')}:{endpoint.port}.",
         tuple(reached),
     )
 

@@ -89,7 +89,9 @@ class Api:
                 raise ApiError(404, f"{kind} is not served at {api_version}")
         return self._resources[key]
 
-    def path(self, api_version: str, kind: str, namespace: str | None = None, name: str = "") -> str:
+    def path(
+        self, api_version: str, kind: str, namespace: str | None = None, name: str = ""
+    ) -> str:
         prefix, namespaced = self.resource(api_version, kind)
         if namespaced and namespace:
             group_base, plural = prefix.rsplit("/", 1)
@@ -101,7 +103,9 @@ class Api:
     def apply(self, obj: Mapping[str, Any], *, subresource: str = "") -> dict[str, Any]:
         """Server-side apply of `obj` (its fields owned by devstack, conflicts forced)."""
         metadata = obj["metadata"]
-        path = self.path(obj["apiVersion"], obj["kind"], metadata.get("namespace"), metadata["name"])
+        path = self.path(
+            obj["apiVersion"], obj["kind"], metadata.get("namespace"), metadata["name"]
+        )
         return self.request(
             "PATCH",
             path + (f"/{subresource}" if subresource else ""),

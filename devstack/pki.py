@@ -154,7 +154,9 @@ def _names(host: str) -> list[x509.GeneralName]:
     ]
 
 
-def _builder(subject: x509.Name, issuer: x509.Name, key) -> x509.CertificateBuilder:
+def _builder(
+    subject: x509.Name, issuer: x509.Name, key: ec.EllipticCurvePublicKey
+) -> x509.CertificateBuilder:
     now = datetime.datetime.now(datetime.UTC)
     return (
         x509.CertificateBuilder()

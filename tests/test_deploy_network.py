@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from devstack.cluster import DevCluster
 from runtime import manifests
 from runtime.tests.test_manifests import OWNER_UID
 from runtime.tests.test_network_isolation import (
@@ -29,7 +30,6 @@ from runtime.tests.test_network_isolation import (
     allows,
     assert_valid,
 )
-from devstack.cluster import DevCluster
 from tests.test_deploy_workloads import NAMESPACE, OBJECTS, WORKLOADS
 from tests.test_manifests import K8S
 

@@ -15,8 +15,8 @@ import pytest
 from catalog.tests.factories import PackageFactory
 from conftest import start_worker, stop_worker
 from controlplane import kube
-from runtime.models import GPUUnit
 from devstack.gateway import Gateway
+from runtime.models import GPUUnit
 from runtime.tests.helpers import remove_namespace_objects, wait_for_phase, wait_until
 
 pytestmark = pytest.mark.django_db(transaction=True)
