@@ -93,6 +93,7 @@ class DevCluster:
         topology: str | Path | Mapping[str, Any] | None = None,
         proxy: bool = False,
         feature_gates: Mapping[str, bool] | None = None,
+        runtime_config: Mapping[str, str] | None = None,
         extra_objects: Sequence[Path] = (),
         gateway_port: int | None = None,
         host: str = "127.0.0.1",
@@ -104,6 +105,8 @@ class DevCluster:
         self.topology = topology
         self.proxy = proxy
         self.feature_gates = {**FEATURE_GATES, **(feature_gates or {})}
+        # The API server's --runtime-config: the group versions it serves besides its defaults.
+        self.runtime_config = {**RUNTIME_CONFIG, **(runtime_config or {})}
         self.extra_objects = list(extra_objects)
         self.gateway_port = gateway_port
         # The name and port clients reach the API server by: loopback and a free port, or
@@ -192,14 +195,14 @@ class DevCluster:
         return self
 
     def stop(self) -> None:
-        """Stop every process, the last started first, each with SIGTERM then SIGKILL."""
+        """Stop every process one after the other, the last started first (etcd last: the API
+        server shuts down fast while it still answers), each with SIGTERM, then SIGKILL."""
         with self._lock:
             running = list(self.processes.items())
             self.processes = {}
         for _name, process in reversed(running):
             if process.poll() is None:
                 process.terminate()
-        for _name, process in reversed(running):
             try:
                 process.wait(timeout=10)
             except subprocess.TimeoutExpired:
@@ -306,7 +309,7 @@ class DevCluster:
                 # No kubernetes Service endpoints to keep: nothing runs in the cluster.
                 "--endpoint-reconciler-type=none",
                 f"--feature-gates={gates}",
-                "--runtime-config=" + ",".join(f"{k}={v}" for k, v in RUNTIME_CONFIG.items()),
+                "--runtime-config=" + ",".join(f"{k}={v}" for k, v in self.runtime_config.items()),
                 "--profiling=false",
                 "--v=1",
             ],

@@ -4,10 +4,11 @@ still fit on a node when devices are taken in the allocator's order. Pure; amoun
 
 A device that nobody holds may still be unplaceable: dynamic MIG publishes every placement of
 every profile, and one allocated 7g.80gb draws all of its GPU's memory slices, so no 1g.10gb of
-that GPU fits. The allocator (simcluster/allocator.py, after the kube-scheduler's) draws a
-device's counters once when it is allocated and refuses a device whose draws exceed what its
-counter sets have left; placing a unit is a first-fit search in publication order that backs
-off a choice when the unit's other devices (or its matchAttribute constraint) cannot follow."""
+that GPU fits. The kube-scheduler's allocator (k8s.io/dynamic-resource-allocation/structured)
+draws a device's counters once when it is allocated and refuses a device whose draws exceed
+what its counter sets have left; placing a unit is a first-fit search in publication order
+that backs off a choice when the unit's other devices (or its matchAttribute constraint)
+cannot follow."""
 
 from __future__ import annotations
 

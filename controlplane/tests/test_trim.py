@@ -1,52 +1,57 @@
 """The observer's transforms (controlplane/kube/trim.py) lose nothing its consumers read: on a
-simulated cluster's own objects, served as an API server serves them (managedFields and all),
-the inventory's observation, document and availability, and each unit's planned pod step, row
-change, GPUUnit status and observed state, are the same from trimmed objects as from whole
-ones. An informer keeps and hands on what its transform returns, and still resumes its watch
-from the versions the server sent."""
+development cluster's own objects (the real API server, scheduler and controller-manager, KWOK
+nodes), managedFields and all, the inventory's observation, document and availability, and each
+unit's planned pod step, row change, GPUUnit status and observed state, are the same from
+trimmed objects as from whole ones. An informer keeps and hands on what its transform returns,
+and still resumes its watch from the versions the server sent."""
 
 from __future__ import annotations
 
 import copy
 import itertools
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
 import pytest
-import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from controlplane import kube
 from controlplane.kube import trim
 from controlplane.kube.watch import key_of
-from controlplane.tests.test_watch import EVENT, NAMESPACE, Recorder, event, sim, watching
+from controlplane.tests.test_watch import (
+    EVENT,
+    NAMESPACE,
+    Recorder,
+    dev,
+    event,
+    quiet_cluster,
+    wait_until,
+    watching,
+)
+from devstack.cluster import CHAOS_LABEL, DEVICE_TAINT_RULE_API, DevCluster
 from inventory import observe
 from runtime import manifests
 from runtime.control import reconcile, status
 from runtime.control.observer import INVENTORY_KINDS, Observer
 from runtime.models import GPUUnit, UnitPhase
-from simcluster.features import FeatureGates
-from simcluster.kubelet import Kubelet
-from simcluster.quota import QuotaController
-from simcluster.scheduler import Scheduler
-from simcluster.store import Store
-from simcluster.topology import load_topology
 
-__all__ = ["sim"]  # the simulated cluster over HTTP, for the informer test
+__all__ = ["dev", "quiet_cluster"]  # a cluster with no nodes, for the informer test
 
 UNITS = "tenant-a"
 CRD = Path(__file__).resolve().parents[2] / "k8s" / "gpuunit-crd.yaml"
+# What each plural the observer watches is listed as.
 RESOURCES = {
-    "gpuunits": "gpuunits.runtime.lokiwager.io",
-    "pods": "pods",
-    "resourceclaims": "resourceclaims",
-    "nodes": "nodes",
-    "resourceslices": "resourceslices",
-    "deviceclasses": "deviceclasses",
-    "devicetaintrules": "devicetaintrules",
-    "resourcequotas": "resourcequotas",
+    "gpuunits": ("runtime.lokiwager.io/v1alpha1", "GPUUnit"),
+    "pods": ("v1", "Pod"),
+    "resourceclaims": ("resource.k8s.io/v1", "ResourceClaim"),
+    "nodes": ("v1", "Node"),
+    "resourceslices": ("resource.k8s.io/v1", "ResourceSlice"),
+    "deviceclasses": ("resource.k8s.io/v1", "DeviceClass"),
+    "devicetaintrules": (DEVICE_TAINT_RULE_API, "DeviceTaintRule"),
+    "resourcequotas": ("v1", "ResourceQuota"),
 }
 PACKAGES = [
     observe.PackageSpec("h100-1x", "nvidia-h100", (), 1, 8_000, 64 << 30),
@@ -65,6 +70,12 @@ PACKAGES = [
         match_attribute="gpu.nvidia.com/parentUUID",
     ),
 ]  # fmt: skip
+# KWOK's kubelet plays these (devstack/stages): how long a pod's start takes, and how long a
+# crashed container's back-off lasts.
+START_DELAY = "devstack.lokiwager.io/start-delay"
+BACKOFF = "devstack.lokiwager.io/backoff"
+# A controller's finalizer that keeps a deleted GPUUnit in the cluster, being deleted.
+HOLD = "lokiwager.io/test-hold"
 
 
 def contract(name: str, device_class: str = "nvidia-h100", **options) -> manifests.UnitContract:
@@ -80,6 +91,7 @@ def contract(name: str, device_class: str = "nvidia-h100", **options) -> manifes
             "image": "ghcr.io/example/worker:1.0",
             "cpu": "2",
             "memory": "8Gi",
+            "ephemeral_storage": "10Gi",
             "gpu": 1,
             "device_class_name": device_class,
             "claim_name": manifests.claim_name_for(name),
@@ -92,13 +104,21 @@ def contract(name: str, device_class: str = "nvidia-h100", **options) -> manifes
 
 
 CONTRACTS = [
+    # First, and placed before the others are made: the dynamic MIG GPU's whole device is
+    # also an nvidia-h100, which an H100 unit could otherwise take before the 7g.80gb.
+    contract(
+        "mig-7g",
+        "mig.nvidia.com",
+        selectors=['device.attributes["gpu.nvidia.com"].profile == "7g.80gb"'],
+    ),
     contract(
         "running",
         env=[{"name": "MODE", "value": "serve"}],
         ports=[{"name": "http", "port": 8080}],
         command=["python", "-m", "serve"],
     ),
-    # Its SSH keys' ConfigMap is missing: the kubelet waits with ContainerCreating.
+    # Its SSH keys' ConfigMap is missing: a kubelet waits with ContainerCreating. KWOK's
+    # mounts nothing, so its start is held back instead.
     contract("ssh-waiting", ssh=True, ssh_image="ghcr.io/example/sshd:1.0"),
     contract(
         "shared",
@@ -118,13 +138,9 @@ CONTRACTS = [
         count=9,
         alternatives=[{"name": "l40s", "deviceClassName": "nvidia-l40s", "count": 1}],
     ),
-    contract(
-        "mig-7g",
-        "mig.nvidia.com",
-        selectors=['device.attributes["gpu.nvidia.com"].profile == "7g.80gb"'],
-    ),
     contract("too-big", count=9),
-    contract("pull-failing"),
+    # KWOK's kubelet never pulls an image of the reserved host registry.invalid.
+    contract("pull-failing", image="registry.invalid/example/worker:1.0"),
     contract("crashing"),
     contract("failed"),
     contract("not-ready"),
@@ -132,39 +148,52 @@ CONTRACTS = [
 ]
 
 
-def kubelet_reports(store: Store, name: str, **status_fields) -> None:
-    """The kubelet writes a status of the unit's pod (a waiting container, or the pod's end)."""
-    pod = store.get("pods", UNITS, manifests.pod_name_for(name))
-    assert pod is not None
-    pod["status"] = {**pod["status"], **status_fields}
-    store.update("pods", pod, internal=True)
+def _running(pod: dict) -> bool:
+    conditions = {c["type"]: c["status"] for c in pod["status"].get("conditions") or []}
+    return pod["status"].get("phase") == "Running" and conditions.get("Ready") == "True"
 
 
-def waiting(store: Store, name: str, reason: str, message: str = "") -> dict:
-    """The pod's container waiting for `reason` (without a message, the image is named)."""
-    pod = store.get("pods", UNITS, manifests.pod_name_for(name))
-    assert pod is not None
-    entry = {**pod["status"]["containerStatuses"][0], "ready": False, "started": False}
-    entry["state"] = {"waiting": {"reason": reason, **({"message": message} if message else {})}}
-    return {"containerStatuses": [entry]}
+def _waiting(*reasons: str) -> Callable[[dict], bool]:
+    def waits(pod: dict) -> bool:
+        return any(
+            ((entry.get("state") or {}).get("waiting") or {}).get("reason") in reasons
+            for entry in pod["status"].get("containerStatuses") or []
+        )
+
+    return waits
+
+
+def _placed_and_starting(pod: dict) -> bool:
+    return bool(pod["spec"].get("nodeName")) and _waiting("ContainerCreating")(pod)
+
+
+def _unschedulable(pod: dict) -> bool:
+    return any(
+        c["type"] == "PodScheduled" and c.get("reason") == "Unschedulable"
+        for c in pod["status"].get("conditions") or []
+    )
+
+
+# What each unit's pod shows once the cluster has played it, by unit (a test then writes
+# what a kubelet would of "failed" and "not-ready", and has "evicted" evicted).
+SETTLED: dict[str, Callable[[dict], bool]] = {
+    "ssh-waiting": _placed_and_starting,
+    "too-big": _unschedulable,
+    "pull-failing": _waiting("ImagePullBackOff"),
+    "crashing": _waiting("CrashLoopBackOff"),
+    **dict.fromkeys(
+        ("mig-7g", "running", "shared", "mig-pair", "fallback", "failed", "not-ready", "evicted"),
+        _running,
+    ),
+}
 
 
 def as_served(resource: str, obj: dict) -> dict:
-    """The object as a real API server and its writers leave it: field managers, a kubectl
-    annotation, a node's images; a GPUUnit with the status the control plane patched."""
+    """The object with what writers the development cluster does not run leave on it: a
+    kubectl annotation, and on a node the images a real kubelet reports (KWOK's reports
+    none)."""
     served = copy.deepcopy(obj)
     metadata = served.setdefault("metadata", {})
-    metadata["managedFields"] = [
-        {
-            "manager": manager,
-            "operation": "Update",
-            "apiVersion": served.get("apiVersion", "v1"),
-            "time": "2026-01-01T00:00:00Z",
-            "fieldsType": "FieldsV1",
-            "fieldsV1": {"f:metadata": {"f:labels": {".": {}}}, "f:spec": {".": {}}},
-        }
-        for manager in ("kube-controller-manager", "kubelet", "gpu-control-plane")
-    ]
     metadata.setdefault("annotations", {})["kubectl.kubernetes.io/last-applied-configuration"] = (
         '{"apiVersion":"v1"}'
     )
@@ -173,18 +202,6 @@ def as_served(resource: str, obj: dict) -> dict:
             {"names": [f"registry.example/image-{i}@sha256:{i:064x}"], "sizeBytes": 10**9}
             for i in range(20)
         ]
-    if resource == "gpuunits":
-        if metadata["name"] == "failed":  # one being deleted
-            metadata["deletionTimestamp"] = "2026-01-01T00:00:00Z"
-        served["status"] = {
-            "phase": "Running",
-            "reason": "Running",
-            "message": "The unit is running.",
-            "nodeName": "gpu-node-h100-0",
-            "dra": {"claimName": manifests.claim_name_for(metadata["name"]), "devices": []},
-            "observedGeneration": metadata.get("generation"),
-            "lastSyncTime": "2026-01-01T00:00:00Z",
-        }
     return served
 
 
@@ -198,33 +215,109 @@ class World:
     held: dict[str, list[dict]]
 
 
+def _create(dev: DevCluster, obj: dict) -> dict:
+    path = dev.api.path(obj["apiVersion"], obj["kind"], obj["metadata"].get("namespace"))
+    return dev.api.request("POST", path, obj)
+
+
+def _unit_pod(dev: DevCluster, unit: str) -> dict:
+    found = dev.pod(UNITS, manifests.pod_name_for(unit))
+    assert found is not None, unit
+    return found
+
+
+def _write_pod_status(dev: DevCluster, unit: str, **fields) -> None:
+    """What a kubelet writes of the unit's pod that KWOK's does not play (an eviction for
+    node pressure, a failing readiness probe)."""
+    dev.api.patch(
+        "v1", "Pod", manifests.pod_name_for(unit), {"status": fields}, UNITS, subresource="status"
+    )
+
+
+def _claim(dev: DevCluster, unit: str) -> dict:
+    found = dev.api.get(
+        "resource.k8s.io/v1", "ResourceClaim", manifests.claim_name_for(unit), UNITS
+    )
+    assert found is not None, unit
+    return found
+
+
+def _released(claim: dict) -> bool:
+    """Deallocated by the controller-manager once no pod uses it, and its finalizer gone."""
+    return not (claim.get("status") or {}).get("allocation") and (
+        "resource.kubernetes.io/delete-protection" not in claim["metadata"].get("finalizers", [])
+    )
+
+
+def _make_unit(dev: DevCluster, unit: manifests.UnitContract) -> None:
+    gpuunit = _create(dev, manifests.build_gpuunit(unit))
+    owner = gpuunit["metadata"]["uid"]
+    _create(dev, manifests.build_resource_claim(unit, owner_uid=owner))
+    pod = manifests.build_pod(unit, owner_uid=owner)
+    metadata = pod["metadata"]
+    if unit.name == "ssh-waiting":
+        metadata.setdefault("annotations", {})[START_DELAY] = "24h"
+    if unit.name == "crashing":  # its container exits a second after it starts, and again
+        metadata.setdefault("labels", {})[CHAOS_LABEL] = "crash-loop"
+        metadata.setdefault("annotations", {})[BACKOFF] = "24h"
+    _create(dev, pod)
+
+
 @pytest.fixture(scope="module")
-def cluster() -> World:
-    """Every object the observer watches, by plural, as served: the shipped sample topology
-    (whole GPUs, HAMi shared GPUs, static and dynamic MIG), units in every state the status
-    derivation tells apart, a foreign pod with an init container, a quota, a device taint rule,
-    and the last state of a pod evicted for a device taint (a watch's DELETED event)."""
-    features = FeatureGates("1.36", {"DRADeviceTaintRules": True})
-    store = Store(features=features)
-    for resource, obj in load_topology(None, version=features.version):
-        store.create(resource, obj, internal=True)
-    QuotaController(store).install()
-    store.create("customresourcedefinitions", yaml.safe_load(CRD.read_text()), internal=True)
+def world(tmp_path_factory) -> Iterator[World]:
+    """Every object the observer watches, by plural, as served by a development cluster of the
+    shipped sample topology (whole GPUs, HAMi shared GPUs, static and dynamic MIG): units in
+    every state the status derivation tells apart, placed by the real scheduler, a foreign pod
+    with an init container, a quota the controller-manager counts, a device the driver taints,
+    a device taint rule, and the last state of the pod the controller-manager evicted for it
+    (a watch's DELETED event)."""
+    with DevCluster(tmp_path_factory.mktemp("trim")) as dev:
+        yield _build_world(dev)
+
+
+def _build_world(dev: DevCluster) -> World:
+    dev.apply_manifests(CRD)
     for namespace in (UNITS, "batch"):
-        store.create("namespaces", {"metadata": {"name": namespace}}, internal=True)
+        dev.api.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    # Pods are admitted once their namespace has its ServiceAccount (the controller-manager's).
+    wait_until(
+        lambda: all(
+            dev.api.get("v1", "ServiceAccount", "default", namespace)
+            for namespace in (UNITS, "batch")
+        ),
+        "the namespaces' service accounts were made",
+        timeout=60,
+    )
     quota = manifests.build_resource_quota(
         UNITS, tenant=UNITS, cpu="512", memory="2Ti", claims=64, devices={"nvidia-h100": 16}
     )
-    store.create("resourcequotas", quota, internal=True)
-    for unit in CONTRACTS:
-        gpuunit = store.create(RESOURCES["gpuunits"], manifests.build_gpuunit(unit), internal=True)
-        owner = gpuunit["metadata"]["uid"]
-        claim = manifests.build_resource_claim(unit, owner_uid=owner)
-        store.create("resourceclaims", claim, internal=True)
-        store.create("pods", manifests.build_pod(unit, owner_uid=owner), internal=True)
-    store.create(
-        "pods",
+    _create(dev, quota)
+    # The driver marks one L40S it sees failing: no claim is given it.
+    l40s = next(
+        s
+        for s in dev.api.list("resource.k8s.io/v1", "ResourceSlice")
+        if s["spec"]["nodeName"] == "gpu-node-l40s-0"
+    )
+    l40s["spec"]["devices"][7]["taints"] = [
+        {"key": "gpu.nvidia.com/ecc", "effect": "NoSchedule", "timeAdded": "2026-01-01T00:00:00Z"}
+    ]
+    dev.api.request(
+        "PUT",
+        dev.api.path("resource.k8s.io/v1", "ResourceSlice", name=l40s["metadata"]["name"]),
+        l40s,
+    )
+    first, *others = CONTRACTS
+    _make_unit(dev, first)
+    wait_until(
+        lambda: SETTLED[first.name](_unit_pod(dev, first.name)), f"{first.name} ran", timeout=60
+    )
+    for unit in others:
+        _make_unit(dev, unit)
+    _create(
+        dev,
         {
+            "apiVersion": "v1",
+            "kind": "Pod",
             "metadata": {"name": "batch", "namespace": "batch", "labels": {"app": "batch"}},
             "spec": {
                 "nodeName": "gpu-node-h100-0",
@@ -241,62 +334,21 @@ def cluster() -> World:
                 ],
             },
         },
-        internal=True,
     )
-    # The driver marks one L40S it sees failing: no claim is given it.
-    l40s = next(
-        s for s in store.list("resourceslices", None) if s["spec"]["nodeName"] == "gpu-node-l40s-0"
-    )
-    l40s["spec"]["devices"][7]["taints"] = [
-        {"key": "gpu.nvidia.com/ecc", "effect": "NoSchedule", "timeAdded": "2026-01-01T00:00:00Z"}
-    ]
-    store.update("resourceslices", l40s, internal=True)
-    kubelet = Kubelet(store)
-    Scheduler(store, kubelet=kubelet).run_once()
-    # An admin taints the device the "evicted" unit holds: its pod is evicted and deleted.
-    claim = store.get("resourceclaims", UNITS, manifests.claim_name_for("evicted"))
-    assert claim is not None
-    result = claim["status"]["allocation"]["devices"]["results"][0]
-    store.create(
-        "devicetaintrules",
-        {
-            "metadata": {"name": "unhealthy"},
-            "spec": {
-                "deviceSelector": {
-                    "driver": result["driver"],
-                    "pool": result["pool"],
-                    "device": result["device"],
-                },
-                "taint": {"key": "gpu.nvidia.com/xid", "value": "79", "effect": "NoExecute"},
-            },
-        },
-        internal=True,
-    )
+    for unit in others:
+        wait_until(
+            lambda unit=unit: SETTLED[unit.name](_unit_pod(dev, unit.name)),
+            f"{unit.name}'s pod settled",
+            timeout=60,
+        )
     held = {
-        claim["metadata"]["labels"][manifests.LABEL_UNIT]: status.dra_status("", claim)["devices"]
-        for claim in store.list("resourceclaims", UNITS)
+        unit.name: status.dra_status("", _claim(dev, unit.name))["devices"] for unit in CONTRACTS
     }
-    watcher = store.watch("pods", UNITS, resource_version=store.resource_version)
-    scheduler = Scheduler(store, kubelet=kubelet)
-    assert scheduler.run_once().evicted == 1
-    scheduler.run_once()  # its kubelet stops the evicted pod's container: the pod goes
-    store.stop_watch(watcher)
-    deleted = []
-    while (change := watcher.events.get()) is not None:
-        if change.type == "DELETED":
-            deleted.append(change.object)
-    kubelet_reports(store, "pull-failing", **waiting(store, "pull-failing", "ErrImagePull"))
-    kubelet_reports(
-        store, "crashing", **waiting(store, "crashing", "CrashLoopBackOff", "back-off 5m0s")
-    )
-    kubelet_reports(
-        store, "failed", phase="Failed", reason="Evicted", message="The node was low on memory."
-    )
-    # Its readiness probe fails: Running, but not Ready.
-    pod = store.get("pods", UNITS, manifests.pod_name_for("not-ready"))
-    assert pod is not None
-    kubelet_reports(
-        store,
+
+    # Its readiness probe fails: Running, but its container and the pod not ready.
+    pod = _unit_pod(dev, "not-ready")
+    _write_pod_status(
+        dev,
         "not-ready",
         conditions=[
             {**condition, "status": "False", "reason": "ContainersNotReady"}
@@ -304,10 +356,75 @@ def cluster() -> World:
             else condition
             for condition in pod["status"]["conditions"]
         ],
+        containerStatuses=[
+            {**entry, "ready": False} for entry in pod["status"]["containerStatuses"]
+        ],
+    )
+    _write_pod_status(
+        dev, "failed", phase="Failed", reason="Evicted", message="The node was low on memory."
+    )
+
+    # An admin taints the device the "evicted" unit holds: the controller-manager evicts its
+    # pod, which goes.
+    (device,) = held["evicted"]
+    since = dev.api.request("GET", "/api/v1/pods", query={"limit": "1"})["metadata"][
+        "resourceVersion"
+    ]
+    dev.taint_device(
+        device["driver"], device["pool"], device["device"], key="gpu.nvidia.com/xid", value="79"
+    )
+    deleted = []
+    for change in dev.api.watch("v1", "Pod", resource_version=since, timeout=60):
+        if change["type"] == "DELETED":
+            deleted.append(change["object"])
+            if change["object"]["metadata"]["name"] == manifests.pod_name_for("evicted"):
+                break
+
+    # The control plane writes each GPUUnit's status; one is being deleted, held by a
+    # controller's finalizer.
+    for unit in CONTRACTS:
+        dev.api.patch(
+            *RESOURCES["gpuunits"],
+            unit.name,
+            {
+                "status": {
+                    "phase": "Running",
+                    "reason": "Running",
+                    "message": "The unit is running.",
+                    "nodeName": "gpu-node-h100-0",
+                    "dra": {"claimName": unit.claim_name, "devices": []},
+                    "observedGeneration": 1,
+                    "lastSyncTime": "2026-01-01T00:00:00Z",
+                }
+            },
+            UNITS,
+            subresource="status",
+        )
+    dev.api.patch(*RESOURCES["gpuunits"], "failed", {"metadata": {"finalizers": [HOLD]}}, UNITS)
+    dev.api.delete(*RESOURCES["gpuunits"], "failed", UNITS)
+
+    # What the controllers do about a terminated pod settles before the objects are read: the
+    # claims of the failed and the evicted pod are released, and the quota counts them all.
+    for unit in ("failed", "evicted"):
+        wait_until(
+            lambda unit=unit: _released(_claim(dev, unit)),
+            f"{unit}'s claim was released",
+            timeout=60,
+        )
+    wait_until(
+        lambda: (
+            (dev.api.get("v1", "ResourceQuota", quota["metadata"]["name"], UNITS) or {})
+            .get("status", {})
+            .get("used", {})
+            .get("count/resourceclaims.resource.k8s.io")
+            == str(len(CONTRACTS))
+        ),
+        "the quota counted the claims",
+        timeout=60,
     )
     objects = {
-        plural: [as_served(plural, obj) for obj in store.list(resource, None)]
-        for plural, resource in RESOURCES.items()
+        plural: [as_served(plural, obj) for obj in dev.api.list(api_version, kind)]
+        for plural, (api_version, kind) in RESOURCES.items()
     }
     return World(objects, [as_served("pods", obj) for obj in deleted], held)
 
@@ -339,9 +456,9 @@ def observed_units(objects: dict[str, list[dict]]) -> dict[str, status.Observed]
     }
 
 
-def test_the_cluster_has_every_case_the_consumers_tell_apart(cluster) -> None:
+def test_the_cluster_has_every_case_the_consumers_tell_apart(world) -> None:
     """Equal results would prove little of objects that all looked alike."""
-    observed = observed_units(cluster.objects)
+    observed = observed_units(world.objects)
     assert {o.reason for o in observed.values()} == {
         "Running",
         "Starting",
@@ -353,8 +470,8 @@ def test_the_cluster_has_every_case_the_consumers_tell_apart(cluster) -> None:
     }
     assert observed["fallback"].dra["alternative"] == "l40s"
     assert observed["shared"].dra["devices"][0]["shareID"]
-    assert [reconcile.evicted_by_taint(pod) for pod in cluster.deleted_pods] == [True]
-    inventory = inventory_of(cluster.objects, transform=False)
+    assert [reconcile.evicted_by_taint(pod) for pod in world.deleted_pods] == [True]
+    inventory = inventory_of(world.objects, transform=False)
     assert inventory.shareable
     assert inventory.quotas
     assert any(counter_set.used for counter_set in inventory.counter_sets.values())
@@ -362,10 +479,10 @@ def test_the_cluster_has_every_case_the_consumers_tell_apart(cluster) -> None:
     assert inventory.nodes["gpu-node-h100-0"]["cpu_requested_millicores"] > 0
 
 
-def test_the_inventory_is_the_same_from_trimmed_objects(cluster) -> None:
+def test_the_inventory_is_the_same_from_trimmed_objects(world) -> None:
     whole, kept = (
-        inventory_of(cluster.objects, transform=False),
-        inventory_of(cluster.objects, transform=True),
+        inventory_of(world.objects, transform=False),
+        inventory_of(world.objects, transform=True),
     )
     assert kept == whole
     assert observe.build_document(kept) == observe.build_document(whole)
@@ -398,16 +515,16 @@ def _rows(gpuunit: dict, held: list[dict]) -> list[GPUUnit]:
     ]
 
 
-def test_each_units_reconcile_is_the_same_from_trimmed_objects(cluster) -> None:
-    inventory = inventory_of(cluster.objects, transform=False)
+def test_each_units_reconcile_is_the_same_from_trimmed_objects(world) -> None:
+    inventory = inventory_of(world.objects, transform=False)
     taints = {key: device["taints"] for key, device in inventory.devices.items()}
     by_key = {
-        plural: {key_of(obj): obj for obj in cluster.objects[plural]}
+        plural: {key_of(obj): obj for obj in world.objects[plural]}
         for plural in ("gpuunits", "resourceclaims", "pods")
     }
-    deleted = {key_of(obj): obj for obj in cluster.deleted_pods}
+    deleted = {key_of(obj): obj for obj in world.deleted_pods}
     compared = 0
-    for gpuunit in cluster.objects["gpuunits"]:
+    for gpuunit in world.objects["gpuunits"]:
         name = gpuunit["metadata"]["name"]
         pod_key = (UNITS, manifests.pod_name_for(name))
         whole = reconcile.UnitObjects(
@@ -428,7 +545,7 @@ def test_each_units_reconcile_is_the_same_from_trimmed_objects(cluster) -> None:
             }
         )
         # Without taints in the mirror, only the deleted pod's last state says it was evicted.
-        for unit, known in itertools.product(_rows(gpuunit, cluster.held[name]), (taints, {})):
+        for unit, known in itertools.product(_rows(gpuunit, world.held[name]), (taints, {})):
             assert reconcile.plan_pod(unit, kept, known) == reconcile.plan_pod(unit, whole, known)
             assert reconcile.plan_row(unit, kept, known) == reconcile.plan_row(unit, whole, known)
             assert reconcile.desired_status(unit, kept.gpuunit) == reconcile.desired_status(
@@ -444,17 +561,17 @@ def test_each_units_reconcile_is_the_same_from_trimmed_objects(cluster) -> None:
     assert compared == len(CONTRACTS) * 7 * 2
 
 
-def test_the_observer_keys_and_filters_trimmed_objects_alike(cluster) -> None:
+def test_the_observer_keys_and_filters_trimmed_objects_alike(world) -> None:
     """Events go to the same unit, and a GPUUnit's status write is told from a spec change
     (uid, generation, deletionTimestamp) as before; recreating a pod finds the request hash."""
     for kind in (kube.GPUUNIT, *INVENTORY_KINDS.values()):
-        for obj in cluster.objects[kind.plural]:
+        for obj in world.objects[kind.plural]:
             kept = trim.TRANSFORMS[kind.plural](obj)
             assert key_of(kept) == key_of(obj)
             assert Observer._unit_key(kind, kept) == Observer._unit_key(kind, obj)
             for field in ("uid", "generation", "deletionTimestamp", "resourceVersion"):
                 assert kept["metadata"].get(field) == obj["metadata"].get(field)
-    for gpuunit in cluster.objects["gpuunits"]:
+    for gpuunit in world.objects["gpuunits"]:
         kept = trim.TRANSFORMS["gpuunits"](gpuunit)
         assert kept["metadata"]["annotations"] == {
             manifests.ANNOTATION_REQUEST_HASH: gpuunit["metadata"]["annotations"][
@@ -463,30 +580,30 @@ def test_the_observer_keys_and_filters_trimmed_objects_alike(cluster) -> None:
         }
 
 
-def test_trimming_drops_what_no_consumer_reads(cluster) -> None:
+def test_trimming_drops_what_no_consumer_reads(world) -> None:
     for plural, transform in trim.TRANSFORMS.items():
-        for obj in cluster.objects[plural]:
+        for obj in world.objects[plural]:
             kept = transform(obj)
             assert "managedFields" in obj["metadata"]
             assert "managedFields" not in kept["metadata"]
             assert "ownerReferences" not in kept["metadata"]
             assert "last-applied" not in str(kept.get("metadata"))
             assert set(kept) <= {"metadata", "spec", "status"}
-    pod = next(p for p in cluster.objects["pods"] if p["metadata"]["name"] == "unit-running")
+    pod = next(p for p in world.objects["pods"] if p["metadata"]["name"] == "unit-running")
     kept = trim.trim_pod(pod)
     assert kept["spec"]["containers"] == [
         {"resources": {"requests": pod["spec"]["containers"][0]["resources"]["requests"]}}
     ]
     assert set(kept["spec"]) == {"nodeName", "containers"}
-    assert "spec" not in trim.trim_gpuunit(cluster.objects["gpuunits"][0])
-    assert "spec" not in trim.trim_resource_claim(cluster.objects["resourceclaims"][0])
-    node = trim.trim_node(cluster.objects["nodes"][0])
+    assert "spec" not in trim.trim_gpuunit(world.objects["gpuunits"][0])
+    assert "spec" not in trim.trim_resource_claim(world.objects["resourceclaims"][0])
+    node = trim.trim_node(world.objects["nodes"][0])
     assert set(node["status"]) == {"allocatable", "conditions"}
 
 
-def test_trimming_leaves_its_input_alone_and_is_idempotent(cluster) -> None:
+def test_trimming_leaves_its_input_alone_and_is_idempotent(world) -> None:
     for plural, transform in trim.TRANSFORMS.items():
-        for obj in cluster.objects[plural]:
+        for obj in world.objects[plural]:
             before = copy.deepcopy(obj)
             kept = transform(obj)
             assert obj == before
@@ -537,10 +654,10 @@ def test_a_shared_value_is_the_value_it_stands_for(values: list) -> None:
     assert len(shared.young) + len(shared.old) <= 8
 
 
-def test_the_consumers_leave_what_the_informers_hold_alone(cluster) -> None:
+def test_the_consumers_leave_what_the_informers_hold_alone(world) -> None:
     """Trimmed objects share their equal parts: a consumer that changed one in place would
     change it in every object that holds it. None does."""
-    kept = {plural: trimmed(plural, cluster.objects[plural]) for plural in trim.TRANSFORMS}
+    kept = {plural: trimmed(plural, world.objects[plural]) for plural in trim.TRANSFORMS}
     before = copy.deepcopy(kept)
     raw = {name: kept[kind.plural] for name, kind in INVENTORY_KINDS.items()}
     inventory = observe.observe(**raw, packages=PACKAGES)
@@ -556,7 +673,7 @@ def test_the_consumers_leave_what_the_informers_hold_alone(cluster) -> None:
             claim=by_key["resourceclaims"].get((UNITS, manifests.claim_name_for(name))),
             pod=by_key["pods"].get((UNITS, manifests.pod_name_for(name))),
         )
-        for unit in _rows(gpuunit, cluster.held[name]):
+        for unit in _rows(gpuunit, world.held[name]):
             reconcile.plan_pod(unit, objects, taints)
             reconcile.plan_row(unit, objects, taints)
             reconcile.desired_status(unit, gpuunit)
@@ -567,7 +684,7 @@ def test_every_watched_kind_has_a_transform() -> None:
     assert set(trim.TRANSFORMS) == {k.plural for k in (kube.GPUUNIT, *INVENTORY_KINDS.values())}
 
 
-def test_an_informer_keeps_and_hands_on_what_its_transform_returns(sim) -> None:
+def test_an_informer_keeps_and_hands_on_what_its_transform_returns(dev) -> None:
     """Even with a transform that drops the resourceVersion, the informer follows the
     versions the server sent (what its watch resumes from)."""
 

@@ -1,20 +1,21 @@
-"""Each cluster has a mirror of its own: two simulated clusters synced into one database keep
+"""Each cluster has a mirror of its own: two development clusters synced into one database keep
 their rows apart (the same node and device names in both), a cluster's sync leaves the other's
 rows alone, and the readers answer per cluster or over all of them."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 
 import pytest
 from rest_framework.test import APIClient
 
 from catalog.tests.factories import PackageFactory
 from controlplane import kube
+from devstack.cluster import DevCluster
 from inventory import selectors
 from inventory.models import Cluster, Device, Node, PackageAvailability, SyncRun
 from inventory.sync import sync_inventory
-from simcluster.cluster import SimCluster
 from tenancy.tests.factories import TenantFactory, key_for
 
 # Each sync commits (its staging tables go with the commit), as in a worker.
@@ -23,37 +24,51 @@ pytestmark = pytest.mark.django_db(transaction=True)
 RTX_3080 = "NVIDIA GeForce RTX 3080"
 
 
-def _sim(nodes: int, gpus_per_node: int) -> SimCluster:
-    return SimCluster(
+def _cluster(folder, nodes: int, gpus_per_node: int) -> DevCluster:
+    return DevCluster(
+        folder,
         topology={
             "generate": {"nodes": nodes, "gpus_per_node": gpus_per_node, "product": RTX_3080}
         },
-        scheduler=False,
+        proxy=True,
     )
 
 
+@pytest.fixture(scope="module")
+def dev_clusters(tmp_path_factory) -> Iterator[tuple[DevCluster, DevCluster]]:
+    """East (2 nodes of 4 GPUs) and west (1 node of 2), each behind its fault proxy; both
+    name their first node gpu-node-0."""
+    with (
+        _cluster(tmp_path_factory.mktemp("east"), 2, 4) as east,
+        _cluster(tmp_path_factory.mktemp("west"), 1, 2) as west,
+    ):
+        yield east, west
+
+
 @pytest.fixture
-def two_clusters(tmp_path):
-    """`east-1` (2 nodes of 4 GPUs) and `west-1` (1 node of 2), reached by kubeconfig files;
-    both name their first node gpu-node-0. West is disabled: until observation runs per
-    cluster one cluster is enabled at a time, and a sync does not ask."""
-    with _sim(2, 4) as east, _sim(1, 2) as west:
-        Cluster.objects.update(enabled=False)
-        for name, region, sim, enabled in (
-            ("east-1", "us-east", east, True),
-            ("west-1", "eu-west", west, False),
-        ):
-            Cluster.objects.create(
-                name=name,
-                region=region,
-                enabled=enabled,
-                kubeconfig=str(sim.write_kubeconfig(tmp_path / f"kubeconfig-{name}")),
-            )
-        kube.reset()  # connections are per process and cluster name
-        try:
-            yield east, west
-        finally:
-            kube.reset()
+def two_clusters(dev_clusters, tmp_path):
+    """`east-1` and `west-1` in the registry, reached by kubeconfig files. West is disabled:
+    until observation runs per cluster one cluster is enabled at a time, and a sync does not
+    ask."""
+    east, west = dev_clusters
+    Cluster.objects.update(enabled=False)
+    for name, region, dev, enabled in (
+        ("east-1", "us-east", east, True),
+        ("west-1", "eu-west", west, False),
+    ):
+        Cluster.objects.create(
+            name=name,
+            region=region,
+            enabled=enabled,
+            kubeconfig=str(dev.write_kubeconfig(tmp_path / f"kubeconfig-{name}")),
+        )
+    kube.reset()  # connections are per process and cluster name
+    try:
+        yield east, west
+    finally:
+        for dev in dev_clusters:
+            dev.faults.clear()
+        kube.reset()
 
 
 def _document(client: APIClient, **params: str) -> dict:
@@ -110,10 +125,10 @@ def test_the_operator_inventory_is_one_clusters(two_clusters):
 
 
 def test_a_failed_sync_marks_only_its_cluster(two_clusters):
-    _east_sim, west_sim = two_clusters
+    _east, west_cluster = two_clusters
     assert sync_inventory("east-1").ok
     assert sync_inventory("west-1").ok
-    west_sim.stop()
+    west_cluster.faults.unreachable = True
     assert not sync_inventory("west-1").ok
     east, west = selectors.get_freshness("east-1"), selectors.get_freshness("west-1")
     assert (east.stale, east.last_error) == (False, "")

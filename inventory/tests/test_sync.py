@@ -1,5 +1,6 @@
-"""sync_inventory against the simulated cluster: fields equal what the cluster's objects say,
-pools mid-update, freed devices, availability, statement counts, failures and the API."""
+"""sync_inventory against development clusters (a real API server, scheduler and KWOK nodes):
+fields equal what the cluster's objects say, pools mid-update, freed devices, availability,
+statement counts, failures and the API."""
 
 from __future__ import annotations
 
@@ -13,11 +14,11 @@ from rest_framework.test import APIClient
 
 from catalog.tests.factories import PackageFactory
 from controlplane import kube
+from devstack.cluster import DevCluster
 from inventory.models import Cluster, Device, DevicePool, SyncRun
 from inventory.sync import sync_inventory
 from runtime import orders
 from runtime.tests.helpers import remove_namespace_objects, wait_for_phase
-from simcluster.cluster import SimCluster
 from tenancy.tests.factories import TenantFactory, key_for
 from tests.endpoints import recording
 
@@ -25,15 +26,25 @@ pytestmark = pytest.mark.django_db(transaction=True)
 
 
 @contextlib.contextmanager
-def pointed_at(sim: SimCluster, tmp_path):
+def pointed_at(dev: DevCluster, tmp_path):
+    """This process's calls go to `dev` (not the session's cluster) while it is in effect."""
     previous = settings.KUBECONFIG
-    settings.KUBECONFIG = str(sim.write_kubeconfig(tmp_path / f"kubeconfig-{sim.port}"))
+    port = dev.ports["kube-apiserver"]
+    settings.KUBECONFIG = str(dev.write_kubeconfig(tmp_path / f"kubeconfig-{port}"))
     kube.reset()
     try:
-        yield sim
+        yield dev
     finally:
         settings.KUBECONFIG = previous
         kube.reset()
+
+
+def generated(tmp_path, nodes: int, gpus: int) -> DevCluster:
+    """A development cluster of `nodes` nodes of `gpus` H100s each (in a folder of its own)."""
+    return DevCluster(
+        tmp_path / f"cluster-{nodes}x{gpus}",
+        topology={"generate": {"nodes": nodes, "gpus_per_node": gpus}},
+    )
 
 
 @pytest.fixture
@@ -196,14 +207,12 @@ def test_quota_headroom_bounds_availability(cluster, tenant):
 
 
 def test_pool_mid_update_is_counted_as_the_allocator_would(tmp_path, operator_client):
-    with (
-        SimCluster(topology={"generate": {"nodes": 1, "gpus_per_node": 4}}) as sim,
-        pointed_at(sim, tmp_path),
-    ):
+    with generated(tmp_path, 1, 4) as dev, pointed_at(dev, tmp_path):
         pool = kube.list_objects(kube.RESOURCESLICE)[0]["spec"]["pool"]["name"]
         # The driver starts publishing generation 2 in two slices; only one has arrived.
-        sim.store.create(
-            "resourceslices",
+        kube.create(
+            kube.RESOURCESLICE,
+            None,
             {
                 "apiVersion": "resource.k8s.io/v1",
                 "kind": "ResourceSlice",
@@ -215,7 +224,6 @@ def test_pool_mid_update_is_counted_as_the_allocator_would(tmp_path, operator_cl
                     "devices": [{"name": "gpu-0", "attributes": {"type": {"string": "gpu"}}}],
                 },
             },
-            internal=True,
         )
         sync_inventory()
         data = inventory(operator_client)
@@ -231,10 +239,7 @@ def test_pool_mid_update_is_counted_as_the_allocator_would(tmp_path, operator_cl
 
 def test_statements_per_sync_do_not_grow_with_devices(tmp_path):
     def statements(nodes: int, gpus: int) -> tuple[int, int]:
-        with (
-            SimCluster(topology={"generate": {"nodes": nodes, "gpus_per_node": gpus}}) as sim,
-            pointed_at(sim, tmp_path),
-        ):
+        with generated(tmp_path, nodes, gpus) as dev, pointed_at(dev, tmp_path):
             for model in apps.get_app_config("inventory").get_models():
                 if model is not Cluster:  # the registry is configuration, not the mirror
                     model.objects.all().delete()  # start from an empty mirror each time
@@ -251,16 +256,14 @@ def test_statements_per_sync_do_not_grow_with_devices(tmp_path):
 def test_a_device_whose_entry_changes_is_written_again_whole(tmp_path):
     """The diff reads back a device's content hash, not its attributes, capacity or counters:
     an entry that changes changes its hash, and its row is written again whole."""
-    with (
-        SimCluster(topology={"generate": {"nodes": 1, "gpus_per_node": 2}}) as sim,
-        pointed_at(sim, tmp_path),
-    ):
+    with generated(tmp_path, 1, 2) as dev, pointed_at(dev, tmp_path):
         sync_inventory()
         resource_slice = kube.list_objects(kube.RESOURCESLICE)[0]
         changed, kept = resource_slice["spec"]["devices"]
         changed["attributes"]["driverVersion"] = {"version": "999.0.0"}
         changed["capacity"] = {"memory": {"value": "40Gi"}}
-        sim.store.update("resourceslices", resource_slice, internal=True)
+        # What the driver does when a device changes: it writes the slice again.
+        kube.replace(kube.RESOURCESLICE, None, resource_slice["metadata"]["name"], resource_slice)
         applied = sync_inventory().counts["applied"]["devices"]
         assert applied == {"changed": 1, "deleted": 0}
         row = Device.objects.get(name=changed["name"])

@@ -1,20 +1,24 @@
-"""Device taints in the inventory mirror, synced from the simulated cluster: each device's taints
+"""Device taints in the inventory mirror, synced from a development cluster: each device's taints
 with where they come from, tainted devices never counted free, the operator inventory and
 package availability saying so, a cluster that serves no DeviceTaintRules, and the runtime's
 `device_taints` selector."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+
 import pytest
 from rest_framework.test import APIClient
 
 from catalog.tests.factories import PackageFactory
 from controlplane import kube
+from devstack.cluster import DEVICE_TAINT_RULE_API, DevCluster
 from inventory import selectors
 from inventory.models import Device, SyncRun
 from inventory.sync import sync_inventory
 from inventory.tests.test_sync import inventory, pointed_at
-from simcluster.cluster import SimCluster
 from tenancy.tests.factories import TenantFactory, key_for
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -30,14 +34,28 @@ def operator_client() -> APIClient:
     return client
 
 
-def _one_node(**options) -> SimCluster:
-    # DeviceTaintRules are off by default in 1.36, as in a real cluster; this one has them on.
-    return SimCluster(
+@contextlib.contextmanager
+def _one_node(tmp_path: Path, *, device_taint_rules: bool = True) -> Iterator[DevCluster]:
+    """A development cluster of one node of four H100s. It serves DeviceTaintRules at
+    resource.k8s.io/v1beta2 with their gate on, as development clusters do; without
+    `device_taint_rules`, as a 1.36 cluster is by default: the gate off and that version not
+    served (the API server's --runtime-config)."""
+    served: dict[str, str] = {}
+    gates = None
+    if not device_taint_rules:
+        served[DEVICE_TAINT_RULE_API] = "false"
+        gates = {"DRADeviceTaintRules": False}
+    cluster = DevCluster(
+        tmp_path / "cluster",
         topology={"generate": {"nodes": 1, "gpus_per_node": 4, "product": "NVIDIA H100 80GB HBM3"}},
-        scheduler=False,
-        feature_gates={"DRADeviceTaintRules": True},
-        **options,
+        feature_gates=gates,
+        runtime_config=served,
     )
+    try:
+        cluster.start()
+        yield cluster
+    finally:
+        cluster.stop()
 
 
 def _taint_slice_device(device: str, taint: dict) -> str:
@@ -50,16 +68,23 @@ def _taint_slice_device(device: str, taint: dict) -> str:
     return resource_slice["metadata"]["name"]
 
 
-def _rule(name: str, pool: str, device: str, effect: str) -> dict:
-    return {
-        "apiVersion": "resource.k8s.io/v1alpha3",
-        "kind": "DeviceTaintRule",
-        "metadata": {"name": name},
-        "spec": {
-            "deviceSelector": {"driver": DRIVER, "pool": pool, "device": device},
-            "taint": {"key": "example.com/maintenance", "effect": effect},
+def _add_rule(name: str, pool: str, device: str, effect: str) -> None:
+    """Taint a device as an admin would, with a DeviceTaintRule at the version the cluster
+    serves them."""
+    kind = kube.device_taint_rule_kind()
+    kube.create(
+        kind,
+        None,
+        {
+            "apiVersion": kind.api_version,
+            "kind": "DeviceTaintRule",
+            "metadata": {"name": name},
+            "spec": {
+                "deviceSelector": {"driver": DRIVER, "pool": pool, "device": device},
+                "taint": {"key": "example.com/maintenance", "effect": effect},
+            },
         },
-    }
+    )
 
 
 def test_sync_mirrors_taints_and_the_inventory_and_packages_show_them(tmp_path, operator_client):
@@ -67,12 +92,12 @@ def test_sync_mirrors_taints_and_the_inventory_and_packages_show_them(tmp_path, 
     PackageFactory(id="h100-4x", gpu=4, count=4, device_class_name="nvidia-h100")
     customer = APIClient()
     customer.credentials(HTTP_AUTHORIZATION=f"Bearer {key_for(TenantFactory(quota_cpu='1000'))}")
-    with _one_node() as sim, pointed_at(sim, tmp_path):
+    with _one_node(tmp_path) as dev, pointed_at(dev, tmp_path):
         pool = kube.list_objects(kube.RESOURCESLICE)[0]["spec"]["pool"]["name"]
         slice_name = _taint_slice_device(
             "gpu-0", {"key": XID, "value": "79", "effect": "NoSchedule"}
         )
-        kube.create(kube.DEVICETAINTRULE, None, _rule("maintenance", pool, "gpu-1", "NoExecute"))
+        _add_rule("maintenance", pool, "gpu-1", "NoExecute")
 
         sync_inventory()
         data = inventory(operator_client)
@@ -104,12 +129,12 @@ def test_sync_mirrors_taints_and_the_inventory_and_packages_show_them(tmp_path, 
 
 
 def test_removing_the_rule_frees_the_device_at_the_next_sync(tmp_path, operator_client):
-    with _one_node() as sim, pointed_at(sim, tmp_path):
+    with _one_node(tmp_path) as dev, pointed_at(dev, tmp_path):
         pool = kube.list_objects(kube.RESOURCESLICE)[0]["spec"]["pool"]["name"]
-        kube.create(kube.DEVICETAINTRULE, None, _rule("drain", pool, "gpu-3", "NoSchedule"))
+        _add_rule("drain", pool, "gpu-3", "NoSchedule")
         sync_inventory()
         before = inventory(operator_client)
-        kube.delete(kube.DEVICETAINTRULE, None, "drain")
+        kube.delete(kube.device_taint_rule_kind(), None, "drain")
         sync_inventory()
         after = inventory(operator_client)
 
@@ -119,7 +144,7 @@ def test_removing_the_rule_frees_the_device_at_the_next_sync(tmp_path, operator_
 
 
 def test_a_cluster_that_serves_no_device_taint_rules_syncs_without_them(tmp_path, operator_client):
-    with _one_node(device_taint_rules=False) as sim, pointed_at(sim, tmp_path):
+    with _one_node(tmp_path, device_taint_rules=False) as dev, pointed_at(dev, tmp_path):
         _taint_slice_device("gpu-2", {"key": XID, "effect": "NoExecute"})
         sync_inventory()
         data = inventory(operator_client)
@@ -133,11 +158,11 @@ def test_a_cluster_that_serves_no_device_taint_rules_syncs_without_them(tmp_path
 def test_device_taints_selector_answers_for_the_keys_asked_in_one_query(
     tmp_path, django_assert_num_queries
 ):
-    with _one_node() as sim, pointed_at(sim, tmp_path):
+    with _one_node(tmp_path) as dev, pointed_at(dev, tmp_path):
         pool = kube.list_objects(kube.RESOURCESLICE)[0]["spec"]["pool"]["name"]
         slice_name = _taint_slice_device("gpu-0", {"key": XID, "effect": "NoSchedule"})
-        kube.create(kube.DEVICETAINTRULE, None, _rule("first", pool, "gpu-0", "NoExecute"))
-        kube.create(kube.DEVICETAINTRULE, None, _rule("second", pool, "gpu-1", "NoSchedule"))
+        _add_rule("first", pool, "gpu-0", "NoExecute")
+        _add_rule("second", pool, "gpu-1", "NoSchedule")
         sync_inventory()
 
     asked = [

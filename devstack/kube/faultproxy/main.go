@@ -247,14 +247,15 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		_, _ = w.Write(body)
 		return
 	}
-	recorder := &statusRecorder{ResponseWriter: w}
+	// Recorded as its answer starts, before the client can have read it (and a watch while
+	// it runs, not when it ends).
+	recorder := &statusRecorder{ResponseWriter: w, onHeader: func(code int) {
+		e := entry
+		e.Code = code
+		p.record(e)
+	}}
 	streaming := verb == "watch" || r.URL.Query().Get("follow") == "true"
 	if streaming {
-		recorder.onHeader = func(code int) {
-			e := entry
-			e.Code = code
-			p.record(e)
-		}
 		ctx, cancel := context.WithCancel(r.Context())
 		p.mu.Lock()
 		p.seq++
@@ -270,11 +271,8 @@ func (p *proxy) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		r = r.WithContext(ctx)
 	}
 	p.forward.ServeHTTP(recorder, r)
-	if !streaming || recorder.code == 0 {
-		entry.Code = recorder.code
-		if entry.Code == 0 {
-			entry.Code = http.StatusBadGateway // no answer reached the client
-		}
+	if recorder.code == 0 {
+		entry.Code = http.StatusBadGateway // no answer reached the client
 		p.record(entry)
 	}
 	if r.Context().Err() != nil && verb == "watch" {
