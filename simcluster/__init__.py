@@ -1,1 +1,0 @@
-"""A simulated Kubernetes API server with DRA allocation, for development and tests."""
