@@ -552,7 +552,7 @@ def dev_cluster(name: str, *, nodes: int, gpus_per_node: int = 8) -> Iterator[De
     node agent writes container output (the load would fall on both halves of a comparison)."""
     folder = Path(tempfile.mkdtemp(prefix=f"bench-cluster-{name}-"))
     topology = {"generate": {"nodes": nodes, "gpus_per_node": gpus_per_node, "product": H100}}
-    cluster = DevCluster(folder, name=name, topology=topology, agent=False)
+    cluster = DevCluster(folder, name=name, topology=topology, container_output=False)
     log(f"starting development cluster {name}: {nodes} nodes x {gpus_per_node} H100")
     try:
         cluster.start()

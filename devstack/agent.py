@@ -1,6 +1,11 @@
 """The development cluster's node agent (one process a cluster, started by
-devstack/cluster.py): what stands in for the containers KWOK does not run.
+devstack/cluster.py): what stands in for the containers KWOK does not run, and for the
+kubelet's last word on a pod.
 
+- **The final delete.** Once a pod being deleted has no container running (KWOK's stages end
+  them), the agent deletes it for good, as the kubelet does: grace 0, on the condition that it
+  is still the same pod (its UID). KWOK's own delete goes by name only, so a late or repeated
+  one could take a new pod made under the same name (a unit restarted).
 - **Container output.** Each container start KWOK reports (devstack/stages) gets a log file
   in the CRI format a kubelet keeps, beginning with what the container would have printed
   here (its image, its command, `started`), and the pod a KWOK `Logs` object naming the
@@ -9,7 +14,7 @@ devstack/cluster.py): what stands in for the containers KWOK does not run.
   files (DevCluster.append_log), as if the container printed them.
 - **The gateway** (with --gateway-port): devstack/gateway.py, answering the units' URLs.
 
-Run by hand: python -m devstack.agent --kubeconfig K --logs DIR [--gateway-port P]
+Run by hand: python -m devstack.agent --kubeconfig K --logs DIR [--gateway-port P] [--no-output]
 """
 
 from __future__ import annotations
@@ -63,12 +68,15 @@ def startup_lines(container: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-class ContainerOutput:
-    """Follows the cluster's pods and writes their containers' output and Logs objects."""
+class NodeAgent:
+    """Follows the cluster's pods: deletes those done terminating, and (with `output`) writes
+    their containers' output and Logs objects."""
 
-    def __init__(self, api: Api, logs: Path) -> None:
+    def __init__(self, api: Api, logs: Path, *, output: bool = True) -> None:
         self.api = api
         self.logs = logs
+        self.output = output
+        self._deleted: set[str] = set()  # uids whose final delete was sent
         # (pod uid, container) -> restartCount whose file exists.
         self._written: dict[tuple[str, str], int] = {}
         self._pods: dict[str, tuple[str, str]] = {}  # uid -> (namespace, name)
@@ -104,10 +112,40 @@ class ContainerOutput:
         uid, namespace, name = metadata["uid"], metadata["namespace"], metadata["name"]
         spec = pod.get("spec") or {}
         status = pod.get("status") or {}
+        statuses = [*status.get("initContainerStatuses", []), *status.get("containerStatuses", [])]
+        running = any("running" in (entry.get("state") or {}) for entry in statuses)
+        if metadata.get("deletionTimestamp") and spec.get("nodeName") and not running:
+            self._finish(namespace, name, uid)
+            return
+        if self.output:
+            self._write(pod, statuses)
+
+    def _finish(self, namespace: str, name: str, uid: str) -> None:
+        """The kubelet's final delete of a pod whose containers all ended."""
+        if uid in self._deleted:
+            return
+        self._deleted.add(uid)
+        body = {
+            "apiVersion": "v1",
+            "kind": "DeleteOptions",
+            "gracePeriodSeconds": 0,
+            "preconditions": {"uid": uid},
+        }
+        try:
+            self.api.request("DELETE", f"/api/v1/namespaces/{namespace}/pods/{name}", body)
+        except ApiError as error:
+            if error.status not in (404, 409):  # gone already, or another pod by now
+                self._deleted.discard(uid)
+                print(f"agent: deleting pod {namespace}/{name}: {error}", file=sys.stderr)
+
+    def _write(self, pod: Mapping[str, Any], statuses: list[Mapping[str, Any]]) -> None:
+        """A log file for each container start not written yet, and the pod's Logs object."""
+        metadata = pod["metadata"]
+        uid, namespace, name = metadata["uid"], metadata["namespace"], metadata["name"]
+        spec = pod.get("spec") or {}
         containers = {
             c["name"]: c for c in [*spec.get("initContainers", []), *spec.get("containers", [])]
         }
-        statuses = [*status.get("initContainerStatuses", []), *status.get("containerStatuses", [])]
         changed = False
         for entry in statuses:
             if "running" not in (entry.get("state") or {}):
@@ -157,6 +195,7 @@ class ContainerOutput:
             self.api.apply(obj)
 
     def gone(self, uid: str) -> None:
+        self._deleted.discard(uid)
         where = self._pods.pop(uid, None)
         for key in [key for key in self._written if key[0] == uid]:
             del self._written[key]
@@ -169,10 +208,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--kubeconfig", type=Path, required=True)
     parser.add_argument("--logs", type=Path, required=True, help="containers' log folder")
     parser.add_argument("--gateway-port", type=int, default=None)
+    parser.add_argument("--no-output", action="store_true", help="write no container output")
     args = parser.parse_args(argv)
     api = Api.from_kubeconfig(args.kubeconfig)
     args.logs.mkdir(parents=True, exist_ok=True)
-    threads = [threading.Thread(target=ContainerOutput(api, args.logs).run, daemon=True)]
+    agent = NodeAgent(api, args.logs, output=not args.no_output)
+    threads = [threading.Thread(target=agent.run, daemon=True)]
     for thread in threads:
         thread.start()
     if args.gateway_port is not None:

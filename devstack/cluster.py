@@ -1,8 +1,9 @@
 """One development cluster: the real `etcd`, `kube-apiserver`, `kube-controller-manager`,
 `kube-scheduler` and the `kwok` controller (devstack/binaries.py builds them from their Go
 modules) on loopback, with KWOK nodes whose pods run no containers, the development DRA
-driver's objects (devstack/driver.py), the node agent (container output and the gateway,
-devstack/agent.py) and, for tests, the fault proxy in front of the API server.
+driver's objects (devstack/driver.py), the node agent (the kubelet's final delete of a pod,
+container output and the gateway: devstack/agent.py) and, for tests, the fault proxy in front
+of the API server.
 
 The components are started directly, the way controller-runtime's envtest starts etcd and
 kube-apiserver, rather than through `kwokctl create cluster --runtime binary`: kwokctl starts
@@ -98,7 +99,7 @@ class DevCluster:
         gateway_port: int | None = None,
         host: str = "127.0.0.1",
         api_port: int | None = None,
-        agent: bool = True,
+        container_output: bool = True,
     ) -> None:
         self.folder = folder
         self.name = name
@@ -113,8 +114,8 @@ class DevCluster:
         # (docker-compose) the service's name and a fixed port, listened on every interface.
         self.host = host
         self.api_port = api_port
-        # The node agent (container output, the gateway); a benchmark may do without it.
-        self.agent = agent
+        # Whether the node agent writes the containers' output (a benchmark does without it).
+        self.container_output = container_output
         self.api: kubeapi.Api
         self.processes: dict[str, subprocess.Popen] = {}
         self.ports: dict[str, int] = {}
@@ -185,8 +186,7 @@ class DevCluster:
         driver.publish(self.api, self.topology)
         for path in self.extra_objects:
             self.apply_manifests(path)
-        if self.agent:
-            self._start_agent()
+        self._start_agent()
         if self.proxy:
             self._start_proxy(binaries.faultproxy(), keys)
         else:
@@ -414,6 +414,8 @@ class DevCluster:
             f"--kubeconfig={self.admin_kubeconfig}",
             f"--logs={self.container_logs}",
         ]
+        if not self.container_output:
+            command.append("--no-output")
         if self.gateway_port is not None:
             command.append(f"--gateway-port={self.gateway_port}")
         self._spawn("agent", command, cwd=HERE.parent)

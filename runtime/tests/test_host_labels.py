@@ -7,7 +7,6 @@ stored label's; and the migration gives existing units the label their URL alrea
 from __future__ import annotations
 
 import importlib
-import uuid
 
 import pytest
 from django.apps import apps
@@ -152,12 +151,12 @@ def test_the_route_publishes_the_stored_label(package, rivals, cluster, settings
     second = order(two, second_name, package)
     assert second.host_label != access.host_label(two.namespace, second_name)
     ensure_tenant_namespace(two)
-    # An owner that exists: the cluster's garbage collector removes what a missing one owns.
-    owner = kube.create(
-        kube.CONFIGMAP, two.namespace, {"metadata": {"name": f"owner-{uuid.uuid4().hex[:8]}"}}
-    )
+    # The unit's GPUUnit, their owner: the cluster's garbage collector removes what a missing
+    # one (by kind, name and uid) owns.
+    contract = second.contract(request_hash="")
+    owner = kube.create(kube.GPUUNIT, two.namespace, manifests.build_gpuunit(contract))
     try:
-        provision_access(second.contract(request_hash=""), owner_uid=owner["metadata"]["uid"])
+        provision_access(contract, owner_uid=owner["metadata"]["uid"])
         ingress = kube.get(
             kube.INGRESS, two.namespace, manifests.object_name(second_name, manifests.Part.ROUTE)
         )
@@ -169,7 +168,7 @@ def test_the_route_publishes_the_stored_label(package, rivals, cluster, settings
             for obj in kube.list_objects(kind, namespace=two.namespace):
                 if obj["metadata"]["name"].startswith("unit-"):
                     kube.delete(kind, two.namespace, obj["metadata"]["name"])
-        kube.delete(kube.CONFIGMAP, two.namespace, owner["metadata"]["name"])
+        kube.delete(kube.GPUUNIT, two.namespace, owner["metadata"]["name"])
 
 
 # Two names whose labels collided under the 6-character hash units had before this migration
