@@ -56,6 +56,11 @@ def classify(exc: Exception) -> KubeError:
             return TemporaryError(message, status=status, reason=reason, delay=delay)
         if status == 403 and "exceeded quota" in message:
             return PermanentError(message, status=status, reason="QuotaExceeded")
+        if status == 403 and "error looking up service account" in message:
+            # A namespace just made has no ServiceAccount for a moment, until the
+            # controller-manager's serviceaccount controller makes "default", and the
+            # ServiceAccount admission plugin refuses pods meanwhile.
+            return TemporaryError(message, status=status, reason="ServiceAccountPending")
         if status == 422:
             return PermanentError(message, status=status, reason="InvalidSpec")
         if status == 403:
