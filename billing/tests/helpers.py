@@ -54,8 +54,9 @@ def holding(unit: GPUUnit, dra: dict | None = None, pod_uid: str = "pod-1") -> l
 
 def hold(unit: GPUUnit, start: datetime, end: datetime | None, *, dra: dict = TWO_DEVICES) -> None:
     """The unit's pod held its devices from `start` until `end` (still running when None), as
-    the reconcile meters what the cluster reports."""
-    ledger.open_meter(holding(unit, dra), at=start)
+    the reconcile meters what the cluster reports. Each hold is its own pod (a pod is
+    metered once)."""
+    assert ledger.open_meter(holding(unit, dra, pod_uid=f"pod-{start:%Y%m%d%H%M%S}"), at=start)
     if end is not None:
         ledger.close_meter(unit.uid, at=end)
 

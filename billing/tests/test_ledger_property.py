@@ -4,7 +4,9 @@ were released, whatever the control plane's processes saw when, and whatever the
 
 A unit's true life is a sequence of pods (p1, p2, ...), each holding its devices over
 `[start, end)` in whole seconds, one after the other (a restart: the next pod is created once
-the previous one is gone, and starts at or after it ended; gaps allowed). The control plane
+the previous one is gone, and starts at or after it ended; gaps allowed). Inside a pod its
+container may exit, wait in back-off and be started again by the kubelet, any number of
+times: the pod holds its devices throughout (restartPolicy Always). The control plane
 sees it through observations made from that truth, delivered to
 `metering.settle_meters` (a pod running, pending, its container ended, seen deleted with its
 last state, or no pod at all; from the observer or the backstop), to
@@ -37,6 +39,7 @@ from __future__ import annotations
 import itertools
 import re
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
@@ -90,6 +93,34 @@ class Pod:
     end: int
     deleted: int  # removed from the API: end <= deleted <= the next pod's creation
     forced: bool  # deleted before its container's end was recorded: deletionTimestamp only
+    # Its container exits at each `exit` (reported terminated for a second, then waiting in
+    # back-off) and the kubelet starts it again in the same pod at `restart`: none of that
+    # releases the devices.
+    exits: tuple[tuple[int, int], ...] = ()
+
+    def container(self, t: int, at: Callable[[int], str], *, final: bool = False) -> dict:
+        """Its container's status at `t` as the kubelet reports it (`at` stamps a moment):
+        the current state, the last one, the restart count; `final`: ended for good."""
+        runs = [self.start, *(restart for _, restart in self.exits)]
+        ends = [*(exit_ for exit_, _ in self.exits), self.end]
+
+        def terminated(run: int) -> dict:
+            return {"terminated": {"startedAt": at(runs[run]), "finishedAt": at(ends[run])}}
+
+        run = len(runs) - 1 if final else max(i for i, start in enumerate(runs) if start <= t)
+        last = run - 1
+        if final:
+            state = terminated(run)
+        elif ends[run] > t:
+            state = {"running": {"startedAt": at(runs[run])}}
+        elif t < ends[run] + 1:
+            state = terminated(run)  # exited; reported so for a second
+        else:
+            state, last = {"waiting": {"reason": "CrashLoopBackOff"}}, run
+        entry = {"name": "main", "restartCount": run, "state": state}
+        if last >= 0:
+            entry["lastState"] = terminated(last)
+        return entry
 
 
 @dataclass(frozen=True)
@@ -132,6 +163,7 @@ class Life:
         lines += [
             f"p{p.index}: created {p.created}, holds [{p.start}, {p.end}), deleted {p.deleted}"
             + (" (forced)" if p.forced else "")
+            + (f", container exits and restarts {list(p.exits)}" if p.exits else "")
             for p in self.pods
         ]
         lines.append(f"ends lost: {sorted(self.lost)} {self.closing}")
@@ -174,7 +206,15 @@ def lives(draw) -> Life:
             pods[-1] = replace(previous, deleted=deleted)
         end = start + draw(st.one_of(st.integers(1, 600), st.integers(601, 3 * HOUR)))
         deleted = end + draw(st.integers(0, 600))
-        pods.append(Pod(index, created, start, end, deleted, forced=draw(st.booleans())))
+        exits: list[tuple[int, int]] = []
+        run_from = start
+        for _ in range(draw(st.integers(0, 3))):
+            if end - run_from < 3:
+                break
+            exit_ = draw(st.integers(run_from + 1, end - 2))
+            run_from = draw(st.integers(exit_ + 1, min(exit_ + 300, end - 1)))
+            exits.append((exit_, run_from))
+        pods.append(Pod(index, created, start, end, deleted, draw(st.booleans()), tuple(exits)))
 
     base: list[Obs] = []
     lost: set[int] = set()
@@ -183,9 +223,11 @@ def lives(draw) -> Life:
     read_late: set[int] = set()  # pods whose DELETED event is read after the next one is seen
     for pod, after in itertools.zip_longest(pods, pods[1:]):
         during = st.integers(pod.start, pod.end - 1)
-        base += [
-            Obs(t, pod.index, "running") for t in draw(st.lists(during, min_size=1, max_size=3))
-        ]
+        # First seen before its container's second exit: a status shows at most the last two
+        # runs' starts, and the first start is what is billed from.
+        first_by = pod.exits[1][0] if len(pod.exits) > 1 else pod.end
+        base.append(Obs(draw(st.integers(pod.start, first_by - 1)), pod.index, "running"))
+        base += [Obs(t, pod.index, "running") for t in draw(st.lists(during, max_size=2))]
         base += [Obs(t, pod.index, "seen") for t in draw(st.lists(during, max_size=2))]
         if pod.created < pod.start:
             waiting = st.integers(pod.created, pod.start - 1)
@@ -289,11 +331,14 @@ class Cluster:
         self.life = life
         self.claim = claim_of(DEVICES)
 
-    def _pod(self, who: Metered, index: int, *, ended: bool = False, deleted: bool = False):
+    def _pod(
+        self, who: Metered, index: int, t: int, *, ended: bool = False, deleted: bool = False
+    ) -> dict:
         pod = self.life.pods[index - 1]
         at = self.life.at
         if deleted and pod.forced:  # its container still running: deletionTimestamp only
             state = pod_of(who.uid(index), at(pod.start), deleted=at(pod.end))
+            container = pod.container(pod.end - 1, lambda moment: stamp(at(moment)))
         else:
             finished = at(pod.end) if ended or deleted else None
             state = pod_of(
@@ -302,14 +347,18 @@ class Cluster:
                 finished,
                 deleted=at(pod.deleted) if deleted else None,
             )
+            container = pod.container(
+                t, lambda moment: stamp(at(moment)), final=finished is not None
+            )
+        state["status"]["containerStatuses"] = [container]
         state["metadata"]["creationTimestamp"] = stamp(at(pod.created))
         return state
 
-    def running(self, who: Metered, index: int) -> dict:
-        return self._pod(who, index)
+    def running(self, who: Metered, index: int, t: int) -> dict:
+        return self._pod(who, index, t)
 
     def pending(self, who: Metered, index: int) -> dict:
-        state = self._pod(who, index)
+        state = self._pod(who, index, self.life.pods[index - 1].start)
         state["status"] = {
             "phase": "Pending",
             "containerStatuses": [
@@ -319,10 +368,10 @@ class Cluster:
         return state
 
     def ended(self, who: Metered, index: int) -> dict:
-        return self._pod(who, index, ended=True)
+        return self._pod(who, index, self.life.pods[index - 1].end, ended=True)
 
     def last_state(self, who: Metered, index: int) -> dict:
-        return self._pod(who, index, deleted=True)
+        return self._pod(who, index, self.life.pods[index - 1].end, deleted=True)
 
 
 def deliver(cluster: Cluster, obs: Obs, to: list[Metered], others: list[Metered]) -> None:
@@ -345,7 +394,7 @@ def deliver(cluster: Cluster, obs: Obs, to: list[Metered], others: list[Metered]
         observed = []
         for who in to:
             if obs.kind == "running":
-                pod = cluster.running(who, obs.pod)
+                pod = cluster.running(who, obs.pod, obs.t)
             elif obs.kind == "pending":
                 pod = cluster.pending(who, obs.pod)
             elif obs.kind == "ended":
@@ -515,6 +564,21 @@ ORIGIN = datetime(2131, 3, 30, 22, 40, tzinfo=UTC)  # 23:00 is t=1200
         late=[(4, Obs(-1, 1, "pending"))],
         lost={1, 2, 4},
         closing={1: "last-seen", 2: "replaced", 4: "last-seen"},
+        process_skew=0,
+    )
+)
+@example(  # A container that exits and restarts, its pod replaced at once by the next.
+    life=Life(
+        origin=datetime(2131, 3, 30, 21, 0, tzinfo=UTC),
+        pods=[
+            Pod(1, 0, 0, 3, 3, False, ((1, 2),)),
+            Pod(2, 3, 3, 4, 4, False),
+            Pod(3, 4, 4, 5, 5, False),
+        ],
+        base=[Obs(0, 1, "running"), Obs(3, 2, "running"), Obs(4, 3, "running")],
+        late=[],
+        lost={1, 2, 3},
+        closing={1: "replaced", 2: "replaced", 3: "last-seen"},
         process_skew=0,
     )
 )

@@ -5,7 +5,9 @@ the price in force, its alternative's or its share's."""
 
 from __future__ import annotations
 
+import itertools
 import time
+from datetime import datetime
 from decimal import Decimal
 
 import pytest
@@ -63,6 +65,86 @@ def test_a_container_ignoring_sigterm_is_billed_until_its_pod_is_gone(tenant, cl
     assert abs(end - (asked + 3)) <= 1, end - asked
     stopping = unit.events.get(reason="StopRequested")
     assert "billed until" in stopping.message
+
+
+def _restarts(cluster, unit: GPUUnit) -> int:
+    pod = cluster.pod(unit.namespace, manifests.pod_name_for(unit.name))
+    [status] = [
+        s for s in pod["status"]["containerStatuses"] if s["name"] == manifests.CONTAINER_NAME
+    ]
+    return int(status.get("restartCount") or 0)
+
+
+def _held_throughout(
+    unit: GPUUnit, started: datetime, restarted: datetime, asked: float
+) -> list[UsageRecord]:
+    """The unit's records, once stopped: one pod metered, from its first container's start,
+    with no gap, until the stop asked at `asked` (after the container's last restart)."""
+    rows = rows_of(unit)
+    assert rows[0].start == started, (rows[0].start, started)
+    for earlier, later in itertools.pairwise(rows):
+        assert earlier.end == later.start, (earlier, later)  # no hole at an exit
+    # The cluster's times are whole seconds.
+    assert rows[-1].end >= restarted, rows[-1]
+    assert rows[-1].end.timestamp() >= int(asked), rows[-1]
+    assert len({row.claim_uid for row in rows}) == 1
+    assert unit.events.filter(reason="UsageStarted").count() == 1
+    assert unit.events.filter(reason="UsageEnded").count() == 1
+    return rows
+
+
+def test_a_container_that_exits_and_restarts_twice_is_billed_for_its_whole_time(tenant, cluster):
+    """Exits inside the pod (restartPolicy Always) release nothing: the pod holds its claim,
+    and is billed from its first container's start until it is gone (issue 40, hole 1)."""
+    package(article=True, price="0.36")
+    client = client_for(tenant)
+    unit = wait_for_phase(order(client, "restarts", "gpu-rtx3080-2x-cpu10-mem40g"), "Running")
+    wait_until(lambda: Meter.objects.filter(unit_uid=unit.uid).exists(), "meter open")
+    pod = manifests.pod_name_for(unit.name)
+    first = cluster.pod(unit.namespace, pod)["status"]["containerStatuses"][0]
+    started = datetime.fromisoformat(first["state"]["running"]["startedAt"])
+
+    cluster.fail_container(unit.namespace, pod, exit_code=3)
+    wait_for_phase(unit, "Running")
+    again = cluster.fail_container(unit.namespace, pod, oom=True)
+    wait_for_phase(unit, "Running")
+    [status] = again["status"]["containerStatuses"]
+    assert status["restartCount"] == 2
+    restarted = datetime.fromisoformat(status["state"]["running"]["startedAt"])
+    wait_until(lambda: Meter.objects.filter(unit_uid=unit.uid).exists(), "still metered")
+
+    asked = stop(client, unit)
+
+    _held_throughout(unit, started, restarted, asked)
+
+
+def test_a_crash_looping_unit_is_billed_while_its_pod_holds_the_devices(tenant, cluster):
+    package(article=True, price="0.36")
+    client = client_for(tenant)
+    unit = wait_for_phase(order(client, "loops", "gpu-rtx3080-2x-cpu10-mem40g"), "Running")
+    wait_until(lambda: Meter.objects.filter(unit_uid=unit.uid).exists(), "meter open")
+    pod = manifests.pod_name_for(unit.name)
+    first = cluster.pod(unit.namespace, pod)["status"]["containerStatuses"][0]
+    started = datetime.fromisoformat(first["state"]["running"]["startedAt"])
+    cluster.api.patch(
+        "v1",
+        "Pod",
+        pod,
+        {"metadata": {"annotations": {"devstack.lokiwager.io/backoff": "1s"}}},
+        unit.namespace,
+    )
+
+    cluster.chaos("Pod", pod, "crash-loop", unit.namespace)
+    wait_for_phase(unit, "Failed")  # ContainerCrashLoop, its devices still held
+    wait_until(lambda: _restarts(cluster, unit) >= 2, "two crashes")
+    cluster.chaos("Pod", pod, None, unit.namespace)
+    wait_for_phase(unit, "Running")
+    status = cluster.pod(unit.namespace, pod)["status"]["containerStatuses"][0]
+    restarted = datetime.fromisoformat(status["state"]["running"]["startedAt"])
+
+    asked = stop(client, unit)
+
+    _held_throughout(unit, started, restarted, asked)
 
 
 def test_a_unit_run_for_n_seconds_then_stopped_has_n_seconds_times_its_devices(tenant):

@@ -155,23 +155,37 @@ def _requests_only(containers: Any) -> list[Object]:
 POD_CONDITIONS = ("Ready", "PodScheduled", "DisruptionTarget")
 
 
+def _state(state: Any) -> Object:
+    """One container state as the consumers read it: why it waits (and its message), when it
+    started running, when it ran and ended (what metering bills by) and why."""
+    state = state or {}
+    if waiting := state.get("waiting"):
+        return {"waiting": _picked(waiting, ("reason", "message"))}
+    if "running" in state:
+        return {"running": _picked(state["running"], ("startedAt",))}
+    if "terminated" in state:
+        fields = ("startedAt", "finishedAt", "reason", "exitCode")
+        return {"terminated": _picked(state["terminated"], fields)}
+    return {}
+
+
 def _container_states(statuses: Any) -> list[Object]:
-    """Each container's state as the consumers read it: why one waits (and its image), when
-    one started running, when one ended (what metering bills by)."""
+    """Each container's current and last state, its image while it waits, and its restart
+    count: metering bills from the first start any of them shows (runtime/control/status.py)."""
     kept = []
     for entry in statuses or []:
-        state = (entry or {}).get("state") or {}
-        if waiting := state.get("waiting"):
-            kept.append(
-                {
-                    **_picked(entry, ("image",)),
-                    "state": {"waiting": _picked(waiting, ("reason", "message"))},
-                }
-            )
-        elif "running" in state:
-            kept.append({"state": {"running": _picked(state["running"], ("startedAt",))}})
-        elif "terminated" in state:
-            kept.append({"state": {"terminated": _picked(state["terminated"], ("finishedAt",))}})
+        entry = entry or {}
+        state = _state(entry.get("state"))
+        if not state:
+            continue
+        kept_entry: Object = {"state": state}
+        if "waiting" in state:
+            kept_entry.update(_picked(entry, ("image",)))
+        if last := _state(entry.get("lastState")):
+            kept_entry["lastState"] = last
+        if entry.get("restartCount"):
+            kept_entry["restartCount"] = entry["restartCount"]
+        kept.append(kept_entry)
     return kept
 
 
@@ -191,8 +205,9 @@ def trim_pod(obj: Object) -> Object:
     ]
     if conditions:
         kept_status["conditions"] = conditions
-    if states := _container_states(status.get("containerStatuses")):
-        kept_status["containerStatuses"] = states
+    for key in ("initContainerStatuses", "containerStatuses"):
+        if states := _container_states(status.get(key)):
+            kept_status[key] = states
     return _trimmed(obj, spec=kept_spec, status=kept_status)
 
 

@@ -82,27 +82,35 @@ def settle_meters(
     ]
     ledger.mark_seen(unit.uid for unit, _, _, step in steps if step.seen)
     ledger.mark_missing(unit.uid for unit, _, _, step in steps if step.missing)
-    ends = _reservation_ends(unit for unit, _, pod, step in steps if step.open_at and pod)
+    # The pod each opening meter follows: the current one, or one seen deleted that came and
+    # went unmetered.
+    opens = [
+        (unit, claim, last if step.of_last else pod, step)
+        for (unit, claim, pod, step), (*_, last) in zip(steps, observed, strict=True)
+        if step.open_at is not None
+    ]
+    ends = _reservation_ends(unit for unit, _, _, _ in opens)
     opening = [
         (
             unit,
             holding(unit, claim=claim, pod=pod, reservation_end=ends.get(unit.pk)),
             step.open_at,
+            step.open_until,
         )
-        for unit, claim, pod, step in steps
+        for unit, claim, pod, step in opens
         if pod is not None and step.open_at is not None
     ]
     if opening:
         # A pod metered before, or older than one metered since (a late or stale view of the
         # cluster), bills nothing again.
-        metered = ledger.pods_metered(unit.uid for unit, _, _ in opening)
+        metered = ledger.pods_metered(unit.uid for unit, *_ in opening)
         opening = [
-            (unit, held, start)
-            for unit, held, start in opening
+            (unit, held, start, until)
+            for unit, held, start, until in opening
             if unit.uid not in metered
             or not metered[unit.uid].is_stale(held.pod_uid, held.pod_created_at)
         ]
-    floors = ledger.billed_until(unit.uid for unit, _, _ in opening) if opening else {}
+    floors = ledger.billed_until(unit.uid for unit, *_ in opening) if opening else {}
     opened = closed = 0
     # Each meter's open or close commits with its timeline entry: the usage audit reads the
     # timeline, and a process killed between the two would leave a meter no entry explains.
@@ -117,10 +125,11 @@ def settle_meters(
             continue
         closed += 1
         floors[unit.uid] = max(floors.get(unit.uid, done.end), done.end)
-    for unit, held, start in opening:
+    for unit, held, start, until in opening:
         start = max(start, floors[unit.uid]) if unit.uid in floors else start
         with transaction.atomic():
-            ledger.open_meter(held, at=start)
+            if not ledger.open_meter(held, at=start):
+                continue  # another process opened it (or billed this pod) first
             lifecycle.append_event(
                 unit,
                 reason="UsageStarted",
@@ -128,9 +137,15 @@ def settle_meters(
                 f"{start:%Y-%m-%d %H:%M:%S} UTC: billed from then.",
                 observed_at=start,
             )
+            if until is not None:
+                # First seen after it released its devices: its whole holding, at once.
+                done = ledger.close_meter(unit.uid, at=until, pod_uid=held.pod_uid)
+                if done is not None:
+                    _ended(unit, done, how=OBSERVED)
+                    closed += 1
         opened += 1
-    # Seen running now: an end the cluster will not date is put no earlier than this.
-    ledger.mark_seen(unit.uid for unit, _, _ in opening)
+    # Seen holding now: an end the cluster will not date is put no earlier than this.
+    ledger.mark_seen(unit.uid for unit, _, _, until in opening if until is None)
     return opened, closed
 
 

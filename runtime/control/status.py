@@ -127,65 +127,104 @@ def k8s_time(value: str | None) -> datetime | None:
     return datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 
+TERMINAL = ("Succeeded", "Failed")
+
+
+def _statuses(pod: dict) -> list[dict]:
+    """Every container's status, the init containers' too: the SSH sidecar is a restartable
+    init container on the same claim."""
+    status = pod.get("status") or {}
+    return [*(status.get("initContainerStatuses") or []), *(status.get("containerStatuses") or [])]
+
+
 def _container_states(pod: dict) -> list[dict]:
-    statuses = (pod.get("status") or {}).get("containerStatuses") or []
-    return [status.get("state") or {} for status in statuses]
+    return [entry.get("state") or {} for entry in _statuses(pod)]
+
+
+def first_started(pod: dict) -> datetime | None:
+    """When the pod's first container started, as far as its status still tells: the earliest
+    `startedAt` of any container's current or last state (a container restarted twice before
+    the first sight shows only its last two starts)."""
+    moments = []
+    for entry in _statuses(pod):
+        for state in (entry.get("state") or {}, entry.get("lastState") or {}):
+            for kind in ("running", "terminated"):
+                if (moment := k8s_time((state.get(kind) or {}).get("startedAt"))) is not None:
+                    moments.append(moment)
+    return min(moments, default=None)
 
 
 def held_since(pod: dict | None, claim: dict | None) -> datetime | None:
-    """When the pod started running on its claim's devices (its first container's
-    `startedAt`), while it still does: it runs, a container of it runs, the claim is
-    allocated. None when it holds nothing."""
-    if pod is None or (pod.get("status") or {}).get("phase") != "Running":
+    """When the pod began holding its claim's devices, the start of what is billed (one rule,
+    README "Billing"): its first container's start, whatever its containers did since (an
+    exit, a restart, a crash loop or an OOM kill inside the same pod change nothing). None
+    while no container of it has started, or while it is not terminal and its claim is not
+    allocated. A terminal pod is seen after the fact: it held its devices from that start
+    until `released_at`, whatever its claim says now."""
+    if pod is None:
         return None
-    if not dra_status("", claim)["allocated"]:
+    terminal = (pod.get("status") or {}).get("phase") in TERMINAL
+    if not terminal and not dra_status("", claim)["allocated"]:
         return None
-    started = [
-        moment
-        for state in _container_states(pod)
-        if "running" in state and (moment := k8s_time(state["running"].get("startedAt")))
-    ]
-    if not started:
-        return None
-    return min(started)
+    return first_started(pod)
 
 
 def released_at(pod: dict, *, gone: bool) -> datetime | None:
-    """When the pod released its devices, as the cluster reports it: the last `finishedAt` once
-    no container runs; for a pod seen deleted without that (a forced deletion), its
-    `deletionTimestamp`, by when its kubelet was to have killed it. None while it runs."""
+    """When the pod released its devices, as the cluster reports it; None while it holds them.
+    A pod holds them until it is terminal (Succeeded or Failed: its containers' last
+    `finishedAt`) or gone. A pod seen deleted released them when its last container ended, if
+    none runs or waits to restart; else (a forced deletion, a container in back-off) at its
+    `deletionTimestamp`, by when its kubelet was to have killed it. A container that exits in
+    a pod that goes on (restartPolicy Always) releases nothing."""
     states = _container_states(pod)
-    if not any("running" in state for state in states):
-        # Containers that never started (waiting) held nothing after the others ended.
-        ends = [
-            k8s_time(state["terminated"].get("finishedAt"))
-            for state in states
-            if "terminated" in state
-        ]
-        known = [end for end in ends if end is not None]
-        if known:
-            return max(known)
-    if gone:
-        return k8s_time((pod.get("metadata") or {}).get("deletionTimestamp"))
-    return None
+    ends = [
+        moment
+        for state in states
+        if (moment := k8s_time((state.get("terminated") or {}).get("finishedAt"))) is not None
+    ]
+    deleted = k8s_time((pod.get("metadata") or {}).get("deletionTimestamp"))
+    if (pod.get("status") or {}).get("phase") in TERMINAL:
+        return max(ends) if ends else (deleted if gone else None)
+    if not gone:
+        return None
+    if ends and all("terminated" in state for state in states):
+        return max(ends)
+    return deleted if deleted is not None else max(ends, default=None)
 
 
 @dataclass(frozen=True)
 class MeterStep:
     """What a unit's meter should do given its pod: `close` (at `close_at`; None: the last time
     the pod was seen running) how the end is known (`ended`: observed, replaced, last-seen),
-    then `open_at` a meter for the current pod; or `seen` (still running) or `missing` (the
-    backstop's first sight of a pod gone without trace)."""
+    then `open_at` a meter for the current pod (`of_last`: for the pod seen deleted instead),
+    closed again at once at `open_until` when that pod had released its devices before it was
+    first seen; or `seen` (still holding) or `missing` (the backstop's first sight of a pod
+    gone without trace)."""
 
     close: bool = False
     close_at: datetime | None = None
     ended: str = ""
     open_at: datetime | None = None
+    open_until: datetime | None = None
+    of_last: bool = False
     seen: bool = False
     missing: bool = False
 
 
 OBSERVED, REPLACED, LAST_SEEN = "observed", "replaced", "last-seen"
+
+
+def _uid(pod: dict | None) -> str | None:
+    return ((pod or {}).get("metadata") or {}).get("uid")
+
+
+def _opening(pod: dict | None, claim: dict | None, *, gone: bool = False) -> dict:
+    """The meter to open for `pod`: from its first container's start, and when it released
+    its devices already (seen first terminal, or deleted), until then."""
+    starts = held_since(pod, claim) if not gone else (first_started(pod) if pod else None)
+    if starts is None or pod is None:
+        return {}
+    return {"open_at": starts, "open_until": released_at(pod, gone=gone)}
 
 
 def meter_step(
@@ -203,31 +242,33 @@ def meter_step(
     that is a stale view). `last_pod`: its pod as a watch saw it deleted. `missing_before`:
     the backstop already found the metered pod gone once. The backstop (`backstop`) closes
     at the last time seen only on its second sight, so an end the observer is about to read
-    from a DELETED event is not estimated first."""
-    uid = ((pod or {}).get("metadata") or {}).get("uid")
-    starts = held_since(pod, claim)
+    from a DELETED event is not estimated first. Every view may be late, repeated or the
+    first after others were missed; the ledger bills a pod once (MeteredPod)."""
+    uid = _uid(pod)
     if metered_pod is None:
-        return MeterStep(open_at=starts)
+        if pod is None and last_pod is not None:
+            # A pod that came and went between two sights: what it held is billed still.
+            return MeterStep(**_opening(last_pod, claim, gone=True), of_last=True)
+        return MeterStep(**_opening(pod, claim))
     if pod is not None and uid == metered_pod:
         end = released_at(pod, gone=False)
-        if end is None:
-            if (pod.get("status") or {}).get("phase") == "Pending":
-                # A late view from before it ran (a pod never goes back to Pending): it says
-                # nothing about the pod now, and must not undo the backstop finding it gone.
-                return MeterStep()
-            return MeterStep(seen=True)
-        return MeterStep(close=True, close_at=end, ended=OBSERVED)
-    last_uid = ((last_pod or {}).get("metadata") or {}).get("uid")
-    if last_pod is not None and last_uid == metered_pod:
+        if end is not None:
+            return MeterStep(close=True, close_at=end, ended=OBSERVED)
+        if first_started(pod) is None:
+            # A late view from before it ran (no container of a pod ever un-starts): it says
+            # nothing about the pod now, and must not undo the backstop finding it gone.
+            return MeterStep()
+        return MeterStep(seen=True)
+    if last_pod is not None and _uid(last_pod) == metered_pod:
         end = released_at(last_pod, gone=True)
         if end is not None:
-            return MeterStep(close=True, close_at=end, ended=OBSERVED, open_at=starts)
+            return MeterStep(close=True, close_at=end, ended=OBSERVED, **_opening(pod, claim))
     if pod is not None:
         created = k8s_time((pod.get("metadata") or {}).get("creationTimestamp"))
         if created is not None and metered_created is not None and created < metered_created:
             return MeterStep()  # an older pod than the metered one: a stale view, nothing to do
         # A newer pod of the same name: the metered one was gone when it was created.
-        return MeterStep(close=True, close_at=created, ended=REPLACED, open_at=starts)
+        return MeterStep(close=True, close_at=created, ended=REPLACED, **_opening(pod, claim))
     if backstop and not missing_before:
         return MeterStep(missing=True)
     return MeterStep(close=True, close_at=None, ended=LAST_SEEN)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from billing.tests.helpers import claim_of, pod_of
+from billing.tests.helpers import claim_of, pod_of, stamp
 from runtime.control.status import (
     LAST_SEEN,
     OBSERVED,
@@ -70,3 +70,93 @@ def test_a_pod_gone_without_trace_closes_at_last_seen_on_the_backstops_second_si
 
 def newer_start(pod: dict) -> datetime | None:
     return held_since(pod, CLAIM)
+
+
+# ------------------------------------------- one rule: the pod holds its devices, not a container
+
+
+def restarted(uid: str, first: datetime, exits: list[datetime], *, waiting: bool = False) -> dict:
+    """A running pod whose container started at `first` and exited at each of `exits`, the
+    kubelet restarting it in the same pod a second later each time; `waiting`: it is in
+    back-off after the last exit instead (CrashLoopBackOff)."""
+    pod = pod_of(uid, first)
+    starts = [first, *(moment + timedelta(seconds=1) for moment in exits)]
+    entry: dict = {"name": "main", "restartCount": len(exits)}
+    if exits:
+        entry["lastState"] = {
+            "terminated": {"startedAt": stamp(starts[-2]), "finishedAt": stamp(exits[-1])}
+        }
+    if waiting:
+        entry["state"] = {"waiting": {"reason": "CrashLoopBackOff"}}
+    else:
+        entry["state"] = {"running": {"startedAt": stamp(starts[-1])}}
+    pod["status"]["containerStatuses"] = [entry]
+    return pod
+
+
+def test_a_container_that_exits_inside_its_running_pod_ends_nothing():
+    exited = pod_of("p1", T)
+    exited["status"]["containerStatuses"][0]["state"] = {
+        "terminated": {"startedAt": stamp(T), "finishedAt": stamp(T + timedelta(minutes=1))}
+    }
+    assert released_at(exited, gone=False) is None  # phase Running: restartPolicy Always
+    assert step("p1", pod=exited) == MeterStep(seen=True)
+    again = restarted("p1", T, [T + timedelta(minutes=1), T + timedelta(minutes=9)])
+    assert step("p1", pod=again) == MeterStep(seen=True)
+    backing_off = restarted("p1", T, [T + timedelta(minutes=1)], waiting=True)
+    assert step("p1", pod=backing_off) == MeterStep(seen=True)
+
+
+def test_a_pod_first_seen_after_a_restart_is_billed_from_its_first_start():
+    once = restarted("p1", T, [T + timedelta(minutes=3)])
+    assert step(None, pod=once) == MeterStep(open_at=T)
+    crash_looping = restarted("p1", T, [T + timedelta(minutes=3)], waiting=True)
+    assert step(None, pod=crash_looping) == MeterStep(open_at=T)
+
+
+def test_the_ssh_sidecar_starting_first_starts_the_bill():
+    """sshd is a restartable init container on the same claim: it holds the devices too, and
+    the pod is still Pending while the workload's image is pulled."""
+    pod = pod_of("p1", T + timedelta(minutes=2))
+    pod["status"]["phase"] = "Pending"
+    pod["status"]["containerStatuses"] = [
+        {"name": "main", "state": {"waiting": {"reason": "ContainerCreating"}}}
+    ]
+    pod["status"]["initContainerStatuses"] = [
+        {"name": "ssh", "state": {"running": {"startedAt": stamp(T)}}}
+    ]
+    assert step(None, pod=pod) == MeterStep(open_at=T)
+    assert step("p1", pod=pod) == MeterStep(seen=True)
+
+
+def test_a_pod_seen_only_once_it_ended_is_billed_for_all_it_held():
+    ended = pod_of("p1", T, T + timedelta(minutes=5))
+    # Its claim may be deallocated by then: the devices were held while it ran.
+    assert step(None, pod=ended, claim=None) == MeterStep(
+        open_at=T, open_until=T + timedelta(minutes=5)
+    )
+    gone = pod_of("p1", T, T + timedelta(minutes=5), deleted=T + timedelta(minutes=6))
+    assert step(None, last_pod=gone) == MeterStep(
+        open_at=T, open_until=T + timedelta(minutes=5), of_last=True
+    )
+
+
+def test_a_pod_deleted_in_back_off_held_its_devices_until_its_deletion():
+    backing_off = restarted("p1", T, [T + timedelta(minutes=1)], waiting=True)
+    backing_off["metadata"]["deletionTimestamp"] = stamp(T + timedelta(minutes=20))
+    assert released_at(backing_off, gone=True) == T + timedelta(minutes=20)
+    assert step("p1", last_pod=backing_off) == MeterStep(
+        close=True, close_at=T + timedelta(minutes=20), ended=OBSERVED
+    )
+
+
+def test_a_pod_that_never_started_a_container_holds_nothing():
+    pending = pod_of("p1", T)
+    pending["status"] = {
+        "phase": "Pending",
+        "containerStatuses": [
+            {"name": "main", "state": {"waiting": {"reason": "ImagePullBackOff"}}}
+        ],
+    }
+    assert held_since(pending, CLAIM) is None
+    assert step(None, pod=pending) == MeterStep()
