@@ -362,6 +362,9 @@ OPERATION_STALE_SECONDS = env.float("OPERATION_STALE_SECONDS", default=60.0)
 OPERATION_MAX_ATTEMPTS = env.int("OPERATION_MAX_ATTEMPTS", default=20)
 # How often beat stops the units whose stopAfter has run out (they stop at most this late).
 AUTO_STOP_INTERVAL_SECONDS = env.float("AUTO_STOP_INTERVAL_SECONDS", default=15.0)
+# A unit whose pod holds allocated devices this long without any container started (an image
+# that never pulls) is stopped by the same pass, its devices back in the pool; never billed.
+START_DEADLINE_SECONDS = env.float("START_DEADLINE_SECONDS", default=600.0)
 # Preemption (ARCHITECTURE §22): how often beat looks for on-demand units waiting for devices
 # interruptible units hold, and how long one waits before they are told to give way.
 PREEMPTION_INTERVAL_SECONDS = env.float("PREEMPTION_INTERVAL_SECONDS", default=5.0)

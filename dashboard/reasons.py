@@ -68,6 +68,12 @@ SENTENCES: dict[str, str] = {
         "stops it. Its GPUs go back to the pool and stop costing; start it again when you "
         "need it."
     ),
+    "StartDeadlineExceeded": (
+        "The unit's pod held its {gpu} GPUs without ever starting its container (its image "
+        "did not pull, or the container could not be created), so the control plane stopped "
+        "it: the GPUs went back to the pool and nothing was billed. The timeline says what "
+        "the cluster reported; fix that and start the unit again."
+    ),
     "Stopped": (
         "The unit is stopped: it has no pod and holds no GPUs, and its CPU and memory no "
         "longer count against your quota. Its name, storage, SSH and access settings are "

@@ -7,8 +7,10 @@ which phases each action starts from."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
+from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.utils import timezone
 
@@ -463,7 +465,38 @@ def stop_expired_units(*, limit: int = 500) -> int:
         except (InvalidState, OperationInProgress):
             continue
         stopped += 1
+    return stopped + stop_idle_units(now=now, limit=limit)
+
+
+def stop_idle_units(*, now: datetime, limit: int = 500) -> int:
+    """Stop the units whose pods have held their devices START_DEADLINE_SECONDS without a
+    container started (beat, with the auto-stops): the devices go back to the pool, and as no
+    container started nothing was billed. The timeline says what the cluster said."""
+    deadline = timedelta(seconds=settings.START_DEADLINE_SECONDS)
+    stopped = 0
+    for unit in selectors.list_units_idle_since(before=now - deadline, limit=limit):
+        assert unit.idle_hold_since is not None
+        try:
+            request_action(
+                tenant=unit.tenant,
+                name=unit.name,
+                uid=str(unit.uid),
+                kind=OperationKind.STOP,
+                operation_id=outbox.start_deadline_operation_id(unit),
+                reason=lifecycle.START_DEADLINE_EXCEEDED,
+                message=f"Stopped by the control plane: its pod has held its devices since "
+                f"{unit.idle_hold_since:%Y-%m-%d %H:%M:%S} UTC ({_duration(deadline)}) without "
+                f"starting a container ({unit.reason}: {unit.message}). Nothing was billed.",
+            )
+        except (InvalidState, OperationInProgress):
+            continue
+        stopped += 1
     return stopped
+
+
+def _duration(delta: timedelta) -> str:
+    minutes, seconds = divmod(int(delta.total_seconds()), 60)
+    return f"{minutes}m{seconds}s" if minutes else f"{seconds}s"
 
 
 # ---------------------------------------------------------------------------------- budgets

@@ -294,28 +294,51 @@ def _generation_now(unit: GPUUnit) -> int:
     return GPUUnit.objects.filter(pk=unit.pk).values_list("generation", flat=True).get()
 
 
+START_DEADLINE_EXCEEDED = "StartDeadlineExceeded"
+
+
+def _stopped_as(operation: Operation) -> tuple[str, str, str]:
+    """The phase, reason and message of a unit its stop `operation` brought to rest."""
+    if operation.operation_id.startswith(validation.PREEMPT_OPERATION_PREFIX):
+        return (
+            UnitPhase.PREEMPTED,
+            "Preempted",
+            "Its devices were taken back for an on-demand unit: the pod is gone; the name, "
+            "storage, SSH and access settings stay. Start the unit to run it again when there "
+            "is room.",
+        )
+    if operation.operation_id.startswith(validation.START_DEADLINE_OPERATION_PREFIX):
+        return (
+            UnitPhase.STOPPED,
+            START_DEADLINE_EXCEEDED,
+            "Its pod held its devices without starting a container until the start deadline "
+            "(the timeline says what the cluster reported); nothing was billed and the devices "
+            "are back in the pool. Fix the cause (the image, a secret) and start the unit again.",
+        )
+    return (
+        UnitPhase.STOPPED,
+        "Stopped",
+        "The pod is gone and the claim's devices are back in the pool; the name, storage, SSH "
+        "and access settings stay. Start the unit to run it again.",
+    )
+
+
 def mark_unit_stopped(unit: GPUUnit, operation: Operation) -> bool:
     """A Stopping unit's pod is gone: it is Stopped, its devices back in the pool, its CPU and
     memory given back to the tenant, its stop operation succeeded, in one transaction (the
     tenant lock first, as orders take it). False when the unit was no longer Stopping (its
     deletion was requested meanwhile)."""
-    preempted = operation.operation_id.startswith(validation.PREEMPT_OPERATION_PREFIX)
+    phase, reason, message = _stopped_as(operation)
     with transaction.atomic():
         tenancy_services.lock_tenant(unit.tenant_id)
         charged, generation = _charged_now(unit)
         stopped = transition_unit(
             unit,
-            to=UnitPhase.PREEMPTED if preempted else UnitPhase.STOPPED,
-            reason="Preempted" if preempted else "Stopped",
-            message=(
-                "Its devices were taken back for an on-demand unit: the pod is gone; the "
-                "name, storage, SSH and access settings stay. Start the unit to run it again "
-                "when there is room."
-                if preempted
-                else "The pod is gone and the claim's devices are back in the pool; the name, "
-                "storage, SSH and access settings stay. Start the unit to run it again."
-            ),
+            to=phase,
+            reason=reason,
+            message=message,
             allowed_from={UnitPhase.STOPPING},
+            idle_hold_since=None,
             compute_charged=False,
             observed_generation=unit.generation,
             dra={**(unit.dra or {}), "allocated": False, "devices": []},

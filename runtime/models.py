@@ -182,6 +182,10 @@ class GPUUnit(models.Model):
     # The last restart (the pod carries it, so a restart is a change its template shows).
     restarted_at = models.DateTimeField(null=True, blank=True)
     stops_at = models.DateTimeField(null=True, blank=True)
+    # Since when its pod holds allocated devices without any container having started (an
+    # image that does not pull, a container that cannot be created): beat stops the unit
+    # START_DEADLINE_SECONDS later (nothing holds devices for free for long).
+    idle_hold_since = models.DateTimeField(null=True, blank=True)
     # Whether the unit's CPU and memory are charged to the tenant's usage counters (false
     # once Stopped or Terminated; a start charges them again).
     compute_charged = models.BooleanField(default=True)
@@ -228,6 +232,11 @@ class GPUUnit(models.Model):
             models.Index(fields=["phase"], name="unit_phase"),
             models.Index(
                 fields=["stops_at"], name="unit_stops_at", condition=Q(stops_at__isnull=False)
+            ),
+            models.Index(
+                fields=["idle_hold_since"],
+                name="unit_idle_hold_since",
+                condition=Q(idle_hold_since__isnull=False),
             ),
         ]
 

@@ -69,6 +69,13 @@ def preempt_operation_id(unit: GPUUnit) -> str:
     return f"{validation.PREEMPT_OPERATION_PREFIX}{unit.uid}-{unit.generation}"
 
 
+def start_deadline_operation_id(unit: GPUUnit) -> str:
+    """The operationID of the stop of a unit whose pod never started a container in time (one
+    per idle hold)."""
+    since = int(unit.idle_hold_since.timestamp()) if unit.idle_hold_since else 0
+    return f"{validation.START_DEADLINE_OPERATION_PREFIX}{unit.uid}-{since}"
+
+
 def resume_operation_id(unit: GPUUnit) -> str:
     """The operationID of the start that resumes a preempted unit with autoResume."""
     return f"{validation.RESUME_OPERATION_PREFIX}{unit.uid}-{unit.generation}"

@@ -252,6 +252,18 @@ def list_units_past_stop(*, now: datetime, limit: int) -> list[GPUUnit]:
     )
 
 
+def list_units_idle_since(*, before: datetime, limit: int) -> list[GPUUnit]:
+    """Units whose pods have held their devices since before `before` without a container
+    started, and that are to run, longest first, with their tenants (the partial index
+    unit_idle_hold_since serves it)."""
+    return list(
+        GPUUnit.objects.filter(idle_hold_since__lte=before, run_policy="Running")
+        .exclude(phase__in=(UnitPhase.STOPPING, *UnitPhase.AT_REST, *UnitPhase.ENDING))
+        .select_related("tenant")
+        .order_by("idle_hold_since")[:limit]
+    )
+
+
 def devices_requested(*, tenant: Tenant, device_class: str) -> int:
     """Devices of `device_class` the tenant's live units' claims request (a stopped unit's
     claim too: it still exists)."""

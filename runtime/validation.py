@@ -15,6 +15,8 @@ DELETE_OPERATION_PREFIX = "@delete-"
 # the stop that carries out a preemption and the start that resumes a preempted unit.
 AUTO_STOP_OPERATION_PREFIX = "@autostop-"
 PREEMPT_OPERATION_PREFIX = "@preempt-"
+# The stop of a unit whose pod held its devices START_DEADLINE_SECONDS without a container.
+START_DEADLINE_OPERATION_PREFIX = "@start-deadline-"
 RESUME_OPERATION_PREFIX = "@resume-"
 ROLL_OUT_OPERATION_PREFIX = "@rollout-"
 # The restart that gives a unit a claim for the devices handed over to it.

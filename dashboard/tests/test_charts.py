@@ -238,6 +238,7 @@ def test_unknown_reason_is_named_and_no_reason_says_nothing():
 LIFECYCLE_REASONS = (
     "StopRequested",
     "AutoStop",
+    "StartDeadlineExceeded",
     "Stopped",
     "StartRequested",
     "Restarting",
@@ -272,6 +273,7 @@ def test_lifecycle_words_use_the_units_facts():
     assert "stopAfter of 8h" in explain(unit(reason="AutoStop", stop_after="8h"))
     assert "generation 4" in explain(unit(reason="Updating", generation=4))
     assert "its 4 GPUs go back to the pool" in explain(unit(reason="StopRequested"))
+    assert "held its 4 GPUs" in explain(unit(reason="StartDeadlineExceeded"))
 
 
 def test_the_status_card_explains_lifecycle_reasons_but_not_running():

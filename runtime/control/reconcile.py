@@ -28,7 +28,7 @@ from controlplane.kube.errors import KubeError, TemporaryError
 from inventory import selectors as inventory_selectors
 from runtime import access, lifecycle, manifests, selectors
 from runtime.control import metering, provisioning
-from runtime.control.status import observe
+from runtime.control.status import holds_idle, observe
 from runtime.models import EventType, GPUUnit, RunPolicy, UnitPhase
 
 logger = logging.getLogger(__name__)
@@ -242,7 +242,13 @@ def plan_row(
             "pod is evicted once its toleration of that ends (5 minutes by default) unless the "
             "node comes back.",
         )
-    fields: dict[str, Any] = {"dra": observed.dra, "node_name": observed.node_name}
+    idle = holds_idle(pod, claim)
+    fields: dict[str, Any] = {
+        "dra": observed.dra,
+        "node_name": observed.node_name,
+        # Since when it holds devices with no container started (the start deadline's clock).
+        "idle_hold_since": (unit.idle_hold_since or timezone.now()) if idle else None,
+    }
     if unit.preemption_wait_until is not None:
         if observed.phase == UnitPhase.PENDING and not observed.dra.get("allocated"):
             observed = replace(
@@ -259,6 +265,7 @@ def plan_row(
         and unit.message == observed.message
         and unit.dra == observed.dra
         and unit.node_name == observed.node_name
+        and (unit.idle_hold_since is not None) == idle
     ):
         return RowChange(compare_status=True)
     allocated = ""

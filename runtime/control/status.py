@@ -154,6 +154,15 @@ def first_started(pod: dict) -> datetime | None:
     return min(moments, default=None)
 
 
+def holds_idle(pod: dict | None, claim: dict | None) -> bool:
+    """Whether the pod holds its claim's allocated devices while no container of it has
+    started yet (an image being pulled, or one that never pulls): not billed, and not for
+    long (the start deadline, runtime/actions.py `stop_idle_units`)."""
+    if pod is None or (pod.get("status") or {}).get("phase") in TERMINAL:
+        return False
+    return dra_status("", claim)["allocated"] and first_started(pod) is None
+
+
 def held_since(pod: dict | None, claim: dict | None) -> datetime | None:
     """When the pod began holding its claim's devices, the start of what is billed (one rule,
     README "Billing"): its first container's start, whatever its containers did since (an

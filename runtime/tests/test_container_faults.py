@@ -1,21 +1,31 @@
 """What a kubelet reports of a unit's containers and node, played by KWOK's stages on the
 development cluster (devstack/stages), read through the product's API: a container that exits
 and is restarted in the same pod, one killed for memory, a crash loop, an image that never
-pulls, and the unit's node going NotReady."""
+pulls, the unit's node going NotReady, and a unit that never starts stopped at its deadline."""
 
 from __future__ import annotations
 
 import time
 from collections.abc import Iterator
+from datetime import timedelta
 
 import pytest
+from django.conf import settings
 
+from billing.models import Meter, UsageRecord
 from catalog.tests.factories import PackageFactory
 from inventory.sync import sync_inventory
-from runtime import manifests
+from runtime import actions, manifests
 from runtime.control import reconcile
 from runtime.models import GPUUnit
-from runtime.tests.helpers import remove_namespace_objects, wait_until
+from runtime.tests.helpers import (
+    l40s_package,
+    order_unit,
+    remove_namespace_objects,
+    wait_for_phase,
+    wait_until,
+)
+from tenancy.tests.factories import TenantFactory
 from tests.endpoints import client_for
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("celery_worker")]
@@ -117,6 +127,41 @@ def test_an_image_that_never_pulls_fails_the_unit_naming_it(tenant, cluster):
     assert "registry.invalid/team/trainer:1" in data["message"]
     waiting = container_status(cluster, unit)["state"]["waiting"]
     assert waiting["reason"] in ("ErrImagePull", "ImagePullBackOff")
+
+
+def test_a_unit_that_never_starts_is_stopped_at_its_deadline_and_its_devices_go_to_another(
+    tenant, cluster
+):
+    """Issue 40, hole 2: a pod that holds devices with no container started (an image that
+    never pulls) is not billed, and not for long: at the start deadline the control plane
+    stops the unit, says why, and the devices go to the next order."""
+    package = l40s_package("l40s-8x-deadline", 8)  # the sample topology's L40S node, whole
+    unit = order_unit(
+        client_for(tenant), "stuck", package.id, image="registry.invalid/team/trainer:1"
+    )
+    data = wait_for(tenant, unit, "Failed", "ImagePullFailed")
+    assert data["draStatus"]["allocated"] is True  # it holds all eight
+    unit.refresh_from_db()
+    assert unit.idle_hold_since is not None
+    other = TenantFactory()
+    waiting = order_unit(client_for(other), "next-in-line", package.id)
+    wait_for_phase(waiting, "Pending", reason="NoMatchingDevices")
+    deadline = timedelta(seconds=settings.START_DEADLINE_SECONDS)
+    assert actions.stop_idle_units(now=unit.idle_hold_since + deadline / 2) == 0
+
+    assert actions.stop_idle_units(now=unit.idle_hold_since + deadline) == 1
+
+    stopped = wait_for(tenant, unit, "Stopped", "StartDeadlineExceeded")
+    assert stopped["draStatus"]["allocated"] is False
+    said = unit.events.filter(reason="StartDeadlineExceeded").order_by("id")[0].message
+    assert "ImagePullFailed" in said, said
+    assert "registry.invalid/team/trainer:1" in said, said
+    assert not UsageRecord.objects.filter(unit_uid=unit.uid).exists()  # never billed
+    assert not Meter.objects.filter(unit_uid=unit.uid).exists()
+    wait_for_phase(waiting, "Running")  # the devices went to the next order
+    # Once is enough: the pass does not stop it again.
+    assert actions.stop_idle_units(now=unit.idle_hold_since + 2 * deadline) == 0
+    remove_namespace_objects(other.namespace)
 
 
 @pytest.fixture

@@ -12,6 +12,7 @@ from runtime.control.status import (
     REPLACED,
     MeterStep,
     held_since,
+    holds_idle,
     meter_step,
     released_at,
 )
@@ -160,3 +161,18 @@ def test_a_pod_that_never_started_a_container_holds_nothing():
     }
     assert held_since(pending, CLAIM) is None
     assert step(None, pod=pending) == MeterStep()
+
+
+def test_a_pod_holds_its_devices_idle_until_a_container_starts():
+    pulling = pod_of("p1", T)
+    pulling["status"] = {
+        "phase": "Pending",
+        "containerStatuses": [
+            {"name": "main", "state": {"waiting": {"reason": "ImagePullBackOff"}}}
+        ],
+    }
+    assert holds_idle(pulling, CLAIM)
+    assert not holds_idle(pulling, None)  # no devices allocated: nothing held
+    assert not holds_idle(pod_of("p1", T), CLAIM)  # started: held, and billed
+    assert not holds_idle(restarted("p1", T, [T + timedelta(minutes=1)], waiting=True), CLAIM)
+    assert not holds_idle(pod_of("p1", T, T + timedelta(minutes=1)), CLAIM)  # terminal
