@@ -6,7 +6,8 @@ A unit's devices all come from one node, so the answer is one node and the units
 there:
 
 - the fewest units whose devices, with the node's free ones, make what the waiting unit needs;
-- among as few, the youngest (the latest started go first), then by uid;
+- among as few, those that serve nothing (Failed, or holding devices with no container
+  started) before running ones, then the youngest (the latest started go first), then by uid;
 - among nodes, the one needing the fewest, then the one whose victims are youngest, then by
   name: the same inputs always give the same answer.
 
@@ -33,6 +34,7 @@ class Holder:
     node: str
     started: datetime
     devices: int  # how many of the devices it holds the waiting unit could use
+    serving: bool = True  # Running; False: Failed or stuck, the first to give way
 
 
 @dataclass(frozen=True)
@@ -41,12 +43,14 @@ class Choice:
     victims: tuple[Holder, ...]
 
 
-def _youngest_first(holder: Holder) -> tuple[float, str]:
-    return (-holder.started.timestamp(), holder.uid)
+def _youngest_first(holder: Holder) -> tuple[bool, float, str]:
+    """The order holders give way in: those serving nothing first, then the youngest."""
+    return (holder.serving, -holder.started.timestamp(), holder.uid)
 
 
 def _on_node(node: str, deficit: int, holders: list[Holder]) -> Choice | None:
-    """The fewest, then youngest, of `holders` (youngest first) covering `deficit` devices."""
+    """The fewest, then first to give way, of `holders` (in that order) covering `deficit`
+    devices."""
     holders = holders[:MAX_CANDIDATES_PER_NODE]
     largest = sorted((h.devices for h in holders), reverse=True)
     total, fewest = 0, None
@@ -57,8 +61,8 @@ def _on_node(node: str, deficit: int, holders: list[Holder]) -> Choice | None:
             break
     if fewest is None:
         return None
-    # Combinations come in lexicographic order of positions in the youngest-first list, so the
-    # first that covers the deficit is the youngest set of that size.
+    # Combinations come in lexicographic order of positions in the give-way order, so the
+    # first that covers the deficit is the first set of that size to give way.
     for chosen in combinations(holders, fewest):
         if sum(h.devices for h in chosen) >= deficit:
             return Choice(node=node, victims=chosen)

@@ -365,7 +365,14 @@ def ephemeral_storage_requested(*, tenant: Tenant) -> int:
 
 
 # The phases of an interruptible unit that holds (or is about to hold) devices.
-PREEMPTIBLE_PHASES = (UnitPhase.PROVISIONING, UnitPhase.PENDING, UnitPhase.RUNNING)
+# A Failed interruptible unit whose pod still holds devices (a crash loop, an image that never
+# pulls) gives way too, before the running ones (inventory/preemption.py).
+PREEMPTIBLE_PHASES = (
+    UnitPhase.PROVISIONING,
+    UnitPhase.PENDING,
+    UnitPhase.RUNNING,
+    UnitPhase.FAILED,
+)
 
 
 def preemption_choice(*, cluster: str, package_id: str, count: int) -> preemption.Choice | None:
@@ -391,6 +398,7 @@ def preemption_choice(*, cluster: str, package_id: str, count: int) -> preemptio
             node=held[(unit.namespace, unit.claim_name)][0],
             started=unit.started_at or unit.created_at,
             devices=len(held[(unit.namespace, unit.claim_name)]),
+            serving=unit.phase == UnitPhase.RUNNING and unit.idle_hold_since is None,
         )
         for unit in GPUUnit.objects.filter(
             cluster=cluster,

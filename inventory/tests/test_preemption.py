@@ -15,8 +15,16 @@ from inventory.preemption import Holder, choose
 T0 = datetime(2026, 12, 4, tzinfo=UTC)
 
 
-def holder(uid: str, node: str = "n1", *, minute: int = 0, devices: int = 1) -> Holder:
-    return Holder(uid=uid, node=node, started=T0 + timedelta(minutes=minute), devices=devices)
+def holder(
+    uid: str, node: str = "n1", *, minute: int = 0, devices: int = 1, serving: bool = True
+) -> Holder:
+    return Holder(
+        uid=uid,
+        node=node,
+        started=T0 + timedelta(minutes=minute),
+        devices=devices,
+        serving=serving,
+    )
 
 
 def uids(choice) -> list[str]:
@@ -31,6 +39,19 @@ def test_the_youngest_give_way_first():
     holders = [holder(f"u{m}", minute=m) for m in range(8)]
     choice = choose(2, {"n1": 0}, holders)
     assert (choice.node, uids(choice)) == ("n1", ["u7", "u6"])
+
+
+def test_units_that_serve_nothing_give_way_before_running_ones():
+    """A Failed or stuck interruptible unit (its pod holds devices, nothing runs) goes first,
+    however old; among as few victims only."""
+    holders = [
+        holder("failed-old", minute=0, serving=False),
+        *(holder(f"running-{m}", minute=10 + m) for m in range(3)),
+    ]
+    assert uids(choose(1, {"n1": 0}, holders)) == ["failed-old"]
+    assert uids(choose(2, {"n1": 0}, holders)) == ["failed-old", "running-2"]
+    big = [holder("failed-1x", serving=False), holder("running-2x", minute=5, devices=2)]
+    assert uids(choose(2, {"n1": 0}, big)) == ["running-2x"]  # fewest first
 
 
 def test_the_fewest_victims_come_before_the_youngest():
@@ -80,6 +101,7 @@ holders_strategy = st.lists(
         node=st.sampled_from(["n1", "n2", "n3"]),
         minute=st.integers(0, 5),
         devices=st.integers(1, 4),
+        serving=st.booleans(),
     ),
     max_size=8,
     unique_by=lambda h: h.uid,

@@ -239,3 +239,41 @@ def wait_for_meter_closed(unit: GPUUnit, timeout: float = 30.0) -> None:
     while Meter.objects.filter(unit_uid=unit.uid).exists():
         assert time.monotonic() < deadline, f"{unit.name}'s meter stayed open"
         reconcile.reconcile_units()
+
+
+def test_a_failed_interruptible_unit_gives_way_before_running_ones(tenant, cluster, settings):
+    """Issue 40, hole 2: an interruptible unit whose pod holds devices while nothing runs (its
+    image never pulls: Failed) is preempted first, though it is the oldest."""
+    settings.PREEMPTION_WAIT_SECONDS = 0
+    spot = l40s_package(
+        "l40s-2x-spot-f", 2, price="2.00", interruptible=True, interruptible_price="0.50"
+    )
+    pair = l40s_package("l40s-2x-f", 2, price="2.00")
+    other = TenantFactory()
+    spot_client = client_for(tenant)
+    try:
+        broken = order_unit(
+            spot_client,
+            "spot-broken",
+            spot.id,
+            interruptible=True,
+            image="registry.invalid/team/trainer:1",
+        )
+        wait_for_phase(broken, "Failed", reason="ImagePullFailed")
+        assert devices(broken)  # it holds its two L40S
+        for index in range(3):
+            wait_for_phase(
+                order_unit(spot_client, f"spot-{index}", spot.id, interruptible=True), "Running"
+            )
+        sync_inventory()
+        waiting = wait_for_phase(order_unit(client_for(other), "needs-two", pair.id), "Pending")
+
+        assert preemption.give_notice(now=timezone.now()) == 1
+
+        told = [u.name for u in GPUUnit.objects.filter(tenant=tenant) if u.preemption]
+        assert told == ["spot-broken"]
+        broken.refresh_from_db()
+        assert broken.preemption["for"] == str(waiting.uid)
+    finally:
+        remove_namespace_objects(tenant.namespace)
+        remove_namespace_objects(other.namespace)
