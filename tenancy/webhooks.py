@@ -49,6 +49,8 @@ EVENT_TYPES: dict[str, str] = {
     "unit.device_unhealthy": "a unit's pod was evicted from a device that turned unhealthy",
     "unit.preempting": "an interruptible unit's devices are taken back for an on-demand unit: "
     "it is stopped at data.preemption.preemptAt",
+    "unit.preemption_called_off": "the on-demand unit an interruptible unit was to give way for "
+    "no longer waits: it keeps its devices",
     "budget.threshold_reached": "the month's spend reached 50, 80 or 100 % of the budget",
     "storage.phase_changed": "a volume moved to another phase (Pending, Bound, Lost, ...)",
 }

@@ -222,7 +222,7 @@ def test_a_preemption_notice_arrives_before_the_preemption(tenant, receiver, set
             wait_for_phase(order_unit(client, name, spot.id, interruptible=True), "Running")
         sync_inventory()
         waiting = order_unit(other_client, "needs-l40s", whole.id)
-        wait_for_phase(waiting, "Pending")
+        wait_for_phase(waiting, "Pending", reason="NoMatchingDevices")
         assert preemption.give_notice(now=timezone.now()) == 1
         (request,) = wait_until(receiver.delivered, "the unit.preempting event")
         event = Webhook(hook["secret"]).verify(request.body, request.headers)

@@ -2,13 +2,18 @@
 
 Each pass does two things:
 
-1. **Notice.** An on-demand unit that has waited for devices (Pending, nothing allocated) for
+1. **Notice.** An on-demand unit that has waited for devices (Pending, nothing allocated, the
+   scheduler's reason NoMatchingDevices: not storage, CPU or quota) for
    PREEMPTION_WAIT_SECONDS gets the interruptible units that give way for it, chosen from the
-   mirror by inventory.preemption (one node; fewest, then youngest). Each victim is told at
+   mirror by inventory.preemption (one node; fewest, then those serving nothing, then
+   youngest). Waiting units are taken each tenant's oldest first. Each victim is told at
    once, in one transaction: its `preemption` (reason, noticeAt, preemptAt = now + its
    package's notice), a timeline entry and the `unit.preempting` webhook. The waiting unit's
    timeline says what it waits for.
-2. **Preemption.** A victim whose preemptAt has come is stopped by the control plane (operation
+2. **Preemption.** Called off when the waiting unit no longer waits (deleted, stopped, placed):
+   the victims keep their devices and are told (`PreemptionCalledOff`,
+   `unit.preemption_called_off`). Else a victim whose preemptAt has come is stopped by the
+   control plane (operation
    `@preempt-...`): its pod gets its termination grace, and once it is gone the unit is
    Preempted, billed until its devices were released, restartable with start.
 3. **Resume.** A Preempted unit ordered with autoResume is started again (`@resume-...`) once
@@ -27,6 +32,8 @@ from datetime import UTC, datetime, timedelta
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import F, Q, Window
+from django.db.models.functions import RowNumber
 from django.utils import timezone
 
 from catalog.models import DEFAULT_PREEMPTION_NOTICE_SECONDS, Package
@@ -56,12 +63,22 @@ def run(*, now: datetime | None = None) -> tuple[int, int, int]:
     return told, stopped, resumed
 
 
+# What a unit waits for when devices are what it lacks (the scheduler's "cannot allocate all
+# claims"); a unit waiting for storage, CPU or memory, or its quota, frees nobody's devices.
+WAITING_FOR_DEVICES = ("NoMatchingDevices", reconcile.WAITING_FOR_PREEMPTION)
+
+
 def waiting_units(now: datetime, *, served: set[str]) -> list[GPUUnit]:
-    """On-demand units waiting for devices long enough that the scheduler had its chance,
-    except those `served` (devices are already being freed for them)."""
+    """On-demand units waiting for devices (and nothing else) long enough that the scheduler
+    had its chance, except those `served` (devices are already being freed for them): each
+    tenant's oldest first, then their second oldest, and so on, so one tenant's backlog does
+    not keep everyone else's waiting."""
     return list(
         GPUUnit.objects.exclude(uid__in=served)
         .filter(
+            # A unit ordered on its reservation waits for its slot's devices whatever the
+            # scheduler says first.
+            Q(reason__in=WAITING_FOR_DEVICES) | Q(reservation_slot__isnull=False),
             interruptible=False,
             phase=UnitPhase.PENDING,
             run_policy=RunPolicy.RUNNING,
@@ -69,8 +86,76 @@ def waiting_units(now: datetime, *, served: set[str]) -> list[GPUUnit]:
             updated_at__lte=now - timedelta(seconds=settings.PREEMPTION_WAIT_SECONDS),
             capacity={},  # whole devices: a share's room is not counted in devices
         )
-        .order_by("created_at", "id")[:WAITING_PER_PASS]
+        .annotate(
+            turn=Window(RowNumber(), partition_by=F("tenant_id"), order_by=F("created_at").asc())
+        )
+        .order_by("turn", "created_at", "id")[:WAITING_PER_PASS]
     )
+
+
+def still_waiting(uids: set[str]) -> set[str]:
+    """Which of these units still wait for the devices their victims are to free: not deleted,
+    stopped or placed meanwhile (a unit being handed its devices is restarted: Provisioning)."""
+    return {
+        str(uid)
+        for uid in GPUUnit.objects.filter(
+            uid__in=uids,
+            interruptible=False,
+            phase__in=(UnitPhase.PENDING, UnitPhase.PROVISIONING),
+            run_policy=RunPolicy.RUNNING,
+            dra__allocated=False,
+        ).values_list("uid", flat=True)
+    }
+
+
+def call_off_stale(*, now: datetime) -> set[int]:
+    """Call off the preemptions whose waiting unit no longer waits (deleted, stopped, placed);
+    returns the pks of the victims that keep their devices."""
+    told = list(
+        GPUUnit.objects.filter(preemption__has_key="for", phase__in=_HOLDING).select_related(
+            "tenant"
+        )
+    )
+    waiting = still_waiting({victim.preemption["for"] for victim in told})
+    stale = [victim for victim in told if victim.preemption["for"] not in waiting]
+    return call_off(stale, now=now)
+
+
+def call_off(victims: list[GPUUnit], *, now: datetime) -> set[int]:
+    """The units these victims were to give way for no longer wait: they keep their devices.
+    Each is told on its timeline and by `unit.preemption_called_off`. Returns their pks."""
+    called_off: set[int] = set()
+    for victim in victims:
+        with transaction.atomic():
+            cleared = GPUUnit.objects.filter(
+                pk=victim.pk, phase__in=_HOLDING, preemption=victim.preemption
+            ).update(preemption={}, updated_at=now)
+            if not cleared:
+                continue  # stopped or told again meanwhile
+            lifecycle.record_event(
+                victim,
+                reason="PreemptionCalledOff",
+                message="The on-demand unit it was to give way for no longer waits (deleted, "
+                "stopped or placed elsewhere): it keeps its devices.",
+            )
+            webhooks.emit(
+                victim.tenant_id,
+                "unit.preemption_called_off",
+                subject=f"units/{victim.name}",
+                data={
+                    "name": victim.name,
+                    "uid": str(victim.uid),
+                    "packageID": victim.package_id,
+                    "region": victim.region,
+                    "cluster": victim.cluster,
+                },
+                ordering_key=f"unit:{victim.uid}",
+                time=now,
+            )
+        called_off.add(victim.pk)
+    if called_off:
+        logger.info("preemption called off for %s", [v.name for v in victims])
+    return called_off
 
 
 def give_notice(*, now: datetime) -> int:
@@ -209,6 +294,8 @@ def carry_out(*, now: datetime) -> int:
             phase__in=(*_HOLDING, UnitPhase.FAILED),
         ).select_related("tenant")
     )
+    called_off = call_off_stale(now=now)
+    due = [victim for victim in due if victim.pk not in called_off]
     for waiting_uid in sorted({victim.preemption.get("for", "") for victim in due} - {""}):
         try:
             _hand_over(waiting_uid, now=now)

@@ -78,7 +78,10 @@ def test_an_on_demand_order_takes_back_the_fewest_youngest_interruptible_units(
         ]
         held = {unit.name: devices(unit) for unit in spots}
         sync_inventory()
-        waiting = wait_for_phase(order_unit(client, "big", whole.id), "Pending")
+        # Preemption serves a unit waiting for devices, once the scheduler said so.
+        waiting = wait_for_phase(
+            order_unit(client, "big", whole.id), "Pending", reason="NoMatchingDevices"
+        )
         assert not waiting.dra.get("allocated")
 
         assert preemption.give_notice(now=timezone.now()) == 2
@@ -266,7 +269,11 @@ def test_a_failed_interruptible_unit_gives_way_before_running_ones(tenant, clust
                 order_unit(spot_client, f"spot-{index}", spot.id, interruptible=True), "Running"
             )
         sync_inventory()
-        waiting = wait_for_phase(order_unit(client_for(other), "needs-two", pair.id), "Pending")
+        waiting = wait_for_phase(
+            order_unit(client_for(other), "needs-two", pair.id),
+            "Pending",
+            reason="NoMatchingDevices",
+        )
 
         assert preemption.give_notice(now=timezone.now()) == 1
 
@@ -274,6 +281,50 @@ def test_a_failed_interruptible_unit_gives_way_before_running_ones(tenant, clust
         assert told == ["spot-broken"]
         broken.refresh_from_db()
         assert broken.preemption["for"] == str(waiting.uid)
+    finally:
+        remove_namespace_objects(tenant.namespace)
+        remove_namespace_objects(other.namespace)
+
+
+def test_a_preemption_is_called_off_when_its_waiting_unit_is_deleted(tenant, cluster, settings):
+    """Issue 40, hole 5: the victims were told, then the on-demand order was deleted before
+    their notice ran out: nobody is stopped, and each is told it keeps its devices."""
+    settings.PREEMPTION_WAIT_SECONDS = 0
+    spot = l40s_package(
+        "l40s-2x-spot-c",
+        2,
+        price="2.00",
+        interruptible=True,
+        interruptible_price="0.50",
+        preemption_notice_seconds=1,
+    )
+    whole = l40s_package("l40s-4x-c", 4, price="4.00")
+    other = TenantFactory()
+    spot_client, client = client_for(tenant), client_for(other)
+    try:
+        spots = [
+            wait_for_phase(
+                order_unit(spot_client, f"spot-{index}", spot.id, interruptible=True), "Running"
+            )
+            for index in range(4)
+        ]
+        sync_inventory()
+        waiting = order_unit(client, "big", whole.id)
+        wait_for_phase(waiting, "Pending", reason="NoMatchingDevices")
+        assert preemption.give_notice(now=timezone.now()) == 2
+        told = [unit for unit in spots if (unit.refresh_from_db() or unit.preemption)]
+        preempt_at = max(datetime.fromisoformat(u.preemption["preemptAt"]) for u in told)
+
+        assert client.delete("/api/v1/gpu-units/big").status_code == 202
+
+        assert preemption.carry_out(now=preempt_at) == 0
+        for unit in told:
+            unit.refresh_from_db()
+            assert unit.preemption == {}
+            assert unit.phase == UnitPhase.RUNNING
+            assert unit.events.filter(reason="PreemptionCalledOff").exists()
+        assert spot_client.get("/api/v1/gpu-units/spot-3").json()["data"]["preemption"] is None
+        assert preemption.give_notice(now=timezone.now()) == 0  # nobody waits now
     finally:
         remove_namespace_objects(tenant.namespace)
         remove_namespace_objects(other.namespace)
