@@ -147,6 +147,21 @@ def test_a_crash_looping_unit_is_billed_while_its_pod_holds_the_devices(tenant, 
     _held_throughout(unit, started, restarted, asked)
 
 
+def test_a_deleted_units_timeline_bills_its_end_before_it_says_terminated(tenant, cluster):
+    """Issue 40, item 6: the timeline ends with the end of billing, then Terminated."""
+    package(article=True, price="0.36")
+    client = client_for(tenant)
+    unit = wait_for_phase(order(client, "brief", "gpu-rtx3080-2x-cpu10-mem40g"), "Running")
+    wait_until(lambda: Meter.objects.filter(unit_uid=unit.uid).exists(), "meter open")
+
+    assert client.delete("/api/v1/gpu-units/brief").status_code == 202
+
+    wait_for_phase(unit, "Terminated")
+    reasons = list(unit.events.order_by("id").values_list("reason", flat=True))
+    assert reasons[-2:] == ["UsageEnded", "Terminated"], reasons
+    assert rows_of(unit)
+
+
 def test_a_unit_run_for_n_seconds_then_stopped_has_n_seconds_times_its_devices(tenant):
     package(article=True, price="0.36")  # RTX 3080 x2
     client = client_for(tenant)

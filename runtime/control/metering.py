@@ -4,6 +4,7 @@ the one reconcile observed them; billing.ledger writes it."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable
 from datetime import datetime
 
@@ -147,6 +148,14 @@ def settle_meters(
     # Seen holding now: an end the cluster will not date is put no earlier than this.
     ledger.mark_seen(unit.uid for unit, _, _, until in opening if until is None)
     return opened, closed
+
+
+def still_metered(units: Iterable[GPUUnit]) -> set[uuid.UUID]:
+    """Which of these units' pods are still billed (an open meter): a unit is Terminated only
+    once its last pod's end is (its timeline says UsageEnded before Terminated). One
+    statement, none for no units."""
+    uids = [unit.uid for unit in units]
+    return set(ledger.open_meters(uids)) if uids else set()
 
 
 def _reservation_ends(units: Iterable[GPUUnit]) -> dict[int, datetime]:

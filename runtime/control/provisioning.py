@@ -21,7 +21,7 @@ from controlplane import kube
 from controlplane.kube.errors import KubeError, PermanentError, TemporaryError
 from inventory import clusters
 from runtime import access, lifecycle, manifests, orders, outbox, selectors
-from runtime.control import handover
+from runtime.control import handover, metering
 from runtime.models import EventType, GPUUnit, Operation, OperationKind, RunPolicy, UnitPhase
 from tenancy.models import Tenant
 
@@ -525,6 +525,10 @@ def _delete(operation: Operation) -> None:
     ]
     if remaining:
         raise TemporaryError(f"waiting for {', '.join(remaining)} to be deleted", delay=1)
+    if metering.still_metered([unit]):
+        # The observer bills the pod's end from its last state (its DELETED event), the
+        # backstop from its last sighting: Terminated comes after UsageEnded.
+        raise TemporaryError("waiting for the end of its pod's usage to be billed", delay=1)
     lifecycle.mark_unit_terminated(unit)
     outbox.finish_operation(operation)
 

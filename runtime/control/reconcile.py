@@ -196,17 +196,20 @@ def plan_row(
     objects: UnitObjects,
     taints: Mapping[DeviceKey, list[dict]],
     unready_nodes: Collection[str] = (),
+    *,
+    metered: bool = False,
 ) -> RowChange:
     """What the unit's row should say given its objects: Terminated once a Terminating unit's
-    objects are gone, Failed when its GPUUnit was deleted behind our back or a device it held
-    turned unhealthy, else the phase, reason and DRA status derived from claim and pod (with
-    NodeNotReady for a pod not ready because its node, among `unready_nodes`, is not)."""
+    objects are gone and its pod's end billed (not `metered`), Failed when its GPUUnit was
+    deleted behind our back or a device it held turned unhealthy, else the phase, reason and
+    DRA status derived from claim and pod (with NodeNotReady for a pod not ready because its
+    node, among `unready_nodes`, is not)."""
     gpuunit = own_gpuunit(unit, objects.gpuunit)
     claim, pod = objects.claim, objects.pod
     if unit.phase == UnitPhase.TERMINATING:
-        if gpuunit is None and claim is None and pod is None:
+        if gpuunit is None and claim is None and pod is None and not metered:
             return RowChange(action="terminate")
-        return NOTHING
+        return NOTHING  # (a pod gone but still `metered`: once its end is billed)
     if gpuunit is None:
         if unit.rolling_out or unit.phase == UnitPhase.FAILED:
             return NOTHING
@@ -431,12 +434,17 @@ def reconcile_batch(
 
     to_patch: list[tuple[GPUUnit, dict]] = []
     synced: list[int] = []
+    metered: set = set()  # ending units whose pods are still billed
 
     def settle(unit: GPUUnit) -> None:
         unit_objects = objects[unit.pk]
         ending = unit.phase == UnitPhase.TERMINATING
         change = refused.get(unit.pk) or plan_row(
-            unit, unit_objects, taints[unit.cluster], unready[unit.cluster]
+            unit,
+            unit_objects,
+            taints[unit.cluster],
+            unready[unit.cluster],
+            metered=unit.uid in metered,
         )
         try:
             with transaction.atomic():
@@ -466,10 +474,8 @@ def reconcile_batch(
                 settle(unit)
             lifecycle.mark_units_synced(synced)
             synced.clear()
-    for unit in ending:
-        settle(unit)
-    for unit, gpuunit in to_patch:
-        sync_gpuunit_status(unit, gpuunit)
+    # Billing first: a unit ending is Terminated only once its pod's end is billed, so its
+    # timeline says UsageEnded before Terminated (plan_row).
     metering.settle_meters(
         (
             (unit, objects[unit.pk].claim, objects[unit.pk].pod, objects[unit.pk].last_pod)
@@ -477,6 +483,11 @@ def reconcile_batch(
         ),
         backstop=backstop,
     )
+    metered.update(metering.still_metered(ending))
+    for unit in ending:
+        settle(unit)
+    for unit, gpuunit in to_patch:
+        sync_gpuunit_status(unit, gpuunit)
     return result
 
 
