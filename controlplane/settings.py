@@ -377,6 +377,8 @@ HANDOVER_TIMEOUT_SECONDS = env.float("HANDOVER_TIMEOUT_SECONDS", default=900.0)
 RESERVATION_INTERVAL_SECONDS = env.float("RESERVATION_INTERVAL_SECONDS", default=5.0)
 RESERVATION_MAX_COUNT = env.int("RESERVATION_MAX_COUNT", default=32)
 RESERVATION_MAX_DAYS = env.int("RESERVATION_MAX_DAYS", default=90)
+# How many reservations (scheduled or active) one tenant may hold at once.
+RESERVATIONS_PER_TENANT = env.int("RESERVATIONS_PER_TENANT", default=10)
 # The placeholder pod that holds a reservation's devices: it runs nothing (pause).
 RESERVATION_PLACEHOLDER_IMAGE = env.str(
     "RESERVATION_PLACEHOLDER_IMAGE", default="registry.k8s.io/pause:3.10"

@@ -27,6 +27,7 @@ from runtime import orders, validation
 from runtime.errors import InsufficientCapacity, InvalidState, RegionUnavailable
 from runtime.models import GPUUnit, Reservation, ReservationEnd, ReservationStatus, UnitPhase
 from tenancy import services as tenancy_services
+from tenancy.errors import LimitExceeded
 from tenancy.models import Tenant
 
 # A start this far in the past is read as "now" (a client's clock, a slow request).
@@ -95,9 +96,16 @@ def create_reservation(
     try:
         with transaction.atomic():
             tenancy_services.lock_tenant(tenant.pk)
-            # Its slots count against the device quota as units do (orders' own check).
-            if refused := orders.device_quota_problem(
-                tenant, package.device_class_name, count * package.count
+            # A reservation is spending: refused once an enforced budget is spent, as an
+            # order or a start is.
+            tenancy_services.check_budget(tenant)
+            # Its slots count against the device and region quotas as units do (orders' own
+            # checks), and a tenant holds only so many reservations at once.
+            devices = count * package.count
+            if refused := (
+                orders.device_quota_problem(tenant, package.device_class_name, devices)
+                or orders.region_quota_problem(tenant, placed.region, devices)
+                or _reservations_problem(tenant)
             ):
                 raise refused
             return Reservation.objects.create(
@@ -115,6 +123,21 @@ def create_reservation(
         raise ReservationConflict(
             f"a reservation named {name} exists.", details={"name": name}
         ) from None
+
+
+def _reservations_problem(tenant: Tenant) -> LimitExceeded | None:
+    """Why the tenant may not hold one more reservation (scheduled or active), or None."""
+    hard = settings.RESERVATIONS_PER_TENANT
+    held = Reservation.objects.filter(
+        tenant=tenant, status__in=(ReservationStatus.SCHEDULED, ReservationStatus.ACTIVE)
+    ).count()
+    if held < hard:
+        return None
+    return LimitExceeded(
+        f"tenant {tenant.slug} holds {held} of its {hard} reservations: cancel one, or let one "
+        "end, to make another.",
+        details={"limit": "reservations", "used": held, "requested": 1, "hard": hard},
+    )
 
 
 def _place(package: Package, region: str, count: int, *, starts_now: bool) -> placement.Placed:

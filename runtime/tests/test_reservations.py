@@ -27,6 +27,7 @@ from runtime.tests.helpers import (
     wait_for_phase,
     wait_until,
 )
+from tenancy.models import BudgetMode, Tenant
 from tenancy.tests.factories import TenantFactory, key_for
 from tests.endpoints import EndpointTest, client_for
 from tests.reliability.conftest import post_json
@@ -431,6 +432,38 @@ class TestReservationCreate(EndpointTest):
         )
         assert refused.status_code == 409
         assert refused.json()["error"]["code"] == "quota_exceeded"
+
+    def test_a_spent_enforced_budget_refuses_a_reservation(self):
+        """Issue 40, hole 4: a reservation is spending, refused as an order is."""
+        package = l40s_package("l40s-2x-b", 2, price="2.00")
+        tenant = TenantFactory()
+        Tenant.objects.filter(pk=tenant.pk).update(
+            budget_mode=BudgetMode.ENFORCE,
+            monthly_budget=Decimal("10"),
+            budget_exceeded_at=timezone.now(),
+        )
+        self.get_error_response(
+            client_for(tenant), data=_later("a", package.id), status=409, code="budget_exceeded"
+        )
+        assert not Reservation.objects.filter(tenant=tenant).exists()
+
+    def test_the_region_quota_and_the_count_per_tenant_hold(self, settings):
+        package = l40s_package("l40s-2x-r", 2, price="2.00")
+        tenant = TenantFactory()
+        Tenant.objects.filter(pk=tenant.pk).update(quota_regions={settings.CLUSTER_REGION: 2})
+        client = client_for(tenant)
+        error = self.get_error_response(
+            client, data=_later("big", package.id, count=2), status=409, code="quota_exceeded"
+        )
+        assert error["details"]["limit"] == f"devices in region {settings.CLUSTER_REGION}"
+        settings.RESERVATIONS_PER_TENANT = 2
+        other = client_for(TenantFactory())
+        for name in ("a", "b"):
+            self.get_success_response(other, data=_later(name, package.id), status=201)
+        error = self.get_error_response(
+            other, data=_later("c", package.id), status=409, code="limit_exceeded"
+        )
+        assert (error["details"]["used"], error["details"]["hard"]) == (2, 2)
 
     def test_statements_are_the_baseline(self, auth_client):
         package = l40s_package("l40s-1x-s", 1, price="1.00")
