@@ -132,3 +132,65 @@ def audit(start: datetime, end: datetime, *, now: datetime) -> list[Difference]:
                 Difference(uid, names[uid], length(held), length(paid), unbilled, overbilled)
             )
     return differences
+
+
+# ---------------------------------------------------------------- against the cluster itself
+
+
+@dataclass(frozen=True)
+class PodDifference:
+    """A pod the cluster says holds a unit's devices now, and what its meter says instead."""
+
+    unit_uid: str
+    unit_name: str
+    pod_uid: str
+    held_since: datetime  # the pod's first container start, as the cluster reports it
+    billed_since: datetime | None  # its meter's start; None: not billed at all
+    why: str
+
+    def __str__(self) -> str:
+        billed = f"{self.billed_since:%Y-%m-%d %H:%M:%S}" if self.billed_since else "never"
+        return (
+            f"{self.unit_name} ({self.unit_uid}): pod {self.pod_uid} holds its devices since "
+            f"{self.held_since:%Y-%m-%d %H:%M:%S} UTC (the cluster), billed since {billed}: "
+            f"{self.why}"
+        )
+
+
+def pod_difference(
+    unit_uid: str,
+    unit_name: str,
+    pod_uid: str,
+    held_since: datetime,
+    meter: tuple[str, datetime] | None,
+) -> PodDifference | None:
+    """Pure: a pod that holds devices since `held_since` against the unit's open meter
+    (`(pod uid, started_at)`, None for none): unbilled, billing another pod, or from another
+    time (over a second)."""
+    if meter is None:
+        why = "it holds devices and no meter is open"
+        return PodDifference(unit_uid, unit_name, pod_uid, held_since, None, why)
+    metered_pod, started = meter
+    if metered_pod != pod_uid:
+        why = f"the open meter follows pod {metered_pod}"
+        return PodDifference(unit_uid, unit_name, pod_uid, held_since, started, why)
+    if abs(started - held_since) > TOLERANCE:
+        why = "the meter starts at another time than the pod's first container"
+        return PodDifference(unit_uid, unit_name, pod_uid, held_since, started, why)
+    return None
+
+
+def audit_pods(holding: Iterable[tuple[str, str, str, datetime]]) -> list[PodDifference]:
+    """Each (unit uid, unit name, pod uid, held since) the cluster reports holding devices now,
+    checked against the open meters: what the timeline-based audit cannot see (a meter closed
+    while the pod still holds its devices). One statement."""
+    holding = list(holding)
+    meters = {
+        str(meter.unit_uid): (meter.pod_uid, meter.started_at)
+        for meter in Meter.objects.filter(unit_uid__in=[uid for uid, *_ in holding])
+    }
+    return [
+        found
+        for uid, name, pod_uid, since in holding
+        if (found := pod_difference(uid, name, pod_uid, since, meters.get(uid))) is not None
+    ]

@@ -12,12 +12,14 @@ from django.conf import settings
 from django.db import transaction
 
 from billing import ledger
-from runtime import lifecycle, selectors
+from controlplane import kube
+from runtime import lifecycle, manifests, selectors
 from runtime.control.status import (
     LAST_SEEN,
     OBSERVED,
     REPLACED,
     dra_status,
+    held_since,
     k8s_time,
     meter_step,
     released_at,
@@ -248,3 +250,24 @@ def settle_unreconciled(
                 closed += 1
                 _ended(unit, done, how=LAST_SEEN)
     return closed
+
+
+def held_in_cluster(cluster: str) -> list[tuple[str, str, str, datetime]]:
+    """What `cluster` says the units' pods hold now: (unit uid, unit name, pod uid, first
+    container start) of each live unit's pod that holds its allocated devices (one list call
+    for pods, one for claims; runtime/usage_audit.py `audit_pods` compares it with the
+    meters)."""
+    with kube.using(cluster):
+        pods = kube.list_objects(kube.POD, label_selector=manifests.OURS_SELECTOR)
+        claims = kube.list_objects(kube.RESOURCECLAIM, label_selector=manifests.OURS_SELECTOR)
+    by_name = {(c["metadata"]["namespace"], c["metadata"]["name"]): c for c in claims}
+    pod_of = {(p["metadata"]["namespace"], p["metadata"]["name"]): p for p in pods}
+    held = []
+    for unit in selectors.list_units_to_reconcile(cluster=cluster):
+        pod = pod_of.get((unit.namespace, manifests.pod_name_for(unit.name)))
+        claim = by_name.get((unit.namespace, unit.claim_name))
+        since = held_since(pod, claim)
+        if pod is None or since is None or released_at(pod, gone=False) is not None:
+            continue
+        held.append((str(unit.uid), unit.name, pod["metadata"]["uid"], since))
+    return held

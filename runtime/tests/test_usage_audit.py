@@ -1,4 +1,5 @@
-"""The usage audit's arithmetic (pure) and the command over a planted difference."""
+"""The usage audit's arithmetic (pure) and the command over planted differences: the ledger
+against the timelines, and the meters against the pods a development cluster runs."""
 
 from __future__ import annotations
 
@@ -6,13 +7,18 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.core.management import CommandError, call_command
+from django.utils import timezone
 
 from billing import ledger
-from billing.models import UsageRecord
+from billing.models import Meter, UsageRecord
 from billing.tests.helpers import holding, priced
+from catalog.tests.factories import PackageFactory
 from runtime import lifecycle, usage_audit
+from runtime.control import metering
 from runtime.models import UnitPhase
 from runtime.tests.factories import UnitFactory
+from runtime.tests.helpers import order_unit, remove_namespace_objects, wait_for_phase, wait_until
+from tests.endpoints import client_for
 
 T0 = datetime(2026, 11, 3, 10, 0, tzinfo=UTC)
 
@@ -71,3 +77,39 @@ def test_the_audit_finds_a_planted_difference_and_the_command_reports_it(tenant,
     with pytest.raises(CommandError):
         call_command("audit_usage", *window)
     assert "audited" in capsys.readouterr().out
+
+
+def test_pod_difference_finds_unbilled_other_pod_and_other_start():
+    assert usage_audit.pod_difference("u", "n", "p1", t(0), ("p1", t(0))) is None
+    assert "no meter" in usage_audit.pod_difference("u", "n", "p1", t(0), None).why
+    assert "follows pod p0" in usage_audit.pod_difference("u", "n", "p1", t(0), ("p0", t(0))).why
+    late = usage_audit.pod_difference("u", "n", "p1", t(0), ("p1", t(3)))
+    assert late is not None
+    assert late.billed_since == t(3)
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.usefixtures("celery_worker")
+def test_the_audit_compares_the_meters_with_the_pods_the_cluster_runs(tenant, cluster, capsys):
+    """Issue 40: a meter closed while its pod still holds its devices (the hole a container
+    exit opened) is what the timeline cannot show; the cluster can."""
+    client = client_for(tenant)
+    unit = wait_for_phase(order_unit(client, "audited-live", PackageFactory().id), "Running")
+    wait_until(lambda: Meter.objects.filter(unit_uid=unit.uid).exists(), "meter open")
+    try:
+        held = metering.held_in_cluster(unit.cluster)
+        assert [(uid, name) for uid, name, *_ in held] == [(str(unit.uid), "audited-live")]
+        assert usage_audit.audit_pods(held) == []
+
+        # Planted: the meter closes while the pod runs on.
+        ledger.close_meter(unit.uid, at=timezone.now())
+
+        (found,) = usage_audit.audit_pods(metering.held_in_cluster(unit.cluster))
+        assert (found.unit_name, found.billed_since) == ("audited-live", None)
+        with pytest.raises(CommandError):
+            call_command("audit_usage")
+        out = capsys.readouterr().out
+        assert "audited-live" in out
+        assert "no meter is open" in out
+    finally:
+        remove_namespace_objects(tenant.namespace)

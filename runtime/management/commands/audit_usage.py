@@ -1,6 +1,7 @@
 """`manage.py audit_usage --from --to`: compare the ledger with what the units' timelines say
-their pods held (runtime/usage_audit.py), and the rollups with the ledger (billing.rollups);
-prints each difference (over a second, for the first), exits 1 if there is any."""
+their pods held (runtime/usage_audit.py), each pod the clusters say holds devices now with its
+meter, and the rollups with the ledger (billing.rollups); prints each difference (over a
+second, for the first two), exits 1 if there is any."""
 
 from __future__ import annotations
 
@@ -12,7 +13,10 @@ from django.utils import timezone
 
 from billing import periods as billing_periods
 from billing import rollups
+from controlplane.kube.errors import KubeError
 from runtime import usage_audit
+from runtime.control import metering
+from runtime.models import GPUUnit, UnitPhase
 
 
 def _moment(text: str) -> datetime:
@@ -47,6 +51,24 @@ class Command(BaseCommand):
             f"{len(differences)} difference(s) over a second from {start.isoformat()} "
             f"to {end.isoformat()}"
         )
+        pods: list[usage_audit.PodDifference] = []
+        clusters = sorted(
+            set(
+                GPUUnit.objects.exclude(phase__in=UnitPhase.ENDING).values_list(
+                    "cluster", flat=True
+                )
+            )
+        )
+        for cluster in clusters:
+            try:
+                pods += usage_audit.audit_pods(metering.held_in_cluster(cluster))
+            except KubeError as exc:
+                self.stdout.write(f"cluster {cluster} not checked: {exc.message}")
+        for pod in pods:
+            self.stdout.write(str(pod))
+        self.stdout.write(
+            f"{len(pods)} pod(s) holding devices billed otherwise, in {len(clusters)} cluster(s)"
+        )
         wrong = rollups.differences(
             months=(billing_periods.month_start(start), billing_periods.next_month(end))
         )
@@ -56,7 +78,7 @@ class Command(BaseCommand):
                 f"{rollup.expected}"
             )
         self.stdout.write(f"{len(wrong)} rollup(s) differ from the ledger")
-        if differences:
+        if differences or pods:
             raise CommandError("the ledger differs from what the units held", returncode=1)
         if wrong:
             raise CommandError("the rollups differ from the ledger", returncode=1)
