@@ -751,17 +751,34 @@ class StorageDetailView(TenantView):
 
 
 class ReservationListView(TenantView):
+    query_serializer = PageQuerySerializer
+
     @extend_schema(
-        summary="The tenant's reservations, with what each holds now",
+        summary="The tenant's reservations by name, with what each holds now, a page at a time",
+        parameters=[PageQuerySerializer],
         responses={
             200: envelope(ReservationSerializer, name="ReservationList", many=True),
-            **error_responses(401),
+            **error_responses(400, 401),
         },
     )
     def get(self, request: Request) -> Response:
-        found = list(Reservation.objects.filter(tenant=self.tenant).select_related("package"))
-        context = {"usage": reservations.usage(found)}
-        return Response(ReservationSerializer(found, many=True, context=context).data)
+        query = self.validated_query(request)
+        page, next_cursor = paginate(
+            Reservation.objects.filter(tenant=self.tenant).select_related("package"),
+            cursor=query.get("cursor"),
+            limit=query["limit"],
+            scope=cursor_scope(self.tenant.pk, "reservations"),
+            key="name",
+            position="name",
+            newest_first=False,
+        )
+        context = {"usage": reservations.usage(page)}
+        return EnvelopedResponse(
+            {
+                "data": ReservationSerializer(page, many=True, context=context).data,
+                "meta": {"nextCursor": next_cursor},
+            }
+        )
 
     @extend_schema(
         summary="Reserve devices: count units' worth of a package from start to end",

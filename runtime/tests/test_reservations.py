@@ -481,6 +481,12 @@ class TestReservationList(EndpointTest):
         self.assert_statement_count(auth_client)
         data = self.get_success_response(auth_client).json()["data"]
         assert [r["name"] for r in data] == ["a", "b", "c"]
+        # A page at a time, by name (issue 40).
+        first = self.get_success_response(auth_client, query={"limit": 2}).json()
+        assert [r["name"] for r in first["data"]] == ["a", "b"]
+        cursor = first["meta"]["nextCursor"]
+        rest = self.get_success_response(auth_client, query={"limit": 2, "cursor": cursor}).json()
+        assert ([r["name"] for r in rest["data"]], rest["meta"]["nextCursor"]) == (["c"], None)
         assert {(r["status"], r["held"], r["inUse"], r["free"]) for r in data} == {
             ("Scheduled", 0, 0, 1)
         }
