@@ -16,6 +16,7 @@ from datetime import datetime
 
 from django.conf import settings
 from django.db import transaction
+from django.db.models import Q
 from django.utils import timezone
 
 from billing import ledger
@@ -23,7 +24,7 @@ from billing.models import Meter
 from controlplane import kube
 from controlplane.errors import DomainError
 from controlplane.kube.errors import KubeError
-from runtime import actions, manifests, outbox
+from runtime import actions, lifecycle, manifests, outbox
 from runtime.control import provisioning
 from runtime.models import (
     GPUUnit,
@@ -132,9 +133,34 @@ def _slots_taken(reservation: Reservation) -> set[int]:
     }
 
 
+def release_lent_slots(reservation: Reservation) -> int:
+    """A borrower (an interruptible unit on a slot nobody used) that stopped, was preempted or
+    failed with nothing allocated gives its slot back at once: the slot is held by a
+    placeholder again, for the owner (started again, it is placed as any interruptible unit
+    is). Returns how many slots came back."""
+    borrowers = list(
+        GPUUnit.objects.filter(reservation=reservation, interruptible=True).filter(
+            Q(phase__in=UnitPhase.AT_REST) | Q(phase=UnitPhase.FAILED, dra__allocated=False)
+        )
+    )
+    for unit in borrowers:
+        with transaction.atomic():
+            if GPUUnit.objects.filter(pk=unit.pk, reservation=reservation).update(
+                reservation=None, reservation_slot=None
+            ):
+                lifecycle.record_event(
+                    unit,
+                    reason="LentSlotReturned",
+                    message=f"It holds no devices ({unit.phase}): the slot of reservation "
+                    f"{reservation.name} it ran on went back to its owner.",
+                )
+    return len(borrowers)
+
+
 def keep_placeholders(reservation: Reservation) -> int:
     """Each free slot held by its placeholder (made when missing), none for a slot a unit
     took; records how many slots hold devices. Returns the placeholders made."""
+    release_lent_slots(reservation)
     taken = _slots_taken(reservation)
     selector = f"{manifests.LABEL_RESERVATION}={reservation.uid}"
     made = 0

@@ -253,6 +253,50 @@ def test_reserved_devices_nobody_uses_are_lent_to_an_interruptible_unit_until_th
                 kube.delete(kind, None, rule["metadata"]["name"])
 
 
+def test_a_borrower_that_stops_gives_the_lent_slot_back_to_a_placeholder(tenant, cluster):
+    """Issue 40, hole 3: a stopped borrower held the owner's slot without its devices, so no
+    placeholder was made again and anyone could take them. Now the slot comes back at once."""
+    whole = l40s_package(
+        "l40s-4x-back", 4, price="4.00", interruptible=True, interruptible_price="1.00"
+    )
+    stranger, spot = TenantFactory(), TenantFactory()
+    owner = client_for(tenant)
+    try:
+        sync_inventory()
+        reservation = _reserved_now(owner, tenant, "back", whole.id, count=1)
+        reserved = _placeholder_devices(reservation, 0)
+        wait_for_phase(order_unit(client_for(stranger), "busy", whole.id), "Running")
+        sync_inventory()
+        borrower = wait_for_phase(
+            order_unit(client_for(spot), "borrower", whole.id, interruptible=True), "Running"
+        )
+        assert _devices(borrower) == reserved
+        assert _placeholder_devices(reservation, 0) == set()  # the borrower has them
+
+        stopped = client_for(spot).post(
+            "/api/v1/gpu-units/borrower/stop", {"operationID": "stop-b"}, format="json"
+        )
+        assert stopped.status_code == 202, stopped.json()
+        wait_for_phase(borrower, "Stopped")
+        preemption.run()  # beat's pass: the borrower's own hand-over of the slot ends
+        reservation_control.run()
+
+        borrower.refresh_from_db()
+        assert (borrower.reservation_id, borrower.reservation_slot) == (None, None)
+        assert borrower.events.filter(reason="LentSlotReturned").exists()
+        wait_until(
+            lambda: _held(reservation) == 1, "the placeholder to hold the slot again", timeout=60
+        )
+        assert _placeholder_devices(reservation, 0) == reserved
+    finally:
+        for namespace in (tenant.namespace, stranger.namespace, spot.namespace):
+            remove_namespace_objects(namespace)
+        kind = kube.device_taint_rule_kind()
+        for slug in (tenant.slug, spot.slug):
+            for rule in kube.list_objects(kind, label_selector=f"{manifests.LABEL_TENANT}={slug}"):
+                kube.delete(kind, None, rule["metadata"]["name"])
+
+
 def test_twenty_concurrent_orders_against_a_reservation_and_free_capacity(
     live_server, tenant, cluster
 ):
