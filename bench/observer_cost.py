@@ -1,6 +1,6 @@
-"""What observing costs as the fleet grows: at 10 and 10,000 units (each with its GPUUnit, claim
+"""What observing costs as the fleet grows: at 10 and 2,000 units (each with its GPUUnit, claim
 and pod as provisioning makes them, allocated by the scheduler and running, on a development
-cluster of 1,250 nodes x 8 H100: the real API server, scheduler and controller-manager, KWOK
+cluster of 250 nodes x 8 H100: the real API server, scheduler and controller-manager, KWOK
 nodes; the cluster grows from the first size to the second), the SQL statements
 and cluster calls of one observed change, the duration of the full reconcile pass, of the
 slowest tick of beat's paged backstop over one cycle (RECONCILE_PAGE_SIZE units a tick) and how
@@ -23,8 +23,11 @@ import psutil
 
 from bench import harness
 
-SIZES = harness.sized((10, 10_000), (10, 40))
-NODES, GPUS_PER_NODE = harness.sized((1250, 8), (6, 8))  # 10,000 devices (small: 48)
+# 2,000 running units, not 10,000: on the 2-core machine the development cluster makes and
+# places about 5 pods a second, so 10,000 took 40 minutes to seed and then its API server renewed
+# 1,250 nodes' Leases too late to keep them Ready (issue 44 takes the 10,000 figure on).
+SIZES = harness.sized((10, 2_000), (10, 40))
+NODES, GPUS_PER_NODE = harness.sized((250, 8), (6, 8))  # 2,000 devices (small: 48)
 UNIT_NAMESPACE = UNIT_TENANT = "bench-units"
 # Creating 10,000 units' objects and the scheduler placing their pods takes minutes.
 SEED_TIMEOUT_SECONDS = 2400.0

@@ -34,7 +34,7 @@ LEDGER_READER_CEILING = 1.5
 LEDGER_EXPORT_FLOOR = 0.1
 # The sizes a full run measures, for figures that do not list theirs.
 INVENTORY_SIZES = (10, 1_000, 10_000)
-OBSERVER_SIZES = (10, 10_000)
+OBSERVER_SIZES = (10, 2_000)
 LEDGER_SIZES = (1_000, 10_000, 1_000_000)
 
 
@@ -479,7 +479,7 @@ SECTIONS: dict[str, tuple[str, str, Callable[[dict], list[str]]]] = {
     ),
     "observer_cost": (
         "6b. Observing as the fleet grows",
-        "At 10 and 10,000 running units on a development cluster of 10,000 H100s: statements "
+        "At 10 and 2,000 running units on a development cluster of 2,000 H100s: statements "
         "and cluster calls per observed change, the backstop's pass and ticks, and the "
         "processes' resident memory.",
         _observer_cost,

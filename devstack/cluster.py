@@ -100,6 +100,7 @@ class DevCluster:
         host: str = "127.0.0.1",
         api_port: int | None = None,
         container_output: bool = True,
+        node_monitor_grace: str = "20s",
     ) -> None:
         self.folder = folder
         self.name = name
@@ -116,6 +117,8 @@ class DevCluster:
         self.api_port = api_port
         # Whether the node agent writes the containers' output (a benchmark does without it).
         self.container_output = container_output
+        # How long a node's silence lasts before the controller-manager marks it NotReady.
+        self.node_monitor_grace = node_monitor_grace
         self.api: kubeapi.Api
         self.processes: dict[str, subprocess.Popen] = {}
         self.ports: dict[str, int] = {}
@@ -330,8 +333,9 @@ class DevCluster:
                 f"--service-account-private-key-file={keys.service_account_key}",
                 "--controllers=*",
                 # A node whose kubelet went silent is NotReady after 20 s, not 50: the Lease
-                # above is renewed every few seconds.
-                "--node-monitor-grace-period=20s",
+                # above is renewed every few seconds. A benchmark's fleet of KWOK nodes keeps
+                # the default's slack (the API server is busy with its pods).
+                f"--node-monitor-grace-period={self.node_monitor_grace}",
                 "--node-monitor-period=2s",
                 "--kube-api-qps=200",
                 "--kube-api-burst=400",
