@@ -68,7 +68,7 @@ test: $(STAMP) binaries
 test-reliability: $(STAMP) binaries
 	$(DEVSTACK) $(PY) -m pytest tests/reliability $(PYTEST_ARGS)
 
-# Benchmarks (bench/): one JSON line each, then docs/benchmarks.md. Takes ~10 minutes.
+# Benchmarks (bench/): one JSON line each, then docs/benchmarks.md. Takes about 17 minutes.
 bench: $(STAMP) binaries
 	$(DEVSTACK) $(PY) -m bench.run
 
