@@ -1305,19 +1305,29 @@ def test_example_ninth_pod_on_eight_gpus_is_unschedulable(start: Callable[..., D
     demo = _example(start)
     ns = "basic-resourceclaimtemplate"
     demo.create(SINGLE_GPU_TEMPLATE.format(namespace=ns))
-    for number in range(9):
-        demo.create(_example_pod(ns, f"pod{number}", {"gpu": "template:single-gpu"}))
+    names = [f"pod{number}" for number in range(9)]
+    for name in names:
+        demo.create(_example_pod(ns, name, {"gpu": "template:single-gpu"}))
+
+    # Eight run, whichever the scheduler took first (the claim controller makes their claims
+    # in its own order), and one is left out.
+    def placed() -> list[str] | None:
+        running = [n for n in names if demo.pod(ns, n)["status"].get("phase") == "Running"]
+        return running if len(running) == 8 else None
+
+    running = wait_until(placed, lambda found: found is not None, "eight pods Running")
+    assert running is not None
     devices = set()
-    for number in range(8):
-        demo.running(ns, f"pod{number}")
-        devices.update(_devices(demo.generated_claim(ns, f"pod{number}", "gpu")))
+    for name in running:
+        devices.update(_devices(demo.generated_claim(ns, name, "gpu")))
     assert len(devices) == 8
-    condition = demo.not_scheduled(ns, "pod8")
+    [left_out] = sorted(set(names) - set(running))
+    condition = demo.not_scheduled(ns, left_out)
     assert condition["reason"] == "Unschedulable"
     assert "cannot allocate all claims" in condition["message"]
-    assert demo.events(ns, "pod8", "FailedScheduling")
+    assert demo.events(ns, left_out, "FailedScheduling")
     # Its claim exists (the controller made it) but holds nothing.
-    claim = demo.generated_claim(ns, "pod8", "gpu")
+    claim = demo.generated_claim(ns, left_out, "gpu")
     assert not (claim.get("status") or {}).get("allocation")
 
 

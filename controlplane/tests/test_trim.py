@@ -15,6 +15,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from django.utils import timezone
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -547,7 +548,10 @@ def test_each_units_reconcile_is_the_same_from_trimmed_objects(world) -> None:
         # Without taints in the mirror, only the deleted pod's last state says it was evicted.
         for unit, known in itertools.product(_rows(gpuunit, world.held[name]), (taints, {})):
             assert reconcile.plan_pod(unit, kept, known) == reconcile.plan_pod(unit, whole, known)
-            assert reconcile.plan_row(unit, kept, known) == reconcile.plan_row(unit, whole, known)
+            now = timezone.now()  # the start deadline's clock, one for both
+            assert reconcile.plan_row(unit, kept, known, now=now) == reconcile.plan_row(
+                unit, whole, known, now=now
+            )
             assert reconcile.desired_status(unit, kept.gpuunit) == reconcile.desired_status(
                 unit, whole.gpuunit
             )

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
@@ -198,12 +199,14 @@ def plan_row(
     unready_nodes: Collection[str] = (),
     *,
     metered: bool = False,
+    now: datetime | None = None,
 ) -> RowChange:
     """What the unit's row should say given its objects: Terminated once a Terminating unit's
     objects are gone and its pod's end billed (not `metered`), Failed when its GPUUnit was
     deleted behind our back or a device it held turned unhealthy, else the phase, reason and
     DRA status derived from claim and pod (with NodeNotReady for a pod not ready because its
-    node, among `unready_nodes`, is not)."""
+    node, among `unready_nodes`, is not). `now`: when a pod first seen holding devices idle
+    began to (the start deadline's clock)."""
     gpuunit = own_gpuunit(unit, objects.gpuunit)
     claim, pod = objects.claim, objects.pod
     if unit.phase == UnitPhase.TERMINATING:
@@ -250,7 +253,7 @@ def plan_row(
         "dra": observed.dra,
         "node_name": observed.node_name,
         # Since when it holds devices with no container started (the start deadline's clock).
-        "idle_hold_since": (unit.idle_hold_since or timezone.now()) if idle else None,
+        "idle_hold_since": (unit.idle_hold_since or now or timezone.now()) if idle else None,
     }
     if unit.preemption_wait_until is not None:
         if observed.phase == UnitPhase.PENDING and not observed.dra.get("allocated"):
@@ -435,6 +438,7 @@ def reconcile_batch(
     to_patch: list[tuple[GPUUnit, dict]] = []
     synced: list[int] = []
     metered: set = set()  # ending units whose pods are still billed
+    now = timezone.now()  # one clock for the batch's rows
 
     def settle(unit: GPUUnit) -> None:
         unit_objects = objects[unit.pk]
@@ -445,6 +449,7 @@ def reconcile_batch(
             taints[unit.cluster],
             unready[unit.cluster],
             metered=unit.uid in metered,
+            now=now,
         )
         try:
             with transaction.atomic():
