@@ -138,20 +138,7 @@ def call_off(victims: list[GPUUnit], *, now: datetime) -> set[int]:
                 message="The on-demand unit it was to give way for no longer waits (deleted, "
                 "stopped or placed elsewhere): it keeps its devices.",
             )
-            webhooks.emit(
-                victim.tenant_id,
-                "unit.preemption_called_off",
-                subject=f"units/{victim.name}",
-                data={
-                    "name": victim.name,
-                    "uid": str(victim.uid),
-                    "packageID": victim.package_id,
-                    "region": victim.region,
-                    "cluster": victim.cluster,
-                },
-                ordering_key=f"unit:{victim.uid}",
-                time=now,
-            )
+            _announce(victim, "unit.preemption_called_off", now=now)
         called_off.add(victim.pk)
     if called_off:
         logger.info("preemption called off for %s", [v.name for v in victims])
@@ -250,20 +237,11 @@ def _tell(waiting: GPUUnit, choice: preemption.Choice, *, now: datetime) -> int:
             lifecycle.record_event(
                 victim, reason="Preempting", message=message, type=EventType.WARNING
             )
-            webhooks.emit(
-                victim.tenant_id,
+            _announce(
+                victim,
                 "unit.preempting",
-                subject=f"units/{victim.name}",
-                data={
-                    "name": victim.name,
-                    "uid": str(victim.uid),
-                    "packageID": victim.package_id,
-                    "region": victim.region,
-                    "cluster": victim.cluster,
-                    "preemption": {k: v for k, v in victim.preemption.items() if k != "for"},
-                },
-                ordering_key=f"unit:{victim.uid}",
-                time=now,
+                now=now,
+                preemption={k: v for k, v in victim.preemption.items() if k != "for"},
             )
         until = now + timedelta(
             seconds=max(
@@ -424,6 +402,25 @@ def _act(unit: GPUUnit, kind: str, operation_id: str, *, reason: str = "", messa
     except DomainError:
         return False
     return True
+
+
+def _announce(victim: GPUUnit, event: str, *, now: datetime, **extra: object) -> None:
+    """Tell the victim's tenant's webhooks of its preemption (`extra`: more of the data)."""
+    webhooks.emit(
+        victim.tenant_id,
+        event,
+        subject=f"units/{victim.name}",
+        data={
+            "name": victim.name,
+            "uid": str(victim.uid),
+            "packageID": victim.package_id,
+            "region": victim.region,
+            "cluster": victim.cluster,
+            **extra,
+        },
+        ordering_key=f"unit:{victim.uid}",
+        time=now,
+    )
 
 
 def _stamp(moment: datetime) -> str:
