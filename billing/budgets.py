@@ -17,9 +17,10 @@ from django.conf import settings
 from django.db.models import Q
 
 from billing import periods, prices, selectors
-from billing.models import BudgetAlert, Meter
+from billing.models import BudgetAlert, Commitment, Meter
 from controlplane.validation import parse_duration
 from tenancy import webhooks
+from tenancy.errors import BudgetExceeded
 from tenancy.models import BudgetMode, Tenant
 
 logger = logging.getLogger(__name__)
@@ -44,6 +45,8 @@ class Budget:
     end: datetime
     spent: Decimal
     forecast: Decimal
+    # What the tenant's reservations commit it to for the rest of the month.
+    committed: Decimal = Decimal(0)
     alerts: list[BudgetAlert] = field(default_factory=list)
 
     @property
@@ -51,6 +54,14 @@ class Budget:
         if not self.limit:
             return None
         return (self.spent * 100 / self.limit).quantize(Decimal("0.1"))
+
+    @property
+    def reached(self) -> Decimal:
+        """What the alerts count: the month's spend and what its reservations commit it to
+        (a reservation past 80 % of the budget warns when it is made, not when it is billed).
+        Enforcement counts the spend alone: running units are never stopped for a charge
+        still to come."""
+        return self.spent + self.committed
 
     @property
     def exceeded(self) -> bool:
@@ -71,21 +82,104 @@ class Budget:
         return self.exceeded_at + self.grace if self.exceeded_at else None
 
 
-def forecast_of(tenant: Tenant, *, spent: Decimal, now: datetime, end: datetime) -> Decimal:
+def _hourly_now(
+    versions: prices.Versions, package_id: str, alternative: str, now: datetime
+) -> Decimal:
+    version = periods.in_force(prices.versions_of(versions, package_id, alternative), now)
+    return Decimal(version.hourly) if version is not None else Decimal(0)
+
+
+def _hours(start: datetime, end: datetime) -> Decimal:
+    return max(Decimal((end - start).total_seconds()) / Decimal(3600), Decimal(0))
+
+
+@dataclass(frozen=True)
+class Committed:
+    """A reservation's commitment from a moment on: its cost at most, to `end`."""
+
+    commitment: Commitment
+    start: datetime
+    end: datetime
+    cost: Decimal
+
+
+def commitments(tenant: Tenant, *, now: datetime, until: datetime | None = None) -> list[Committed]:
+    """What each of the tenant's reservations commits it to from `now` (to `until`, when
+    given): every slot for the rest of its window at the package's price in force now, the
+    most it can still cost (a slot is billed only while it holds devices). Two statements."""
+    found = list(Commitment.objects.filter(tenant=tenant, end__gt=now).order_by("start", "name"))
+    if until is not None:
+        found = [c for c in found if c.start < until]
+    if not found:
+        return []
+    versions = prices.versions_for(c.package_id for c in found)
+    out = []
+    for commitment in found:
+        start = max(now, commitment.start)
+        end = commitment.end if until is None else min(commitment.end, until)
+        hourly = _hourly_now(versions, commitment.package_id, "", now)
+        cost = (commitment.slots * hourly * _hours(start, end)).quantize(periods.COST_PLACES)
+        out.append(Committed(commitment=commitment, start=start, end=end, cost=cost))
+    return out
+
+
+def committed(tenant: Tenant, *, now: datetime, until: datetime | None = None) -> Decimal:
+    """The sum of `commitments`."""
+    return sum((c.cost for c in commitments(tenant, now=now, until=until)), Decimal(0))
+
+
+def forecast_of(
+    tenant: Tenant, *, spent: Decimal, now: datetime, end: datetime, committed: Decimal
+) -> Decimal:
     """The month's spend if every unit running now keeps running to the month's end at the
-    price in force now (one statement for the meters, one for their prices)."""
+    price in force now, and every reservation holds all its slots to its end (`committed`,
+    to the month's end): a meter on a reservation (a unit on a slot, a placeholder) counts
+    only past the reservation's end, where the commitment does not cover it (one statement
+    for the meters, one for their prices)."""
     meters = list(Meter.objects.filter(tenant=tenant))
+    forecast = spent + committed
     if not meters:
-        return spent
+        return forecast.quantize(periods.COST_PLACES)
     versions = prices.versions_for(meter.package_id for meter in meters)
-    hours = Decimal((end - now).total_seconds()) / Decimal(3600)
-    rate = Decimal(0)
     for meter in meters:
-        version = periods.in_force(
-            prices.versions_of(versions, meter.package_id, meter.alternative), now
-        )
-        rate += Decimal(version.hourly) if version is not None else Decimal(0)
-    return (spent + rate * max(hours, Decimal(0))).quantize(periods.COST_PLACES)
+        since = max(now, meter.reservation_end) if meter.reservation_end else now
+        if meter.placeholder:
+            continue  # a placeholder holds nothing past its reservation's end
+        hourly = _hourly_now(versions, meter.package_id, meter.alternative, now)
+        forecast += hourly * _hours(min(since, end), end)
+    return forecast.quantize(periods.COST_PLACES)
+
+
+def commitment_problem(
+    tenant: Tenant, *, package_id: str, slots: int, start: datetime, end: datetime, now: datetime
+) -> BudgetExceeded | None:
+    """Why an enforced budget refuses a new reservation (called under the tenant lock), or
+    None: its commitment in this month, with the month's spend and what the tenant's other
+    reservations commit it to, would pass the limit. An alert budget takes it (its alerts
+    count the commitment)."""
+    limit = tenant.monthly_budget
+    if limit is None or tenant.budget_mode != BudgetMode.ENFORCE:
+        return None
+    month_start, month_end = month_bounds(now)
+    _total, spent = selectors.tenant_costs(tenant, now=now, since=month_start)
+    versions = prices.versions_for([package_id])
+    hours = _hours(max(now, start), min(end, month_end))
+    new = (slots * _hourly_now(versions, package_id, "", now) * hours).quantize(periods.COST_PLACES)
+    already = committed(tenant, now=now, until=month_end)
+    if spent + already + new <= limit:
+        return None
+    return BudgetExceeded(
+        f"The reservation commits {_cents(new)} {settings.BILLING_CURRENCY} this month; with "
+        f"{_cents(spent)} spent and {_cents(already)} committed by other reservations it would "
+        f"pass the monthly budget of {limit}: raise the budget, or reserve fewer slots or a "
+        "shorter window.",
+        details={
+            "limit": str(_cents(limit)),
+            "spent": str(_cents(spent)),
+            "committed": str(_cents(already)),
+            "requested": str(_cents(new)),
+        },
+    )
 
 
 def budget_of(tenant: Tenant, *, now: datetime, spent: Decimal | None = None) -> Budget:
@@ -94,6 +188,7 @@ def budget_of(tenant: Tenant, *, now: datetime, spent: Decimal | None = None) ->
     start, end = month_bounds(now)
     if spent is None:
         _total, spent = selectors.tenant_costs(tenant, now=now, since=start)
+    to_come = committed(tenant, now=now, until=end)
     return Budget(
         tenant=tenant,
         limit=tenant.monthly_budget,
@@ -102,7 +197,8 @@ def budget_of(tenant: Tenant, *, now: datetime, spent: Decimal | None = None) ->
         start=start,
         end=end,
         spent=spent,
-        forecast=forecast_of(tenant, spent=spent, now=now, end=end),
+        forecast=forecast_of(tenant, spent=spent, now=now, end=end, committed=to_come),
+        committed=to_come,
         alerts=list(BudgetAlert.objects.filter(tenant=tenant, month=start.date())),
     )
 
@@ -124,6 +220,7 @@ def _announce(alert: BudgetAlert, budget: Budget) -> None:
             "threshold": alert.threshold,
             "limit": str(_cents(budget.limit)),
             "spent": str(_cents(budget.spent)),
+            "committed": str(_cents(budget.committed)),
             "forecast": str(_cents(budget.forecast)),
             "currency": budget.currency,
             "mode": budget.mode,
@@ -146,7 +243,7 @@ def check_budgets(*, now: datetime) -> list[Budget]:
     for tenant in tenants:
         budget = budget_of(tenant, now=now)
         if budget.limit is not None:
-            reached = [t for t in THRESHOLDS if budget.spent * 100 >= budget.limit * t]
+            reached = [t for t in THRESHOLDS if budget.reached * 100 >= budget.limit * t]
             known = {alert.threshold for alert in budget.alerts}
             new = [
                 BudgetAlert(

@@ -26,7 +26,14 @@ from django.db.models import Max
 from django.db.models.functions import Now, Trunc
 
 from billing import periods, prices, rollups
-from billing.models import Meter, MeteredPod, QuantityUnit, ReservationUse, UsageRecord
+from billing.models import (
+    Commitment,
+    Meter,
+    MeteredPod,
+    QuantityUnit,
+    ReservationUse,
+    UsageRecord,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -53,6 +60,9 @@ class Holding:
     # A unit on a reservation: its reservation, and the end of the reservation's window.
     reservation_uid: uuid.UUID | None = None
     reservation_end: datetime | None = None
+    # A reservation's free slot held by its placeholder: billed as the reservation's unused
+    # time (unit_uid is the slot's, slot_resource_uid).
+    placeholder: bool = False
 
     @property
     def shared(self) -> bool:
@@ -81,6 +91,7 @@ def _meter(holding: Holding, at: datetime) -> Meter:
         seen_at=at,
         reservation_uid=holding.reservation_uid,
         reservation_end=holding.reservation_end,
+        placeholder=holding.placeholder,
     )
 
 
@@ -190,12 +201,13 @@ def _priced(piece: periods.Piece) -> dict:
 
 def _reservation_use(meter: Meter, start: datetime) -> dict:
     """A record of a unit on a reservation, before the reservation's end (records are cut
-    there): the reservation's used time."""
+    there): the reservation's used time; one of a placeholder's: its unused time."""
     if meter.reservation_uid is None or meter.reservation_end is None:
         return {}
     if start >= meter.reservation_end:
         return {}
-    return {"reservation_uid": meter.reservation_uid, "reservation_status": ReservationUse.USED}
+    status = ReservationUse.UNUSED if meter.placeholder else ReservationUse.USED
+    return {"reservation_uid": meter.reservation_uid, "reservation_status": status}
 
 
 def _write(records: list[UsageRecord]) -> None:
@@ -352,83 +364,37 @@ def reverse(record: UsageRecord, *, note: str) -> UsageRecord:
     return correction
 
 
-@dataclass(frozen=True)
-class Reserved:
-    """A reservation's window, as billing needs it: `slots` slots of `devices` devices each,
-    each billed at the package's price for the whole window, used or not."""
-
-    uid: uuid.UUID
-    name: str
-    tenant_id: int
-    package_id: str
-    region: str
-    slots: int
-    devices: int
-    start: datetime
-    end: datetime
-
-
-def charge_reservation(reserved: Reserved, *, slot_of: dict[uuid.UUID, int]) -> list[UsageRecord]:
-    """Bill a reservation's unused time once its window is over and its units' time in it is
-    in the ledger: for each slot, the intervals of the window no unit of it used (`slot_of`:
-    each unit's slot), cut at UTC hours and price changes, priced as the package's units are.
-    With its units' used records this bills every slot for the whole window, exactly once.
-    Rows are idempotent by id (reservation, slot, start). Returns the rows written."""
-    used: dict[int, list[tuple[datetime, datetime]]] = {}
-    for unit_uid, start, end in UsageRecord.objects.filter(
-        reservation_uid=reserved.uid,
-        reservation_status=ReservationUse.USED,
-        corrects__isnull=True,
-        correction__isnull=True,
-    ).values_list("unit_uid", "start", "end"):
-        if (slot := slot_of.get(unit_uid)) is not None:
-            used.setdefault(slot, []).append((max(start, reserved.start), min(end, reserved.end)))
-    versions = prices.versions_of(
-        prices.versions_for([reserved.package_id]), reserved.package_id, ""
-    )
-    records = []
-    for slot in range(reserved.slots):
-        # Each slot is a resource of its own (a unit's rows never overlap: usage_no_overlap).
-        slot_uid = slot_resource_uid(reserved.uid, slot)
-        for start, end in _gaps(reserved.start, reserved.end, used.get(slot, [])):
-            for piece in periods.priced_pieces(
-                start, end, count=reserved.devices, versions=versions
-            ):
-                records.append(
-                    UsageRecord(
-                        id=periods.record_id(slot_uid, "", piece.start),
-                        tenant_id=reserved.tenant_id,
-                        unit_uid=slot_uid,
-                        unit_name=f"{reserved.name}/{slot}",
-                        region=reserved.region,
-                        package_id=reserved.package_id,
-                        quantity_unit=QuantityUnit.DEVICE_SECONDS,
-                        **_priced(piece),
-                        reservation_uid=reserved.uid,
-                        reservation_status=ReservationUse.UNUSED,
-                    )
-                )
-    with transaction.atomic():
-        _write(records)
-    return records
-
-
 def slot_resource_uid(reservation_uid: uuid.UUID, slot: int) -> uuid.UUID:
     """The ledger's resource id of one slot of a reservation (FOCUS ResourceId)."""
     return uuid.uuid5(reservation_uid, f"slot-{slot}")
 
 
-def _gaps(
-    start: datetime, end: datetime, used: list[tuple[datetime, datetime]]
-) -> list[tuple[datetime, datetime]]:
-    """The parts of [start, end) no interval of `used` covers."""
-    gaps, at = [], start
-    for a, b in sorted(used):
-        if a > at:
-            gaps.append((at, min(a, end)))
-        at = max(at, b)
-        if at >= end:
-            break
-    if at < end:
-        gaps.append((at, end))
-    return [(a, b) for a, b in gaps if b > a]
+def commit(
+    *,
+    reservation_uid: uuid.UUID,
+    tenant_id: int,
+    name: str,
+    package_id: str,
+    region: str,
+    slots: int,
+    devices: int,
+    start: datetime,
+    end: datetime,
+) -> Commitment:
+    """Record what a reservation commits its tenant to (in the transaction that makes it)."""
+    return Commitment.objects.create(
+        reservation_uid=reservation_uid,
+        tenant_id=tenant_id,
+        name=name,
+        package_id=package_id,
+        region=region,
+        slots=slots,
+        devices=devices,
+        start=start,
+        end=end,
+    )
+
+
+def withdraw(reservation_uid: uuid.UUID) -> None:
+    """A reservation cancelled before its start commits nothing."""
+    Commitment.objects.filter(reservation_uid=reservation_uid).delete()

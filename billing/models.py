@@ -92,9 +92,36 @@ class Meter(models.Model):
     # used time (records cut there, tagged with it).
     reservation_uid = models.UUIDField(null=True, blank=True)
     reservation_end = models.DateTimeField(null=True, blank=True)
+    # A reservation's slot held by its placeholder (no unit takes it): unit_uid is the slot's
+    # (ledger.slot_resource_uid), unit_name `<name>/<slot>`; its time is the reservation's
+    # unused time.
+    placeholder = models.BooleanField(default=False)
 
     def __str__(self) -> str:
         return f"{self.unit_name} since {self.opened_at:%Y-%m-%d %H:%M:%S}"
+
+
+class Commitment(models.Model):
+    """What a reservation commits its tenant to (ARCHITECTURE §22): `slots` slots of `devices`
+    devices from `start` to `end` at the package's price, at most (a slot is billed only while
+    it holds devices). Written with the reservation, gone when it is cancelled; budgets,
+    forecasts, GET /quota and statements count the part still to come."""
+
+    reservation_uid = models.UUIDField(unique=True)
+    tenant = models.ForeignKey(Tenant, on_delete=models.PROTECT, related_name="+")
+    name = models.CharField(max_length=63)
+    package_id = models.CharField(max_length=63)
+    region = models.CharField(max_length=63, blank=True)
+    slots = models.PositiveIntegerField()
+    devices = models.PositiveIntegerField()
+    start = models.DateTimeField()
+    end = models.DateTimeField()
+
+    class Meta:
+        indexes = [models.Index(fields=["tenant", "end"], name="commitment_tenant_end")]
+
+    def __str__(self) -> str:
+        return f"{self.name}: {self.slots}x{self.devices} until {self.end:%Y-%m-%d %H:%M:%S}"
 
 
 class MeteredPod(models.Model):

@@ -16,7 +16,7 @@ from decimal import Decimal
 from django.conf import settings
 from django.db.models import Max, Min, Sum
 
-from billing import periods
+from billing import budgets, periods
 from billing.models import Grain, Meter, UnitRollup
 from tenancy.models import Tenant
 
@@ -61,6 +61,13 @@ class Statement:
     lines: list[Line] = field(default_factory=list)
     # Units still metered in the month: their unsealed time is not in the ledger yet.
     open_meters: int = 0
+    # What the tenant's reservations commit it to in the rest of the month (not billed yet:
+    # a slot is billed while it holds devices).
+    committed: list[budgets.Committed] = field(default_factory=list)
+
+    @property
+    def committed_total(self) -> Decimal:
+        return sum((c.cost for c in self.committed), Decimal(0))
 
     @property
     def total(self) -> Decimal:
@@ -125,6 +132,7 @@ def statement(tenant: Tenant, start: datetime, *, now: datetime) -> Statement:
         currency=settings.BILLING_CURRENCY,
         lines=lines,
         open_meters=open_meters,
+        committed=budgets.commitments(tenant, now=max(now, start), until=end) if now < end else [],
     )
 
 

@@ -358,6 +358,7 @@ def budget_json(budget: budgets.Budget) -> dict:
         "mode": budget.mode,
         "grace": budget.tenant.budget_grace,
         "spent": periods.cost_text(budget.spent),
+        "committed": periods.cost_text(budget.committed),
         "forecast": periods.cost_text(budget.forecast),
         "percent": None if percent is None else format(percent, "f"),
         "exceededAt": _stamp(budget.exceeded_at),
@@ -384,8 +385,13 @@ _budget = inline_serializer(
         ),
         "grace": serializers.CharField(help_text="how long units run on once it is spent"),
         "spent": serializers.CharField(help_text="this month so far, running units included"),
+        "committed": serializers.CharField(
+            help_text="what the tenant's reservations commit it to for the rest of the month "
+            "(every slot for its window, the most they can still cost); alerts count it"
+        ),
         "forecast": serializers.CharField(
-            help_text="this month's spend if what runs now runs to the month's end"
+            help_text="this month's spend if what runs now runs to the month's end and every "
+            "reservation holds all its slots to its end"
         ),
         "percent": serializers.CharField(allow_null=True, help_text="spent / limit x 100"),
         "exceededAt": serializers.DateTimeField(
@@ -459,6 +465,25 @@ _statement = inline_serializer(
         ),
         "lines": serializers.ListField(child=_statement_line),
         "total": serializers.CharField(help_text="the sum of the lines' costs"),
+        "committed": serializers.ListField(
+            child=inline_serializer(
+                name="StatementCommitment",
+                fields={
+                    "reservation": serializers.CharField(),
+                    "package": serializers.CharField(),
+                    "slots": serializers.IntegerField(),
+                    "from": serializers.DateTimeField(),
+                    "to": serializers.DateTimeField(),
+                    "cost": serializers.CharField(
+                        help_text="the most it can still cost in the month: every slot held "
+                        "from `from` to `to` at the price in force now"
+                    ),
+                },
+            ),
+            help_text="what the tenant's reservations commit it to in the rest of the month, "
+            "not in the lines (nor the total) yet: a slot is billed while it holds devices",
+        ),
+        "committedTotal": serializers.CharField(help_text="the sum of `committed`"),
     },
 )
 
@@ -507,5 +532,17 @@ class StatementView(NotJsonBodyMixin, TenantView):
                     for line in found.lines
                 ],
                 "total": periods.cost_text(found.total),
+                "committed": [
+                    {
+                        "reservation": c.commitment.name,
+                        "package": c.commitment.package_id,
+                        "slots": c.commitment.slots,
+                        "from": _stamp(c.start),
+                        "to": _stamp(c.end),
+                        "cost": periods.cost_text(c.cost),
+                    }
+                    for c in found.committed
+                ],
+                "committedTotal": periods.cost_text(found.committed_total),
             }
         )

@@ -774,7 +774,7 @@ class ReservationForm(SummarisedForm):
         widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"),
     )
     end = forms.DateTimeField(
-        help_text="UTC, after the start. The whole window is billed, used or not.",
+        help_text="UTC, after the start. Each slot is billed while it holds GPUs, used or not.",
         widget=forms.DateTimeInput(attrs={"type": "datetime-local"}, format="%Y-%m-%dT%H:%M"),
     )
     region = forms.ChoiceField(required=False, help_text="Any region: where it fits best.")

@@ -445,12 +445,6 @@ class Reservation(models.Model):
         default=0, help_text="slots whose devices are held (by a placeholder or a unit), as seen"
     )
     message = models.TextField(blank=True)
-    charged_at = models.DateTimeField(
-        null=True,
-        blank=True,
-        help_text="when the window's unused slot time was billed (after its end, once its "
-        "units' time in it is in the ledger)",
-    )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 

@@ -259,7 +259,10 @@ def create_unit(
                     unit.reservation_slot = _lend_slot(held)
                     unit.reservation = held if unit.reservation_slot is not None else None
                     params["unit"] = statements.row_json(unit)
-                if problem := region_quota_problem(tenant, unit.region, unit.count):
+                # (A unit on its reservation's slot was counted there when it was made.)
+                if (unit.reservation_slot is None or interruptible) and (
+                    problem := region_quota_problem(tenant, unit.region, unit.count)
+                ):
                     raise problem
                 if problem := ephemeral_storage_problem(tenant, unit.ephemeral_storage):
                     raise problem
@@ -613,7 +616,8 @@ def device_quota_problem(tenant: Tenant, device_class: str, count: int) -> Quota
 def region_quota_problem(tenant: Tenant, region: str, count: int) -> QuotaExceeded | None:
     """Why `count` more devices in `region` do not fit the tenant's quota there (placement
     chose the region with room; this, under the tenant lock, keeps two orders from one last
-    device), or None. No query for a region without one."""
+    device), or None. Live units count, and so do the free slots of the tenant's reservations
+    there. No query for a region without one."""
     hard = (tenant.quota_regions or {}).get(region)
     if hard is None:
         return None

@@ -17,6 +17,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Count
 from django.utils import timezone
 
+from billing import budgets, ledger
 from catalog.models import Package
 from controlplane.errors import DomainError, InvalidRequest, NotFound
 from controlplane.validation import fold_case
@@ -108,7 +109,12 @@ def create_reservation(
                 or _reservations_problem(tenant)
             ):
                 raise refused
-            return Reservation.objects.create(
+            # An enforced budget refuses one whose commitment this month would pass it.
+            if too_dear := budgets.commitment_problem(
+                tenant, package_id=package.id, slots=count, start=start, end=end, now=now
+            ):
+                raise too_dear
+            reservation = Reservation.objects.create(
                 tenant=tenant,
                 name=name,
                 package=package,
@@ -119,6 +125,19 @@ def create_reservation(
                 cluster=placed.cluster,
                 region=placed.region,
             )
+            # What it commits the tenant to, seen by budgets and forecasts from now on.
+            ledger.commit(
+                reservation_uid=reservation.uid,
+                tenant_id=tenant.pk,
+                name=name,
+                package_id=package.id,
+                region=placed.region,
+                slots=count,
+                devices=package.count,
+                start=start,
+                end=end,
+            )
+            return reservation
     except IntegrityError:
         raise ReservationConflict(
             f"a reservation named {name} exists.", details={"name": name}
@@ -188,8 +207,8 @@ def get_reservation(*, tenant: Tenant, name: str) -> Reservation:
 
 
 def cancel_reservation(*, tenant: Tenant, name: str) -> Reservation:
-    """Cancel a reservation before its start: nothing was held, nothing is billed. One that
-    started is billed for its whole window and ends at its end (409)."""
+    """Cancel a reservation before its start: nothing was held, nothing is billed, nothing
+    stays committed. One that started holds its slots to its end (409)."""
     with transaction.atomic():
         reservation = (
             Reservation.objects.select_for_update(of=("self",))
@@ -204,12 +223,14 @@ def cancel_reservation(*, tenant: Tenant, name: str) -> Reservation:
         if reservation.status != ReservationStatus.SCHEDULED:
             raise InvalidState(
                 f"reservation {reservation.name} is {reservation.status}: only one that has not "
-                "started can be cancelled (one that started is billed for its whole window).",
+                "started can be cancelled (one that started holds its slots, billed while they "
+                "hold devices, to its end).",
                 details={"status": reservation.status},
             )
         reservation.status = ReservationStatus.CANCELLED
         reservation.message = "Cancelled before its start."
         reservation.save(update_fields=["status", "message", "updated_at"])
+        ledger.withdraw(reservation.uid)
     return reservation
 
 

@@ -277,22 +277,28 @@ def reserved_devices(*, tenant: Tenant, device_class: str) -> int:
     """Devices of `device_class` the tenant's reservations hold (or will) beyond what their
     live units take: a reservation's free slots count against the device quota as units do.
     One query."""
-    total = 0
-    for reservation in (
+    return reserved_devices_by(tenant=tenant, key="class").get(device_class, 0)
+
+
+def reserved_devices_by(*, tenant: Tenant, key: str) -> dict[str, int]:
+    """The devices of the tenant's reservations' free slots (no live unit of theirs takes
+    them), per device class (`key` "class") or per region ("region"). One query."""
+    group = "package__device_class_name" if key == "class" else "region"
+    rows = (
         Reservation.objects.filter(
-            tenant=tenant,
-            status__in=(ReservationStatus.SCHEDULED, ReservationStatus.ACTIVE),
-            package__device_class_name=device_class,
+            tenant=tenant, status__in=(ReservationStatus.SCHEDULED, ReservationStatus.ACTIVE)
         )
-        .select_related("package")
         .annotate(
             live=Count(
                 "units", filter=Q(units__phase__in=UnitPhase.LIVE, units__interruptible=False)
             )
         )
-    ):
-        total += max(reservation.count - reservation.live, 0) * reservation.package.count
-    return total
+        .values_list(group, "count", "live", "package__count")
+    )
+    totals: dict[str, int] = {}
+    for name, count, live, devices in rows:
+        totals[name] = totals.get(name, 0) + max(count - live, 0) * devices
+    return totals
 
 
 def units_waiting_by_cluster(*, package_id: str) -> dict[str, int]:
@@ -313,25 +319,32 @@ def units_waiting_by_cluster(*, package_id: str) -> dict[str, int]:
 
 def devices_held_by_region(*, tenant: Tenant) -> dict[str, int]:
     """Devices the tenant's live units request, per region they were placed in (a stopped
-    unit's too: it keeps its place)."""
+    unit's too: it keeps its place), and its reservations' free slots there. Two queries."""
     rows = (
         GPUUnit.objects.filter(tenant=tenant, phase__in=UnitPhase.LIVE)
         .values("region")
         .annotate(total=Sum("count"))
         .values_list("region", "total")
     )
-    return {name: int(total) for name, total in rows}
+    held = reserved_devices_by(tenant=tenant, key="region")
+    for name, total in rows:
+        held[name] = held.get(name, 0) + int(total)
+    return held
 
 
 def devices_requested_by_class(*, tenant: Tenant) -> dict[str, int]:
-    """Devices requested by the tenant's live units, per device class."""
+    """Devices requested by the tenant's live units, and by its reservations' free slots,
+    per device class (what its device quota counts). Two queries."""
     rows = (
         GPUUnit.objects.filter(tenant=tenant, phase__in=UnitPhase.LIVE)
         .values("device_class_name")
         .annotate(total=Sum("count"))
         .values_list("device_class_name", "total")
     )
-    return {name: int(total) for name, total in rows}
+    held = reserved_devices_by(tenant=tenant, key="class")
+    for name, total in rows:
+        held[name] = held.get(name, 0) + int(total)
+    return held
 
 
 def exposure_held(

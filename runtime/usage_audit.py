@@ -106,7 +106,7 @@ def audit(start: datetime, end: datetime, *, now: datetime) -> list[Difference]:
     for row_uid, name, a, b in rows:
         billed[str(row_uid)].append((a, b))
         names[str(row_uid)] = name
-    for meter in Meter.objects.filter(started_at__lt=end):
+    for meter in Meter.objects.filter(started_at__lt=end, placeholder=False):
         billed[str(meter.unit_uid)].append((meter.started_at, now))
         names[str(meter.unit_uid)] = meter.unit_name
     entries: dict[str, list[tuple[str, datetime]]] = defaultdict(list)

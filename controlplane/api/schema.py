@@ -143,7 +143,7 @@ TAGS = [
     {"name": "operations", "description": "The status of any create, stop, start or update"},
     {
         "name": "reservations",
-        "description": "Devices held for you ahead of time, for a window, billed whole",
+        "description": "Devices held for you ahead of time, for a window, billed while held",
     },
     {"name": "storages", "description": "Persistent volumes a unit mounts"},
     {"name": "ssh-keys", "description": "Public keys let into units with SSH"},

@@ -205,7 +205,7 @@ def create_reservation(
     ] = None,
     output: Output = Format.TABLE,
 ) -> None:
-    """Reserve devices: COUNT units' worth of a package from START to END, billed whole."""
+    """Reserve devices: COUNT units' worth of a package, START to END, billed while held."""
     if start == "now":
         start = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     body = {

@@ -22,6 +22,7 @@ from rest_framework import serializers, viewsets
 from rest_framework.request import Request
 from rest_framework.response import Response
 
+from billing import budgets as billing_budgets
 from billing import periods as billing_periods
 from billing import selectors as billing_selectors
 from catalog import selectors as catalog_selectors
@@ -557,12 +558,14 @@ class QuotaView(TenantView):
                         },
                         "devices": _DeviceQuotaField(
                             required=False,
-                            help_text="per DeviceClass, when the tenant has a device quota",
+                            help_text="per DeviceClass, when the tenant has a device quota "
+                            "(used: its live units' claims and its reservations' free slots)",
                         ),
                         "regions": _DeviceQuotaField(
                             required=False,
                             help_text="devices per region, when the tenant has a quota in a "
-                            "region: {region: {hard, used, free}}",
+                            "region: {region: {hard, used, free}} (reservations' free slots "
+                            "count)",
                         ),
                         "limits": inline_serializer(
                             name="QuotaLimits",
@@ -610,6 +613,11 @@ class QuotaView(TenantView):
                         ),
                         "costThisMonth": serializers.CharField(
                             help_text="the same since this UTC month began"
+                        ),
+                        "committed": serializers.CharField(
+                            help_text="what the tenant's reservations commit it to from now to "
+                            "their ends (every slot, at the package's price): the most they "
+                            "can still cost"
                         ),
                     },
                 ),
@@ -678,6 +686,7 @@ class QuotaView(TenantView):
         body["currency"] = settings.BILLING_CURRENCY
         body["costToDate"] = billing_periods.cost_text(to_date)
         body["costThisMonth"] = billing_periods.cost_text(this_month)
+        body["committed"] = billing_periods.cost_text(billing_budgets.committed(tenant, now=now))
         return Response(body)
 
 

@@ -24,6 +24,7 @@ import logging
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 
+from billing import ledger
 from controlplane import kube
 from controlplane.kube.errors import KubeError, TemporaryError
 from inventory import selectors as inventory_selectors
@@ -184,6 +185,9 @@ def take_slot(unit: GPUUnit, *, now: datetime) -> None:
             )
     if claim is None:
         return
+    # The slot's unused time ends as its placeholder hands over (the unit's own meter opens
+    # when its pod starts on the devices).
+    ledger.close_meter(ledger.slot_resource_uid(reservation.uid, slot), at=now)
     pod = kube.get(kube.POD, namespace, name)
     if pod is not None and _label(pod, mine) == str(reservation.uid):
         kube.delete(kube.POD, namespace, name)

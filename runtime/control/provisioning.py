@@ -687,6 +687,11 @@ def _roll_out(operation: Operation) -> None:
             # stopped or being changed is gone from it when it runs again.
             ensure_ssh_keys(unit, owner_uid=owner_uid)
         pod_uid = ""
+        if operation.kind == OperationKind.START and unit.reservation_slot is not None:
+            # The owner's unit starting again takes its slot back from the placeholder that
+            # held it meanwhile (its claim, renewed below, asks for exactly those devices).
+            handover.take_slot(unit, now=timezone.now())
+            contract = _contract(unit, gpuunit)
         if unit.run_policy == RunPolicy.RUNNING:
             desired = manifests.build_pod(contract, owner_uid=owner_uid)
             _remove_pod(unit, unless_hash=manifests.template_hash(desired))

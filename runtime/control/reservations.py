@@ -5,8 +5,13 @@ A slot no live unit of the reservation takes is held by a placeholder in the ten
 namespace: the ResourceClaim `reservation-<name>-<slot>` (what a unit of the package asks for)
 and a pause pod that uses it, so the scheduler allocates its devices and no other tenant is
 allocated them. A unit ordered on the reservation takes a slot; its provisioning hands the
-placeholder's devices over to it (runtime/control/handover.py take_slot). At the end every
-placeholder goes; the units keep running, or are stopped (`atEnd: stop`)."""
+placeholder's devices over to it (runtime/control/handover.py take_slot). The owner's
+stopped unit keeps its slot, held by a placeholder again until it starts. At the end every
+placeholder goes; the units keep running, or are stopped (`atEnd: stop`).
+
+A slot is billed while it holds devices: a unit on it by its own meter (the reservation's
+used time), a placeholder by a meter of the slot's (its unused time); a slot whose
+placeholder waits for devices bills nothing."""
 
 from __future__ import annotations
 
@@ -20,12 +25,11 @@ from django.db.models import Q
 from django.utils import timezone
 
 from billing import ledger
-from billing.models import Meter
 from controlplane import kube
 from controlplane.errors import DomainError
 from controlplane.kube.errors import KubeError
 from runtime import actions, lifecycle, manifests, outbox
-from runtime.control import provisioning
+from runtime.control import provisioning, status
 from runtime.models import (
     GPUUnit,
     OperationKind,
@@ -61,50 +65,10 @@ def run(*, now: datetime | None = None) -> tuple[int, int]:
         "tenant", "package"
     ):
         try:
-            keep_placeholders(reservation)
+            keep_placeholders(reservation, now=now)
         except KubeError as exc:
             logger.warning("placeholders of %s wait: %s", reservation, exc.message)
-    charge_ended()
     return started, ended
-
-
-def charge_ended() -> int:
-    """Bill the unused slot time of the reservations that ended, once none of their units has
-    time before the end left unwritten (an open meter started before it: the hourly seal or
-    the meter's close writes it). Returns how many were billed."""
-    charged = 0
-    for reservation in Reservation.objects.filter(
-        status=ReservationStatus.ENDED, charged_at__isnull=True
-    ).select_related("package"):
-        slot_of = {
-            uid: slot
-            for uid, slot in GPUUnit.objects.filter(
-                reservation=reservation, interruptible=False
-            ).values_list("uid", "reservation_slot")
-            if slot is not None
-        }
-        unwritten = Meter.objects.filter(
-            unit_uid__in=list(slot_of), started_at__lt=reservation.end
-        ).exists()
-        if unwritten:
-            continue
-        ledger.charge_reservation(
-            ledger.Reserved(
-                uid=reservation.uid,
-                name=reservation.name,
-                tenant_id=reservation.tenant_id,
-                package_id=reservation.package_id,
-                region=reservation.region,
-                slots=reservation.count,
-                devices=reservation.package.count,
-                start=reservation.start,
-                end=reservation.end,
-            ),
-            slot_of=slot_of,
-        )
-        Reservation.objects.filter(pk=reservation.pk).update(charged_at=timezone.now())
-        charged += 1
-    return charged
 
 
 def placeholder(reservation: Reservation, slot: int) -> manifests.Placeholder:
@@ -123,13 +87,14 @@ def placeholder(reservation: Reservation, slot: int) -> manifests.Placeholder:
     )
 
 
-def _slots_taken(reservation: Reservation) -> set[int]:
+def _slot_units(reservation: Reservation) -> dict[int, GPUUnit]:
+    """The live unit each slot is assigned to (its owner's, or one it was lent to)."""
     return {
-        slot
-        for slot in GPUUnit.objects.filter(
-            reservation=reservation, phase__in=UnitPhase.LIVE
-        ).values_list("reservation_slot", flat=True)
-        if slot is not None
+        unit.reservation_slot: unit
+        for unit in GPUUnit.objects.filter(
+            reservation=reservation, phase__in=UnitPhase.LIVE, reservation_slot__isnull=False
+        ).only("phase", "dra", "reservation_slot")
+        if unit.reservation_slot is not None
     }
 
 
@@ -157,13 +122,19 @@ def release_lent_slots(reservation: Reservation) -> int:
     return len(borrowers)
 
 
-def keep_placeholders(reservation: Reservation) -> int:
-    """Each free slot held by its placeholder (made when missing), none for a slot a unit
-    took; records how many slots hold devices. Returns the placeholders made."""
+def keep_placeholders(reservation: Reservation, *, now: datetime | None = None) -> int:
+    """Each slot no unit takes is held by its placeholder (made when missing); so is the
+    slot of its owner's stopped unit, until that unit starts again and takes it back. A
+    unit's provisioning hands a placeholder over (handover.take_slot): one left beside a unit
+    that holds devices is surplus and goes. Each placeholder holding devices is metered (the
+    reservation's unused time); the pass records how many slots hold devices. Returns the
+    placeholders made."""
+    now = now or timezone.now()
     release_lent_slots(reservation)
-    taken = _slots_taken(reservation)
+    assigned = _slot_units(reservation)
     selector = f"{manifests.LABEL_RESERVATION}={reservation.uid}"
     made = 0
+    held_by: dict[int, tuple[dict, dict]] = {}  # slot -> (claim, pod) holding devices
     with kube.using(reservation.cluster):
         provisioning.ensure_tenant_namespace_once(reservation.tenant)
         namespace = reservation.tenant.namespace
@@ -174,13 +145,15 @@ def keep_placeholders(reservation: Reservation) -> int:
             )
         }
         pods = {
-            p["metadata"]["name"]
+            p["metadata"]["name"]: p
             for p in kube.list_objects(kube.POD, namespace=namespace, label_selector=selector)
         }
         for slot in range(reservation.count):
             name = reservation.placeholder_name(slot)
-            if slot in taken:
-                _remove(namespace, name, claims, pods)
+            unit = assigned.get(slot)
+            if unit is not None and unit.phase not in UnitPhase.AT_REST:
+                if unit.dra.get("allocated"):
+                    _remove(namespace, name, claims, pods)
                 continue
             wanted = placeholder(reservation, slot)
             if name not in claims:
@@ -191,21 +164,21 @@ def keep_placeholders(reservation: Reservation) -> int:
                 )
                 made += 1
             if name not in pods:
-                kube.create_or_adopt(
+                pods[name] = kube.create_or_adopt(
                     kube.POD, manifests.build_placeholder_pod(wanted), ours=_ours(wanted)
                 )
-    allocated = sum(
+            claim, pod = claims[name], pods[name]
+            if ((claim.get("status") or {}).get("allocation")) and not (
+                pod.get("metadata") or {}
+            ).get("deletionTimestamp"):
+                held_by[slot] = (claim, pod)
+    _meter_slots(reservation, held_by, now=now)
+    held_by_units = sum(
         1
-        for slot in range(reservation.count)
-        if slot not in taken
-        and ((claims.get(reservation.placeholder_name(slot)) or {}).get("status") or {}).get(
-            "allocation"
-        )
+        for unit in assigned.values()
+        if unit.phase not in UnitPhase.AT_REST and unit.dra.get("allocated")
     )
-    held_by_units = GPUUnit.objects.filter(
-        reservation=reservation, phase__in=UnitPhase.LIVE, dra__allocated=True
-    ).count()
-    held = allocated + held_by_units
+    held = len(held_by) + held_by_units
     if held != reservation.held:
         message = (
             ""
@@ -218,7 +191,68 @@ def keep_placeholders(reservation: Reservation) -> int:
     return made
 
 
-def _remove(namespace: str, name: str, claims: dict, pods: set) -> None:
+def _meter_slots(
+    reservation: Reservation, held_by: dict[int, tuple[dict, dict]], *, now: datetime
+) -> None:
+    """A meter follows each placeholder that holds devices, from when its pod was scheduled
+    on them (the reservation's unused time: a slot is billed while it holds devices), and
+    closes when it no longer does. One statement when nothing changed."""
+    slot_uids = {
+        ledger.slot_resource_uid(reservation.uid, slot): slot for slot in range(reservation.count)
+    }
+    meters = ledger.open_meters(list(slot_uids))
+    for uid, meter in meters.items():
+        if (
+            slot_uids[uid] not in held_by
+            or held_by[slot_uids[uid]][1]["metadata"].get("uid") != meter.pod_uid
+        ):
+            ledger.close_meter(uid, at=now, pod_uid=meter.pod_uid)
+    opening = [
+        (uid, slot) for uid, slot in slot_uids.items() if slot in held_by and uid not in meters
+    ]
+    floors = ledger.billed_until(uid for uid, _slot in opening) if opening else {}
+    for uid, slot in opening:
+        claim, pod = held_by[slot]
+        results = (((claim.get("status") or {}).get("allocation") or {}).get("devices") or {}).get(
+            "results"
+        ) or []
+        scheduled = status.k8s_time(_scheduled_at(pod)) or now
+        ledger.open_meter(
+            ledger.Holding(
+                unit_uid=uid,
+                unit_name=f"{reservation.name}/{slot}",
+                tenant_id=reservation.tenant_id,
+                package_id=reservation.package_id,
+                claim_uid=claim["metadata"].get("uid") or "",
+                region=reservation.region,
+                pod_uid=pod["metadata"].get("uid") or "",
+                pod_created_at=status.k8s_time(pod["metadata"].get("creationTimestamp")),
+                devices=[{"pool": r["pool"], "device": r["device"]} for r in results],
+                count=reservation.package.count,
+                reservation_uid=reservation.uid,
+                reservation_end=reservation.end,
+                placeholder=True,
+            ),
+            at=min(max(scheduled, reservation.start), now),
+            floor=floors.get(uid),
+        )
+    ledger.mark_seen([uid for uid, slot in slot_uids.items() if slot in held_by], at=now)
+
+
+def _scheduled_at(pod: dict) -> str | None:
+    """When the scheduler bound the pod (its claim allocated): PodScheduled's transition."""
+    for condition in (pod.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "PodScheduled" and condition.get("status") == "True":
+            return condition.get("lastTransitionTime")
+    return None
+
+
+def close_slot_meter(reservation: Reservation, slot: int, *, at: datetime) -> None:
+    """The slot's placeholder is handed over or goes: its unused time ends at `at`."""
+    ledger.close_meter(ledger.slot_resource_uid(reservation.uid, slot), at=at)
+
+
+def _remove(namespace: str, name: str, claims: dict, pods: dict) -> None:
     if name in pods:
         kube.delete(kube.POD, namespace, name)
     if name in claims:
@@ -233,6 +267,8 @@ def finish(reservation: Reservation, *, now: datetime) -> None:
         for kind in (kube.POD, kube.RESOURCECLAIM):
             for found in kube.list_objects(kind, namespace=namespace, label_selector=selector):
                 kube.delete(kind, namespace, found["metadata"]["name"])
+    for slot in range(reservation.count):  # its unused time ends with its window
+        close_slot_meter(reservation, slot, at=min(now, reservation.end))
     stopping = 0
     if reservation.at_end == ReservationEnd.STOP:
         for unit in GPUUnit.objects.filter(
@@ -258,8 +294,6 @@ def finish(reservation: Reservation, *, now: datetime) -> None:
             status=ReservationStatus.ENDED,
             held=0,
             updated_at=now,
-            # Never started (beat was away for its whole window): nothing held, nothing billed.
-            **({} if was_held else {"charged_at": now}),
             message=(
                 f"Ended at {reservation.end:%Y-%m-%d %H:%M:%S} UTC"
                 + ("" if was_held else " (it never started: nothing was held)")

@@ -11,6 +11,7 @@ from datetime import timedelta
 
 import pytest
 from django.conf import settings
+from django.test import override_settings
 
 from billing.models import Meter, UsageRecord
 from catalog.tests.factories import PackageFactory
@@ -25,6 +26,8 @@ from runtime.tests.helpers import (
     wait_for_phase,
     wait_until,
 )
+from tenancy import webhooks
+from tenancy.models import WebhookDelivery
 from tenancy.tests.factories import TenantFactory
 from tests.endpoints import client_for
 
@@ -136,6 +139,12 @@ def test_a_unit_that_never_starts_is_stopped_at_its_deadline_and_its_devices_go_
     never pulls) is not billed, and not for long: at the start deadline the control plane
     stops the unit, says why, and the devices go to the next order."""
     package = l40s_package("l40s-8x-deadline", 8)  # the sample topology's L40S node, whole
+    # Nothing listens on port 9: the deliveries are written and refused, which is all this
+    # test reads (tests/test_webhooks.py receives them).
+    with override_settings(WEBHOOK_ALLOWED_NETWORKS=["127.0.0.0/8"]):
+        hook = webhooks.create_endpoint(
+            tenant=tenant, url="http://127.0.0.1:9/hook", events=["unit.phase_changed"]
+        )
     unit = order_unit(
         client_for(tenant), "stuck", package.id, image="registry.invalid/team/trainer:1"
     )
@@ -158,6 +167,13 @@ def test_a_unit_that_never_starts_is_stopped_at_its_deadline_and_its_devices_go_
     assert "registry.invalid/team/trainer:1" in said, said
     assert not UsageRecord.objects.filter(unit_uid=unit.uid).exists()  # never billed
     assert not Meter.objects.filter(unit_uid=unit.uid).exists()
+    # Its owner is told, as of any phase change, with the reason.
+    told = [
+        d.payload["data"]
+        for d in WebhookDelivery.objects.filter(endpoint=hook).order_by("id")
+        if d.payload["data"].get("phase") == "Stopped"
+    ]
+    assert [(e["reason"], e["name"]) for e in told] == [("StartDeadlineExceeded", "stuck")]
     wait_for_phase(waiting, "Running")  # the devices went to the next order
     # Once is enough: the pass does not stop it again.
     assert actions.stop_idle_units(now=unit.idle_hold_since + 2 * deadline) == 0

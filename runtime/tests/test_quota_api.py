@@ -39,6 +39,7 @@ class TestQuota(EndpointTest):
             "currency": "USD",
             "costToDate": "0.000000",
             "costThisMonth": "0.000000",
+            "committed": "0.000000",
         }
 
     def test_needs_a_key(self, api_client):

@@ -12,11 +12,12 @@ from decimal import Decimal
 import pytest
 from django.utils import timezone
 
+from billing import ledger
 from billing.models import Meter, UsageRecord
 from controlplane import kube
 from inventory.sync import sync_inventory
 from runtime import manifests
-from runtime.control import preemption, reconcile
+from runtime.control import preemption
 from runtime.control import reservations as reservation_control
 from runtime.models import GPUUnit, Reservation, ReservationStatus
 from runtime.tests.factories import UnitFactory
@@ -154,8 +155,16 @@ def test_a_reservation_holds_its_devices_for_its_owner_alone(tenant, cluster):
         full = _order_on(owner, "again", whole.id, "training")
         assert full.status_code == 409
         assert full.json()["error"]["code"] == "reservation_full"
-        # A reservation that started is billed whole: it cannot be cancelled.
+        # A reservation that started holds its slots to its end: it cannot be cancelled.
         assert owner.delete("/api/v1/reservations/training").status_code == 409
+        # The placeholder held the slot from when it was scheduled to the hand-over: the
+        # reservation's unused time, in the ledger once its meter closed at the hand-over.
+        slot_uid = ledger.slot_resource_uid(reservation.uid, 0)
+        assert not Meter.objects.filter(unit_uid=slot_uid).exists()
+        unused = list(UsageRecord.objects.filter(unit_uid=slot_uid))
+        assert unused
+        assert {r.reservation_status for r in unused} == {"Unused"}
+        assert min(r.start for r in unused) >= reservation.start
 
         # At its end the unit runs on (atEnd keep) and nothing is held any more.
         reservation_control.run(now=reservation.end + timedelta(seconds=1))
@@ -163,26 +172,20 @@ def test_a_reservation_holds_its_devices_for_its_owner_alone(tenant, cluster):
         assert reservation.status == ReservationStatus.ENDED
         mine.refresh_from_db()
         assert mine.phase == "Running"
-        # Its window is billed whole: not while the unit's time in it is unwritten, then
-        # the slot time it did not use (before the unit came, and after it went) as the
-        # reservation's, at the package's price.
-        assert reservation_control.charge_ended() == 0
+        # The unit's time is the reservation's used time (its meter says so: on a fast
+        # machine it may run less than the cluster's whole second, and write no row).
+        metered = Meter.objects.get(unit_uid=mine.uid)
+        assert (metered.reservation_uid, metered.placeholder) == (reservation.uid, False)
+        # One line in time: the placeholder's time ends before the unit's begins (the
+        # hand-over between them is nobody's), both at the package's price.
+        assert max(r.end for r in unused) <= metered.started_at
+        assert {r.hourly for r in unused} == {Decimal("4.0000")}
         assert owner.delete("/api/v1/gpu-units/mine").status_code == 202
         wait_for_phase(mine, "Terminated")
-        wait_until(
-            lambda: (
-                (reconcile.reconcile_units() or True)
-                and not Meter.objects.filter(unit_uid=mine.uid).exists()
-            ),
-            "the unit's meter closed",
-        )
-        assert reservation_control.charge_ended() == 1
-        rows = UsageRecord.objects.filter(reservation_uid=reservation.uid)
-        statuses = {r.reservation_status for r in rows}
-        assert statuses == {"Used", "Unused"}
-        assert {r.unit_uid for r in rows if r.reservation_status == "Used"} == {mine.uid}
-        window_hours = Decimal((reservation.end - reservation.start).total_seconds()) / 3600
-        assert abs(sum(r.cost for r in rows) - window_hours * Decimal("4.00")) < Decimal("0.0001")
+        rows = UsageRecord.objects.filter(unit_uid=mine.uid)
+        assert {(r.reservation_uid, r.reservation_status) for r in rows} <= {
+            (reservation.uid, "Used")
+        }
     finally:
         remove_namespace_objects(tenant.namespace)
         remove_namespace_objects(other.namespace)
@@ -295,6 +298,92 @@ def test_a_borrower_that_stops_gives_the_lent_slot_back_to_a_placeholder(tenant,
         for slug in (tenant.slug, spot.slug):
             for rule in kube.list_objects(kind, label_selector=f"{manifests.LABEL_TENANT}={slug}"):
                 kube.delete(kind, None, rule["metadata"]["name"])
+
+
+def test_the_owner_s_stopped_unit_keeps_its_slot_held_and_takes_it_back_at_start(tenant, cluster):
+    """Issue 40, hole 3: the owner's stopped unit let its slot's devices go to the pool. Now a
+    placeholder holds them again (billed as the slot's unused time) until the unit starts and
+    takes them back through the same hand-over."""
+    whole = l40s_package("l40s-4x-own", 4, price="4.00")
+    owner = client_for(tenant)
+    try:
+        sync_inventory()
+        reservation = _reserved_now(owner, tenant, "own", whole.id, count=1)
+        reserved = _placeholder_devices(reservation, 0)
+        mine = wait_for_phase(order_unit(owner, "mine", whole.id, reservation="own"), "Running")
+        assert _devices(mine) == reserved
+        preemption.settle_handovers(now=timezone.now())
+
+        stopped = owner.post("/api/v1/gpu-units/mine/stop", {"operationID": "s1"}, format="json")
+        assert stopped.status_code == 202, stopped.json()
+        wait_for_phase(mine, "Stopped")
+        mine.refresh_from_db()
+        assert mine.reservation_slot == 0  # still its slot
+        wait_until(lambda: _held(reservation) == 1, "a placeholder to hold the slot again")
+        again = _placeholder_devices(reservation, 0)
+        assert len(again) == 4
+        slot_uid = ledger.slot_resource_uid(reservation.uid, 0)
+        assert Meter.objects.get(unit_uid=slot_uid).placeholder
+
+        started = owner.post("/api/v1/gpu-units/mine/start", {"operationID": "s2"}, format="json")
+        assert started.status_code == 202, started.json()
+        wait_for_phase(mine, "Running")
+        assert _devices(mine) == again  # exactly what the placeholder held
+        assert mine.events.filter(reason="HandingOver").count() == 2
+        assert kube.get(kube.POD, tenant.namespace, reservation.placeholder_name(0)) is None
+        assert not Meter.objects.filter(unit_uid=slot_uid).exists()  # its time ended there
+        reservation_control.run()
+        assert kube.get(kube.POD, tenant.namespace, reservation.placeholder_name(0)) is None
+    finally:
+        remove_namespace_objects(tenant.namespace)
+        kind = kube.device_taint_rule_kind()
+        for rule in kube.list_objects(
+            kind, label_selector=f"{manifests.LABEL_TENANT}={tenant.slug}"
+        ):
+            kube.delete(kind, None, rule["metadata"]["name"])
+
+
+def test_a_slot_that_holds_no_devices_is_not_billed(tenant, cluster):
+    """Issue 40, hole 4: every slot was billed for the whole window, held or not. Now a slot
+    whose placeholder waits for devices bills nothing until it holds them."""
+    whole = l40s_package("l40s-4x-wait", 4, price="4.00")
+    stranger = TenantFactory()
+    owner = client_for(tenant)
+    try:
+        sync_inventory()
+        busy = wait_for_phase(order_unit(client_for(stranger), "busy", whole.id), "Running")
+        # Two slots from a moment from now: only one fits beside the stranger's unit.
+        start = timezone.now() + timedelta(seconds=2)
+        body = {
+            "name": "half",
+            "packageID": whole.id,
+            "count": 2,
+            "start": start.isoformat(),
+            "end": (start + timedelta(hours=1)).isoformat(),
+        }
+        made = owner.post("/api/v1/reservations", body, format="json")
+        assert made.status_code == 201, made.json()
+        reservation = Reservation.objects.get(tenant=tenant, name="half")
+        wait_until(lambda: _held(reservation) == 1, "one placeholder to hold devices")
+        held = [s for s in (0, 1) if _placeholder_devices(reservation, s)]
+        assert len(held) == 1
+        waiting = 1 - held[0]
+        uids = {s: ledger.slot_resource_uid(reservation.uid, s) for s in (0, 1)}
+        assert Meter.objects.filter(unit_uid=uids[held[0]], placeholder=True).exists()
+        assert not Meter.objects.filter(unit_uid=uids[waiting]).exists()
+
+        # The stranger's unit goes: the waiting slot holds its devices from then on.
+        assert client_for(stranger).delete("/api/v1/gpu-units/busy").status_code == 202
+        wait_for_phase(busy, "Terminated")
+        released = max(r.end for r in UsageRecord.objects.filter(unit_uid=busy.uid))
+        wait_until(lambda: _held(reservation) == 2, "the second placeholder to hold devices")
+        meter = Meter.objects.get(unit_uid=uids[waiting])
+        # (The cluster dates the placeholder's scheduling to the whole second.)
+        assert meter.started_at >= released.replace(microsecond=0)
+        assert not UsageRecord.objects.filter(unit_uid=uids[waiting]).exists()
+    finally:
+        remove_namespace_objects(tenant.namespace)
+        remove_namespace_objects(stranger.namespace)
 
 
 def test_twenty_concurrent_orders_against_a_reservation_and_free_capacity(
@@ -500,6 +589,13 @@ class TestReservationCreate(EndpointTest):
             client, data=_later("big", package.id, count=2), status=409, code="quota_exceeded"
         )
         assert error["details"]["limit"] == f"devices in region {settings.CLUSTER_REGION}"
+        # Reservations count in the region quota as units do: one fills it.
+        self.get_success_response(client, data=_later("one", package.id), status=201)
+        self.get_error_response(
+            client, data=_later("two", package.id), status=409, code="quota_exceeded"
+        )
+        regions = client.get("/api/v1/quota").json()["data"]["regions"]
+        assert regions[settings.CLUSTER_REGION]["used"] == "2"
         settings.RESERVATIONS_PER_TENANT = 2
         other = client_for(TenantFactory())
         for name in ("a", "b"):
@@ -508,6 +604,44 @@ class TestReservationCreate(EndpointTest):
             other, data=_later("c", package.id), status=409, code="limit_exceeded"
         )
         assert (error["details"]["used"], error["details"]["hard"]) == (2, 2)
+
+    def test_an_enforced_budget_refuses_one_that_would_pass_it(self):
+        """Issue 40, hole 4: a reservation committing more than the budget has left."""
+        package = l40s_package("l40s-2x-e", 2, price="2.00")
+        tenant = TenantFactory()
+        Tenant.objects.filter(pk=tenant.pk).update(
+            budget_mode=BudgetMode.ENFORCE, monthly_budget=Decimal("3")
+        )
+        client = client_for(tenant)
+        error = self.get_error_response(
+            client, data=_later("dear", package.id, count=2), status=409, code="budget_exceeded"
+        )
+        # Two slots for an hour at 2.00 (within this month unless it ends within the hour).
+        assert error["details"]["limit"] == "3.00"
+        assert Decimal(error["details"]["requested"]) > Decimal("3")
+        assert not Reservation.objects.filter(tenant=tenant).exists()
+        self.get_success_response(client, data=_later("cheap", package.id), status=201)
+
+    def test_its_commitment_shows_in_budget_quota_and_statement_at_once(self):
+        package = l40s_package("l40s-2x-c", 2, price="2.00")
+        tenant = TenantFactory()
+        client = client_for(tenant)
+        self.get_success_response(client, data=_later("soon", package.id, count=3), status=201)
+        # Three slots for an hour at 2.00 (its start an hour from now, the price in force now).
+        quota = client.get("/api/v1/quota").json()["data"]
+        assert quota["committed"] == "6.000000"
+        month = timezone.now().strftime("%Y-%m")
+        statement = client.get(f"/api/v1/usage/statements/{month}").json()["data"]
+        budget = client.get("/api/v1/budget").json()["data"]
+        if (timezone.now() + timedelta(hours=2)).strftime("%Y-%m") == month:
+            assert budget["committed"] == "6.000000"
+            assert Decimal(budget["forecast"]) >= Decimal("6.00")
+            assert [(c["reservation"], c["slots"], c["cost"]) for c in statement["committed"]] == [
+                ("soon", 3, "6.000000")
+            ]
+        assert Decimal(statement["total"]) == 0  # nothing billed yet
+        assert client.delete("/api/v1/reservations/soon").status_code == 200
+        assert Decimal(client.get("/api/v1/quota").json()["data"]["committed"]) == 0
 
     def test_statements_are_the_baseline(self, auth_client):
         package = l40s_package("l40s-1x-s", 1, price="1.00")
