@@ -203,9 +203,13 @@ def stop_worker(process: subprocess.Popen) -> None:
 
 @pytest.fixture(scope="session")
 def celery_worker(django_db_setup, django_db_blocker, cluster):
-    """The suite's real Celery worker (node name `session@<host>`)."""
+    """The suite's real Celery workers, as `make run` has them: `session@<host>` takes the
+    default queue (and the clusters'), `hooks@<host>` the webhook deliveries alone
+    (controlplane/queues.py). Yields the first."""
     process = start_worker("session")
+    hooks = start_worker("hooks", queues="webhooks")
     yield process
+    stop_worker(hooks)
     stop_worker(process)
 
 
@@ -237,9 +241,21 @@ def start_observer(name: str) -> subprocess.Popen:
     raise RuntimeError(f"observer {name} did not lead within 60 s")
 
 
-# The queues the session's worker takes (besides the clusters'): the default one and the
-# webhooks' (controlplane/queues.py).
-SESSION_QUEUES = ("celery", "webhooks")
+# The queues each of the session's workers takes (the first also takes the clusters'):
+# the default one, and the webhooks' (controlplane/queues.py).
+SESSION_QUEUES = {"session": ("celery",), "hooks": ("webhooks",)}
+
+
+def _consume(nodes: list[str], *, stop: bool) -> None:
+    """Stop (or start again) the session's worker nodes `nodes` consuming their queues."""
+    from controlplane.celery import app
+
+    for node in nodes:
+        for queue in SESSION_QUEUES[node.split("@")[0]]:
+            if stop:
+                app.control.cancel_consumer(queue, destination=[node], reply=True)
+            else:
+                app.control.add_consumer(queue, destination=[node], reply=True)
 
 
 @pytest.fixture
@@ -253,17 +269,13 @@ def session_worker_paused():
 
     def session_nodes() -> list[str]:
         replies = app.control.ping(timeout=1)
-        return [host for reply in replies for host in reply if host.startswith("session@")]
+        return [host for reply in replies for host in reply if host.split("@")[0] in SESSION_QUEUES]
 
     nodes = session_nodes()
-    if nodes:
-        for queue in SESSION_QUEUES:
-            app.control.cancel_consumer(queue, destination=nodes, reply=True)
+    _consume(nodes, stop=True)
     yield
     app.control.purge()
-    if nodes:
-        for queue in SESSION_QUEUES:
-            app.control.add_consumer(queue, destination=nodes, reply=True)
+    _consume(nodes, stop=False)
 
 
 @pytest.fixture(autouse=True)
@@ -278,8 +290,7 @@ def _session_worker_idle_before_flush(request):
 
     paused = request.config.stash.get(_PAUSED_NODES, [])
     if paused:
-        for queue in SESSION_QUEUES:
-            app.control.add_consumer(queue, destination=paused, reply=True)
+        _consume(paused, stop=False)
         request.config.stash[_PAUSED_NODES] = []
     yield
     marker = request.node.get_closest_marker("django_db")
@@ -287,9 +298,9 @@ def _session_worker_idle_before_flush(request):
         marker and marker.kwargs.get("transaction")
     ):
         return
-    nodes = [f"session@{socket.gethostname()}"]  # start_worker's --hostname (name@%h)
-    for queue in SESSION_QUEUES:
-        app.control.cancel_consumer(queue, destination=nodes, reply=True)
+    # start_worker's --hostname (name@%h)
+    nodes = [f"{name}@{socket.gethostname()}" for name in SESSION_QUEUES]
+    _consume(nodes, stop=True)
     request.config.stash[_PAUSED_NODES] = nodes
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:

@@ -51,13 +51,13 @@ def _serve_metrics(**_kwargs: object) -> None:
 
 @celeryd_after_setup.connect
 def _consume_cluster_queues(sender: str, instance: object, **_kwargs: object) -> None:
-    """A worker that takes the default queue takes the webhooks' and every registered
-    cluster's too (a worker started with -Q for named queues takes those alone):
+    """A worker that takes the default queue takes every registered cluster's too (a worker
+    started with -Q for named queues takes those alone), never the webhooks': deliveries have
+    workers of their own (`-Q webhooks`), so a slow receiver holds no unit's work:
     controlplane/queues.py."""
     selected = app.amqp.queues
     if app.conf.task_default_queue not in selected.consume_from:
         return
-    selected.select_add(queues.WEBHOOKS)
     try:
         added = queues.cluster_queues()
     except DatabaseError:  # the database away at start: the own cluster's work still runs

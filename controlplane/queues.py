@@ -13,8 +13,9 @@ from collections.abc import Callable
 
 from django.conf import settings
 
-# Webhook deliveries (tenancy/webhooks.py): their own queue, so a slow receiver never holds a
-# unit's work. A worker that takes the default queue takes this one too.
+# Webhook deliveries (tenancy/webhooks.py): their own queue and their own workers (`celery
+# worker -Q webhooks`: make run, k8s/control-plane/webhook-worker.yaml, the tests' `hooks`
+# worker), so a slow receiver never holds a unit's work. No other worker takes it.
 WEBHOOKS = "webhooks"
 
 # -> the names of the registered, enabled clusters (registered by the inventory: apps.py)

@@ -455,10 +455,17 @@ CLUSTER_NODE_CIDRS = _networks("CLUSTER_NODE_CIDRS", may_be_everything=False)
 WEBHOOK_ALLOWED_NETWORKS = _networks("WEBHOOK_ALLOWED_NETWORKS")
 WEBHOOKS_PER_TENANT = env.int("WEBHOOKS_PER_TENANT", default=16)
 WEBHOOK_TIMEOUT_SECONDS = env.float("WEBHOOK_TIMEOUT_SECONDS", default=10.0)
+# A webhook URL's name is asked of the name servers for at most this long (creating or
+# changing a webhook, in a web thread, and before each delivery); WEBHOOK_DNS_SERVERS
+# ("host" or "host:port", comma-separated) instead of the system's resolv.conf.
+WEBHOOK_DNS_TIMEOUT_SECONDS = env.float("WEBHOOK_DNS_TIMEOUT_SECONDS", default=2.0)
+WEBHOOK_DNS_SERVERS = env.list("WEBHOOK_DNS_SERVERS", default=[])
 # Retries back off from the first delay, tripling each time up to the cap, for RETRY_FOR.
 WEBHOOK_RETRY_FIRST_SECONDS = env.float("WEBHOOK_RETRY_FIRST_SECONDS", default=5.0)
 WEBHOOK_RETRY_MAX_SECONDS = env.float("WEBHOOK_RETRY_MAX_SECONDS", default=6 * 3600.0)
 WEBHOOK_RETRY_FOR_SECONDS = env.float("WEBHOOK_RETRY_FOR_SECONDS", default=24 * 3600.0)
+# ... and at most this many attempts, however each ended (one whose worker stopped counts).
+WEBHOOK_MAX_ATTEMPTS = env.int("WEBHOOK_MAX_ATTEMPTS", default=15)
 # After a rotation the previous secret signs beside the new one for this long.
 WEBHOOK_SECRET_OVERLAP_SECONDS = env.float("WEBHOOK_SECRET_OVERLAP_SECONDS", default=24 * 3600.0)
 WEBHOOK_DELIVERY_RETENTION_DAYS = env.int("WEBHOOK_DELIVERY_RETENTION_DAYS", default=30)

@@ -1,5 +1,5 @@
 """`make run`: services, the development clusters, migrations, sample data, then web + worker +
-observer + beat until Ctrl-C."""
+webhook worker + observer + beat until Ctrl-C."""
 
 from __future__ import annotations
 
@@ -226,6 +226,29 @@ def run(*, data_root: Path) -> int:
                         "INFO",
                     ],
                     _metrics_env(env, data_root, "worker", WORKER_METRICS_PORT=ports["worker"]),
+                ),
+                _start(
+                    # Webhook deliveries, alone: a slow receiver holds no unit's work.
+                    "webhooks",
+                    [
+                        python,
+                        "-m",
+                        "celery",
+                        "-A",
+                        "controlplane",
+                        "worker",
+                        "--hostname",
+                        "webhooks@%h",
+                        "--queues",
+                        "webhooks",
+                        "--pool",
+                        "threads",
+                        "--concurrency",
+                        "8",
+                        "--loglevel",
+                        "INFO",
+                    ],
+                    env,
                 ),
                 _start(
                     "observer",

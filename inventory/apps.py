@@ -4,7 +4,7 @@ from django.apps import AppConfig
 from django.db.models.signals import post_migrate
 
 from catalog import offers as catalog_offers
-from controlplane import health, metrics, queues
+from controlplane import health, metrics, networks, queues
 from controlplane.kube import clusters as kube_clusters
 
 
@@ -22,6 +22,7 @@ class InventoryConfig(AppConfig):
         catalog_offers.register(offers.capacity_problem)
         kube_clusters.register(clusters.reach)
         queues.register(clusters.enabled_names)
+        networks.register(clusters.all_ranges)
 
         def register_stand_in(**kwargs: Any) -> None:
             # After `migrate` (and a test database's flush), a registry with no cluster gets

@@ -90,6 +90,16 @@ def own_ranges(name: str) -> list[str]:
     ]
 
 
+def all_ranges() -> list[str]:
+    """The pod, service and node ranges every registered cluster names (one query)."""
+    ranges: list[str] = []
+    for pods, services, nodes in Cluster.objects.values_list(
+        "pod_cidrs", "service_cidrs", "node_cidrs"
+    ):
+        ranges += [*pods, *services, *nodes]
+    return ranges
+
+
 def health(as_of: datetime | None, *, failing: bool, now: datetime) -> str:
     """A cluster's health from its mirror: reachable while listed within
     CLUSTER_LOST_AFTER_SECONDS, or while its listings succeed; unreachable once they fail and

@@ -24,7 +24,7 @@ from django.db.models import Exists, OuterRef, Q
 from django.utils import timezone
 
 from controlplane import queues
-from controlplane.errors import InvalidRequest, NotFound
+from controlplane.errors import InvalidRequest, NotFound, Throttled
 from tenancy import webhook_http
 from tenancy.errors import LimitExceeded
 from tenancy.models import (
@@ -55,7 +55,7 @@ EVENT_TYPES: dict[str, str] = {
     "storage.phase_changed": "a volume moved to another phase (Pending, Bound, Lost, ...)",
 }
 # How long a delivery is the task's alone once claimed: longer than a send can take.
-_LEASE = timedelta(seconds=60)
+_LEASE = timedelta(seconds=60)  # at least: WEBHOOK_TIMEOUT_SECONDS + 30 s when that is longer
 SWEEP_BATCH = 500
 # The longest wait before a retry that is sent as a delayed task; longer ones, the sweeper.
 COUNTDOWN_MAX = 60.0
@@ -194,8 +194,18 @@ def emit(
 
 
 def send_test(endpoint: WebhookEndpoint) -> WebhookDelivery:
-    """A `webhook.test` event to this endpoint alone, whatever it subscribes to."""
+    """A `webhook.test` event to this endpoint alone, whatever it subscribes to; one at a
+    time per endpoint (429 while the last one is still being delivered), so test deliveries
+    cannot pile up against a slow receiver."""
     now = timezone.now()
+    if WebhookDelivery.objects.filter(
+        endpoint=endpoint, event_type=TEST_EVENT, status=DeliveryStatus.PENDING
+    ).exists():
+        raise Throttled(
+            "a test delivery to this webhook is still being delivered: see its deliveries, and "
+            "send another once it has ended.",
+            retry_after=max(int(settings.WEBHOOK_TIMEOUT_SECONDS), 1),
+        )
     event_id = uuid.uuid4()
     payload = cloudevent(
         TEST_EVENT,
@@ -266,7 +276,9 @@ def _claim(delivery_id: int, now: datetime) -> WebhookDelivery | None:
         pk=delivery_id,
         status=DeliveryStatus.PENDING,
         next_attempt_at__lte=now,
-    ).update(leased_until=now + _LEASE)
+    ).update(
+        leased_until=now + max(_LEASE, timedelta(seconds=settings.WEBHOOK_TIMEOUT_SECONDS + 30))
+    )
     if not claimed:
         return None
     delivery = WebhookDelivery.objects.select_related("endpoint").get(pk=delivery_id)
@@ -291,8 +303,20 @@ def _earlier_pending(endpoint_id: Any, ordering_key: Any, before: Any) -> Any:
     )
 
 
+def _given_up(delivery: WebhookDelivery, now: datetime) -> str:
+    """Why a delivery is not tried again, however its last attempt ended (answered, timed
+    out, or cut off with its worker): too old, or tried too often. "" while it may be."""
+    if delivery.attempts >= settings.WEBHOOK_MAX_ATTEMPTS:
+        return f"gave up after {delivery.attempts} attempts"
+    if now >= delivery.created_at + timedelta(seconds=settings.WEBHOOK_RETRY_FOR_SECONDS):
+        return f"gave up: not delivered within {settings.WEBHOOK_RETRY_FOR_SECONDS:g} s"
+    return ""
+
+
 def deliver(delivery_id: int) -> str:
-    """One attempt at a delivery: what became of it (for the task's log and tests)."""
+    """One attempt at a delivery: what became of it (for the task's log and tests). The
+    attempt is counted, and recorded as unfinished, before the request goes out, so one its
+    worker never finished still counts toward giving up."""
     now = timezone.now()
     delivery = _claim(delivery_id, now)
     if delivery is None:
@@ -301,6 +325,19 @@ def deliver(delivery_id: int) -> str:
     if not endpoint.enabled:
         _finish(delivery, DeliveryStatus.FAILED, error="the webhook is disabled", now=now)
         return DeliveryStatus.FAILED
+    if why := _given_up(delivery, now):
+        _finish(delivery, DeliveryStatus.FAILED, error=why, now=now)
+        return DeliveryStatus.FAILED
+    attempts = delivery.attempts + 1
+    WebhookDelivery.objects.filter(pk=delivery.pk).update(attempts=attempts)
+    attempt = WebhookAttempt.objects.create(
+        delivery=delivery,
+        at=now,
+        status=None,
+        error="the attempt did not end (its worker stopped)",
+        duration_ms=0,
+        response="",
+    )
     body = json.dumps(delivery.payload, separators=(",", ":")).encode()
     headers = webhook_http.signed_headers(
         signing_secrets(endpoint, now=now),
@@ -312,25 +349,21 @@ def deliver(delivery_id: int) -> str:
         endpoint.url, body=body, headers=headers, timeout=settings.WEBHOOK_TIMEOUT_SECONDS
     )
     ended = timezone.now()
-    WebhookAttempt.objects.create(
-        delivery=delivery,
-        at=now,
+    WebhookAttempt.objects.filter(pk=attempt.pk).update(
         status=answer.status,
         error=answer.error,
         duration_ms=answer.duration_ms,
         response=answer.response,
     )
-    attempts = delivery.attempts + 1
     if answer.delivered:
         _finish(delivery, DeliveryStatus.SUCCEEDED, answer=answer, attempts=attempts, now=ended)
         return DeliveryStatus.SUCCEEDED
     delay = webhook_http.retry_delay(attempts)
     give_up_at = delivery.created_at + timedelta(seconds=settings.WEBHOOK_RETRY_FOR_SECONDS)
-    if ended + timedelta(seconds=delay) > give_up_at:
+    if attempts >= settings.WEBHOOK_MAX_ATTEMPTS or ended + timedelta(seconds=delay) > give_up_at:
         _finish(delivery, DeliveryStatus.FAILED, answer=answer, attempts=attempts, now=ended)
         return DeliveryStatus.FAILED
     WebhookDelivery.objects.filter(pk=delivery.pk).update(
-        attempts=attempts,
         next_attempt_at=ended + timedelta(seconds=delay),
         leased_until=None,
         last_status=answer.status,

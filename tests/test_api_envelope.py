@@ -145,6 +145,24 @@ def test_a_charset_that_is_not_a_text_encoding_is_415(auth_client, charset):
     assert charset in assert_error(response, 415, "unsupported_media_type")["message"]
 
 
+@pytest.mark.parametrize(
+    ("charset", "body"),
+    [
+        ("utf-16", b'{"operationID": "o"}'),  # no byte order mark: UnicodeError, not a decode
+        ("punycode", b'{"a": "\x00"}'),
+        ("undefined", b'{"operationID": "o"}'),
+        ("utf-8", b'{"operationID": "\xff"}'),
+    ],
+)
+def test_a_body_its_declared_charset_cannot_read_is_400(auth_client, charset, body):
+    """Issue 41, item 7: every text codec Python has, tried on random bytes, fails with a
+    ValueError of some kind; none reaches a 500."""
+    response = auth_client.post(
+        "/api/v1/gpu-units", data=body, content_type=f"application/json; charset={charset}"
+    )
+    assert charset in assert_error(response, 400, "invalid_request")["message"]
+
+
 def test_a_text_charset_other_than_utf8_is_read(auth_client):
     response = auth_client.post(
         "/api/v1/gpu-units",

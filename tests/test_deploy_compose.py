@@ -15,8 +15,17 @@ from tests.test_manifests import K8S
 ROOT = K8S.parent
 COMPOSE = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
 SERVICES = COMPOSE["services"]
-APPS = ("migrate", "web", "worker", "observer", "beat")
-LONG_RUNNING = ("postgres", "redis", "devcluster", "web", "worker", "observer", "beat")
+APPS = ("migrate", "web", "worker", "webhook-worker", "observer", "beat")
+LONG_RUNNING = (
+    "postgres",
+    "redis",
+    "devcluster",
+    "web",
+    "worker",
+    "webhook-worker",
+    "observer",
+    "beat",
+)
 DOCKERFILE = (ROOT / "Dockerfile").read_text()
 
 

@@ -193,10 +193,11 @@ def test_only_the_worker_and_observer_run_as_the_service_account_with_unit_right
         "web": "gpu-control-plane-unprivileged",
         "beat": "gpu-control-plane-unprivileged",
         "migrate": "gpu-control-plane-unprivileged",
+        "webhook-worker": "gpu-control-plane-unprivileged",
     }
     # Web mounts its token for the health check's GET /version, unit logs (get pods/log) and
-    # writing tenant secrets (create, patch, delete secrets; never a read); beat and migrate
-    # never call the Kubernetes API.
+    # writing tenant secrets (create, patch, delete secrets; never a read); beat, migrate and
+    # the webhook workers never call the Kubernetes API.
     tokens = {name for name in WORKLOADS if _pod(name)["automountServiceAccountToken"]}
     assert tokens == {"worker", "observer", "web"}
     bound = {

@@ -131,7 +131,7 @@ def test_kustomization_builds_valid_objects_for_everything_the_product_needs():
         "ClusterRoleBinding": 4,
         "ConfigMap": 1,
         "Job": 1,
-        "Deployment": 4,
+        "Deployment": 5,
         "Service": 2,
         "PodDisruptionBudget": 1,
         "NetworkPolicy": 3,

@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+import redis
 from django.utils import timezone
 from standardwebhooks.webhooks import Webhook
 
@@ -27,6 +28,8 @@ from runtime.tests.helpers import (
     wait_for_phase,
     wait_until,
 )
+from tenancy import webhooks
+from tenancy.models import WebhookAttempt, WebhookDelivery, WebhookEndpoint
 from tenancy.tests.factories import TenantFactory
 from tests.endpoints import client_for
 
@@ -233,3 +236,60 @@ def test_a_preemption_notice_arrives_before_the_preemption(tenant, receiver, set
         assert request.at < datetime.fromisoformat(notice["preemptAt"])
     finally:
         remove_namespace_objects(other.namespace)
+
+
+def test_dripping_receivers_and_twenty_test_deliveries_do_not_hold_a_units_work(tenant, settings):
+    """Issue 41, item 1: deliveries shared the workers with provisioning; four receivers that
+    drip a byte at a time held the fleet. Now they have workers of their own: twenty test
+    deliveries to dripping receivers are all in flight or waiting on the webhooks queue, none
+    on the default one, and a unit ordered meanwhile runs while they still hang."""
+    settings.WEBHOOK_ALLOWED_NETWORKS = ["127.0.0.0/8"]  # the worker's: conftest.start_worker
+    stop = threading.Event()
+
+    class Drip(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["Content-Length"]))
+            self.wfile.write(b"HTTP/1.1 200 OK\r\n")
+            while not stop.is_set():
+                try:
+                    self.wfile.write(b"X")
+                    self.wfile.flush()
+                except OSError:
+                    return
+                stop.wait(0.5)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Drip)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/hook"
+    tenants = [TenantFactory(), TenantFactory()]
+    try:
+        hooks = [
+            webhooks.create_endpoint(tenant=owner, url=f"{url}/{i}", events=["unit.phase_changed"])
+            for owner in tenants
+            for i in range(10)
+        ]
+        sent = [webhooks.send_test(hook) for hook in hooks]
+        broker = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+        wait_until(
+            lambda: WebhookAttempt.objects.filter(delivery__in=sent).count() >= 4,
+            "the webhook worker to be held by four dripping receivers",
+        )
+        assert broker.llen("celery") == 0  # nothing of theirs waits where units' work does
+
+        unit = wait_for_phase(
+            order_unit(client_for(tenant), "busy-hooks", PackageFactory().id), "Running"
+        )
+
+        pending = WebhookDelivery.objects.filter(pk__in=[d.pk for d in sent], status="pending")
+        assert pending.count() == len(sent)  # every one still hangs, or waits its turn
+        assert unit.phase == "Running"
+    finally:
+        stop.set()
+        WebhookEndpoint.objects.filter(tenant__in=tenants).update(enabled=False)
+        server.shutdown()
+        server.server_close()
+        remove_namespace_objects(tenant.namespace)

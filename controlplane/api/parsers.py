@@ -113,7 +113,9 @@ class StrictJSONParser(BaseParser):
             )
         try:
             text = codecs.getreader(charset)(stream).read()
-        except UnicodeDecodeError:
+        except ValueError:
+            # UnicodeDecodeError, and the UnicodeError some codecs raise for what they cannot
+            # read at all (UTF-16 without a byte order mark, punycode, "undefined").
             raise ParseError(f"The body is not valid {charset}.") from None
         try:
             return loads(text)

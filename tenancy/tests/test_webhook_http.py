@@ -3,8 +3,10 @@ are verified with the standardwebhooks library, as a receiver would."""
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
+import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -12,7 +14,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
+from inventory.models import Cluster
 from tenancy import webhook_http
+
+# The address checks read every registered cluster's ranges (the inventory's rows).
+pytestmark = pytest.mark.django_db
 
 
 def _headers(secrets: list[str], body: bytes) -> dict[str, str]:
@@ -56,11 +62,59 @@ def test_secrets_are_standard_webhooks_secrets():
 
 @pytest.mark.parametrize(
     "address",
-    ["10.1.2.3", "192.168.0.1", "127.0.0.1", "100.64.0.1", "::1", "fd00::1", "::ffff:10.0.0.1"],
+    ["10.1.2.3", "192.168.0.1", "127.0.0.1", "100.64.0.1", "::1", "fd00::1"],
 )
 def test_private_addresses_are_refused_by_default(settings, address):
     settings.WEBHOOK_ALLOWED_NETWORKS = []
     assert "not a public address" in webhook_http.address_problem(ipaddress.ip_address(address))
+
+
+@pytest.mark.parametrize(
+    ("address", "said"),
+    [
+        ("64:ff9b::a00:1", "NAT64"),  # 10.0.0.1 behind the well-known NAT64 prefix
+        ("64:ff9b::808:808", "NAT64"),  # even a public one: the address reached is not checked
+        ("64:ff9b:1::1", "local-use NAT64"),
+        ("::10.0.0.1", "IPv4-compatible"),
+        ("::ffff:10.0.0.1", "IPv4-mapped"),
+        ("::ffff:8.8.8.8", "IPv4-mapped"),
+        ("fec0::1", "site-local"),
+        ("2002:a00:1::1", "10.0.0.1, which is not a public address"),  # 6to4 of 10.0.0.1
+        ("2002:a9fe:a9fe::1", "link-local"),  # 6to4 of the metadata service
+    ],
+)
+def test_special_ipv6_forms_are_refused_even_in_an_allowed_range(settings, address, said):
+    """Issue 41, item 3: these passed as global."""
+    settings.WEBHOOK_ALLOWED_NETWORKS = ["::/0"]
+    assert said in webhook_http.address_problem(ipaddress.ip_address(address))
+
+
+def test_a_6to4_address_of_a_public_one_passes(settings):
+    settings.WEBHOOK_ALLOWED_NETWORKS = []
+    assert webhook_http.address_problem(ipaddress.ip_address("2002:808:808::1")) is None
+
+
+def test_every_registered_cluster_s_ranges_are_refused(settings):
+    """Issue 41, item 3: only the process's own cluster's ranges were refused."""
+    settings.WEBHOOK_ALLOWED_NETWORKS = ["0.0.0.0/0"]
+    Cluster.objects.create(
+        name="far-away", region="far", pod_cidrs=["203.0.113.0/24"], node_cidrs=["10.9.0.0/16"]
+    )
+    assert "a cluster's own ranges" in webhook_http.address_problem(
+        ipaddress.ip_address("203.0.113.7")
+    )
+    assert "a cluster's own ranges" in webhook_http.address_problem(
+        ipaddress.ip_address("10.9.1.1")
+    )
+    assert webhook_http.address_problem(ipaddress.ip_address("198.51.100.7")) is None
+
+
+@pytest.mark.parametrize(
+    "url", ["https://x..com/hook", "https://" + "a" * 64 + ".com/", "https://./"]
+)
+def test_a_malformed_host_is_a_problem_not_an_exception(url):
+    """Issue 41, item 3: `x..com` answered 500 (the IDNA codec raised)."""
+    assert "not a valid DNS name" in webhook_http.url_problem(url)
 
 
 def test_public_addresses_pass(settings):
@@ -169,10 +223,69 @@ def test_a_redirect_is_not_followed(receiver):
     assert len(_Receiver.seen) == 1
 
 
-def test_an_error_answer_is_not_delivered(receiver):
+def test_an_error_answer_is_not_delivered_and_an_allowed_private_answer_not_kept(receiver):
+    """Issue 41, item 3: what a receiver in a range only ops allow says is not shown to the
+    tenant (it would read an in-house service's answers); its status is."""
     _Receiver.answers = [500]
     answer = webhook_http.post(receiver, body=b"{}", headers={}, timeout=5)
-    assert (answer.delivered, answer.status, answer.response) == (False, 500, "ok")
+    assert (answer.delivered, answer.status, answer.response) == (False, 500, "")
+
+
+class _Drip(BaseHTTPRequestHandler):
+    """A receiver that answers one byte every 0.2 s, forever: each read is quick, the whole
+    answer never comes."""
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self.wfile.write(b"HTTP/1.1 200 OK\r\n")
+        with contextlib.suppress(OSError):
+            while True:
+                self.wfile.write(b"X")
+                self.wfile.flush()
+                time.sleep(0.2)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_a_dripping_receiver_is_cut_off_at_the_attempt_s_deadline(settings):
+    """Issue 41, item 1: a byte every few seconds passed every per-read timeout."""
+    settings.WEBHOOK_ALLOWED_NETWORKS = ["127.0.0.0/8"]
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Drip)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        answer = webhook_http.post(
+            f"http://127.0.0.1:{server.server_address[1]}/", body=b"{}", headers={}, timeout=1
+        )
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert answer.status is None
+    assert answer.error == "no whole answer within 1 s"
+
+
+@pytest.fixture
+def silent_name_server(settings):
+    """A UDP name server that reads every question and answers none."""
+    sock = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    sock.bind(("127.0.0.1", 0))
+    settings.WEBHOOK_DNS_SERVERS = [f"127.0.0.1:{sock.getsockname()[1]}"]
+    settings.WEBHOOK_DNS_TIMEOUT_SECONDS = 0.5
+    yield sock
+    sock.close()
+
+
+def test_a_name_server_that_never_answers_is_given_up_at_the_deadline(silent_name_server):
+    """Issue 41, item 2: the system resolver held the web thread for its own timeouts."""
+    problem = webhook_http.target_problem("https://hooks.example.org/in")
+    assert problem == "its host's name servers did not answer within 0.5 s"
+    assert silent_name_server.recv(512)  # it was asked
+
+
+def test_the_invalid_domain_names_nothing_without_a_question(silent_name_server):
+    problem = webhook_http.target_problem("https://nowhere.invalid/in")
+    assert "does not resolve" in problem
 
 
 def test_nothing_is_sent_to_a_refused_address(receiver, settings):

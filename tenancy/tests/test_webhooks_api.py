@@ -194,6 +194,16 @@ class TestSendTest(EndpointTest):
         assert data["payload"]["specversion"] == "1.0"
         assert data["webhookId"] == "msg_" + uuid.UUID(data["payload"]["id"]).hex
 
+    def test_one_test_delivery_at_a_time_per_webhook(self, client):
+        """Issue 41, item 1: test deliveries piled up against a slow receiver."""
+        made = _create(client).json()["data"]["id"]
+        first = self.get_success_response(client, status=202, id=made).json()["data"]["id"]
+        error = self.get_error_response(client, status=429, code="throttled", id=made)
+        assert error["details"]["retryAfter"] >= 1
+        # Once it ended (delivered or given up), another may go.
+        WebhookDelivery.objects.filter(uid=first).update(status="failed")
+        self.get_success_response(client, status=202, id=made)
+
     def test_statement_count(self, client):
         self.assert_statement_count(client, id=_create(client).json()["data"]["id"])
 
@@ -204,6 +214,7 @@ class TestDeliveries(EndpointTest):
     def test_newest_first_and_filtered(self, client):
         made = _create(client).json()["data"]["id"]
         first = client.post(f"/api/v1/webhooks/{made}/test").json()["data"]["id"]
+        WebhookDelivery.objects.filter(uid=first).update(status="failed")  # one at a time
         second = client.post(f"/api/v1/webhooks/{made}/test").json()["data"]["id"]
         listed = self.get_success_response(client, id=made, query={"limit": 1}).json()
         assert [row["id"] for row in listed["data"]] == [second]
@@ -246,3 +257,46 @@ def test_the_sweeper_resends_what_is_due_and_free_and_not_waiting(tenant, monkey
     sent.clear()
     assert webhooks.sweep(now=later) == 1
     assert sent == [first.pk]
+
+
+def test_an_attempt_counts_before_it_is_sent_and_the_give_up_holds_however_it_ended(
+    tenant, monkeypatch, settings
+):
+    """Issue 41, item 1: an attempt cut off with its worker (a task time limit, a killed
+    process) was never recorded, so the sweeper sent it again forever. Now it counts from its
+    start, and a delivery past its attempts or its age ends failed, unsent."""
+    settings.WEBHOOK_MAX_ATTEMPTS = 3
+    monkeypatch.setattr(webhooks, "send", lambda pk, countdown=0: None)
+    posted: list[str] = []
+
+    def killed(url: str, **_kwargs: object) -> None:
+        posted.append(url)
+        raise SystemExit("the worker stopped mid-attempt")
+
+    monkeypatch.setattr(webhooks.webhook_http, "post", killed)
+    hook = webhooks.create_endpoint(tenant=tenant, url=RECEIVER, events=["*"])
+    delivery = webhooks.send_test(hook)
+    for expected in (1, 2, 3):
+        with pytest.raises(SystemExit):
+            webhooks.deliver(delivery.pk)
+        delivery.refresh_from_db()
+        assert delivery.attempts == expected
+        # Its lease runs out; the sweeper hands it to a worker again.
+        WebhookDelivery.objects.filter(pk=delivery.pk).update(leased_until=None)
+    assert [a.error for a in delivery.attempt_log.all()] == [
+        "the attempt did not end (its worker stopped)"
+    ] * 3
+    assert webhooks.deliver(delivery.pk) == "failed"
+    delivery.refresh_from_db()
+    assert (delivery.status, delivery.last_error) == ("failed", "gave up after 3 attempts")
+    assert len(posted) == 3  # not a fourth time
+
+    # Past its age, the same, whatever its attempts.
+    old = webhooks.send_test(hook)
+    WebhookDelivery.objects.filter(pk=old.pk).update(
+        created_at=timezone.now() - timedelta(seconds=settings.WEBHOOK_RETRY_FOR_SECONDS + 1)
+    )
+    assert webhooks.deliver(old.pk) == "failed"
+    old.refresh_from_db()
+    assert old.last_error.startswith("gave up: not delivered within")
+    assert len(posted) == 3
