@@ -6,8 +6,10 @@ cost twice its database work (docs/benchmarks.md). The statements still speak in
 instances), new rows pass `clean_fields()`, and `check_order_models` (a Django system check)
 refuses model features the statements cannot carry, so a field added to a model either reaches
 these statements or stops `manage.py check`. The one lock order of the create path: the tenant
-row (FOR UPDATE, the quota read under it), then the unit's name through the insert's unique
-index.
+row (FOR NO KEY UPDATE, as tenancy.services.lock_tenant takes it, the quota read under it), then
+the unit's name through the insert's unique index. Not FOR UPDATE: that waits on the KEY SHARE
+every insert naming the tenant takes (an action's operation, an audit row), and such a request
+holding a unit's row while it waits for the tenant row deadlocked with an order.
 """
 
 from __future__ import annotations
@@ -237,7 +239,7 @@ def create_unit(
                 # Serialise orders per tenant: each sees the usage the one before it charged.
                 sql.execute(
                     "SELECT used_cpu_millicores, used_memory_bytes, used_claims "
-                    f"FROM {statements.table(Tenant)} WHERE id = %s FOR UPDATE",
+                    f"FROM {statements.table(Tenant)} WHERE id = %s FOR NO KEY UPDATE",
                     [tenant.pk],
                 )
                 usage = TenantUsage(*sql.fetchone())

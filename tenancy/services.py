@@ -229,22 +229,28 @@ def add_ssh_key(*, tenant: Tenant, name: str, public_key: str) -> SSHKey:
     if problems:
         raise InvalidRequest("The SSH key is invalid.", details={"fields": problems})
     taken = SSHKey.objects.filter(tenant=tenant)
-    if (held := taken.count()) >= settings.SSH_KEYS_PER_TENANT:
-        raise LimitExceeded(
-            f"tenant {tenant.slug} has {held} SSH keys, the most it may register "
-            f"({settings.SSH_KEYS_PER_TENANT}); delete one first.",
-            details={"limit": "sshKeys", "used": held, "hard": settings.SSH_KEYS_PER_TENANT},
-        )
-    if taken.filter(name=name).exists():
-        raise SSHKeyConflict(f"an SSH key named {name} exists.", details={"name": name})
-    same = taken.filter(fingerprint=parsed.fingerprint).first()
-    if same is not None:
-        raise SSHKeyConflict(
-            f"this key is already registered as {same.name}.",
-            details={"name": same.name, "fingerprint": parsed.fingerprint},
-        )
     try:
         with transaction.atomic():
+            # The count under the tenant lock: parallel adds cannot pass the cap together.
+            lock_tenant(tenant.pk)
+            if (held := taken.count()) >= settings.SSH_KEYS_PER_TENANT:
+                raise LimitExceeded(
+                    f"tenant {tenant.slug} has {held} SSH keys, the most it may register "
+                    f"({settings.SSH_KEYS_PER_TENANT}); delete one first.",
+                    details={
+                        "limit": "sshKeys",
+                        "used": held,
+                        "hard": settings.SSH_KEYS_PER_TENANT,
+                    },
+                )
+            if taken.filter(name=name).exists():
+                raise SSHKeyConflict(f"an SSH key named {name} exists.", details={"name": name})
+            same = taken.filter(fingerprint=parsed.fingerprint).first()
+            if same is not None:
+                raise SSHKeyConflict(
+                    f"this key is already registered as {same.name}.",
+                    details={"name": same.name, "fingerprint": parsed.fingerprint},
+                )
             return SSHKey.objects.create(
                 tenant=tenant,
                 name=name,
