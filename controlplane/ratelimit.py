@@ -63,7 +63,10 @@ def count_request(key: str, *, rate: str) -> float | None:
 def client_address(request: HttpRequest) -> str:
     """The address of the client, seen past LOGIN_TRUSTED_PROXIES proxies: each appends the
     address it was reached from to X-Forwarded-For, so the n-th entry from the right is the one
-    the outermost trusted proxy saw (entries left of it are whatever the client sent)."""
+    the outermost trusted proxy saw (entries left of it are whatever the client sent). A hop
+    is believed only from an address in LOGIN_PROXY_NETWORKS: a client that reaches web
+    directly (or through a proxy outside them) is its connection's address, whatever header it
+    wrote."""
     remote = request.META.get("REMOTE_ADDR", "")
     hops = settings.LOGIN_TRUSTED_PROXIES
     if hops <= 0:
@@ -74,7 +77,29 @@ def client_address(request: HttpRequest) -> str:
         if entry.strip()
     ]
     # Fewer entries than proxies: the request did not come through them, so trust none.
-    return _without_port(forwarded[-hops]) if len(forwarded) >= hops else remote
+    if len(forwarded) < hops:
+        return remote
+    seen = remote
+    for hop in range(1, hops + 1):
+        if not _is_proxy(seen):
+            return seen  # this address wrote what lies left of it: its own word
+        seen = _without_port(forwarded[-hop])
+    return seen
+
+
+def _is_proxy(address: str) -> bool:
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    return any(ip in ipaddress.ip_network(network) for network in settings.LOGIN_PROXY_NETWORKS)
+
+
+def client_network(request: HttpRequest) -> str:
+    """The client as the login throttle counts it (AXES_CLIENT_IP_CALLABLE): its IPv4
+    address, or its IPv6 /64 written as the /64's first address (a host picks any address in
+    its /64, so counting single IPv6 addresses would limit nothing; axes keeps an address)."""
+    return _client_network(client_address(request)).removesuffix("/64")
 
 
 def _without_port(entry: str) -> str:

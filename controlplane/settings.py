@@ -151,11 +151,15 @@ AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"], "ip_address"]
 AXES_RESET_COOL_OFF_ON_FAILURE_DURING_LOCKOUT = False
 AXES_HTTP_RESPONSE_CODE = 429
 AXES_LOCKOUT_CALLABLE = "tenancy.login.lockout_response"
-AXES_CLIENT_IP_CALLABLE = "controlplane.ratelimit.client_address"
+# An IPv6 client counts as its /64 (controlplane.ratelimit.client_network).
+AXES_CLIENT_IP_CALLABLE = "controlplane.ratelimit.client_network"
 # Proxies in front of web that append to X-Forwarded-For (production sits behind an ingress, as
 # SECURE_PROXY_SSL_HEADER assumes); without them every client would share the proxy's address.
-# The per-address rate limits below count against the same address.
+# The per-address rate limits below count against the same address. A hop is believed only
+# from an address in LOGIN_PROXY_NETWORKS (where the ingress's pods or the load balancer
+# connect from): a client reaching web from anywhere else is its connection's address.
 LOGIN_TRUSTED_PROXIES = env.int("LOGIN_TRUSTED_PROXIES", default=0 if DEBUG else 1)
+# (LOGIN_PROXY_NETWORKS is read below, with the other networks.)
 # Successful logins are not logged to the database (AccessLog would grow without bound).
 AXES_DISABLE_ACCESS_LOG = True
 
@@ -420,11 +424,13 @@ NETWORK_GATEWAY_NAMESPACE = env.str(
 )
 
 
-def _networks(name: str, *, may_be_everything: bool = True) -> list[str]:
+def _networks(name: str, *, may_be_everything: bool = True, default: str = "") -> list[str]:
     """A comma-separated list of IPv4 and IPv6 networks, each in canonical form; an entry that
     is not one stops the process, naming the variable and the entry."""
     networks = []
-    for entry in filter(None, (entry.strip() for entry in env.list(name, default=[]))):
+    for entry in filter(
+        None, (entry.strip() for entry in env.list(name, default=default.split(",")))
+    ):
         try:
             network = ipaddress.ip_network(entry)
         except ValueError as error:
@@ -441,6 +447,12 @@ def _networks(name: str, *, may_be_everything: bool = True) -> list[str]:
 
 
 NETWORK_EGRESS_ALLOW = _networks("NETWORK_EGRESS_ALLOW")
+# Where the proxies LOGIN_TRUSTED_PROXIES counts connect from (above): the private ranges an
+# ingress's pods or a load balancer use, unless set.
+LOGIN_PROXY_NETWORKS = _networks(
+    "LOGIN_PROXY_NETWORKS",
+    default="10.0.0.0/8,172.16.0.0/12,192.168.0.0/16,100.64.0.0/10,127.0.0.0/8,fc00::/7,::1/128",
+)
 # The cluster's own ranges, IPv4 and IPv6 (kube-controller-manager's --cluster-cidr and
 # --service-cluster-ip-range, the nodes' subnets): no rule meaning "the internet" reaches them,
 # whether they are private or not. Private, shared, link-local and other never-public ranges are

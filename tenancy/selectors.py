@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from django.contrib.auth import get_user_model
 from django.db.models import QuerySet
 
 from controlplane.validation import fold_case
@@ -52,6 +53,19 @@ class AuditFilter:
     request_id: str = ""
     start: datetime | None = None
     end: datetime | None = None
+
+
+def staff_usernames(usernames: set[str]) -> set[str]:
+    """Which of these accounts are the platform's staff (no query for none)."""
+    if not usernames:
+        return set()
+    user_model = get_user_model()
+    field = user_model.USERNAME_FIELD
+    return set(
+        user_model._default_manager.filter(
+            **{f"{field}__in": usernames}, is_staff=True
+        ).values_list(field, flat=True)
+    )
 
 
 def list_audit_events(found: AuditFilter) -> QuerySet[AuditEvent]:

@@ -46,11 +46,19 @@ class SSHKeySerializer(serializers.ModelSerializer):
         fields = ["name", "kind", "bits", "fingerprint", "comment", "publicKey", "createdAt"]
 
 
+OPERATOR = "operator"
+
+
 class AuditActorSerializer(serializers.Serializer):
     kind = serializers.ChoiceField(
-        source="actor_kind", choices=AuditActorKind.choices, help_text="api_key or user"
+        source="actor_kind",
+        choices=[*AuditActorKind.choices, (OPERATOR, OPERATOR)],
+        help_text="api_key or user; in a tenant's own log, operator for the platform's staff "
+        "(who, and from where, is the operator log's)",
     )
-    name = serializers.CharField(source="actor", help_text="the API key's prefix, or a username")
+    name = serializers.CharField(
+        source="actor", help_text="the API key's prefix, or a username (operator: operator)"
+    )
 
 
 class AuditTargetSerializer(serializers.Serializer):
@@ -89,7 +97,30 @@ class AuditEventSerializer(serializers.Serializer):
         return event.tenant_slug or None
 
 
-def audit_cloudevent(event: AuditEvent, *, source: str) -> dict[str, Any]:
+class TenantAuditEventSerializer(AuditEventSerializer):
+    """An event as its tenant reads it: what the platform's staff did for it (in the admin,
+    or in the dashboard acting for it) is the operator's, with no name or address. The
+    context's `operators`: the staff usernames among the page's actors."""
+
+    def to_representation(self, instance: AuditEvent) -> dict[str, Any]:
+        data = super().to_representation(instance)
+        by_staff = instance.actor_kind == AuditActorKind.USER and (
+            instance.source == AuditSource.ADMIN
+            or instance.actor in self.context.get("operators", ())
+        )
+        if by_staff:
+            data["actor"] = {"kind": OPERATOR, "name": OPERATOR}
+            data["remoteAddress"] = None
+        return data
+
+
+def audit_cloudevent(
+    event: AuditEvent,
+    *,
+    source: str,
+    serializer: type[AuditEventSerializer] | None = None,
+    context: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     """The event as a CloudEvents 1.0 structured event, as the usage export writes its rows:
     `source` + `id` is unique, `subject` the tenant, `data` the API's JSON of the event."""
     cloudevent: dict[str, Any] = {
@@ -100,7 +131,7 @@ def audit_cloudevent(event: AuditEvent, *, source: str) -> dict[str, Any]:
     }
     if event.tenant_slug:
         cloudevent["subject"] = event.tenant_slug
-    data = AuditEventSerializer(event).data
+    data = (serializer or AuditEventSerializer)(event, context=context or {}).data
     return {
         **cloudevent,
         "time": data["occurredAt"],

@@ -28,7 +28,14 @@ from controlplane.api.views import ApiView, NotJsonBodyMixin
 from controlplane.errors import NotFound
 from controlplane.validation import fold_case
 from tenancy import selectors, services, webhooks
-from tenancy.models import AuditEvent, SSHKey, Tenant, WebhookDelivery, WebhookEndpoint
+from tenancy.models import (
+    AuditActorKind,
+    AuditEvent,
+    SSHKey,
+    Tenant,
+    WebhookDelivery,
+    WebhookEndpoint,
+)
 from tenancy.permissions import IsOperator, IsTenant, tenant_of
 from tenancy.serializers import (
     AuditEventQuerySerializer,
@@ -37,6 +44,7 @@ from tenancy.serializers import (
     CreateWebhookSerializer,
     OperatorAuditEventQuerySerializer,
     SSHKeySerializer,
+    TenantAuditEventSerializer,
     UpdateWebhookSerializer,
     WebhookDeliveryQuerySerializer,
     WebhookDeliverySerializer,
@@ -135,24 +143,41 @@ _AUDIT_RESPONSES: dict[Any, Any] = {
 
 
 def audit_page(
-    request: Request, events: QuerySet[AuditEvent], params: dict[str, Any], *, scope: str
+    request: Request,
+    events: QuerySet[AuditEvent],
+    params: dict[str, Any],
+    *,
+    scope: str,
+    for_tenant: bool = False,
 ) -> Response | HttpResponse:
     """A page of `events`, newest first: JSON with `meta.nextCursor`, or (format=cloudevents)
-    NDJSON with the next page's address in a Link header."""
+    NDJSON with the next page's address in a Link header. `for_tenant`: the tenant's own
+    log, where staff are "operator" (one query for which of the page's users are staff)."""
     page, next_cursor = paginate(
         events, cursor=params.get("cursor"), limit=params["limit"], scope=scope
     )
+    serializer: type[AuditEventSerializer] = AuditEventSerializer
+    context: dict[str, Any] = {}
+    if for_tenant:
+        serializer = TenantAuditEventSerializer
+        context["operators"] = selectors.staff_usernames(
+            {e.actor for e in page if e.actor_kind == AuditActorKind.USER}
+        )
     if params["format"] != "cloudevents":
         return EnvelopedResponse(
             {
-                "data": AuditEventSerializer(page, many=True).data,
+                "data": serializer(page, many=True, context=context).data,
                 "meta": {"nextCursor": next_cursor},
             }
         )
     source = f"//{request.get_host()}/audit"
     response = HttpResponse(
         "".join(
-            json.dumps(audit_cloudevent(event, source=source), separators=(",", ":")) + "\n"
+            json.dumps(
+                audit_cloudevent(event, source=source, serializer=serializer, context=context),
+                separators=(",", ":"),
+            )
+            + "\n"
             for event in page
         ),
         content_type="application/x-ndjson",
@@ -201,7 +226,9 @@ class AuditEventListView(NotJsonBodyMixin, TenantView):
     def get(self, request: Request) -> Response | HttpResponse:
         params = self.validated_query(request)
         events = selectors.list_audit_events(audit_filter(params, tenant=self.tenant))
-        return audit_page(request, events, params, scope=audit_scope(params, self.tenant.pk))
+        return audit_page(
+            request, events, params, scope=audit_scope(params, self.tenant.pk), for_tenant=True
+        )
 
 
 class OperatorAuditEventListView(NotJsonBodyMixin, ApiView):

@@ -406,3 +406,25 @@ def test_no_body_reaches_the_log(settings, tenant, auth_client, admin_user):
     text = json.dumps(recorded, default=str)
     for sent in (password, "hf_s3cr3t_t0ken", ED25519.split()[1], "TOKEN"):
         assert sent not in text
+
+
+def test_a_tenant_reads_its_staff_s_actions_as_the_operator_s(tenant, admin_user):
+    """Issue 41, item 4: a tenant's audit log showed the username and address of the staff
+    who acted for it. Its own users' names stay; the operator log keeps who it was."""
+    client, _prefix = keyed(tenant)
+    event(tenant, source="admin", actor_kind="user", actor=admin_user.username, request_id="r1")
+    event(tenant, source="dashboard", actor_kind="user", actor=admin_user.username, request_id="r2")
+    event(tenant, source="dashboard", actor_kind="user", actor="alice", request_id="r3")
+    rows = client.get("/api/v1/audit-events").json()["data"]
+    seen = {row["requestId"]: (row["actor"], row["remoteAddress"]) for row in rows}
+    operator = ({"kind": "operator", "name": "operator"}, None)
+    assert seen["r1"] == operator
+    assert seen["r2"] == operator
+    assert seen["r3"] == ({"kind": "user", "name": "alice"}, "192.0.2.7")
+    lines = (
+        client.get("/api/v1/audit-events", {"format": "cloudevents"}).content.decode().splitlines()
+    )
+    actors = {
+        json.loads(line)["data"]["requestId"]: json.loads(line)["data"]["actor"] for line in lines
+    }
+    assert actors["r1"] == actors["r2"] == {"kind": "operator", "name": "operator"}

@@ -93,6 +93,7 @@ def test_client_address_is_the_one_the_outermost_trusted_proxy_saw(settings, rf)
     # The left entry is whatever the client sent; the ingress appended the right one.
     assert client_address(rf.post("/", **forwarded)) == "203.0.113.7"
     settings.LOGIN_TRUSTED_PROXIES = 2
+    settings.LOGIN_PROXY_NETWORKS = ["10.0.0.0/8", "203.0.113.0/24"]  # both proxies' ranges
     assert client_address(rf.post("/", **forwarded)) == "1.2.3.4"
     settings.LOGIN_TRUSTED_PROXIES = 3  # did not come through all of them: trust none
     assert client_address(rf.post("/", **forwarded)) == "10.0.0.5"
@@ -128,3 +129,30 @@ def test_limits_come_from_the_environment():
         timeout=120,
     )
     assert result.stdout.splitlines()[-1].split() == ["7", "150.0", "2"], result.stderr
+
+
+def test_addresses_of_one_ipv6_64_are_one_client(settings, user):
+    """Issue 41, item 4: rotating addresses inside one /64 gave unlimited guesses."""
+    for i in range(settings.AXES_FAILURE_LIMIT):
+        log_in(DASHBOARD_LOGIN, "alice", "wrong", address=f"2001:db8:7:7::{i + 1:x}")
+    assert (
+        log_in(DASHBOARD_LOGIN, "alice", PASSWORD, address="2001:db8:7:7::ffff").status_code == 429
+    )
+    assert log_in(ADMIN_LOGIN, "alice", PASSWORD, address="2001:db8:7:7:1::9").status_code == 429
+    # Another /64 is another client.
+    assert log_in(DASHBOARD_LOGIN, "alice", PASSWORD, address="2001:db8:7:8::1").status_code == 302
+
+
+def test_a_forwarded_address_is_believed_only_from_a_proxy_network(settings, rf):
+    """Issue 41, item 4: with a proxy configured, a client that reached web directly chose its
+    own address in X-Forwarded-For."""
+    settings.LOGIN_TRUSTED_PROXIES = 1
+    settings.LOGIN_PROXY_NETWORKS = ["10.0.0.0/8"]
+    spoofed = {"REMOTE_ADDR": "198.51.100.4", "HTTP_X_FORWARDED_FOR": "203.0.113.99"}
+    assert client_address(rf.post("/", **spoofed)) == "198.51.100.4"
+    through = {"REMOTE_ADDR": "10.1.2.3", "HTTP_X_FORWARDED_FOR": "203.0.113.99"}
+    assert client_address(rf.post("/", **through)) == "203.0.113.99"
+    # Two hops: the inner one must be a proxy too, or it is the client.
+    settings.LOGIN_TRUSTED_PROXIES = 2
+    chain = {"REMOTE_ADDR": "10.1.2.3", "HTTP_X_FORWARDED_FOR": "1.2.3.4, 198.51.100.4"}
+    assert client_address(rf.post("/", **chain)) == "198.51.100.4"
