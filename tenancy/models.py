@@ -53,6 +53,19 @@ class BudgetMode(models.TextChoices):
     ENFORCE = "enforce"
 
 
+# Namespaces a tenant may never be given: Kubernetes' own, and the control plane's (its
+# ServiceAccounts' rights there would be the tenant's to reach). k8s/control-plane's admission
+# policy refuses the control plane's writes in any namespace not labelled a tenant's.
+RESERVED_NAMESPACES = frozenset({"default", "gpu-control-plane", "gateway-system"})
+
+
+def reserved_namespace(name: str) -> str | None:
+    """Why `name` cannot be a tenant's namespace, or None."""
+    if name in RESERVED_NAMESPACES or name.startswith("kube-"):
+        return f"{name} is reserved (kube-*, default and the control plane's own namespaces)."
+    return None
+
+
 class Tenant(models.Model):
     """A customer: owns one Kubernetes namespace and a quota there."""
 
@@ -181,7 +194,7 @@ class Tenant(models.Model):
         self.quota_ephemeral_storage = (self.quota_ephemeral_storage or "").strip()
         errors = {
             "slug": dns_label(self.slug),
-            "namespace": dns_label(self.namespace),
+            "namespace": dns_label(self.namespace) or reserved_namespace(self.namespace),
             "quota_cpu": positive_quantity(self.quota_cpu, resource="cpu"),
             "quota_memory": positive_quantity(self.quota_memory, resource="memory"),
             "quota_storage": positive_quantity(self.quota_storage, resource="storage"),

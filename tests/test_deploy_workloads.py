@@ -44,7 +44,12 @@ def _containers(name: str) -> list[dict]:
 
 def test_everything_lives_in_the_control_plane_namespace():
     namespaced = [obj for (kind, _), obj in OBJECTS.items() if kind != "Namespace"]
-    cluster_scoped = {"ClusterRole", "ClusterRoleBinding"}
+    cluster_scoped = {
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+    }
     for obj in namespaced:
         if obj["kind"] not in cluster_scoped:
             assert obj["metadata"]["namespace"] == NAMESPACE, obj["metadata"]["name"]
@@ -203,7 +208,7 @@ def test_only_the_worker_and_observer_run_as_the_service_account_with_unit_right
     bound = {
         (subject["name"], obj["roleRef"]["name"])
         for (kind, _), obj in OBJECTS.items()
-        if kind.endswith("Binding")
+        if kind.endswith("RoleBinding")
         for subject in obj["subjects"]
     }
     assert {role for name, role in bound if name == "gpu-control-plane-unprivileged"} == {

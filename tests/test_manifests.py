@@ -135,6 +135,9 @@ def test_kustomization_builds_valid_objects_for_everything_the_product_needs():
         "Service": 2,
         "PodDisruptionBudget": 1,
         "NetworkPolicy": 3,
+        # the control plane's writes kept to tenant namespaces, reserved names, NoSchedule taints
+        "ValidatingAdmissionPolicy": 3,
+        "ValidatingAdmissionPolicyBinding": 3,
     }
     names = {identity(obj) for obj in objects}
     assert {
