@@ -67,6 +67,11 @@ RECONCILE_SECONDS = Histogram(
     "A backstop reconcile: one page tick of beat's, or a full pass over every unit.",
     buckets=_SECONDS,
 )
+AUDIT_REFUSED = Counter(
+    "controlplane_audit_refused_total",
+    "Writes refused before acting (401, 403, 429): counted here, not stored in the audit log",
+    ["source", "status"],
+)
 OBSERVER_EVENTS = Counter(
     "controlplane_observer_events_total", "Watch events the observer received, by kind.", ["kind"]
 )

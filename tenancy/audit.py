@@ -27,6 +27,7 @@ from django.core.exceptions import ValidationError
 from django.http import HttpRequest, HttpResponse
 from django.http.response import HttpResponseBase
 
+from controlplane import metrics
 from controlplane.api.schema import OPERATIONS
 from controlplane.ratelimit import client_address
 from controlplane.request_id import request_id
@@ -42,6 +43,8 @@ from tenancy.models import (
 logger = logging.getLogger(__name__)
 
 WRITE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
+# Answers given before anything was done: not authenticated, not allowed, throttled.
+REFUSED_BEFORE_ACTING = frozenset({401, 403, 429})
 # What names the object of a write in a route's address, in the order looked for.
 _TARGET_ARGUMENTS = ("name", "id", "operation_id", "pk", "uid")
 _ADMIN_ACTION = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
@@ -116,7 +119,9 @@ class Written:
 
 class AuditMiddleware:
     """Records each write by a known actor once it has been answered, whatever the answer
-    (a refusal is recorded as a failure, with its status and error code). Writes to a route
+    (a refusal is recorded as a failure, with its status and error code), but a refusal
+    before anything was done (401, 403, 429), which is counted in
+    `controlplane_audit_refused_total` instead. Writes to a route
     that does not take the method (405) and requests without an actor (no key, a failed
     login: django-axes records those) are not writes of anyone's and are left out. Placed
     after the session, authentication and message middleware, so it sees the user and the
@@ -173,8 +178,13 @@ def record(
         return None
     if written is None:
         return None
-    noted = _note_of(request)
     status = response.status_code
+    if status in REFUSED_BEFORE_ACTING:
+        # Nothing was done: a flood of them (a throttled key, a wrong one) is a count, not
+        # rows that would bury the log's writes.
+        metrics.AUDIT_REFUSED.labels(source=written.source, status=str(status)).inc()
+        return None
+    noted = _note_of(request)
     if noted.succeeded is not None:
         succeeded = noted.succeeded
     elif status >= 400:

@@ -13,6 +13,7 @@ from django.db import DatabaseError, connection, transaction
 from django.test import Client
 from django.urls import reverse
 
+from controlplane import metrics
 from tenancy.models import ApiKey, AppendOnly, AuditEvent, Tenant
 from tenancy.services import create_api_key
 from tenancy.tests.factories import TenantFactory
@@ -428,3 +429,18 @@ def test_a_tenant_reads_its_staff_s_actions_as_the_operator_s(tenant, admin_user
         json.loads(line)["data"]["requestId"]: json.loads(line)["data"]["actor"] for line in lines
     }
     assert actors["r1"] == actors["r2"] == {"kind": "operator", "name": "operator"}
+
+
+def test_a_write_refused_before_acting_is_counted_not_stored(tenant):
+    """Issue 41, item 5: every throttled or forbidden write with a valid key took a row."""
+    client, _prefix = keyed(tenant)
+    counted = metrics.AUDIT_REFUSED.labels(source="api", status="403")
+    before = counted._value.get()
+    for _ in range(3):  # a tenant key on an operator's write
+        answer = client.post("/api/v1/operator/usage/exports", {}, format="json")
+        assert answer.status_code == 403
+    assert not AuditEvent.objects.exists()
+    assert counted._value.get() == before + 3
+    # A write that was refused after looking (a 400) is still the log's.
+    assert client.post("/api/v1/ssh-keys", {}, format="json").status_code == 400
+    assert AuditEvent.objects.get().status == 400
