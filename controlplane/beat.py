@@ -50,6 +50,10 @@ def beat_schedule() -> dict[str, dict]:
             "task": "billing.sweep_exports",
             "schedule": 60.0,
         },
+        "tenancy.audit_partitions": {
+            "task": "tenancy.audit_partitions",
+            "schedule": 3600.0,
+        },
         "tenancy.sweep_webhooks": {
             "task": "tenancy.sweep_webhooks",
             "schedule": settings.SWEEP_INTERVAL_SECONDS,

@@ -481,6 +481,8 @@ WEBHOOK_MAX_ATTEMPTS = env.int("WEBHOOK_MAX_ATTEMPTS", default=15)
 # After a rotation the previous secret signs beside the new one for this long.
 WEBHOOK_SECRET_OVERLAP_SECONDS = env.float("WEBHOOK_SECRET_OVERLAP_SECONDS", default=24 * 3600.0)
 WEBHOOK_DELIVERY_RETENTION_DAYS = env.int("WEBHOOK_DELIVERY_RETENTION_DAYS", default=30)
+# Whole months of the audit log `manage.py prune_audit` keeps before this one (its partitions).
+AUDIT_RETENTION_MONTHS = env.int("AUDIT_RETENTION_MONTHS", default=24)
 # The CloudEvents `source` of the events webhooks carry.
 WEBHOOK_EVENT_SOURCE = env.str("WEBHOOK_EVENT_SOURCE", default="/api/v1")
 # SSH into units: the sidecar's image runs sshd as a non-root user on port 2222, trusting the

@@ -279,6 +279,8 @@ class AuditSource(models.TextChoices):
     API = "api", "API"
     DASHBOARD = "dashboard", "dashboard"
     ADMIN = "admin", "admin"
+    # An operator's management command (pruning the log's old months).
+    COMMAND = "command", "command"
 
 
 class AuditActorKind(models.TextChoices):
@@ -308,8 +310,10 @@ class AuditEvent(models.Model):
     prefix or a user's name), for which tenant, what (the action and its target), the request
     id and the outcome. Never a request body. Rows are only ever inserted: the ORM refuses to
     change or delete them and a trigger in the database refuses UPDATE and DELETE (migration
-    0013). The tenant is kept by id and slug without a foreign key constraint, so a tenant's
-    history outlives the tenant (its deletion is itself an audited write)."""
+    0013). The table is partitioned by month (migration 0015): a month past the retention goes
+    whole (tenancy/audit_partitions.py), itself an audited write. The tenant is kept by id and
+    slug without a foreign key constraint, so a tenant's history outlives the tenant (its
+    deletion is itself an audited write)."""
 
     uid = models.UUIDField(default=uuid.uuid4, unique=True, editable=False)
     occurred_at = models.DateTimeField(default=timezone.now, editable=False)
