@@ -28,7 +28,8 @@ def check_inventory() -> dict:
         ],
     }
     if freshness.last_error:
-        body["error"] = freshness.last_error
+        # Public: that it failed, not its text (hosts, addresses); the admin's sync runs say it.
+        body["error"] = "the last inventory sync failed (Admin → Sync runs has its error)"
     return body
 
 

@@ -8,6 +8,7 @@ import sys
 import uuid
 from dataclasses import dataclass, field
 from typing import Annotated
+from urllib.parse import urlsplit
 
 import typer
 
@@ -30,8 +31,22 @@ class State:
     def client(self) -> Client:
         if self._client is None:
             settings = self.settings().require()
+            if warning := insecure_url(settings.api_url):
+                note(warning)
             self._client = Client(settings.api_url, settings.api_key)
         return self._client
+
+
+def insecure_url(url: str) -> str:
+    """A warning for an API URL that sends the key in clear over a network ("" for https, or
+    plain http to this machine)."""
+    parts = urlsplit(url)
+    if parts.scheme != "http" or (parts.hostname or "") in ("localhost", "127.0.0.1", "::1"):
+        return ""
+    return (
+        f"warning: {url} is plain http: the API key crosses the network unencrypted; "
+        "use https:// for anything but this machine."
+    )
 
 
 def client(ctx: typer.Context) -> Client:

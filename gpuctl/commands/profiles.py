@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import replace
 from pathlib import Path
 from typing import Annotated
@@ -10,7 +11,7 @@ from typing import Annotated
 import typer
 
 from gpuctl import config
-from gpuctl.commands.common import Output, State, note
+from gpuctl.commands.common import Output, State, insecure_url, note
 from gpuctl.errors import ExitCode, GpuctlError
 from gpuctl.output import Column, Format, emit
 
@@ -37,7 +38,12 @@ def set_profile(
     api_url: Annotated[
         str | None, typer.Option("--api-url", help="e.g. http://127.0.0.1:8000")
     ] = None,
-    api_key: Annotated[str | None, typer.Option("--api-key", help="an API key")] = None,
+    api_key: Annotated[
+        str | None,
+        typer.Option(
+            "--api-key", help="an API key; - reads it from standard input (kept out of history)"
+        ),
+    ] = None,
     use: Annotated[
         bool | None,
         typer.Option("--use/--no-use", help="make it the current profile (default: if none is)"),
@@ -45,6 +51,15 @@ def set_profile(
 ) -> None:
     """Create a profile, or change the values given of an existing one."""
     config.check_profile_name(name)
+    if api_key == "-":
+        api_key = sys.stdin.readline().strip()
+    elif api_key:
+        note(
+            "note: a key given on the command line stays in your shell's history (and shows in "
+            "the process list while this runs); `--api-key -` reads it from standard input."
+        )
+    if api_url and (warning := insecure_url(api_url)):
+        note(warning)
     path = _path()
     found = config.load(path)
     profile = found.profiles.get(name, config.Profile())

@@ -4,6 +4,7 @@ standard error and their exit codes."""
 
 from __future__ import annotations
 
+import io
 import socket
 import sys
 
@@ -119,3 +120,23 @@ def test_help_documents_the_exit_codes(run):
     code, out, _ = run("--help")
     assert code == 0
     assert "Exit codes: 0 ok; 1 other error; 2 usage" in " ".join(out.split())
+
+
+def test_a_key_on_the_command_line_and_a_plain_http_url_are_warned_about(
+    run, tmp_path, monkeypatch
+):
+    """Issue 41, item 8: gpuctl took both without a word."""
+    code, _out, err = run(
+        "config", "set-profile", "far", "--api-url", "http://api.example.com", "--api-key", "k1"
+    )
+    assert code == 0, err
+    assert "stays in your shell's history" in err
+    assert "plain http" in err
+    monkeypatch.setattr(sys, "stdin", io.StringIO("k2\n"))
+    code, _out, err = run(
+        "config", "set-profile", "near", "--api-url", "http://127.0.0.1:8000", "--api-key", "-"
+    )
+    assert code == 0, err
+    assert "history" not in err
+    assert "plain http" not in err
+    assert 'api-key = "k2"' in (tmp_path / "gpuctl" / "config.toml").read_text()

@@ -177,11 +177,15 @@ def take_slot(unit: GPUUnit, *, now: datetime) -> None:
         ) or []
         devices = {(r["driver"], r["pool"], r["device"]) for r in results}
         if devices:
+            # A lent slot's unit is another tenant's: it is not told the reservation's name.
+            lent = unit.tenant_id != reservation.tenant_id
             begin(
                 unit,
                 devices,
                 now=now,
-                why=f"held by reservation {reservation.name}",
+                why="held by a reserved slot lent to it"
+                if lent
+                else f"held by reservation {reservation.name}",
             )
     if claim is None:
         return

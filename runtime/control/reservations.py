@@ -116,8 +116,9 @@ def release_lent_slots(reservation: Reservation) -> int:
                 lifecycle.record_event(
                     unit,
                     reason="LentSlotReturned",
-                    message=f"It holds no devices ({unit.phase}): the slot of reservation "
-                    f"{reservation.name} it ran on went back to its owner.",
+                    # Another tenant's reservation: its name is not the borrower's to read.
+                    message=f"It holds no devices ({unit.phase}): the reserved slot it was lent "
+                    "went back to its owner.",
                 )
     return len(borrowers)
 

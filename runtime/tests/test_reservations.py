@@ -287,6 +287,9 @@ def test_a_borrower_that_stops_gives_the_lent_slot_back_to_a_placeholder(tenant,
         borrower.refresh_from_db()
         assert (borrower.reservation_id, borrower.reservation_slot) == (None, None)
         assert borrower.events.filter(reason="LentSlotReturned").exists()
+        # The owner's reservation is not named to the borrower (issue 41, item 8).
+        said = list(borrower.events.values_list("message", flat=True))
+        assert not [m for m in said if "reservation back" in m], said
         wait_until(
             lambda: _held(reservation) == 1, "the placeholder to hold the slot again", timeout=60
         )
