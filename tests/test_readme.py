@@ -125,6 +125,10 @@ def _path() -> str:
 
 
 @pytest.mark.skipif(not shutil.which("kubectl"), reason="the README's kubectl needs kubectl")
+# Every block in turn, each waiting for what it shows (units Running, deliveries): about two
+# minutes on a quiet machine, over the suite's 300 s cap on a loaded one (a fresh clone's run
+# beside other work took 300 s and was still going).
+@pytest.mark.timeout(900)
 def test_every_readme_command_works_as_printed(stack):
     ran = []
     for section, block in runnable_blocks():

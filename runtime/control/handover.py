@@ -189,9 +189,12 @@ def take_slot(unit: GPUUnit, *, now: datetime) -> None:
             )
     if claim is None:
         return
-    # The slot's unused time ends as its placeholder hands over (the unit's own meter opens
-    # when its pod starts on the devices).
-    ledger.close_meter(ledger.slot_resource_uid(reservation.uid, slot), at=now)
+    # The slot's unused time ends as its placeholder hands over, to the whole second: the
+    # unit's own meter opens when its pod starts on the devices, a time the cluster gives in
+    # whole seconds, so the two never overlap.
+    ledger.close_meter(
+        ledger.slot_resource_uid(reservation.uid, slot), at=now.replace(microsecond=0)
+    )
     pod = kube.get(kube.POD, namespace, name)
     if pod is not None and _label(pod, mine) == str(reservation.uid):
         kube.delete(kube.POD, namespace, name)

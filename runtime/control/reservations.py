@@ -207,7 +207,8 @@ def _meter_slots(
             slot_uids[uid] not in held_by
             or held_by[slot_uids[uid]][1]["metadata"].get("uid") != meter.pod_uid
         ):
-            ledger.close_meter(uid, at=now, pod_uid=meter.pod_uid)
+            # To the whole second, as a unit's start on the slot is dated (never overlapping).
+            ledger.close_meter(uid, at=now.replace(microsecond=0), pod_uid=meter.pod_uid)
     opening = [
         (uid, slot) for uid, slot in slot_uids.items() if slot in held_by and uid not in meters
     ]

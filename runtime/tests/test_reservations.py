@@ -13,7 +13,7 @@ import pytest
 from django.utils import timezone
 
 from billing import ledger
-from billing.models import Meter, UsageRecord
+from billing.models import Meter, MeteredPod, UsageRecord
 from controlplane import kube
 from inventory.sync import sync_inventory
 from runtime import manifests
@@ -161,10 +161,13 @@ def test_a_reservation_holds_its_devices_for_its_owner_alone(tenant, cluster):
         # reservation's unused time, in the ledger once its meter closed at the hand-over.
         slot_uid = ledger.slot_resource_uid(reservation.uid, 0)
         assert not Meter.objects.filter(unit_uid=slot_uid).exists()
+        followed = MeteredPod.objects.get(unit_uid=slot_uid)  # the placeholder's pod, metered
+        assert followed.ended_at is not None  # until the hand-over
+        # (Whole seconds, as the cluster dates pods: a hand-over within the placeholder's
+        # first second leaves no row.)
         unused = list(UsageRecord.objects.filter(unit_uid=slot_uid))
-        assert unused
-        assert {r.reservation_status for r in unused} == {"Unused"}
-        assert min(r.start for r in unused) >= reservation.start
+        assert {r.reservation_status for r in unused} <= {"Unused"}
+        assert all(r.start >= reservation.start for r in unused)
 
         # At its end the unit runs on (atEnd keep) and nothing is held any more.
         reservation_control.run(now=reservation.end + timedelta(seconds=1))
@@ -178,8 +181,8 @@ def test_a_reservation_holds_its_devices_for_its_owner_alone(tenant, cluster):
         assert (metered.reservation_uid, metered.placeholder) == (reservation.uid, False)
         # One line in time: the placeholder's time ends before the unit's begins (the
         # hand-over between them is nobody's), both at the package's price.
-        assert max(r.end for r in unused) <= metered.started_at
-        assert {r.hourly for r in unused} == {Decimal("4.0000")}
+        assert followed.ended_at <= metered.started_at
+        assert {r.hourly for r in unused} <= {Decimal("4.0000")}
         assert owner.delete("/api/v1/gpu-units/mine").status_code == 202
         wait_for_phase(mine, "Terminated")
         rows = UsageRecord.objects.filter(unit_uid=mine.uid)
