@@ -174,11 +174,10 @@ def keep_placeholders(reservation: Reservation, *, now: datetime | None = None) 
             ).get("deletionTimestamp"):
                 held_by[slot] = (claim, pod)
     _meter_slots(reservation, held_by, now=now)
-    held_by_units = sum(
-        1
-        for unit in assigned.values()
-        if unit.phase not in UnitPhase.AT_REST and unit.dra.get("allocated")
-    )
+    # Counted apart from `assigned`: while the owner takes a lent slot back, two units name it.
+    held_by_units = GPUUnit.objects.filter(
+        reservation=reservation, phase__in=UnitPhase.LIVE, dra__allocated=True
+    ).count()
     held = len(held_by) + held_by_units
     if held != reservation.held:
         message = (
