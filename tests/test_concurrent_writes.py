@@ -25,7 +25,12 @@ from tenancy.models import SSHKey
 from tenancy.tests.factories import key_for
 from tests.reliability.conftest import post_json
 
-pytestmark = pytest.mark.django_db(transaction=True)
+# The orders and storages go no further than the database: no worker takes their tasks (they
+# are discarded after the test), so nothing of them reaches the shared development cluster.
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.usefixtures("session_worker_paused"),
+]
 
 PARALLEL = 16
 
