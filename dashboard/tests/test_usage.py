@@ -6,12 +6,15 @@ from __future__ import annotations
 
 import html
 import re
+import uuid
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import pytest
+from django.urls import reverse
 from django.utils import timezone
 
+from billing import ledger
 from billing.budgets import check_budgets
 from billing.tests.helpers import hold, priced
 from dashboard.tests.conftest import client_for, make_unit, make_user
@@ -317,3 +320,29 @@ class TestStatement:
 
     def test_a_bad_month_is_not_found(self, member_client, tenant):
         assert member_client.get("/statements/2026-13/").status_code == 404
+
+
+def test_the_statement_lists_what_reservations_commit_apart_from_its_lines(member_client, tenant):
+    """Issue 40, hole 4: a reservation's cost showed nowhere until its window ended."""
+    package = priced("stmt-commit", "2.00", count=1, gpu=1)
+    now = timezone.now()
+    start = now + timedelta(minutes=10)
+    ledger.commit(
+        reservation_uid=uuid.uuid4(),
+        tenant_id=tenant.pk,
+        name="nightly",
+        package_id=package.id,
+        region="default",
+        slots=2,
+        devices=1,
+        start=start,
+        end=start + timedelta(hours=1),
+    )
+    page = member_client.get(reverse("dashboard:statement-month", args=[f"{now:%Y-%m}"]))
+    assert page.status_code == 200
+    text = html.unescape(page.content.decode())
+    assert "Committed by reservations" in text
+    row = re.search(r'<tr data-reservation="nightly">(.*?)</tr>', text, re.S)
+    assert row is not None
+    if (start + timedelta(hours=1)).month == now.month:  # not cut at the month's end
+        assert "4.00" in row.group(1)  # two slots, an hour, 2.00 each
