@@ -45,7 +45,7 @@ def free_port_block(count: int) -> int:
     raise RuntimeError(f"no {count} free ports in a row below {low}")
 
 
-def _wait_for_port(port: int, *, timeout: float, process: subprocess.Popen) -> None:
+def wait_for_port(port: int, *, timeout: float, process: subprocess.Popen) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if process.poll() is not None:
@@ -124,7 +124,7 @@ def redis(data_dir: Path | None = None) -> Iterator[str]:
         start_new_session=True,
     )
     try:
-        _wait_for_port(port, timeout=10, process=process)
+        wait_for_port(port, timeout=10, process=process)
         yield f"redis://127.0.0.1:{port}/0"
     finally:
         process.terminate()

@@ -5,25 +5,18 @@ items 7 and 8)."""
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from urllib.parse import urlsplit, urlunsplit
 
 import pytest
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ed25519
-from django.db import connection
 
 from catalog.tests.factories import PackageFactory
-from devstack.services import free_port
 from tenancy.models import SSHKey
 from tenancy.tests.factories import key_for
 from tests.reliability.conftest import post_json
+from tests.servers import gunicorn
 
 # The orders and storages go no further than the database: no worker takes their tasks (they
 # are discarded after the test), so nothing of them reaches the shared development cluster.
@@ -39,37 +32,8 @@ PARALLEL = 16
 def server(tenant) -> Iterator[tuple[str, str]]:
     """gunicorn with several processes and threads; yields its base URL and a tenant key."""
     key = key_for(tenant)
-    url = urlsplit(os.environ["DATABASE_URL"])
-    database = urlunsplit(url._replace(path="/" + connection.settings_dict["NAME"]))
-    port = free_port()
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gunicorn",
-            "controlplane.wsgi:application",
-            f"--bind=127.0.0.1:{port}",
-            "--workers=2",
-            "--threads=8",
-            "--log-level=warning",
-        ],
-        env={**os.environ, "DATABASE_URL": database, "SSH_KEYS_PER_TENANT": "8"},
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert process.poll() is None, "gunicorn exited"
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "gunicorn did not listen within 60 s"
-                time.sleep(0.2)
-        yield f"http://127.0.0.1:{port}", key
-    finally:
-        process.terminate()
-        process.wait(timeout=20)
-        connection.close()
+    with gunicorn(workers=2, threads=8, SSH_KEYS_PER_TENANT="8") as base:
+        yield base, key
 
 
 def _all_at_once(url: str, key: str, bodies: list[dict]) -> list[int]:

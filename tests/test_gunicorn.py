@@ -7,22 +7,13 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
-import socket
-import subprocess
-import sys
-import time
 from collections.abc import Iterator
-from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import pytest
-from django.db import connection
 
-from devstack.services import free_port
 from tenancy.tests.factories import key_for
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.servers import gunicorn
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -31,41 +22,10 @@ pytestmark = pytest.mark.django_db(transaction=True)
 def server(tenant) -> Iterator[tuple[int, str]]:
     """gunicorn on a free port, reading the test database; yields the port and a tenant key."""
     key = key_for(tenant)
-    # The stack's database URL, naming pytest's test database instead.
-    url = urlsplit(os.environ["DATABASE_URL"])
-    env = {
-        **os.environ,
-        "DATABASE_URL": urlunsplit(url._replace(path="/" + connection.settings_dict["NAME"])),
-    }
-    port = free_port()
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gunicorn",
-            "controlplane.wsgi:application",
-            f"--bind=127.0.0.1:{port}",
-            "--workers=1",
-            "--log-level=warning",
-        ],
-        cwd=ROOT,
-        env=env,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert process.poll() is None, "gunicorn exited"
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "gunicorn did not listen within 60 s"
-                time.sleep(0.2)
+    with gunicorn() as base:
+        port = urlsplit(base).port
+        assert port is not None
         yield port, key
-    finally:
-        process.terminate()
-        process.wait(timeout=20)
-        connection.close()
 
 
 def request(port: int, method: str, path: str, *, headers: dict, body=None):

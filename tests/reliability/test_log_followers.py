@@ -10,7 +10,6 @@ import contextlib
 import http.client
 import json
 import math
-import os
 import socket
 import subprocess
 import sys
@@ -18,16 +17,15 @@ import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 import pytest
-from django.db import connection
 
-from devstack.services import free_port
 from runtime import orders
 from runtime.tests.helpers import remove_namespace_objects
 from tenancy.tests.factories import TenantFactory, key_for
 from tests.reliability.conftest import order_units, wait_until_settled
+from tests.servers import gunicorn
 
 pytestmark = [
     pytest.mark.long,
@@ -45,43 +43,9 @@ WORKERS, THREADS = 2, 4  # the Dockerfile's, k8s/control-plane/web.yaml's and ma
 @pytest.fixture
 def web(cluster) -> Iterator[str]:
     """gunicorn on a free port over the test database and the session's cluster."""
-    url = urlsplit(os.environ["DATABASE_URL"])
-    env = {
-        **os.environ,
-        "DATABASE_URL": urlunsplit(url._replace(path="/" + connection.settings_dict["NAME"])),
-        # The limiter runs but never refuses the measuring client's hundreds of requests.
-        "API_THROTTLE_RATE": "100000000/min",
-    }
-    port = free_port()
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "gunicorn",
-            "controlplane.wsgi:application",
-            f"--bind=127.0.0.1:{port}",
-            f"--workers={WORKERS}",
-            f"--threads={THREADS}",
-            "--log-level=warning",
-        ],
-        cwd=ROOT,
-        env=env,
-    )
-    try:
-        deadline = time.monotonic() + 60
-        while True:
-            assert process.poll() is None, "gunicorn exited"
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "gunicorn did not listen within 60 s"
-                time.sleep(0.2)
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        process.terminate()
-        process.wait(timeout=30)
-        connection.close()
+    # The limiter runs but never refuses the measuring client's hundreds of requests.
+    with gunicorn(workers=WORKERS, threads=THREADS, API_THROTTLE_RATE="100000000/min") as base:
+        yield base
 
 
 @pytest.fixture
