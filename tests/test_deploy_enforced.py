@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -18,6 +17,7 @@ import pytest
 import yaml
 
 from devstack.cluster import DevCluster
+from runtime.tests.helpers import wait_until
 from tests.test_manifests import K8S, needs_kubectl
 
 pytestmark = [needs_kubectl, pytest.mark.kubectl]
@@ -129,26 +129,21 @@ def _create(run: Kubectl, manifest: str) -> subprocess.CompletedProcess:
 def _refused(run: Kubectl, admin: Kubectl, manifest: str) -> subprocess.CompletedProcess:
     """Create `manifest` until an admission policy refuses it (the API server loads policies,
     and role bindings, a moment after they are written), removing what got through."""
-    deadline = time.monotonic() + 30
-    while True:
+
+    def refused() -> subprocess.CompletedProcess | None:
         answer = _create(run, manifest)
-        if answer.returncode != 0 and "ValidatingAdmissionPolicy" in answer.stderr:
-            return answer
         if answer.returncode == 0:
             admin("delete", "-f", "-", stdin=manifest)
-        assert time.monotonic() < deadline, f"never refused by a policy: {answer.stderr}"
-        time.sleep(0.2)
+            return None
+        return answer if "ValidatingAdmissionPolicy" in answer.stderr else None
+
+    return wait_until(refused, "an admission policy to refuse it")
 
 
 def _in_force(worker: Kubectl, admin: Kubectl) -> None:
-    """Wait until the API server enforces the policies (it loads them a moment after they
-    are applied): a probe written where the worker may not write is refused."""
-    probe = _object("ConfigMap", "probe", "kube-public", data={"a": "b"})
-    deadline = time.monotonic() + 30
-    while worker("create", "-f", "-", stdin=probe).returncode == 0:
-        admin("delete", "configmap", "probe", "-n", "kube-public")
-        assert time.monotonic() < deadline, "the admission policies were not in force in 30 s"
-        time.sleep(0.2)
+    """Wait until the API server enforces the policies: a probe written where the worker may
+    not write is refused."""
+    _refused(worker, admin, _object("ConfigMap", "probe", "kube-public", data={"a": "b"}))
 
 
 def test_the_worker_writes_in_a_tenant_namespace_and_nowhere_else(worker, admin):

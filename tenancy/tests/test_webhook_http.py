@@ -232,17 +232,18 @@ def test_an_error_answer_is_not_delivered_and_an_allowed_private_answer_not_kept
 
 
 class _Drip(BaseHTTPRequestHandler):
-    """A receiver that answers one byte every 0.2 s, forever: each read is quick, the whole
-    answer never comes."""
+    """A receiver that answers one byte every 0.2 s until `stopped`: each read is quick, the
+    whole answer never comes."""
+
+    stopped = threading.Event()
 
     def do_POST(self) -> None:
         self.rfile.read(int(self.headers["Content-Length"]))
         self.wfile.write(b"HTTP/1.1 200 OK\r\n")
         with contextlib.suppress(OSError):
-            while True:
+            while not self.stopped.wait(0.2):
                 self.wfile.write(b"X")
                 self.wfile.flush()
-                time.sleep(0.2)
 
     def log_message(self, *args: object) -> None:
         pass
@@ -251,6 +252,7 @@ class _Drip(BaseHTTPRequestHandler):
 def test_a_dripping_receiver_is_cut_off_at_the_attempt_s_deadline(settings):
     """Issue 41, item 1: a byte every few seconds passed every per-read timeout."""
     settings.WEBHOOK_ALLOWED_NETWORKS = ["127.0.0.0/8"]
+    _Drip.stopped.clear()
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Drip)
     server.daemon_threads = True
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -259,6 +261,7 @@ def test_a_dripping_receiver_is_cut_off_at_the_attempt_s_deadline(settings):
             f"http://127.0.0.1:{server.server_address[1]}/", body=b"{}", headers={}, timeout=1
         )
     finally:
+        _Drip.stopped.set()
         server.shutdown()
         server.server_close()
     assert answer.status is None
