@@ -1,8 +1,10 @@
 """The audit log's monthly partitions (migration 0015): one table per UTC month of
 `occurred_at`, made two months ahead by beat (`ensure`), and dropped whole when ops prune the
 log past its retention (`drop_before`, from `manage.py prune_audit`): the one way rows ever
-leave the log, recorded in the log itself. The statements are DDL, which the ORM does not
-write; they stay in this module."""
+leave the log, recorded in the log itself. The statements here are what neither the ORM nor
+Django's schema editor can say: a partition made or dropped (DDL), and the list of partitions
+(PostgreSQL's catalog: Django's introspection leaves partitions out of its table names). They
+stay in this module; none is on a path a request waits on."""
 
 from __future__ import annotations
 
