@@ -100,21 +100,24 @@ def _embedded(address: ipaddress.IPv6Address) -> list[ipaddress.IPv4Address]:
     return found
 
 
-def address_problem(address: Address) -> str | None:
+def address_problem(address: Address, *, cluster: list[Network] | None = None) -> str | None:
     """Why a webhook may not be sent to `address`: it is not public (unless ops allow its
     range), or it is link-local, a special IPv6 form, a 6to4 or Teredo address leading to a
-    non-public one, or in any registered cluster's ranges (never)."""
+    non-public one, or in any registered cluster's ranges (never; `cluster`: those ranges,
+    read here when not given)."""
+    if cluster is None:
+        cluster = _networks(networks.cluster_ranges())
     if address.version == 6:
         assert isinstance(address, ipaddress.IPv6Address)
         for network, what in _SPECIAL_V6:
             if address in network and address not in _NOT_COMPATIBLE:
                 return f"{address}, which is {what}"
         for inner in _embedded(address):
-            if problem := address_problem(inner):
+            if problem := address_problem(inner, cluster=cluster):
                 return f"{address}, which leads to {problem}"
     if any(address in network for network in _ALWAYS_REFUSED):
         return f"{address}, which is link-local (metadata services live there)"
-    if any(address in network for network in _networks(networks.cluster_ranges())):
+    if any(address in network for network in cluster):
         return f"{address}, which is in a cluster's own ranges"
     if address.is_multicast or address.is_unspecified:
         return f"{address}, which is not a host's address"
@@ -122,6 +125,15 @@ def address_problem(address: Address) -> str | None:
         return None
     if not address.is_global:
         return f"{address}, which is not a public address"
+    return None
+
+
+def addresses_problem(addresses: Iterable[Address]) -> str | None:
+    """The first of `addresses`' problems (the clusters' ranges read once), or None."""
+    cluster = _networks(networks.cluster_ranges())
+    for address in addresses:
+        if problem := address_problem(address, cluster=cluster):
+            return problem
     return None
 
 
@@ -231,9 +243,8 @@ def target_problem(url: str) -> str | None:
         addresses = resolve(url, deadline=settings.WEBHOOK_DNS_TIMEOUT_SECONDS)
     except ResolveError as error:
         return str(error)
-    for address in addresses:
-        if problem := address_problem(address):
-            return f"resolves to {problem}"
+    if problem := addresses_problem(addresses):
+        return f"resolves to {problem}"
     return None
 
 
@@ -274,9 +285,8 @@ def post(url: str, *, body: bytes, headers: dict[str, str], timeout: float) -> A
         addresses = resolve(url, deadline=min(settings.WEBHOOK_DNS_TIMEOUT_SECONDS, timeout))
     except ResolveError as error:
         return answer(None, f"refused: {error}")
-    for address in addresses:
-        if problem := address_problem(address):
-            return answer(None, f"refused: the host resolves to {problem}")
+    if problem := addresses_problem(addresses):
+        return answer(None, f"refused: the host resolves to {problem}")
     parts = urlsplit(url)
     host = parts.hostname or ""
     port = parts.port or (443 if parts.scheme == "https" else 80)
