@@ -93,6 +93,11 @@ def _hours(start: datetime, end: datetime) -> Decimal:
     return max(Decimal((end - start).total_seconds()) / Decimal(3600), Decimal(0))
 
 
+def _slots_cost(slots: int, hourly: Decimal, start: datetime, end: datetime) -> Decimal:
+    """`slots` reserved slots held from `start` to `end` at `hourly` each, to the micro-unit."""
+    return (slots * hourly * _hours(start, end)).quantize(periods.COST_PLACES)
+
+
 @dataclass(frozen=True)
 class Committed:
     """A reservation's commitment from a moment on: its cost at most, to `end`."""
@@ -118,7 +123,7 @@ def commitments(tenant: Tenant, *, now: datetime, until: datetime | None = None)
         start = max(now, commitment.start)
         end = commitment.end if until is None else min(commitment.end, until)
         hourly = _hourly_now(versions, commitment.package_id, "", now)
-        cost = (commitment.slots * hourly * _hours(start, end)).quantize(periods.COST_PLACES)
+        cost = _slots_cost(commitment.slots, hourly, start, end)
         out.append(Committed(commitment=commitment, start=start, end=end, cost=cost))
     return out
 
@@ -163,8 +168,8 @@ def commitment_problem(
     month_start, month_end = month_bounds(now)
     _total, spent = selectors.tenant_costs(tenant, now=now, since=month_start)
     versions = prices.versions_for([package_id])
-    hours = _hours(max(now, start), min(end, month_end))
-    new = (slots * _hourly_now(versions, package_id, "", now) * hours).quantize(periods.COST_PLACES)
+    hourly = _hourly_now(versions, package_id, "", now)
+    new = _slots_cost(slots, hourly, max(now, start), min(end, month_end))
     already = committed(tenant, now=now, until=month_end)
     if spent + already + new <= limit:
         return None

@@ -49,6 +49,18 @@ def _placeholder_devices(reservation: Reservation, slot: int) -> set[str]:
     return {r["device"] for r in results.get("results") or []}
 
 
+def _clean_up(*tenants: Tenant) -> None:
+    """What the tenants' units and reservations left in the shared cluster: their namespaces'
+    objects and the hand-overs' DeviceTaintRules (cluster-scoped, labelled with the tenant)."""
+    kind = kube.device_taint_rule_kind()
+    for tenant in tenants:
+        remove_namespace_objects(tenant.namespace)
+        for rule in kube.list_objects(
+            kind, label_selector=f"{manifests.LABEL_TENANT}={tenant.slug}"
+        ):
+            kube.delete(kind, None, rule["metadata"]["name"])
+
+
 def _held(reservation: Reservation) -> int:
     reservation_control.run()
     reservation.refresh_from_db()
@@ -190,13 +202,7 @@ def test_a_reservation_holds_its_devices_for_its_owner_alone(tenant, cluster):
             (reservation.uid, "Used")
         }
     finally:
-        remove_namespace_objects(tenant.namespace)
-        remove_namespace_objects(other.namespace)
-        kind = kube.device_taint_rule_kind()
-        for rule in kube.list_objects(
-            kind, label_selector=f"{manifests.LABEL_TENANT}={tenant.slug}"
-        ):
-            kube.delete(kind, None, rule["metadata"]["name"])
+        _clean_up(tenant, other)
 
 
 def test_reserved_devices_nobody_uses_are_lent_to_an_interruptible_unit_until_the_owner_orders(
@@ -251,12 +257,7 @@ def test_reserved_devices_nobody_uses_are_lent_to_an_interruptible_unit_until_th
         assert borrower.reservation_id is None  # the slot went back
         assert owner.get("/api/v1/reservations/lent").json()["data"]["inUse"] == 1
     finally:
-        for namespace in (tenant.namespace, stranger.namespace, spot.namespace):
-            remove_namespace_objects(namespace)
-        kind = kube.device_taint_rule_kind()
-        for slug in (tenant.slug, spot.slug):
-            for rule in kube.list_objects(kind, label_selector=f"{manifests.LABEL_TENANT}={slug}"):
-                kube.delete(kind, None, rule["metadata"]["name"])
+        _clean_up(tenant, stranger, spot)
 
 
 def test_a_borrower_that_stops_gives_the_lent_slot_back_to_a_placeholder(tenant, cluster):
@@ -298,12 +299,7 @@ def test_a_borrower_that_stops_gives_the_lent_slot_back_to_a_placeholder(tenant,
         )
         assert _placeholder_devices(reservation, 0) == reserved
     finally:
-        for namespace in (tenant.namespace, stranger.namespace, spot.namespace):
-            remove_namespace_objects(namespace)
-        kind = kube.device_taint_rule_kind()
-        for slug in (tenant.slug, spot.slug):
-            for rule in kube.list_objects(kind, label_selector=f"{manifests.LABEL_TENANT}={slug}"):
-                kube.delete(kind, None, rule["metadata"]["name"])
+        _clean_up(tenant, stranger, spot)
 
 
 def test_the_owner_s_stopped_unit_keeps_its_slot_held_and_takes_it_back_at_start(tenant, cluster):
@@ -341,12 +337,7 @@ def test_the_owner_s_stopped_unit_keeps_its_slot_held_and_takes_it_back_at_start
         reservation_control.run()
         assert kube.get(kube.POD, tenant.namespace, reservation.placeholder_name(0)) is None
     finally:
-        remove_namespace_objects(tenant.namespace)
-        kind = kube.device_taint_rule_kind()
-        for rule in kube.list_objects(
-            kind, label_selector=f"{manifests.LABEL_TENANT}={tenant.slug}"
-        ):
-            kube.delete(kind, None, rule["metadata"]["name"])
+        _clean_up(tenant)
 
 
 def test_a_slot_that_holds_no_devices_is_not_billed(tenant, cluster):
@@ -388,8 +379,7 @@ def test_a_slot_that_holds_no_devices_is_not_billed(tenant, cluster):
         assert meter.started_at >= released.replace(microsecond=0)
         assert not UsageRecord.objects.filter(unit_uid=uids[waiting]).exists()
     finally:
-        remove_namespace_objects(tenant.namespace)
-        remove_namespace_objects(stranger.namespace)
+        _clean_up(tenant, stranger)
 
 
 def test_twenty_concurrent_orders_against_a_reservation_and_free_capacity(
@@ -466,13 +456,7 @@ def test_twenty_concurrent_orders_against_a_reservation_and_free_capacity(
         others = GPUUnit.objects.filter(reservation__isnull=True)
         assert not set().union(*(_devices(unit) for unit in others)) & reserved
     finally:
-        remove_namespace_objects(tenant.namespace)
-        remove_namespace_objects(other.namespace)
-        kind = kube.device_taint_rule_kind()
-        for rule in kube.list_objects(
-            kind, label_selector=f"{manifests.LABEL_TENANT}={tenant.slug}"
-        ):
-            kube.delete(kind, None, rule["metadata"]["name"])
+        _clean_up(tenant, other)
 
 
 def test_a_reservation_that_has_not_started_is_cancelled_and_holds_nothing(tenant, cluster):
