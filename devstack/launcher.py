@@ -192,6 +192,7 @@ def run(*, data_root: Path) -> int:
             )
             redis.Redis.from_url(env["REDIS_URL"]).delete(HEARTBEAT_KEY)
             python = sys.executable
+            celery = [python, "-m", "celery", "-A", "controlplane"]
             processes += [
                 _start(
                     "web",
@@ -213,29 +214,14 @@ def run(*, data_root: Path) -> int:
                 ),
                 _start(
                     "worker",
-                    [
-                        python,
-                        "-m",
-                        "celery",
-                        "-A",
-                        "controlplane",
-                        "worker",
-                        "--concurrency",
-                        "2",
-                        "--loglevel",
-                        "INFO",
-                    ],
+                    [*celery, "worker", "--concurrency", "2", "--loglevel", "INFO"],
                     _metrics_env(env, data_root, "worker", WORKER_METRICS_PORT=ports["worker"]),
                 ),
                 _start(
                     # Webhook deliveries, alone: a slow receiver holds no unit's work.
                     "webhooks",
                     [
-                        python,
-                        "-m",
-                        "celery",
-                        "-A",
-                        "controlplane",
+                        *celery,
                         "worker",
                         "--hostname",
                         "webhooks@%h",
@@ -258,11 +244,7 @@ def run(*, data_root: Path) -> int:
                 _start(
                     "beat",
                     [
-                        python,
-                        "-m",
-                        "celery",
-                        "-A",
-                        "controlplane",
+                        *celery,
                         "beat",
                         "--loglevel",
                         "INFO",
