@@ -16,6 +16,8 @@ from standardwebhooks.webhooks import Webhook, WebhookVerificationError
 
 from inventory.models import Cluster
 from tenancy import webhook_http
+from tenancy.tests.factories import TenantFactory
+from tests.endpoints import client_for
 
 # The address checks read every registered cluster's ranges (the inventory's rows).
 pytestmark = pytest.mark.django_db
@@ -304,3 +306,19 @@ def test_a_closed_port_is_an_error_not_an_exception(settings):
     answer = webhook_http.post("http://127.0.0.1:1/", body=b"{}", headers={}, timeout=2)
     assert answer.status is None
     assert answer.error
+
+
+def test_a_webhook_naming_a_host_no_name_server_answers_for_is_a_400_at_the_deadline(
+    silent_name_server,
+):
+    """Issue 41, item 2, through the API: the web thread that checks the URL returns at the
+    deadline with a 400 naming it, instead of waiting on the system resolver's retries."""
+    client = client_for(TenantFactory())
+    answer = client.post(
+        "/api/v1/webhooks",
+        {"url": "https://hooks.example.org/in", "events": ["unit.phase_changed"]},
+        format="json",
+    )
+    assert answer.status_code == 400
+    assert "did not answer within 0.5 s" in json.dumps(answer.json()["error"])
+    assert silent_name_server.recv(512)  # it was asked
