@@ -18,19 +18,22 @@ from controlplane.kube.client import Kind
 from controlplane.kube.watch import Event, Gone, Informer, list_all, watch_events
 from devstack.cluster import DevCluster
 
-# Events: a kind no component of a cluster without nodes or pods writes, and one the API
-# server keeps no watch cache of, so a watch of it reads etcd's history, which compaction
-# ends. PodTemplates: a kind nothing writes that is watched from the cache, which sends
-# bookmarks.
+# Events: a kind the API server keeps no watch cache of, so a watch of it reads etcd's
+# history, which compaction ends. PodTemplates: a kind watched from the cache, which sends
+# bookmarks. Even a cluster without nodes writes events of its own (the API server's on the
+# `default/kubernetes` Service, at a moment of its choosing), so every list and watch here
+# selects the objects the test wrote by their label.
 EVENT = Kind("Event", "", "v1", "events")
 TEMPLATE = Kind("PodTemplate", "", "v1", "podtemplates")
 NAMESPACE = "watched"
+LABELS = {"test": "watch"}
+SELECTOR = "test=watch"
 
 
 @pytest.fixture(scope="module")
 def quiet_cluster(tmp_path_factory) -> Iterator[DevCluster]:
-    """A development cluster with no nodes (so nothing writes events) behind its fault proxy,
-    with the namespace the tests write in."""
+    """A development cluster with no nodes behind its fault proxy, with the namespace the tests
+    write in."""
     with DevCluster(
         tmp_path_factory.mktemp("watch"), topology={"nodes": [], "deviceClasses": []}, proxy=True
     ) as cluster:
@@ -78,7 +81,7 @@ def event(name: str, reason: str = "Probe") -> dict:
     return {
         "apiVersion": "v1",
         "kind": "Event",
-        "metadata": {"name": name, "namespace": NAMESPACE},
+        "metadata": {"name": name, "namespace": NAMESPACE, "labels": LABELS},
         "involvedObject": {"kind": "Pod", "name": "p", "namespace": NAMESPACE},
         "reason": reason,
     }
@@ -88,7 +91,7 @@ def pod_template(name: str) -> dict:
     return {
         "apiVersion": "v1",
         "kind": "PodTemplate",
-        "metadata": {"name": name, "namespace": NAMESPACE},
+        "metadata": {"name": name, "namespace": NAMESPACE, "labels": LABELS},
         "template": {"spec": {"containers": [{"name": "main", "image": "busybox"}]}},
     }
 
@@ -135,7 +138,7 @@ def logged(dev: DevCluster, verb: str, resource: str, expected: int) -> int:
 
 def watching(handler: Recorder, kind: Kind = EVENT, **options) -> Informer:
     """A started informer, listed and with its first watch open."""
-    informer = Informer(kind, handler, **options).start()
+    informer = Informer(kind, handler, label_selector=SELECTOR, **options).start()
     assert informer.synced.wait(10)
     wait_until(lambda: informer.watches >= 1, "the informer opened its watch")
     return informer
@@ -145,7 +148,7 @@ def test_list_all_pages_through_the_kind(dev: DevCluster) -> None:
     for index in range(7):
         kube.create(EVENT, NAMESPACE, event(f"e{index}"))
     dev.requests.clear()
-    items, version = list_all(EVENT, page_size=2)
+    items, version = list_all(EVENT, label_selector=SELECTOR, page_size=2)
     assert sorted(obj["metadata"]["name"] for obj in items) == [f"e{i}" for i in range(7)]
     assert int(version) > 0
     assert logged(dev, "list", "events", 4) == 4  # 2 + 2 + 2 + 1
@@ -193,12 +196,14 @@ def test_bookmarks_move_the_version_without_events(dev: DevCluster) -> None:
 
 
 def test_a_watch_from_a_compacted_version_raises_gone(dev: DevCluster) -> None:
-    _, version = list_all(EVENT)
+    _, version = list_all(EVENT, label_selector=SELECTOR)
     kube.create(EVENT, NAMESPACE, event("one"))
     kube.create(EVENT, NAMESPACE, event("two"))
     compact(dev)
     with pytest.raises(Gone):
-        list(watch_events(EVENT, resource_version=version, timeout_seconds=1))
+        list(watch_events(
+            EVENT, resource_version=version, label_selector=SELECTOR, timeout_seconds=1
+        ))
 
 
 def watch_down(dev: DevCluster) -> None:
