@@ -82,7 +82,19 @@ def auth_client(tenant):
 
 
 @pytest.fixture(scope="session")
-def cluster(tmp_path_factory, pytestconfig):
+def cluster_credentials(tmp_path_factory) -> Path:
+    """CLUSTER_CREDENTIALS_DIR of this test process and the workers and observers it starts: a
+    test that registers a cluster writes its kubeconfig here (`kubeconfig-<name>`)."""
+    from django.conf import settings
+
+    folder = tmp_path_factory.mktemp("credentials")
+    os.environ["CLUSTER_CREDENTIALS_DIR"] = str(folder)
+    settings.CLUSTER_CREDENTIALS_DIR = str(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def cluster(tmp_path_factory, pytestconfig, cluster_credentials):
     """A development cluster of this test process (devstack/cluster.py: the real API server,
     scheduler and controller-manager, KWOK nodes of the sample topology) with the GPUUnit CRD
     installed. This process and the Celery worker both reach it through KUBECONFIG, which

@@ -349,6 +349,12 @@ HEALTH_CLUSTER_TIMEOUT = env.float("HEALTH_CLUSTER_TIMEOUT", default=2.0)
 CLUSTER_NAME = env.str("CLUSTER_NAME", default="default")
 CLUSTER_REGION = env.str("CLUSTER_REGION", default="default")
 CLUSTER_LOST_AFTER_SECONDS = env.int("CLUSTER_LOST_AFTER_SECONDS", default=120)
+# Where this process finds the other clusters' kubeconfigs: a registered cluster names a file
+# in it (kubeconfig-<cluster>), never a path. Each process mounts its own directory, holding
+# its own ServiceAccount's tokens (k8s/components/multicluster; make run: .devdata/credentials/).
+CLUSTER_CREDENTIALS_DIR = env.str(
+    "CLUSTER_CREDENTIALS_DIR", default="/etc/controlplane/kubeconfigs"
+)
 
 # Create and label each tenant's namespace (needs namespace rights: k8s/components/
 # tenant-provisioning). Off: an admin creates namespaces; a missing one fails the unit.

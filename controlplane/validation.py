@@ -111,6 +111,22 @@ def validate_dns_label(value: str) -> None:
         raise ValidationError(problem)
 
 
+FILE_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]{0,252}")
+
+
+def file_name(value: str) -> str | None:
+    """Why `value` is not a plain file name (one path component, no leading dot), or None."""
+    if FILE_NAME.fullmatch(value):
+        return None
+    return f'"{value}" is not a file name (letters, digits, ".", "_", "-"; no "/", no leading ".").'
+
+
+def validate_file_name(value: str) -> None:
+    """Model-field validator for a plain file name inside a directory the settings name."""
+    if problem := file_name(value):
+        raise ValidationError(problem)
+
+
 def validate_cidr(value: str) -> None:
     """Model-field validator for one network in CIDR notation (IPv4 or IPv6, host bits zero)."""
     try:

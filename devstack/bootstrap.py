@@ -34,10 +34,11 @@ def _captured(*args: str) -> str:
 
 def _register_second_cluster(data_root: Path) -> None:
     """eu-west in the registry as an operator would add it (a ClusterProfile imported, its
-    kubeconfig found in the data folder), enabled the first time, and its GPUUnit CRD."""
+    kubeconfig found in CLUSTER_CREDENTIALS_DIR: the data folder), enabled the first time, and
+    its GPUUnit CRD."""
     profile = data_root / "clusterprofiles.yaml"
     profile.write_text(json.dumps(SECOND_CLUSTER_PROFILE))
-    args = ["import_clusters", str(profile), "--kubeconfig-dir", str(data_root)]
+    args = ["import_clusters", str(profile)]
     new = _captured(*args, "--dry-run").startswith("created")
     call_command(*args, *(["--enable"] if new else []))
     call_command("install_crd", "--cluster", SECOND_CLUSTER)

@@ -221,6 +221,32 @@ class DevCluster:
         target.chmod(0o600)
         return target
 
+    def write_account_kubeconfig(
+        self, path: str | Path, namespace: str, account: str, *, seconds: int = 86400
+    ) -> Path:
+        """A kubeconfig at `path` that authenticates as ServiceAccount `namespace/account` with a
+        token of its own (a TokenRequest, valid `seconds`), to the server of `kubeconfig`: what
+        the account's pod would hold, for a process that runs outside the cluster."""
+        made = self.api.request(
+            "POST",
+            f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token",
+            {
+                "apiVersion": "authentication.k8s.io/v1",
+                "kind": "TokenRequest",
+                "spec": {"expirationSeconds": seconds},
+            },
+        )
+        config = yaml.safe_load(self.kubeconfig.read_text())
+        user = f"system:serviceaccount:{namespace}:{account}"
+        config["users"] = [{"name": user, "user": {"token": made["status"]["token"]}}]
+        for context in config["contexts"]:
+            context["context"]["user"] = user
+        target = Path(path)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(yaml.safe_dump(config, sort_keys=False))
+        target.chmod(0o600)
+        return target
+
     def running(self) -> bool:
         """Whether every process of the cluster is still up."""
         return bool(self.processes) and all(p.poll() is None for p in self.processes.values())

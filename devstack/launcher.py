@@ -15,12 +15,36 @@ import urllib.request
 from pathlib import Path
 
 import redis
+import yaml
 
 from devstack import services
 from devstack.cluster import ClusterError, DevCluster
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE_CATALOG = ROOT / "catalog" / "samples" / "packages.yaml"
+CONTROL_PLANE = ROOT / "k8s" / "control-plane"
+# The control plane's accounts, their RBAC and admission policies (and namespace rights: make
+# run provisions tenant namespaces), applied to each development cluster as a deployment
+# applies them: each process of make run then talks to the clusters with the token its
+# Deployment's pod would hold, and the API server enforces k8s/'s rules on it (issue 41).
+ACCESS_MANIFESTS = [
+    CONTROL_PLANE / "namespace.yaml",
+    CONTROL_PLANE / "serviceaccount.yaml",
+    CONTROL_PLANE / "rbac.yaml",
+    CONTROL_PLANE / "admission-policy.yaml",
+    ROOT / "k8s" / "components" / "tenant-provisioning" / "rbac.yaml",
+]
+ACCOUNTS_NAMESPACE = "gpu-control-plane"
+# Each process of make run -> the Deployment of k8s/control-plane it stands for.
+DEPLOYMENTS = {
+    "web": "web.yaml",
+    "worker": "worker.yaml",
+    "webhooks": "webhook-worker.yaml",
+    "observer": "observer.yaml",
+    "beat": "beat.yaml",
+}
+# make run's own tokens are made again at each start; a day outlasts a working session.
+TOKEN_SECONDS = 7 * 86400
 # What each development cluster gets at start: Gateway API CRDs, a Gateway and a default
 # StorageClass, so a unit gets a URL and bound storage (applied again, unchanged, each start).
 DEV_OBJECTS = ROOT / "k8s" / "components" / "dev-gateway"
@@ -47,7 +71,13 @@ SECOND_CLUSTER_PROFILE = {
 # What `python -m devstack manage` needs to reach a running `make run`: written once it is up,
 # removed when it stops.
 STACK_FILE = "stack.json"
-STACK_VARIABLES = ("DATABASE_URL", "REDIS_URL", "KUBECONFIG", "DJANGO_DEBUG")
+STACK_VARIABLES = (
+    "DATABASE_URL",
+    "REDIS_URL",
+    "KUBECONFIG",
+    "CLUSTER_CREDENTIALS_DIR",
+    "DJANGO_DEBUG",
+)
 # controlplane.health.HEARTBEAT_KEY: the previous run's heartbeat is not this run's worker.
 HEARTBEAT_KEY = "controlplane:heartbeat"
 
@@ -119,7 +149,11 @@ def _start_clusters(
     for cluster in clusters:
         shutil.copyfile(cluster.kubeconfig, data_root / f"kubeconfig-{cluster.name}")
     shutil.copyfile(clusters[0].kubeconfig, data_root / "kubeconfig")
+    # The operator's view (setup, `make manage`, kubectl): the clusters' admin, with the
+    # other clusters' kubeconfigs in the data folder. Each process gets its own (_credentials).
     env["KUBECONFIG"] = str(data_root / "kubeconfig")
+    env["CLUSTER_CREDENTIALS_DIR"] = str(data_root)
+    _issue_tokens(clusters, data_root)
     # The dev component's Gateway publishes units: a newcomer's HTTP unit gets a URL, which
     # each development cluster's gateway routes (no container answers behind it); on a real
     # cluster these name a real gateway.
@@ -128,6 +162,43 @@ def _start_clusters(
     # Webhooks may reach a receiver on this machine (a real deployment: public addresses only).
     env.setdefault("WEBHOOK_ALLOWED_NETWORKS", "127.0.0.0/8")
     return clusters
+
+
+def deployment_account(process: str) -> str | None:
+    """The ServiceAccount whose token `process`'s Deployment mounts, or None when it mounts none."""
+    documents = yaml.safe_load_all((CONTROL_PLANE / DEPLOYMENTS[process]).read_text())
+    manifest = next(d for d in documents if d and d["kind"] == "Deployment")
+    pod = manifest["spec"]["template"]["spec"]
+    if pod.get("automountServiceAccountToken") is False:
+        return None
+    return pod["serviceAccountName"]
+
+
+def _issue_tokens(clusters: list[DevCluster], data_root: Path) -> None:
+    """k8s/'s accounts and rules in each cluster, and each account's kubeconfigs of every
+    cluster in .devdata/credentials/<account>/ (kubeconfig-<cluster>): the directory a
+    deployment mounts from the account's Secret (k8s/components/multicluster)."""
+    accounts = {deployment_account(process) for process in DEPLOYMENTS} - {None}
+    for cluster in clusters:
+        for manifest in ACCESS_MANIFESTS:
+            cluster.apply_manifests(manifest)
+        for account in sorted(a for a in accounts if a):
+            cluster.write_account_kubeconfig(
+                data_root / "credentials" / account / f"kubeconfig-{cluster.name}",
+                ACCOUNTS_NAMESPACE,
+                account,
+                seconds=TOKEN_SECONDS,
+            )
+
+
+def _credentials(env: dict[str, str], data_root: Path, process: str) -> dict[str, str]:
+    """`env` for `process`, holding its Deployment's token of each development cluster (none
+    at all when its Deployment mounts none)."""
+    account = deployment_account(process)
+    folder = data_root / "credentials" / (account or "none")
+    folder.mkdir(parents=True, exist_ok=True)
+    kubeconfig = str(folder / "kubeconfig-default") if account else ""
+    return {**env, "KUBECONFIG": kubeconfig, "CLUSTER_CREDENTIALS_DIR": str(folder)}
 
 
 def _ignore_signals() -> None:
@@ -177,6 +248,11 @@ def run(*, data_root: Path) -> int:
             ports = _metrics_ports(int(port))
             clusters = _start_clusters(data_root, env, _gateway_ports(int(port)))
             development = bool(clusters)
+
+            def own(process: str) -> dict[str, str]:
+                # With a KUBECONFIG of yours, every process uses it as given.
+                return _credentials(env, data_root, process) if development else env
+
             # One Django process runs every setup command (devstack/bootstrap.py).
             subprocess.run(
                 [
@@ -210,12 +286,17 @@ def run(*, data_root: Path) -> int:
                         "--access-logfile",
                         "-",
                     ],
-                    _metrics_env(env, data_root, "web"),
+                    _metrics_env(own("web"), data_root, "web"),
                 ),
                 _start(
                     "worker",
                     [*celery, "worker", "--concurrency", "2", "--loglevel", "INFO"],
-                    _metrics_env(env, data_root, "worker", WORKER_METRICS_PORT=ports["worker"]),
+                    _metrics_env(
+                        own("worker"),
+                        data_root,
+                        "worker",
+                        WORKER_METRICS_PORT=ports["worker"],
+                    ),
                 ),
                 _start(
                     # Webhook deliveries, alone: a slow receiver holds no unit's work.
@@ -234,12 +315,15 @@ def run(*, data_root: Path) -> int:
                         "--loglevel",
                         "INFO",
                     ],
-                    env,
+                    own("webhooks"),
                 ),
                 _start(
                     "observer",
                     [python, "manage.py", "observe"],
-                    {**env, "OBSERVER_METRICS_PORT": ports["observer"]},
+                    {
+                        **own("observer"),
+                        "OBSERVER_METRICS_PORT": ports["observer"],
+                    },
                 ),
                 _start(
                     "beat",
@@ -251,7 +335,7 @@ def run(*, data_root: Path) -> int:
                         "--schedule",
                         str(data_root / "celerybeat-schedule"),
                     ],
-                    env,
+                    own("beat"),
                 ),
             ]
             base = f"http://127.0.0.1:{port}"

@@ -10,7 +10,7 @@ from django.conf import settings
 from django.contrib.postgres.fields import ArrayField
 from django.db import models
 
-from controlplane.validation import validate_cidr, validate_dns_label
+from controlplane.validation import validate_cidr, validate_dns_label, validate_file_name
 
 
 def own_cluster() -> str:
@@ -254,7 +254,9 @@ class Cluster(models.Model):
 
     Each enabled cluster has its own observer, inventory sync, backstop reconcile and Celery
     queue; the process's own cluster (CLUSTER_NAME) is reached through KUBECONFIG or the
-    service account unless its row names a kubeconfig."""
+    service account unless its row names a kubeconfig. A row names a file, never a path: which
+    credentials a process holds is its deployment's choice (a mounted Secret per ServiceAccount),
+    not a row's, so staff and imported profiles cannot point a process at any file it can read."""
 
     name = models.CharField(
         max_length=63,
@@ -275,10 +277,12 @@ class Cluster(models.Model):
         help_text="placement order among clusters with as many free devices (low first)",
     )
     kubeconfig = models.CharField(
-        max_length=500,
+        max_length=253,
         blank=True,
-        help_text="path of a kubeconfig file the control plane's processes can read; empty: "
-        "KUBECONFIG, or the service account when the control plane runs in this cluster",
+        validators=[validate_file_name],
+        help_text="file name of its kubeconfig in each process's CLUSTER_CREDENTIALS_DIR (each "
+        "process mounts its own, with its own ServiceAccount's token), e.g. kubeconfig-eu-west; "
+        "empty: KUBECONFIG, or the service account when the control plane runs in this cluster",
     )
     kube_context = models.CharField(max_length=253, blank=True, help_text="context in it")
     pod_cidrs = ArrayField(

@@ -14,7 +14,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 
 from devstack.cluster import DevCluster
 from runtime.tests.helpers import wait_until
@@ -86,32 +85,24 @@ def admin(cluster: DevCluster, tmp_path_factory) -> Kubectl:
     return run
 
 
-def _as(cluster: DevCluster, admin: Kubectl, account: str, home: Path) -> Kubectl:
+def _as(cluster: DevCluster, account: str, home: Path) -> Kubectl:
     """kubectl with `account`'s own token (a TokenRequest), no client certificate."""
-    made = admin("create", "token", account, "-n", "gpu-control-plane", "--duration=1h")
-    assert made.returncode == 0, made.stderr
-    config = yaml.safe_load(cluster.admin_kubeconfig.read_text())
-    context = config["contexts"][0]
-    config["users"] = [{"name": account, "user": {"token": made.stdout.strip()}}]
-    context["context"]["user"] = account
-    config["contexts"] = [context]
-    home.mkdir(parents=True, exist_ok=True)
-    path = home / "kubeconfig"
-    path.write_text(yaml.safe_dump(config))
-    path.chmod(0o600)
-    return _kubectl(path, home)
+    kubeconfig = cluster.write_account_kubeconfig(
+        home / "kubeconfig", "gpu-control-plane", account, seconds=3600
+    )
+    return _kubectl(kubeconfig, home)
 
 
 @pytest.fixture(scope="module")
 def worker(cluster, admin, tmp_path_factory) -> Kubectl:
-    run = _as(cluster, admin, WORKER, tmp_path_factory.mktemp("worker"))
+    run = _as(cluster, WORKER, tmp_path_factory.mktemp("worker"))
     _in_force(run, admin)
     return run
 
 
 @pytest.fixture(scope="module")
 def web(cluster, admin, worker, tmp_path_factory) -> Kubectl:
-    return _as(cluster, admin, WEB, tmp_path_factory.mktemp("web"))
+    return _as(cluster, WEB, tmp_path_factory.mktemp("web"))
 
 
 def _object(kind: str, name: str, namespace: str, **spec) -> str:

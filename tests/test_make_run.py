@@ -13,6 +13,7 @@ import urllib.request
 from datetime import UTC, datetime
 from pathlib import Path
 
+import kubernetes
 import psutil
 import pytest
 import yaml
@@ -149,6 +150,39 @@ def wait_for_inventory(base: str, key: str, cluster: str = "default") -> dict:
 
 
 @pytest.mark.long
+def identities(process: subprocess.Popen) -> dict[str, set[str]]:
+    """Each process of make run (by the Deployment it stands for) -> who the API server takes
+    each of its kubeconfigs for (a SelfSubjectReview), or {"none"} when it holds none."""
+    roles = {
+        "gunicorn": "web",
+        "webhooks@": "webhooks",
+        "celery -A controlplane worker": "worker",
+        "manage.py observe": "observer",
+        "celery -A controlplane beat": "beat",
+    }
+    found: dict[str, set[str]] = {}
+    for child in psutil.Process(process.pid).children(recursive=True):
+        command = " ".join(child.cmdline())
+        role = next((r for key, r in roles.items() if key in command), None)
+        if role is None or role in found:
+            continue
+        env = child.environ()
+        folder = Path(env["CLUSTER_CREDENTIALS_DIR"])
+        kubeconfigs = [env["KUBECONFIG"]] if env.get("KUBECONFIG") else []
+        kubeconfigs += [str(path) for path in sorted(folder.glob("kubeconfig-*"))]
+        found[role] = {whoami(path) for path in kubeconfigs} or {"none"}
+    return found
+
+
+def whoami(kubeconfig: str) -> str:
+    api = kubernetes.config.new_client_from_config(config_file=kubeconfig)
+    with api:
+        review = kubernetes.client.AuthenticationV1Api(api).create_self_subject_review(
+            {"apiVersion": "authentication.k8s.io/v1", "kind": "SelfSubjectReview"}
+        )
+    return review.status.user_info.username
+
+
 def test_make_run_serves_api_and_admin_and_stops_on_ctrl_c(tmp_path):
     # The web port and the four after it (the worker's and the observer's /metrics, the two
     # development clusters' gateways).
@@ -196,6 +230,16 @@ def test_make_run_serves_api_and_admin_and_stops_on_ctrl_c(tmp_path):
         assert 'controlplane_kube_requests_total{outcome="ok",verb="create"}' in worker_metrics
         observer_metrics = get(f"http://127.0.0.1:{port + 2}/metrics")[1].decode()
         assert 'controlplane_observer_leading{cluster="default"} 1.0' in observer_metrics
+        # All that ran above, each process did with its Deployment's own ServiceAccount token
+        # of each cluster, under k8s/'s RBAC and admission policies (issue 41).
+        account = "system:serviceaccount:gpu-control-plane:gpu-control-plane"
+        assert identities(process) == {
+            "web": {f"{account}-unprivileged"},
+            "worker": {account},
+            "observer": {account},
+            "webhooks": {"none"},
+            "beat": {"none"},
+        }
         children = stop_with_ctrl_c(process)
     finally:
         stop_whatever_is_left(process)

@@ -230,19 +230,29 @@ def test_tenant_provisioning_component_turns_the_setting_on(tmp_path):
     assert setting(kustomize_with_tenant_provisioning(tmp_path)) == "1"
 
 
-def test_the_multicluster_component_mounts_the_other_clusters_kubeconfigs(tmp_path):
-    """What import_clusters --kubeconfig-dir reads: the Secret's keys, kubeconfig-<cluster>, in
-    the pods that reach clusters (web for logs, workers, observer), never in beat's."""
+def test_the_multicluster_component_mounts_each_account_its_own_kubeconfigs(tmp_path):
+    """CLUSTER_CREDENTIALS_DIR, /etc/controlplane/kubeconfigs: the Secret of the pod's own
+    ServiceAccount (its keys kubeconfig-<cluster>) in the pods that reach clusters (web for logs
+    and secrets, workers, observer), never in beat's or the webhook worker's."""
+    objects = kustomize_with(MULTICLUSTER, tmp_path)
     deployments = {
         obj["metadata"]["name"]: obj["spec"]["template"]["spec"]
-        for obj in kustomize_with(MULTICLUSTER, tmp_path)
+        for obj in objects
         if obj["kind"] == "Deployment"
+    }
+    config = next(o for o in objects if o["kind"] == "ConfigMap")["data"]
+    assert config.get("CLUSTER_CREDENTIALS_DIR", "/etc/controlplane/kubeconfigs") == (
+        "/etc/controlplane/kubeconfigs"
+    )
+    secrets = {
+        "gpu-control-plane": "cluster-kubeconfigs",
+        "gpu-control-plane-unprivileged": "cluster-kubeconfigs-unprivileged",
     }
     for name in ("web", "worker", "observer"):
         pod = deployments[name]
         (volume,) = [v for v in pod["volumes"] if v["name"] == "cluster-kubeconfigs"]
         assert volume["secret"] == {
-            "secretName": "cluster-kubeconfigs",
+            "secretName": secrets[pod["serviceAccountName"]],
             "optional": True,
             "defaultMode": 0o444,
         }
@@ -251,4 +261,5 @@ def test_the_multicluster_component_mounts_the_other_clusters_kubeconfigs(tmp_pa
             "mountPath": "/etc/controlplane/kubeconfigs",
             "readOnly": True,
         } in pod["containers"][0]["volumeMounts"]
-    assert all(v["name"] != "cluster-kubeconfigs" for v in deployments["beat"].get("volumes", []))
+    for name in ("beat", "webhook-worker"):
+        assert all(v["name"] != "cluster-kubeconfigs" for v in deployments[name].get("volumes", []))

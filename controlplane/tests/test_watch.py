@@ -201,9 +201,11 @@ def test_a_watch_from_a_compacted_version_raises_gone(dev: DevCluster) -> None:
     kube.create(EVENT, NAMESPACE, event("two"))
     compact(dev)
     with pytest.raises(Gone):
-        list(watch_events(
-            EVENT, resource_version=version, label_selector=SELECTOR, timeout_seconds=1
-        ))
+        list(
+            watch_events(
+                EVENT, resource_version=version, label_selector=SELECTOR, timeout_seconds=1
+            )
+        )
 
 
 def watch_down(dev: DevCluster) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from controlplane import kube
+from inventory import clusters
 from inventory.models import Cluster
 from runtime.models import UnitPhase
 from runtime.tests.factories import UnitFactory
@@ -51,7 +53,7 @@ def test_clusters_are_enabled_side_by_side_each_with_its_reach(admin_client):
             name="west-1",
             region="eu-west",
             enabled="on",
-            kubeconfig="/etc/k/west",
+            kubeconfig="kubeconfig-west",
             pod_cidrs="10.9.0.0/16",
         ),
     )
@@ -59,7 +61,7 @@ def test_clusters_are_enabled_side_by_side_each_with_its_reach(admin_client):
     west = Cluster.objects.get(name="west-1")
     assert (west.enabled, west.kubeconfig, west.pod_cidrs) == (
         True,
-        "/etc/k/west",
+        "kubeconfig-west",
         ["10.9.0.0/16"],
     )
     assert sorted(Cluster.objects.filter(enabled=True).values_list("name", flat=True)) == [
@@ -75,6 +77,25 @@ def test_a_bad_cidr_or_region_is_shown_on_its_field(admin_client):
     errors = response.context["adminform"].form.errors
     assert set(errors) == {"region", "node_cidrs"}
     assert not Cluster.objects.filter(name="west-1").exists()
+
+
+@pytest.mark.parametrize("path", ["/etc/shadow", "../kubeconfig", ".kube", "a/b"])
+def test_a_kubeconfig_is_a_file_name_in_the_credentials_dir_never_a_path(admin_client, path):
+    response = admin_client.post(f"{LIST_URL}add/", form(name="west-1", kubeconfig=path))
+    errors = response.context["adminform"].form.errors
+    assert "is not a file name" in errors["kubeconfig"][0]
+    assert not Cluster.objects.filter(name="west-1").exists()
+
+
+def test_a_row_that_names_a_path_is_never_read(settings, tmp_path):
+    # Written around the model's validator (a queryset update): reaching it fails, and names
+    # why, rather than reading the file.
+    settings.CLUSTER_CREDENTIALS_DIR = str(tmp_path)
+    Cluster.objects.create(name="west-1", region="eu-west", kubeconfig="kubeconfig-west-1")
+    assert clusters.reach("west-1") == kube.Reach(kubeconfig=str(tmp_path / "kubeconfig-west-1"))
+    Cluster.objects.filter(name="west-1").update(kubeconfig="/etc/shadow")
+    with pytest.raises(kube.KubeError, match="is not a file name"):
+        clusters.reach("west-1")
 
 
 def test_a_cluster_holding_live_units_stays_enabled_and_registered(admin_client):

@@ -88,7 +88,7 @@ def test_sample_creates_both_clusters_disabled_when_imported():
     assert eu_west.region == "eu-west"  # from the topology label
     assert eu_west.pod_cidrs == ["10.72.0.0/14", "fd00:72::/48"]
     assert eu_west.node_cidrs == []
-    assert eu_west.kubeconfig == "/etc/controlplane/kubeconfigs/eu-west.yaml"
+    assert eu_west.kubeconfig == "eu-west.yaml"  # the annotation's file name
     assert Cluster.objects.get(name="default").enabled
 
 
@@ -116,11 +116,11 @@ def test_reimport_updates_profile_fields_and_keeps_operations_fields_when_row_ex
 
 def test_reimport_keeps_the_kubeconfig_when_the_profile_names_none(tmp_path):
     Cluster.objects.create(
-        name="us-east", region="us-east", enabled=False, kubeconfig="/etc/kube/us-east"
+        name="us-east", region="us-east", enabled=False, kubeconfig="us-east.yaml"
     )
     out = run(write(tmp_path, profile("us-east", properties={"region": "us-east"})))
     assert "updated us-east (properties)" in out
-    assert Cluster.objects.get(name="us-east").kubeconfig == "/etc/kube/us-east"
+    assert Cluster.objects.get(name="us-east").kubeconfig == "us-east.yaml"
 
 
 @pytest.mark.parametrize(
@@ -207,10 +207,19 @@ def test_dry_run_prints_the_plan_and_writes_nothing_when_asked(tmp_path):
             profile(
                 "gpu-a",
                 properties={"region": "us-east"},
-                annotations={"gpu.lokiwager.io/kubeconfig": "kubeconfigs/gpu-a"},
+                annotations={"gpu.lokiwager.io/kubeconfig": "/etc/shadow"},
             ),
-            "error gpu-a: annotation gpu.lokiwager.io/kubeconfig: 'kubeconfigs/gpu-a' is not an "
-            "absolute path",
+            "error gpu-a: annotation gpu.lokiwager.io/kubeconfig: '/etc/shadow' is not a file "
+            "name in CLUSTER_CREDENTIALS_DIR",
+        ),
+        (
+            profile(
+                "gpu-a",
+                properties={"region": "us-east"},
+                annotations={"gpu.lokiwager.io/kubeconfig": "../kubeconfig"},
+            ),
+            "error gpu-a: annotation gpu.lokiwager.io/kubeconfig: '../kubeconfig' is not a file "
+            "name in CLUSTER_CREDENTIALS_DIR",
         ),
         (profile("us-east", properties={"region": "us-east"}), "error us-east: the input names"),
     ],
@@ -222,7 +231,8 @@ def test_dry_run_prints_the_plan_and_writes_nothing_when_asked(tmp_path):
         "bad-cidr",
         "wrong-kind",
         "wrong-api-version",
-        "relative-kubeconfig",
+        "kubeconfig-path",
+        "kubeconfig-parent",
         "duplicate",
     ],
 )
@@ -243,28 +253,21 @@ def test_an_update_is_rolled_back_when_another_object_has_an_error(tmp_path):
     assert Cluster.objects.get(name="us-east").display_name == "US East (Virginia)"
 
 
-def test_kubeconfig_dir_maps_each_cluster_to_its_file_when_one_exists(tmp_path):
-    kubeconfigs = tmp_path / "kubeconfigs"
-    kubeconfigs.mkdir()
-    (kubeconfigs / "kubeconfig-us-east").write_text("apiVersion: v1\nkind: Config\n")
-    (kubeconfigs / "kubeconfig-eu-west").write_text("apiVersion: v1\nkind: Config\n")
-    run(str(SAMPLE), "--kubeconfig-dir", str(kubeconfigs))
+def test_each_cluster_gets_its_file_when_the_credentials_dir_has_one(tmp_path, settings):
+    settings.CLUSTER_CREDENTIALS_DIR = str(tmp_path)
+    (tmp_path / "kubeconfig-us-east").write_text("apiVersion: v1\nkind: Config\n")
+    (tmp_path / "kubeconfig-eu-west").write_text("apiVersion: v1\nkind: Config\n")
+    run(str(SAMPLE))
     rows = imported()
-    assert rows["us-east"].kubeconfig == str(kubeconfigs / "kubeconfig-us-east")
-    # The annotation names eu-west's kubeconfig, over the directory's file.
-    assert rows["eu-west"].kubeconfig == "/etc/controlplane/kubeconfigs/eu-west.yaml"
+    assert rows["us-east"].kubeconfig == "kubeconfig-us-east"
+    # The annotation names eu-west's file, over the directory's kubeconfig-eu-west.
+    assert rows["eu-west"].kubeconfig == "eu-west.yaml"
 
 
-def test_kubeconfig_dir_gives_an_absolute_path_when_named_relatively(tmp_path, monkeypatch):
-    (tmp_path / "kubeconfig-gpu-a").write_text("apiVersion: v1\nkind: Config\n")
-    monkeypatch.chdir(tmp_path)
-    run(write(tmp_path, profile("gpu-a", properties={"region": "r1"})), "--kubeconfig-dir", ".")
-    assert Cluster.objects.get(name="gpu-a").kubeconfig == str(tmp_path / "kubeconfig-gpu-a")
-
-
-def test_kubeconfig_stays_empty_when_the_directory_has_no_file_for_the_cluster(tmp_path):
+def test_kubeconfig_stays_empty_when_the_directory_has_no_file_for_the_cluster(tmp_path, settings):
+    settings.CLUSTER_CREDENTIALS_DIR = str(tmp_path)
     source = write(tmp_path, profile("gpu-a", properties={"region": "r1"}))
-    run(source, "--kubeconfig-dir", str(tmp_path))
+    run(source)
     assert Cluster.objects.get(name="gpu-a").kubeconfig == ""
 
 

@@ -46,7 +46,7 @@ def dev_clusters(tmp_path_factory) -> Iterator[tuple[DevCluster, DevCluster]]:
 
 
 @pytest.fixture
-def two_clusters(dev_clusters, tmp_path):
+def two_clusters(dev_clusters, cluster_credentials):
     """`east-1` and `west-1` in the registry, reached by kubeconfig files. West is disabled:
     until observation runs per cluster one cluster is enabled at a time, and a sync does not
     ask."""
@@ -60,7 +60,7 @@ def two_clusters(dev_clusters, tmp_path):
             name=name,
             region=region,
             enabled=enabled,
-            kubeconfig=str(dev.write_kubeconfig(tmp_path / f"kubeconfig-{name}")),
+            kubeconfig=dev.write_kubeconfig(cluster_credentials / f"kubeconfig-{name}").name,
         )
     kube.reset()  # connections are per process and cluster name
     try:

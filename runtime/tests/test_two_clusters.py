@@ -42,7 +42,7 @@ DEV_GATEWAY = Path(__file__).resolve().parents[2] / "k8s" / "components" / "dev-
 
 
 @pytest.fixture
-def west(cluster, tmp_path):
+def west(cluster, cluster_credentials, tmp_path):
     """The second cluster, registered and enabled, with the GPUUnit CRD, and what watches and
     works it: an observer of every enabled cluster and a worker of west's queue."""
     dev = DevCluster(
@@ -61,7 +61,7 @@ def west(cluster, tmp_path):
         Cluster.objects.create(
             name=WEST,
             region="eu-west",
-            kubeconfig=str(dev.write_kubeconfig(tmp_path / f"kubeconfig-{WEST}")),
+            kubeconfig=dev.write_kubeconfig(cluster_credentials / f"kubeconfig-{WEST}").name,
         )
         with kube.using(WEST):
             install_crd()
@@ -272,7 +272,7 @@ def _placeable(package_id: str) -> dict[str, int]:
 
 
 def test_a_cluster_that_refuses_before_anything_is_made_lets_the_unit_be_placed_again(
-    west, auth_client, tenant, tmp_path
+    west, auth_client, tenant, tmp_path, cluster_credentials
 ):
     """Two clusters in eu-west; the first refuses to make GPUUnits (403, as RBAC would). The
     unit's create fails there before anything of it exists, so it is placed again in the other
@@ -291,7 +291,7 @@ def test_a_cluster_that_refuses_before_anything_is_made_lets_the_unit_be_placed_
             name="west-2",
             region="eu-west",
             position=200,  # after west-1
-            kubeconfig=str(second.write_kubeconfig(tmp_path / "kubeconfig-west-2")),
+            kubeconfig=second.write_kubeconfig(cluster_credentials / "kubeconfig-west-2").name,
         )
         with kube.using("west-2"):
             install_crd()

@@ -1,20 +1,20 @@
-"""`manage.py import_clusters FILE... [--region R] [--kubeconfig-dir DIR] [--enable] [--dry-run]`:
-register clusters from multicluster ClusterProfile objects (KEP-4322), all or nothing."""
+"""`manage.py import_clusters FILE... [--region R] [--enable] [--dry-run]`: register clusters
+from multicluster ClusterProfile objects (KEP-4322), all or nothing."""
 
 from __future__ import annotations
 
-import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import yaml
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError, CommandParser
 from django.db import transaction
 
-from controlplane.validation import dns_label
+from controlplane.validation import dns_label, file_name
 from inventory.models import Cluster
 
 API_VERSION = "multicluster.x-k8s.io/v1alpha1"
@@ -104,26 +104,25 @@ def _properties(status: dict[str, Any]) -> dict[str, str]:
     return properties
 
 
-def _kubeconfig(name: str, annotations: dict[str, Any], kubeconfig_dir: Path | None) -> str:
-    """The kubeconfig path for cluster `name`, or "" when neither source names one."""
+def _kubeconfig(name: str, annotations: dict[str, Any]) -> str:
+    """The kubeconfig file name of cluster `name` in CLUSTER_CREDENTIALS_DIR: the annotation's,
+    else kubeconfig-<name> when this process's directory has it, else "" (none yet)."""
     annotated = annotations.get(KUBECONFIG_ANNOTATION)
     if annotated is not None:
-        if not isinstance(annotated, str) or not os.path.isabs(annotated):
-            # Relative to what? Every control plane process has its own working directory.
+        if not isinstance(annotated, str) or file_name(annotated):
+            # A profile names a file of the directory each process mounts, never a path.
             raise ProfileError(
-                f"annotation {KUBECONFIG_ANNOTATION}: {annotated!r} is not an absolute path"
+                f"annotation {KUBECONFIG_ANNOTATION}: {annotated!r} is not a file name in "
+                "CLUSTER_CREDENTIALS_DIR"
             )
         return annotated
-    if kubeconfig_dir is not None:
-        candidate = kubeconfig_dir / KUBECONFIG_FILE.format(name=name)
-        if candidate.is_file():
-            # abspath, not resolve: a mounted Secret's file is a symlink whose target changes
-            # on each rotation, so the row keeps the stable name.
-            return os.path.abspath(candidate)
+    candidate = KUBECONFIG_FILE.format(name=name)
+    if (Path(settings.CLUSTER_CREDENTIALS_DIR) / candidate).is_file():
+        return candidate
     return ""
 
 
-def read_profile(body: Any, *, region: str, kubeconfig_dir: Path | None) -> Profile:
+def read_profile(body: Any, *, region: str) -> Profile:
     """The Cluster fields a ClusterProfile sets; `region` is the fallback (may be "")."""
     if not isinstance(body, dict):
         raise ProfileError("not a Kubernetes object (a mapping with apiVersion and kind)")
@@ -158,7 +157,7 @@ def read_profile(body: Any, *, region: str, kubeconfig_dir: Path | None) -> Prof
     for field, prop in CIDR_PROPERTIES.items():
         ranges = properties.get(prop, "")
         fields[field] = [cidr.strip() for cidr in ranges.split(",") if cidr.strip()]
-    if kubeconfig := _kubeconfig(name, _mapping(metadata, "annotations"), kubeconfig_dir):
+    if kubeconfig := _kubeconfig(name, _mapping(metadata, "annotations")):
         fields["kubeconfig"] = kubeconfig
     return Profile(name=name, fields=fields)
 
@@ -228,13 +227,6 @@ class Command(BaseCommand):
             "--region", default="", help="region of profiles that name none (a DNS label)"
         )
         parser.add_argument(
-            "--kubeconfig-dir",
-            type=Path,
-            metavar="DIR",
-            help=f"kubeconfig of cluster NAME: DIR/{KUBECONFIG_FILE.format(name='NAME')} when "
-            f"it exists (the annotation {KUBECONFIG_ANNOTATION} overrides)",
-        )
-        parser.add_argument(
             "--enable",
             action="store_true",
             help="enable the new cluster (one profile only): it is observed and takes units",
@@ -246,15 +238,12 @@ class Command(BaseCommand):
         *args: Any,
         files: list[str],
         region: str,
-        kubeconfig_dir: Path | None,
         enable: bool,
         dry_run: bool,
         **options: Any,
     ) -> None:
         if region and (problem := dns_label(region)):
             raise CommandError(f"--region: {problem}")
-        if kubeconfig_dir is not None and not kubeconfig_dir.is_dir():
-            raise CommandError(f"--kubeconfig-dir {kubeconfig_dir}: no such directory")
         sources = [source for file in files for source in split_objects(file, self._read(file))]
         if not sources:
             raise CommandError(f"no {KIND} in {', '.join(files)}")
@@ -269,9 +258,7 @@ class Command(BaseCommand):
             seen: set[str] = set()
             for source in sources:
                 try:
-                    profile = read_profile(
-                        source.body, region=region, kubeconfig_dir=kubeconfig_dir
-                    )
+                    profile = read_profile(source.body, region=region)
                     if profile.name in seen:
                         raise ProfileError("the input names this cluster twice")
                     seen.add(profile.name)
