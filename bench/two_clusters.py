@@ -14,6 +14,7 @@ its pod Running in its cluster)."""
 
 from __future__ import annotations
 
+import os
 import tempfile
 import threading
 import time
@@ -40,6 +41,8 @@ OTHER = "bench-b"
 def control_plane(
     own: harness.DevCluster, other: harness.DevCluster, tenant: Any, key: str, package: Any
 ) -> dict:
+    from django.conf import settings
+
     from controlplane import kube
     from inventory.models import Cluster
     from inventory.sync import sync_inventory
@@ -58,8 +61,11 @@ def control_plane(
     install_crd()
     harness.tenant_namespace(own, tenant)
     # Registered before the workers start: a worker of the default queue takes it too.
+    # Its kubeconfig is a file of CLUSTER_CREDENTIALS_DIR, here and in the processes started.
+    os.environ["CLUSTER_CREDENTIALS_DIR"] = str(other.kubeconfig.parent)
+    settings.CLUSTER_CREDENTIALS_DIR = str(other.kubeconfig.parent)
     Cluster.objects.update_or_create(
-        name=OTHER, defaults={"region": "region-b", "kubeconfig": str(other.kubeconfig)}
+        name=OTHER, defaults={"region": "region-b", "kubeconfig": other.kubeconfig.name}
     )
     with kube.using(OTHER):
         install_crd()
