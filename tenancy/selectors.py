@@ -6,10 +6,14 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from django.contrib.auth import get_user_model
-from django.db.models import QuerySet
+from django.db.models import Q, QuerySet
 
 from controlplane.validation import fold_case
-from tenancy.models import AuditEvent, SSHKey, Tenant
+from tenancy.models import AuditActorKind, AuditEvent, SSHKey, Tenant
+
+# How a tenant's own audit log names the platform's staff (who, and from where, is the
+# operator log's).
+OPERATOR = "operator"
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,9 @@ class AuditFilter:
     request_id: str = ""
     start: datetime | None = None
     end: datetime | None = None
+    # A tenant's own log: staff are OPERATOR, and `actor` matches them by that name alone (a
+    # staff username matches nothing, so it cannot be probed for).
+    staff_as_operator: bool = False
 
 
 def staff_usernames(usernames: set[str]) -> set[str]:
@@ -78,12 +85,21 @@ def list_audit_events(found: AuditFilter) -> QuerySet[AuditEvent]:
         "action": found.action,
         "target_kind": found.target_kind,
         "target_name": found.target_name,
-        "actor": found.actor,
         "source": found.source,
         "outcome": found.outcome,
         "request_id": found.request_id,
     }
     events = events.filter(**{field: value for field, value in exact.items() if value})
+    if found.actor and found.staff_as_operator:
+        user_model = get_user_model()
+        staff = user_model._default_manager.filter(is_staff=True).values(user_model.USERNAME_FIELD)
+        by_staff = Q(actor_kind=AuditActorKind.USER, actor__in=staff)
+        if found.actor == OPERATOR:
+            events = events.filter(by_staff)
+        else:
+            events = events.filter(actor=found.actor).exclude(by_staff)
+    elif found.actor:
+        events = events.filter(actor=found.actor)
     if found.start is not None:
         events = events.filter(occurred_at__gte=found.start)
     if found.end is not None:

@@ -19,6 +19,7 @@ from tenancy.models import (
     SSHKey,
     WebhookDelivery,
 )
+from tenancy.selectors import OPERATOR
 from tenancy.webhooks import EVENT_TYPES
 
 # The CloudEvents `type` of an audit event (the usage export's is io.lokiwager.gpu.usage).
@@ -44,9 +45,6 @@ class SSHKeySerializer(serializers.ModelSerializer):
     class Meta:
         model = SSHKey
         fields = ["name", "kind", "bits", "fingerprint", "comment", "publicKey", "createdAt"]
-
-
-OPERATOR = "operator"
 
 
 class AuditActorSerializer(serializers.Serializer):
@@ -154,7 +152,10 @@ class AuditEventQuerySerializer(PageQuerySerializer):
         help_text="a resource (units), or one of them (units/my-unit)",
     )
     actor = serializers.CharField(
-        max_length=150, required=False, help_text="an API key's prefix, or a username"
+        max_length=150,
+        required=False,
+        help_text="an API key's prefix, or a username (in a tenant's own log: operator for "
+        "the platform's staff, whose usernames match nothing there)",
     )
     source = serializers.ChoiceField(  # type: ignore[assignment]
         choices=AuditSource.choices, required=False

@@ -225,7 +225,9 @@ class AuditEventListView(NotJsonBodyMixin, TenantView):
     )
     def get(self, request: Request) -> Response | HttpResponse:
         params = self.validated_query(request)
-        events = selectors.list_audit_events(audit_filter(params, tenant=self.tenant))
+        events = selectors.list_audit_events(
+            audit_filter(params, tenant=self.tenant, staff_as_operator=True)
+        )
         return audit_page(
             request, events, params, scope=audit_scope(params, self.tenant.pk), for_tenant=True
         )

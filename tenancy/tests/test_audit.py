@@ -430,6 +430,22 @@ def test_a_tenant_reads_its_staff_s_actions_as_the_operator_s(tenant, admin_user
     }
     assert actors["r1"] == actors["r2"] == {"kind": "operator", "name": "operator"}
 
+    def actors_of(actor: str) -> list[str]:
+        answer = client.get("/api/v1/audit-events", {"actor": actor})
+        assert answer.status_code == 200, answer.content
+        return sorted(row["requestId"] for row in answer.json()["data"])
+
+    # The filter matches what the log shows: a staff username finds nothing (so it cannot be
+    # probed for), "operator" finds the staff's rows, a tenant user's name their own.
+    assert actors_of(admin_user.username) == []
+    assert actors_of("operator") == ["r1", "r2"]
+    assert actors_of("alice") == ["r3"]
+    operator_client, _ = keyed(TenantFactory(is_operator=True))
+    answer = operator_client.get(
+        "/api/v1/operator/audit-events", {"actor": admin_user.username, "tenant": tenant.slug}
+    )
+    assert sorted(row["requestId"] for row in answer.json()["data"]) == ["r1", "r2"]
+
 
 def test_a_write_refused_before_acting_is_counted_not_stored(tenant):
     """Issue 41, item 5: every throttled or forbidden write with a valid key took a row."""
