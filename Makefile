@@ -30,7 +30,7 @@ help:
 	@echo "make binaries - build the development clusters' Kubernetes, etcd and KWOK binaries"
 	@echo "              (once per machine; make run and make test do it when needed)"
 
-# uv installs the pinned requirements (docs: README "First start"); plain pip if uv fails.
+# uv installs the pinned requirements (docs/development.md, "First start"); plain pip if uv fails.
 # requirements/dev.txt also installs this checkout editable: that is .venv/bin/gpuctl.
 PIP := $(PY) -m pip install --quiet --disable-pip-version-check
 $(STAMP): requirements/base.txt requirements/dev.txt requirements/installer.txt
@@ -82,6 +82,7 @@ lint-checks:
 	$(PY) manage.py check --fail-level WARNING
 	$(PY) manage.py makemigrations --check --dry-run
 	$(PY) manage.py spectacular --validate --fail-on-warn --file /dev/null
+	$(PY) -m devstack.settings_reference --check
 	$(VENV)/bin/lint-imports --no-cache --no-logo
 	$(VENV)/bin/mypy
 

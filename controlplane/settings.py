@@ -19,8 +19,12 @@ BASE_DIR = Path(__file__).resolve().parent.parent
 
 env = environ.Env()
 
+# Development mode (`make run` and `make test` turn it on). Off, the process refuses to start
+# without DJANGO_SECRET_KEY, ALLOWED_HOSTS and METRICS_TOKEN.
 DEBUG = env.bool("DJANGO_DEBUG", default=False)
 
+# Django's signing key and the host names web answers (on a real cluster: your public host
+# first, and localhost, which the probes send); required when DJANGO_DEBUG is off.
 if DEBUG:
     SECRET_KEY = env.str(
         "DJANGO_SECRET_KEY", default="insecure-development-key-never-in-production"
@@ -41,6 +45,7 @@ else:
     SECRET_KEY = env.str("DJANGO_SECRET_KEY")
     ALLOWED_HOSTS = env.list("ALLOWED_HOSTS")
 
+# Origins of the admin and the dashboard behind TLS, e.g. https://gpu.example.com.
 CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
 
 INSTALLED_APPS = [
@@ -107,6 +112,8 @@ TEMPLATES = [
     },
 ]
 
+# PostgreSQL, e.g. postgres://user:pass@host:5432/db (`make run` and `make test` start an
+# embedded one and set it); DB_CONN_MAX_AGE: seconds a connection is kept between requests.
 if not env.str("DATABASE_URL", default=""):
     raise ImproperlyConfigured(
         "DATABASE_URL is not set. `make run` and `make test` start an embedded PostgreSQL "
@@ -126,6 +133,8 @@ if DB_PREPARED_STATEMENTS:
     DATABASES["default"].setdefault("OPTIONS", {})["prepare_threshold"] = 2**31 - 1
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# Redis: the Celery broker, the rate limiters and the log-follower slots (`make run` and `make
+# test` start an embedded one and set it).
 REDIS_URL = env.str("REDIS_URL", default="redis://127.0.0.1:6379/0")
 
 # The browser dashboard signs people in with Django auth; the API uses keys instead.
@@ -189,6 +198,8 @@ STORAGES = {
 WHITENOISE_USE_FINDERS = DEBUG
 WHITENOISE_AUTOREFRESH = DEBUG
 
+# Behind TLS (DJANGO_DEBUG off): plain HTTP is redirected to https (TLS ends at the ingress,
+# which sets X-Forwarded-Proto), and browsers are told to keep to https this many seconds.
 if not DEBUG:
     SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
     SECURE_SSL_REDIRECT = env.bool("SECURE_SSL_REDIRECT", default=True)
@@ -265,6 +276,7 @@ def _quantity(name: str, default: str) -> str:
 PACKAGE_EPHEMERAL_STORAGE = _quantity("PACKAGE_EPHEMERAL_STORAGE", "20Gi")
 DATA_UPLOAD_MAX_MEMORY_SIZE = max(API_MAX_BODY_BYTES, SECRET_MAX_BODY_BYTES, 2_621_440)
 
+# The Redis of the rate limiters and other shared counters (default: REDIS_URL).
 CACHES = {
     "default": {
         "BACKEND": "django.core.cache.backends.redis.RedisCache",
@@ -317,6 +329,7 @@ CELERY_BROKER_CONNECTION_TIMEOUT = 2
 # a connection lives DB_CONN_MAX_AGE and is health-checked before it is reused.
 CELERY_DB_REUSE_MAX = 1000
 
+# The root log level (LOG_LEVEL).
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
@@ -452,6 +465,8 @@ def _networks(name: str, *, may_be_everything: bool = True, default: str = "") -
     return networks
 
 
+# CIDRs (IPv4 or IPv6) units may reach besides public addresses, e.g. an internal registry
+# 10.20.0.0/16; checked at start.
 NETWORK_EGRESS_ALLOW = _networks("NETWORK_EGRESS_ALLOW")
 # Where the proxies LOGIN_TRUSTED_PROXIES counts connect from (above): the private ranges an
 # ingress's pods or a load balancer use, unless set.

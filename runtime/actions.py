@@ -36,7 +36,7 @@ from runtime.models import (
 from tenancy import services as tenancy_services
 from tenancy.models import Tenant
 
-# The phases each action starts from (README: "What you can do to a unit, by phase").
+# The phases each action starts from (docs/api.md: "What you can do to a unit, by phase").
 # Accepted units are still being created: their open create answers operation_in_progress.
 ALLOWED_FROM: dict[str, frozenset[str]] = {
     OperationKind.STOP: frozenset(

@@ -169,7 +169,7 @@ class Tenant(models.Model):
     class Meta:
         ordering = ["slug"]
         # What a staff account may do in the dashboard beyond its own tenants; granted through
-        # the groups tenancy.staff makes (README "Staff permissions").
+        # the groups tenancy.staff makes (docs/api.md, "Staff permissions").
         permissions = [
             (
                 "view_every_tenant",

@@ -1,5 +1,5 @@
 """Staff in the dashboard: the permissions that let a staff account see every tenant, or act
-for every tenant too, and the groups that carry them (README "Staff permissions")."""
+for every tenant too, and the groups that carry them (docs/api.md, "Staff permissions")."""
 
 from __future__ import annotations
 

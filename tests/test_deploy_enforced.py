@@ -2,8 +2,8 @@
 item 6): they are applied to a development cluster, and each of the control plane's accounts
 writes with its own ServiceAccount token. Writes outside a tenant namespace, a reserved
 namespace, and a NoExecute DeviceTaintRule are refused by the server; the control plane's
-own writes in a tenant namespace go through. The README's `kubectl auth can-i` tables are
-this test's."""
+own writes in a tenant namespace go through. The `kubectl auth can-i` table of
+docs/operations.md is this test's."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ APPLIED = [
 TENANT = "runtime-instance"  # k8s/tenant-namespace.yaml
 WORKER = "gpu-control-plane"
 WEB = "gpu-control-plane-unprivileged"
-# (verb, resource, namespace): what the README's tables ask of each account.
+# (verb, resource, namespace): what the operations guide's table asks of each account.
 QUESTIONS = [
     ("create", "pods", TENANT),
     ("delete", "pods", "kube-system"),
@@ -240,8 +240,8 @@ def _can_i(admin: Kubectl, account: str, verb: str, resource: str, namespace: st
     return admin(*args).stdout.strip()
 
 
-def test_the_readme_shows_what_each_account_may_do(admin):
-    """The tables in the README's "RBAC" section are what `kubectl auth can-i` answers here;
+def test_the_operations_guide_shows_what_each_account_may_do(admin):
+    """The table of docs/operations.md's RBAC section is what `kubectl auth can-i` answers here;
     the admission policies above narrow the namespaced rows to tenant namespaces."""
     lines = [
         "| verb | resource | namespace | worker, observer | web |",
@@ -252,5 +252,5 @@ def test_the_readme_shows_what_each_account_may_do(admin):
         shown = resource.replace(" --subresource=", "/")
         lines.append(f"| {verb} | {shown} | {namespace or '(cluster)'} | {' | '.join(answers)} |")
     table = "\n".join(lines)
-    readme = (ROOT / "README.md").read_text()
-    assert table in readme, f"the README's can-i table is out of date; it is now:\n{table}"
+    page = (ROOT / "docs" / "operations.md").read_text()
+    assert table in page, f"docs/operations.md's can-i table is out of date; it is now:\n{table}"

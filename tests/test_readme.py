@@ -1,5 +1,5 @@
-"""The README's commands work as printed against a running `make run`: every ```sh block
-outside the sections that need a real cluster or Docker is run by bash with the stack's ports
+"""The README's and docs/' commands work as printed against a running `make run`: every ```sh
+block outside the sections that need a real cluster or Docker is run by bash with the stack's ports
 and data folder in place of 8000-8002 and .devdata (curl fails on an HTTP error, so an error
 envelope is a failure, not output). Then the stack is stopped the way a process manager does,
 SIGTERM to its whole process group, and nothing it started may outlive it."""
@@ -26,6 +26,21 @@ pytestmark = pytest.mark.long
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
+# The pages whose blocks run, in this order after the README's (a page's blocks may use what an
+# earlier page made: units, webhooks). Every page of docs/ with a ```sh block is listed.
+DOCS = [
+    ROOT / "docs" / name
+    for name in (
+        "development.md",
+        "api.md",
+        "billing.md",
+        "webhooks-and-audit.md",
+        "clusters.md",
+        "development-clusters.md",
+        "operations.md",
+        "settings.md",
+    )
+]
 
 # Sections whose commands need what this machine does not have; each says why.
 NOT_HERE = {
@@ -47,9 +62,14 @@ GATEWAY_PAGE = "No process serves this unit in the development cluster"
 
 
 def readme_blocks() -> list[tuple[str, str]]:
-    """(section, block) for every ```sh block, by its `## ` section."""
+    """(section, block) for every ```sh block of the README and then of DOCS, by its `## `
+    section."""
+    return [found for page in (README, *DOCS) for found in page_blocks(page)]
+
+
+def page_blocks(page: Path) -> list[tuple[str, str]]:
     section, blocks, block = "", [], None
-    for line in README.read_text().splitlines():
+    for line in page.read_text().splitlines():
         if line.startswith("## "):
             section = line[3:].strip()
         elif block is None and line.strip() == "```sh":
@@ -66,6 +86,16 @@ def test_the_readme_blocks_are_found_and_every_skipped_section_exists():
     sections = {section for section, _ in readme_blocks()}
     assert set(NOT_HERE) <= sections
     assert len(runnable_blocks()) >= 3
+    with_blocks = {page for page in (ROOT / "docs").glob("*.md") if page_blocks(page)}
+    assert with_blocks <= set(DOCS), f"add to DOCS: {sorted(with_blocks - set(DOCS))}"
+
+
+def test_the_readme_is_read_in_five_minutes():
+    # Issue 42: what it is, the two commands, a first unit, the layout, one test, the index.
+    assert len(README.read_bytes()) <= 15 * 1024
+    text = README.read_text()
+    for page in DOCS:
+        assert f"(docs/{page.name})" in text, f"the README's index lacks {page.name}"
 
 
 def runnable_blocks() -> list[tuple[str, str]]:

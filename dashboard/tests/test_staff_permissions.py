@@ -1,5 +1,5 @@
 """Staff see and act for every tenant only with Django permissions, carried by the groups the
-README names: staff-viewer reads every tenant, staff-editor acts for them too; a staff account
+docs/api.md names: staff-viewer reads every tenant, staff-editor acts for them too; a staff account
 in neither gets 403 on every page and action that is about other tenants. Walked over every
 dashboard route, so a new route has to say what it needs."""
 

@@ -165,7 +165,7 @@ def holds_idle(pod: dict | None, claim: dict | None) -> bool:
 
 def held_since(pod: dict | None, claim: dict | None) -> datetime | None:
     """When the pod began holding its claim's devices, the start of what is billed (one rule,
-    README "Billing"): its first container's start, whatever its containers did since (an
+    docs/billing.md): its first container's start, whatever its containers did since (an
     exit, a restart, a crash loop or an OOM kill inside the same pod change nothing). None
     while no container of it has started, or while it is not terminal and its claim is not
     allocated. A terminal pod is seen after the fact: it held its devices from that start

@@ -49,7 +49,7 @@ def post(client, name: str, action: str, operation_id: str = "op-1"):
     )
 
 
-# The README's table: which action each phase accepts (the rest is invalid_state).
+# docs/api.md's table: which action each phase accepts (the rest is invalid_state).
 ACCEPTS = {
     UnitPhase.PROVISIONING: {"stop", "restart"},
     UnitPhase.PENDING: {"stop", "restart"},
