@@ -48,7 +48,7 @@ API_FIELDS = {
     "storageMounts": "storage_mounts",
     "ssh": "ssh",
 }
-OPERATION_ID = re.compile(r"^dash-[0-9a-f]{32}$")
+DASHBOARD_OPERATION_ID = re.compile(r"^dash-[0-9a-f]{32}$")
 # Ports are listed one a line (the edit form), or comma-separated on one (the order form).
 ENTRY_SEPARATOR = re.compile(r"[,\n]")
 SCHEME_CHOICES = [
@@ -448,7 +448,7 @@ class UnitCreateForm(SummarisedForm):
 
     def clean_operation_id(self) -> str:
         value = self.cleaned_data.get("operation_id") or ""
-        return value if OPERATION_ID.match(value) else new_operation_id()
+        return value if DASHBOARD_OPERATION_ID.match(value) else new_operation_id()
 
     def clean_ports(self) -> list[dict]:
         return parse_ports(self.cleaned_data.get("ports") or "")
@@ -644,7 +644,7 @@ class UnitEditForm(SummarisedForm):
 
     def clean_operation_id(self) -> str:
         value = self.cleaned_data.get("operation_id") or ""
-        return value if OPERATION_ID.match(value) else new_operation_id()
+        return value if DASHBOARD_OPERATION_ID.match(value) else new_operation_id()
 
     def clean_command(self) -> list[str]:
         return parse_command(self.cleaned_data.get("command") or "")

@@ -348,7 +348,7 @@ class ClassUsage:
 
 
 @dataclass(frozen=True)
-class TenantUsage:
+class TenantOverview:
     """What one tenant holds: its quota lines and its live units' GPUs per device class, the
     customer's side of the overview (the cluster's allocation is other tenants' business)."""
 
@@ -356,12 +356,13 @@ class TenantUsage:
     classes: list[ClassUsage]
 
 
-def tenant_usage(tenant: Tenant) -> TenantUsage:
+def tenant_overview(tenant: Tenant) -> TenantOverview:
     """The tenant's counters as orders charge them, and its live units by device class (one
     query)."""
     usage = usage_of(tenant)
     rows = (
-        GPUUnit.objects.filter(tenant=tenant, phase__in=UnitPhase.LIVE)
+        GPUUnit.objects.live()
+        .filter(tenant=tenant)
         .values("device_class_name")
         .annotate(
             units=Count("id"),
@@ -370,7 +371,7 @@ def tenant_usage(tenant: Tenant) -> TenantUsage:
         )
         .order_by("device_class_name")
     )
-    return TenantUsage(
+    return TenantOverview(
         quota=[
             QuotaLine(
                 "CPU",

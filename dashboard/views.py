@@ -42,7 +42,7 @@ from dashboard.access import (
 from dashboard.addresses import unit_access, unit_ssh
 from dashboard.charts import NARROW, usage_chart, utilisation_chart
 from dashboard.forms import (
-    OPERATION_ID,
+    DASHBOARD_OPERATION_ID,
     ReservationForm,
     SecretForm,
     SSHKeyForm,
@@ -304,7 +304,7 @@ class OverviewView(LiveBodyPage):
             "phases": queries.units_by_phase(self.scope.units()),
             "packages": queries.package_rows(self.scope),
             "regions": queries.region_rows(),
-            "usage": queries.tenant_usage(self.scope.tenant) if self.scope.tenant else None,
+            "usage": queries.tenant_overview(self.scope.tenant) if self.scope.tenant else None,
             "costs": costs,
             "budget": queries.budget(self.scope.tenant, costs) if self.scope.tenant else None,
             "usage_chart": usage_chart(costs.by_package_day, **chart),
@@ -668,7 +668,7 @@ class UnitActionView(UnitPage):
             messages.error(request, f"{words['label']} refused: unit {unit.name} is Terminated.")
             return unit_page(unit)
         operation_id = request.POST.get("operation_id", "")
-        if not OPERATION_ID.match(operation_id):
+        if not DASHBOARD_OPERATION_ID.match(operation_id):
             operation_id = new_operation_id()
         try:
             result = actions.request_action(

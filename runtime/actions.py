@@ -512,9 +512,11 @@ def enforce_budgets() -> int:
         stops_at = budget.stops_at
         if stops_at is None:
             continue
-        units = GPUUnit.objects.filter(
-            tenant=budget.tenant, run_policy=RunPolicy.RUNNING, phase__in=UnitPhase.LIVE
-        ).exclude(phase=UnitPhase.TERMINATING)
+        units = (
+            GPUUnit.objects.live()
+            .filter(tenant=budget.tenant, run_policy=RunPolicy.RUNNING)
+            .exclude(phase=UnitPhase.TERMINATING)
+        )
         for unit in units.select_related("tenant"):
             said = (
                 f"The monthly budget of {budget.limit} {budget.currency} is spent: the unit "

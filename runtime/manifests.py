@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from catalog.validation import PRIMARY_ALTERNATIVE
 from dracel import quantity
 
 GROUP = "runtime.lokiwager.io"
@@ -322,10 +323,6 @@ def build_gpuunit(contract: UnitContract) -> dict:
         },
         "spec": spec,
     }
-
-
-# The firstAvailable subrequest of the package's own class (catalog.validation reserves it).
-PRIMARY_ALTERNATIVE = "primary"
 
 
 def _device_request(

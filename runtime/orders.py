@@ -469,9 +469,11 @@ def _slot_holders(reservation: Reservation) -> tuple[set[int], set[int]]:
     Reservation.objects.select_for_update().filter(pk=reservation.pk).exists()
     own: set[int] = set()
     lent: set[int] = set()
-    for slot, interruptible in GPUUnit.objects.filter(
-        reservation=reservation, phase__in=UnitPhase.LIVE, reservation_slot__isnull=False
-    ).values_list("reservation_slot", "interruptible"):
+    for slot, interruptible in (
+        GPUUnit.objects.live()
+        .filter(reservation=reservation, reservation_slot__isnull=False)
+        .values_list("reservation_slot", "interruptible")
+    ):
         if slot is not None:
             (lent if interruptible else own).add(slot)
     return own, lent

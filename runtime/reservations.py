@@ -26,7 +26,7 @@ from inventory import selectors as inventory_selectors
 from inventory.models import PackageAvailability
 from runtime import orders, validation
 from runtime.errors import InsufficientCapacity, InvalidState, RegionUnavailable
-from runtime.models import GPUUnit, Reservation, ReservationEnd, ReservationStatus, UnitPhase
+from runtime.models import GPUUnit, Reservation, ReservationEnd, ReservationStatus
 from tenancy import services as tenancy_services
 from tenancy.errors import LimitExceeded
 from tenancy.models import Tenant
@@ -237,9 +237,8 @@ def cancel_reservation(*, tenant: Tenant, name: str) -> Reservation:
 def usage(reservations: list[Reservation]) -> dict[int, Usage]:
     """Each reservation's usage (one query for the live units on them)."""
     live = dict(
-        GPUUnit.objects.filter(
-            reservation__in=reservations, phase__in=UnitPhase.LIVE, interruptible=False
-        )
+        GPUUnit.objects.live()
+        .filter(reservation__in=reservations, interruptible=False)
         .values("reservation")
         .annotate(n=Count("id"))
         .values_list("reservation", "n")

@@ -72,7 +72,7 @@ def get_unit(*, tenant: Tenant, name: str) -> GPUUnit | None:
     units = GPUUnit.objects.filter(tenant=tenant, name=fold_case(name.strip())).select_related(
         "reservation"
     )
-    return units.filter(phase__in=UnitPhase.LIVE).first() or units.order_by("-id").first()
+    return units.live().first() or units.order_by("-id").first()
 
 
 def list_unit_events(*, unit: GPUUnit) -> QuerySet[UnitEvent]:
@@ -89,14 +89,14 @@ def get_operation(*, tenant: Tenant, operation_id: str) -> Operation | None:
 
 def name_in_use(*, tenant: Tenant, name: str) -> bool:
     """Whether one of the tenant's live units holds the name."""
-    return GPUUnit.objects.filter(tenant=tenant, name=name, phase__in=UnitPhase.LIVE).exists()
+    return GPUUnit.objects.live().filter(tenant=tenant, name=name).exists()
 
 
 def count_tenant_usage(*, tenant: Tenant | None = None) -> dict[int, TenantUsage]:
     """What every tenant's (or one tenant's) live units hold, summed from the units themselves
     (`{tenant id: usage}`, tenants without live units left out): the truth the counters are
     checked against."""
-    units = GPUUnit.objects.filter(phase__in=UnitPhase.LIVE)
+    units = GPUUnit.objects.live()
     if tenant is not None:
         units = units.filter(tenant=tenant)
     charged = Q(compute_charged=True)  # a Stopped unit holds its claim, not CPU or memory
@@ -178,12 +178,15 @@ def list_live_units_by_key(keys: Iterable[tuple[str, str]], *, cluster: str) -> 
     wanted = set(keys)
     if not wanted:
         return []
-    units = GPUUnit.objects.filter(
-        cluster=cluster,
-        namespace__in={namespace for namespace, _ in wanted},
-        name__in={name for _, name in wanted},
-        phase__in=UnitPhase.LIVE,
-    ).select_related("tenant")
+    units = (
+        GPUUnit.objects.live()
+        .filter(
+            cluster=cluster,
+            namespace__in={namespace for namespace, _ in wanted},
+            name__in={name for _, name in wanted},
+        )
+        .select_related("tenant")
+    )
     return [unit for unit in units if (unit.namespace, unit.name) in wanted]
 
 
@@ -267,9 +270,11 @@ def list_units_idle_since(*, before: datetime, limit: int) -> list[GPUUnit]:
 def devices_requested(*, tenant: Tenant, device_class: str) -> int:
     """Devices of `device_class` the tenant's live units' claims request (a stopped unit's
     claim too: it still exists)."""
-    total = GPUUnit.objects.filter(
-        tenant=tenant, phase__in=UnitPhase.LIVE, device_class_name=device_class
-    ).aggregate(total=Sum("count"))["total"]
+    total = (
+        GPUUnit.objects.live()
+        .filter(tenant=tenant, device_class_name=device_class)
+        .aggregate(total=Sum("count"))["total"]
+    )
     return int(total or 0)
 
 
@@ -321,7 +326,8 @@ def devices_held_by_region(*, tenant: Tenant) -> dict[str, int]:
     """Devices the tenant's live units request, per region they were placed in (a stopped
     unit's too: it keeps its place), and its reservations' free slots there. Two queries."""
     rows = (
-        GPUUnit.objects.filter(tenant=tenant, phase__in=UnitPhase.LIVE)
+        GPUUnit.objects.live()
+        .filter(tenant=tenant)
         .values("region")
         .annotate(total=Sum("count"))
         .values_list("region", "total")
@@ -336,7 +342,8 @@ def devices_requested_by_class(*, tenant: Tenant) -> dict[str, int]:
     """Devices requested by the tenant's live units, and by its reservations' free slots,
     per device class (what its device quota counts). Two queries."""
     rows = (
-        GPUUnit.objects.filter(tenant=tenant, phase__in=UnitPhase.LIVE)
+        GPUUnit.objects.live()
+        .filter(tenant=tenant)
         .values("device_class_name")
         .annotate(total=Sum("count"))
         .values_list("device_class_name", "total")

@@ -29,7 +29,7 @@ from controlplane import kube
 from controlplane.kube.errors import KubeError, TemporaryError
 from inventory import selectors as inventory_selectors
 from runtime import lifecycle, manifests
-from runtime.models import EventType, GPUUnit, Reservation, UnitPhase
+from runtime.models import EventType, GPUUnit, Reservation
 
 logger = logging.getLogger(__name__)
 
@@ -208,12 +208,8 @@ def _take_back(unit: GPUUnit, reservation: Reservation, slot: int, *, now: datet
     for it from now (the lender is told to give way by the preemption pass, which finds it by
     its slot); its claim, made next, asks for exactly them."""
     lent = (
-        GPUUnit.objects.filter(
-            reservation=reservation,
-            reservation_slot=slot,
-            interruptible=True,
-            phase__in=UnitPhase.LIVE,
-        )
+        GPUUnit.objects.live()
+        .filter(reservation=reservation, reservation_slot=slot, interruptible=True)
         .exclude(pk=unit.pk)
         .first()
     )

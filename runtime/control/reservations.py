@@ -91,9 +91,9 @@ def _slot_units(reservation: Reservation) -> dict[int, GPUUnit]:
     """The live unit each slot is assigned to (its owner's, or one it was lent to)."""
     return {
         unit.reservation_slot: unit
-        for unit in GPUUnit.objects.filter(
-            reservation=reservation, phase__in=UnitPhase.LIVE, reservation_slot__isnull=False
-        ).only("phase", "dra", "reservation_slot")
+        for unit in GPUUnit.objects.live()
+        .filter(reservation=reservation, reservation_slot__isnull=False)
+        .only("phase", "dra", "reservation_slot")
         if unit.reservation_slot is not None
     }
 
@@ -175,9 +175,9 @@ def keep_placeholders(reservation: Reservation, *, now: datetime | None = None) 
                 held_by[slot] = (claim, pod)
     _meter_slots(reservation, held_by, now=now)
     # Counted apart from `assigned`: while the owner takes a lent slot back, two units name it.
-    held_by_units = GPUUnit.objects.filter(
-        reservation=reservation, phase__in=UnitPhase.LIVE, dra__allocated=True
-    ).count()
+    held_by_units = (
+        GPUUnit.objects.live().filter(reservation=reservation, dra__allocated=True).count()
+    )
     held = len(held_by) + held_by_units
     if held != reservation.held:
         message = (
