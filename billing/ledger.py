@@ -1,7 +1,8 @@
 """Writing the usage ledger. A unit is billed for the devices its pod holds, from the moment
 the cluster says the pod started on them to the moment it says they were released (the pod
-terminal or gone: runtime/control/status.py `held_since`), not for the requests that caused either: the runtime's reconcile
-(runtime/control/metering.py `settle_meters`) opens and closes meters from what it observed.
+terminal or gone: runtime/control/status.py `held_since`), not for the requests that caused
+either: the runtime's reconcile (runtime/control/metering.py `settle_meters`) opens and
+closes meters from what it observed.
 
 One clock: every boundary is a time the cluster reported or, where it reports none (the last
 time a pod was seen running, the hour sealed), PostgreSQL's `now()` in the writing
