@@ -371,6 +371,9 @@ WHOLE_MODULES = {
     "tests/test_readme.py",  # a `make run` stack
     "tests/test_deploy_rbac.py",  # the manifests rendered and applied with kubectl
     "tests/test_monitoring.py",  # the manifests rendered with kustomize
+    # Each benchmark starts clusters and servers of its own: one after the other on one
+    # process, not all at once beside the suite.
+    "tests/test_bench_smoke.py",
 }
 
 

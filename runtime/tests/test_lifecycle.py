@@ -23,7 +23,12 @@ from runtime.control.provisioning import (
 from runtime.models import GPUUnit, Operation, OperationStatus
 from runtime.tasks import sweep_operations
 from runtime.tests.factories import UnitFactory
-from runtime.tests.helpers import remove_namespace_objects, unit_objects, wait_for_phase
+from runtime.tests.helpers import (
+    remove_namespace_objects,
+    unit_objects,
+    wait_for_phase,
+    wait_until,
+)
 from tenancy.tests.factories import TenantFactory
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("celery_worker")]
@@ -127,10 +132,25 @@ def test_foreign_object_in_the_way_fails_without_touching_it(tenant):
     assert kube.get(kube.POD, tenant.namespace, "unit-demo") is None
 
 
+def lose_pod(unit: GPUUnit, namespace: str) -> None:
+    """Delete the unit's pod behind the control plane's back and wait until it is gone: a
+    deleted pod terminates first (KWOK finishes its deletion a moment later, longer on a busy
+    machine), and a reconcile that still sees it terminating has nothing to recreate yet."""
+    name = manifests.pod_name_for(unit.name)
+    kube.delete(kube.POD, namespace, name)
+    wait_until(
+        lambda: (
+            (kube.get(kube.POD, namespace, name) or {}).get("metadata", {}).get("uid")
+            != unit.pod_k8s_uid
+        ),
+        "the pod to be gone",
+    )
+
+
 def test_lost_pod_is_recreated(tenant):
     unit = wait_for_phase(create(tenant), "Running")
     old_uid = unit.pod_k8s_uid
-    kube.delete(kube.POD, tenant.namespace, manifests.pod_name_for(unit.name))
+    lose_pod(unit, tenant.namespace)
     reconcile.reconcile_units()
     assert unit.events.filter(reason="PodRecreated").exists()
     unit = wait_for_phase(unit, "Running")
@@ -150,7 +170,7 @@ def test_a_permanent_error_recreating_the_pod_fails_the_unit_with_its_reason(ten
     }
     kube.create(kube.RESOURCEQUOTA, tenant.namespace, no_pods)
     try:
-        kube.delete(kube.POD, tenant.namespace, manifests.pod_name_for(unit.name))
+        lose_pod(unit, tenant.namespace)
         result = reconcile.reconcile_units()
         assert result.failed == 1
         unit.refresh_from_db()
