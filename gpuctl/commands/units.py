@@ -157,7 +157,7 @@ def create(
         typer.Option("--secret-env", help="NAME=SECRET:KEY: a key of one of your secrets"),
     ] = None,
     port: Annotated[
-        list[str] | None, typer.Option("--port", help="NAME:PORT[/PROTOCOL], e.g. http:8080")
+        list[str] | None, typer.Option("--port", help="NAME:PORT\\[/PROTOCOL], e.g. http:8080")
     ] = None,
     scheme: Annotated[
         str | None, typer.Option(help="how the first port is reached: http, https or tcp")
