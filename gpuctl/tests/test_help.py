@@ -4,7 +4,6 @@ points to, crashed on its `--port` text, which Rich read as markup)."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-
 from typing import Any
 
 import pytest
