@@ -23,16 +23,18 @@ from devstack.cluster import ClusterError, DevCluster
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLE_CATALOG = ROOT / "catalog" / "samples" / "packages.yaml"
 CONTROL_PLANE = ROOT / "k8s" / "control-plane"
-# The control plane's accounts, their RBAC and admission policies (and namespace rights: make
-# run provisions tenant namespaces), applied to each development cluster as a deployment
-# applies them: each process of make run then talks to the clusters with the token its
-# Deployment's pod would hold, and the API server enforces k8s/'s rules on it (issue 41).
+# The control plane's accounts, their RBAC and admission policies (and the opt-in components
+# make run uses: it provisions tenant namespaces and publishes units' URLs), applied to each
+# development cluster as a deployment applies them: each process of make run then talks to the
+# clusters with the token its Deployment's pod would hold, and the API server enforces k8s/'s
+# rules on it (issue 41).
 ACCESS_MANIFESTS = [
     CONTROL_PLANE / "namespace.yaml",
     CONTROL_PLANE / "serviceaccount.yaml",
     CONTROL_PLANE / "rbac.yaml",
     CONTROL_PLANE / "admission-policy.yaml",
     ROOT / "k8s" / "components" / "tenant-provisioning" / "rbac.yaml",
+    ROOT / "k8s" / "components" / "published-urls" / "rbac.yaml",  # units' URLs (DEV_ACCESS)
 ]
 ACCOUNTS_NAMESPACE = "gpu-control-plane"
 # Each process of make run -> the Deployment of k8s/control-plane it stands for.
