@@ -64,7 +64,9 @@ class TestUnitLogs(EndpointTest):
         """Lines printed after the request arrive on the open stream, which ends at
         LOGS_FOLLOW_SECONDS. (A kubelet also ends it when the container exits; KWOK's
         kubelet cannot tell, so here the deadline ends it.)"""
-        settings.LOGS_FOLLOW_SECONDS = 3
+        # Long enough that a busy machine still prints the line while the stream is open (it
+        # is printed as soon as the log so far has arrived); the test then waits it out.
+        settings.LOGS_FOLLOW_SECONDS = 10
         response = self.call(auth_client, name="talker", query={"follow": "true"})
         assert response.status_code == 200
         assert response.streaming
