@@ -511,7 +511,6 @@ class UnitCreateView(DashboardView):
             tenant = self.scope.tenant or data["tenant"]
             audit.note(request, tenant=tenant)
             try:
-                tenant_secrets.check_references(tenant=tenant, template=data["template"])
                 result = orders.create_unit(
                     tenant=tenant,
                     operation_id=data["operation_id"],

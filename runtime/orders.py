@@ -36,7 +36,15 @@ from inventory import placement
 from inventory import selectors as inventory_selectors
 from inventory.models import PackageAvailability
 from runtime import access as unit_access
-from runtime import lifecycle, manifests, outbox, selectors, stopafter, validation
+from runtime import (
+    lifecycle,
+    manifests,
+    outbox,
+    selectors,
+    stopafter,
+    tenant_secrets,
+    validation,
+)
 from runtime.access import host_label
 from runtime.errors import (
     InsufficientCapacity,
@@ -83,6 +91,49 @@ class CreateResult:
     created: bool
 
 
+@dataclass
+class Order:
+    """A create request as the service takes it: the fields given, empty ones as empty."""
+
+    tenant: Tenant
+    operation_id: str
+    name: str
+    package_id: str
+    image: str
+    template: dict
+    access: dict
+    storage_mounts: list[dict]
+    ssh: dict
+    stop_after: str | None
+    region: str
+    interruptible: bool
+    auto_resume: bool
+    reservation: str
+
+    def request_hash(self) -> str:
+        """The hash a replay must match. Optional fields only when given: the hashes of
+        orders made before a field existed stay what they were."""
+        request: dict[str, Any] = {
+            "operationID": self.operation_id,
+            "name": self.name,
+            "packageID": self.package_id,
+            "image": self.image,
+            "template": self.template,
+        }
+        optional = {
+            "access": self.access,
+            "storageMounts": self.storage_mounts,
+            "ssh": self.ssh,
+            "stopAfter": self.stop_after,
+            "region": self.region,
+            "interruptible": self.interruptible,
+            "autoResume": self.auto_resume,
+            "reservation": self.reservation,
+        }
+        request.update({key: value for key, value in optional.items() if value})
+        return outbox.request_hash(request)
+
+
 def create_unit(
     *,
     tenant: Tenant,
@@ -103,55 +154,71 @@ def create_unit(
     """Record a new unit, placed in a cluster (of `region`, when named), and its create
     operation, or return the unit an earlier identical request created (same operationID and
     payload; a different payload is a conflict). Provisioning is queued after commit. Nothing
-    is written when the order is refused."""
-    template = template or {}
-    access = access or {}
-    request: dict[str, Any] = {
-        "operationID": operation_id,
-        "name": name,
-        "packageID": package_id,
-        "image": image,
-        "template": template,
-    }
-    # Only when given: the request hashes of earlier orders stay what they were.
-    if access:
-        request["access"] = access
-    storage_mounts = storage_mounts or []
-    if storage_mounts:
-        request["storageMounts"] = storage_mounts
-    ssh = ssh or {}
-    if ssh:
-        request["ssh"] = ssh
-    if stop_after:
-        request["stopAfter"] = stop_after
-    if region:
-        request["region"] = region
-    if interruptible:
-        request["interruptible"] = True
-    if auto_resume:
-        request["autoResume"] = True
-    if reservation:
-        request["reservation"] = reservation
-    request_hash = outbox.request_hash(request)
+    is written when the order is refused.
+
+    The order passes a chain of admission checks, each refusing with its own error: the
+    replay, the package (`_admit_package`), the secrets its env reads, the budget and the
+    placement with its reservation
+    slot (`_place_order`), the new rows' fields (`_new_rows`), then under the tenant's lock the
+    quotas, limits, ports and storage (`ADMISSION_UNDER_LOCK`), and the one statement."""
+    order = Order(
+        tenant=tenant,
+        operation_id=operation_id,
+        name=name,
+        package_id=package_id,
+        image=image,
+        template=template or {},
+        access=access or {},
+        storage_mounts=storage_mounts or [],
+        ssh=ssh or {},
+        stop_after=stop_after,
+        region=region,
+        interruptible=interruptible,
+        auto_resume=auto_resume,
+        reservation=reservation,
+    )
+    request_hash = order.request_hash()
     earlier, package = _lookup(tenant, operation_id, package_id)
     if earlier is not None:
         return _replayed(earlier, request_hash)
+    admitted = _admit_package(order, package)
+    tenant_secrets.check_references(tenant=tenant, template=order.template)
+    held, placed = _place_order(order, admitted)
+    if order.ssh:
+        order.ssh = {"enabled": True, "keys": ssh_key_names(tenant, order.ssh.get("keys"))}
+    rows = _new_rows(order, admitted, placed, held, request_hash)
+    return _commit(order, rows, held, request_hash)
+
+
+def _admit_package(order: Order, package: Package | None) -> Package:
+    """The package is offered, and sold the way the order buys it."""
     if package is None:
         raise InvalidRequest(
-            f'packageID "{package_id}" is not offered.',
+            f'packageID "{order.package_id}" is not offered.',
             details={"fields": {"packageID": ["Unknown or inactive package."]}},
         )
-    if interruptible and not package.interruptible:
+    if order.interruptible and not package.interruptible:
         raise InvalidRequest(
             f'package "{package.id}" is not sold as interruptible.',
             details={"fields": {"interruptible": ["This package is sold on demand only."]}},
         )
-    if auto_resume and not interruptible:
+    if order.auto_resume and not order.interruptible:
         raise InvalidRequest(
             "autoResume applies to interruptible units only.",
             details={"fields": {"autoResume": ["Only an interruptible unit is preempted."]}},
         )
-    held = _reservation_for(tenant, reservation, package, interruptible) if reservation else None
+    return package
+
+
+def _place_order(order: Order, package: Package) -> tuple[Reservation | None, placement.Placed]:
+    """Where the unit goes, and the reservation whose devices it runs on (its own, or one an
+    interruptible unit borrows), once the budget allows an order at all."""
+    tenant, region, interruptible = order.tenant, order.region, order.interruptible
+    held = (
+        _reservation_for(tenant, order.reservation, package, interruptible)
+        if order.reservation
+        else None
+    )
     tenancy_services.check_budget(tenant)
     if held is not None:  # where its devices are held
         if region and region != held.region:
@@ -159,54 +226,70 @@ def create_unit(
                 f'reservation "{held.name}" holds devices in region "{held.region}".',
                 details={"fields": {"region": [f'The reservation is in "{held.region}".']}},
             )
-        placed = placement.Placed(held.cluster, held.region)
-    else:
-        try:
-            placed = place(
-                package,
-                region,
-                tenant,
-                within=bound_to(tenant, storage_mounts, template),
-                reclaim=not interruptible,
-            )
-        except InsufficientCapacity:
-            if not interruptible or (held := _lendable(package, region)) is None:
-                raise
-            placed = placement.Placed(held.cluster, held.region)
-        else:
-            if interruptible and not _room(placed.cluster, package.id):
-                # Reserved devices nobody uses are lent to an interruptible unit, and taken
-                # back (preempted) when the reservation's owner orders on them.
-                held = _lendable(package, placed.region, cluster=placed.cluster)
-    if ssh:
-        ssh = {"enabled": True, "keys": ssh_key_names(tenant, ssh.get("keys"))}
-    now = timezone.now()
+        return held, placement.Placed(held.cluster, held.region)
+    try:
+        placed = place(
+            package,
+            region,
+            tenant,
+            within=bound_to(tenant, order.storage_mounts, order.template),
+            reclaim=not interruptible,
+        )
+    except InsufficientCapacity:
+        if not interruptible or (held := _lendable(package, region)) is None:
+            raise
+        return held, placement.Placed(held.cluster, held.region)
+    if interruptible and not _room(placed.cluster, package.id):
+        # Reserved devices nobody uses are lent to an interruptible unit, and taken back
+        # (preempted) when the reservation's owner orders on them.
+        held = _lendable(package, placed.region, cluster=placed.cluster)
+    return held, placed
+
+
+@dataclass
+class _Rows:
+    """What the order statement writes: the unit, its create operation, its first entry."""
+
+    unit: GPUUnit
+    operation: Operation
+    event: UnitEvent
+
+
+def _new_rows(
+    order: Order,
+    package: Package,
+    placed: placement.Placed,
+    held: Reservation | None,
+    request_hash: str,
+) -> _Rows:
+    """The rows the order writes, their fields checked (a 400 naming the field at fault)."""
+    tenant, name = order.tenant, order.name
     unit = GPUUnit(
         tenant=tenant,
         name=name,
         namespace=tenant.namespace,
-        operation_id=operation_id,
+        operation_id=order.operation_id,
         cluster=placed.cluster,
         region=placed.region,
-        image=image,
-        template=template,
-        access=access,
-        storage_mounts=storage_mounts,
-        ssh=ssh,
+        image=order.image,
+        template=order.template,
+        access=order.access,
+        storage_mounts=order.storage_mounts,
+        ssh=order.ssh,
         host_label=host_label(tenant.namespace, name),
         stop_after=stopafter.effective_stop_after(
-            tenant, package.id, stop_after, package_max=package.max_stop_after
+            tenant, package.id, order.stop_after, package_max=package.max_stop_after
         ),
-        started_at=now,
-        interruptible=interruptible,
-        auto_resume=auto_resume,
+        started_at=timezone.now(),
+        interruptible=order.interruptible,
+        auto_resume=order.auto_resume,
         reservation=held,
         **GPUUnit.contract_fields(package, name=name),
     )
     unit.stops_at = stopafter.stops_at(unit)
     operation = Operation(
         tenant=tenant,
-        operation_id=operation_id,
+        operation_id=order.operation_id,
         kind=OperationKind.CREATE,
         request_hash=request_hash,
     )
@@ -224,14 +307,80 @@ def create_unit(
         raise InvalidRequest(
             "The order does not fit the unit's fields.", details={"fields": exc.message_dict}
         ) from exc
-    params: dict[str, Any] = {
-        "unit": statements.row_json(unit),
-        "operation": statements.row_json(operation, skip=("unit",)),
-        "event": statements.row_json(event, skip=("unit",)),
-        "cpu": unit.cpu_millicores,
-        "memory": unit.memory_bytes,
-        "tenant": tenant.pk,
-    }
+    return _Rows(unit, operation, event)
+
+
+# ---------------------------------------------------------------- admission under the tenant lock
+# Each takes the order, its unit, the tenant's usage as locked and the reservation it runs on,
+# and raises the refusal; they run in this order, after the tenant row is locked and before
+# the statement, so two orders of one tenant never pass on the same room.
+
+
+def _compute_quota(
+    order: Order, unit: GPUUnit, usage: TenantUsage, held: Reservation | None
+) -> None:
+    if problem := tenancy_services.quota_problem(
+        order.tenant, usage, cpu_millicores=unit.cpu_millicores, memory_bytes=unit.memory_bytes
+    ):
+        raise problem
+
+
+def _slot_or_devices(
+    order: Order, unit: GPUUnit, usage: TenantUsage, held: Reservation | None
+) -> None:
+    """Its reservation slot (taken under the reservation's row lock: the devices were counted
+    against the quota when it was made), else the device quota; a borrower's slot is lent."""
+    if held is not None and not order.interruptible:
+        unit.reservation_slot = _take_slot(held)
+    elif problem := device_quota_problem(order.tenant, unit.device_class_name, unit.count):
+        raise problem
+    elif held is not None:  # lent: a slot no unit takes, or none (placed as usual)
+        unit.reservation_slot = _lend_slot(held)
+        unit.reservation = held if unit.reservation_slot is not None else None
+
+
+def _region_quota(
+    order: Order, unit: GPUUnit, usage: TenantUsage, held: Reservation | None
+) -> None:
+    # A unit on its reservation's slot was counted there when the reservation was made.
+    if (unit.reservation_slot is None or order.interruptible) and (
+        problem := region_quota_problem(order.tenant, unit.region, unit.count)
+    ):
+        raise problem
+
+
+def _ephemeral(order: Order, unit: GPUUnit, usage: TenantUsage, held: Reservation | None) -> None:
+    if problem := ephemeral_storage_problem(order.tenant, unit.ephemeral_storage):
+        raise problem
+
+
+def _ports(order: Order, unit: GPUUnit, usage: TenantUsage, held: Reservation | None) -> None:
+    # In the ORM, not the order statement: most orders open no port and pay nothing for it;
+    # the tenant lock keeps two orders from one last port.
+    check_exposure(
+        order.tenant, {"template": order.template, "access": order.access, "ssh": order.ssh}
+    )
+
+
+def _storage(order: Order, unit: GPUUnit, usage: TenantUsage, held: Reservation | None) -> None:
+    if order.storage_mounts:  # under the tenant lock: two orders cannot take one storage
+        check_storage_mounts(order.tenant, order.storage_mounts, cluster=unit.cluster)
+
+
+ADMISSION_UNDER_LOCK = (
+    _compute_quota,
+    _slot_or_devices,
+    _region_quota,
+    _ephemeral,
+    _ports,
+    _storage,
+)
+
+
+def _commit(order: Order, rows: _Rows, held: Reservation | None, request_hash: str) -> CreateResult:
+    """Lock the tenant, admit the order (ADMISSION_UNDER_LOCK), write it in one statement and
+    queue its provisioning after commit; a replay that committed first is answered as one."""
+    tenant, unit, operation = order.tenant, rows.unit, rows.operation
     candidate = 0
     while True:
         try:
@@ -243,37 +392,19 @@ def create_unit(
                     [tenant.pk],
                 )
                 usage = TenantUsage(*sql.fetchone())
-                if problem := tenancy_services.quota_problem(
-                    tenant,
-                    usage,
-                    cpu_millicores=unit.cpu_millicores,
-                    memory_bytes=unit.memory_bytes,
-                ):
-                    raise problem
-                if held is not None and not interruptible:
-                    # Its slot, under the reservation's row lock: the devices were counted
-                    # against the quota when it was made.
-                    unit.reservation_slot = _take_slot(held)
-                    params["unit"] = statements.row_json(unit)
-                elif problem := device_quota_problem(tenant, unit.device_class_name, unit.count):
-                    raise problem
-                elif held is not None:  # lent: a slot no unit takes, or none (placed as usual)
-                    unit.reservation_slot = _lend_slot(held)
-                    unit.reservation = held if unit.reservation_slot is not None else None
-                    params["unit"] = statements.row_json(unit)
-                # (A unit on its reservation's slot was counted there when it was made.)
-                if (unit.reservation_slot is None or interruptible) and (
-                    problem := region_quota_problem(tenant, unit.region, unit.count)
-                ):
-                    raise problem
-                if problem := ephemeral_storage_problem(tenant, unit.ephemeral_storage):
-                    raise problem
-                # In the ORM, not the order statement: most orders open no port and pay
-                # nothing for it; the tenant lock above keeps two orders from one last port.
-                check_exposure(tenant, {"template": template, "access": access, "ssh": ssh})
-                if storage_mounts:  # under the tenant lock: two orders cannot take one storage
-                    check_storage_mounts(tenant, storage_mounts, cluster=unit.cluster)
-                sql.execute(_order_sql(), params)
+                for check in ADMISSION_UNDER_LOCK:
+                    check(order, unit, usage, held)
+                sql.execute(
+                    _order_sql(),
+                    {
+                        "unit": statements.row_json(unit),
+                        "operation": statements.row_json(operation, skip=("unit",)),
+                        "event": statements.row_json(rows.event, skip=("unit",)),
+                        "cpu": unit.cpu_millicores,
+                        "memory": unit.memory_bytes,
+                        "tenant": tenant.pk,
+                    },
+                )
                 unit_pk, operation_pk = sql.fetchone()
                 statements.saved(unit, unit_pk)
                 operation.unit = unit
@@ -286,18 +417,19 @@ def create_unit(
                 # Another live unit's URL (practically never): the next label, decided by the
                 # unique index again. A name or operationID taken as well fails the next try.
                 candidate += 1
-                unit.host_label = host_label(tenant.namespace, name, candidate)
-                params["unit"] = statements.row_json(unit)
+                unit.host_label = host_label(tenant.namespace, order.name, candidate)
                 continue
             # An identical request that committed first (its operationID, or its unit's name, is
             # taken now) is a replay; the name being taken comes before a full quota or limit.
-            replay = selectors.get_operation(tenant=tenant, operation_id=operation_id)
+            replay = selectors.get_operation(tenant=tenant, operation_id=order.operation_id)
             if replay is not None:
                 return _replayed(replay, request_hash)
-            if isinstance(exc, IntegrityError) or selectors.name_in_use(tenant=tenant, name=name):
+            if isinstance(exc, IntegrityError) or selectors.name_in_use(
+                tenant=tenant, name=order.name
+            ):
                 raise NameConflict(
-                    f"gpu unit name {tenant.namespace}/{name} is already in use.",
-                    details={"name": name},
+                    f"gpu unit name {tenant.namespace}/{order.name} is already in use.",
+                    details={"name": order.name},
                 ) from None
             raise
         return CreateResult(unit=unit, created=True)

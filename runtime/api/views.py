@@ -219,7 +219,6 @@ class UnitListView(TenantView):
         serializer = CreateUnitSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
         data = serializer.validated_data
-        tenant_secrets.check_references(tenant=self.tenant, template=data.get("template"))
         result = orders.create_unit(
             tenant=self.tenant,
             operation_id=data["operationID"],
