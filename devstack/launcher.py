@@ -45,7 +45,8 @@ DEPLOYMENTS = {
     "observer": "observer.yaml",
     "beat": "beat.yaml",
 }
-# make run's own tokens are made again at each start; a day outlasts a working session.
+# make run's tokens are made again at each start and last a week: a stack left running longer
+# is refused by its clusters until it is restarted.
 TOKEN_SECONDS = 7 * 86400
 # What each development cluster gets at start: Gateway API CRDs, a Gateway and a default
 # StorageClass, so a unit gets a URL and bound storage (applied again, unchanged, each start).
