@@ -10,10 +10,12 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from django import forms
+from django.conf import settings
 from django.db.models import QuerySet
 from django.utils.datastructures import MultiValueDict
 
 from controlplane.validation import fold_case, format_duration
+from dashboard import money
 from dashboard.queries import ALL_PHASES, PackageRow
 from runtime import actions, stopafter
 from runtime.api.serializers import CreateUnitSerializer
@@ -267,6 +269,10 @@ class PackageOption:
             f"{package.gpu}\N{MULTIPLICATION SIGN} {package.device_class_name}, {package.cpu} CPU, "
             f"{package.memory} memory"
         )
+        currency = settings.BILLING_CURRENCY
+        self.price = f"{money.display(package.price, currency)} an hour on demand"
+        if package.interruptible:
+            self.price += f", {money.display(package.interruptible_price, currency)} interruptible"
         if row.placeable_now:
             self.room = f"{row.placeable_now} can start now"
         elif row.reason:
@@ -275,7 +281,7 @@ class PackageOption:
             self.room = "none can start now"
 
     def __str__(self) -> str:
-        return f"{self.row.package.id} — {self.contract} — {self.room}"
+        return f"{self.row.package.id} — {self.contract} — {self.price} — {self.room}"
 
 
 class UnitCreateForm(SummarisedForm):

@@ -702,3 +702,10 @@ def list_tenant_costs(*, now: datetime) -> TenantCosts:
         this_month=sum((row.this_month for row in rows), Decimal(0)),
         to_date=sum((row.to_date for row in rows), Decimal(0)),
     )
+
+
+def unit_price(unit: GPUUnit) -> Decimal | None:
+    """What an hour of the unit costs now: its package's price (the interruptible one for an
+    interruptible unit); None once the package is gone from the catalog."""
+    package = Package.objects.filter(id=unit.package_id).first()
+    return None if package is None else package.price_of(interruptible=unit.interruptible)

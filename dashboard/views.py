@@ -438,6 +438,7 @@ class UnitDetailView(UnitPage, LivePage):
                 "unit": unit,
                 "live": live,
                 "cost": queries.unit_costs([unit], now=costs_to)[unit.uid],
+                "price": queries.unit_price(unit),
                 "costs_to": costs_to,
                 "pod_name": manifests.pod_name_for(unit.name),
                 "can_delete": unit.phase in UnitPhase.LIVE and unit.phase != UnitPhase.TERMINATING,

@@ -363,7 +363,16 @@ class TestCreate:
             interruptible=True, interruptible_price="0.10"
         )
         packages_page = member_client.get(PACKAGES).content.decode()
-        assert "interruptible at" in packages_page
+        # Both prices where a customer chooses: the packages table and the order form's card.
+        assert re.search(
+            r"USD [0-9.]+</data> an hour on demand, <data[^>]*>USD 0.10</data> interruptible",
+            packages_page,
+        )
+        form_page = member_client.get(f"{NEW}?package={package.id}").content.decode()
+        assert re.search(
+            r'<span class="price">USD [0-9.]+ an hour on demand, USD 0.10 interruptible</span>',
+            form_page,
+        )
         refused = order(member_client, auto_resume="on", operation_id="dash-" + "b" * 32)
         assert "Only an interruptible unit is preempted." in refused.content.decode()
         response = order(member_client, interruptible="on", auto_resume="on")
@@ -371,6 +380,7 @@ class TestCreate:
         assert (unit.interruptible, unit.auto_resume) == (True, True)
         page = member_client.get(response["Location"]).content.decode()
         assert '<span class="badge">Interruptible</span>' in page
+        assert re.search(r"<dt>Price</dt><dd><data[^>]*>USD 0.10</data> an hour", page)
         assert "Preemption" not in page
         unit.preemption = {
             "reason": "CapacityReclaimed",
