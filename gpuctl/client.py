@@ -40,6 +40,8 @@ def path(*parts: str) -> str:
 class Client:
     def __init__(self, api_url: str, api_key: str, *, session: requests.Session | None = None):
         self.api_url = api_url.rstrip("/")
+        # The API's own address is what people copy from the docs: /api/v1 is ours to add.
+        self.api_url = self.api_url.removesuffix("/api/v1")
         self.session = session or requests.Session()
         self.session.headers.update(
             {

@@ -48,6 +48,16 @@ def test_a_call_sends_the_key_and_json_and_unwraps_the_envelope():
     assert session.headers["Authorization"] == "Bearer secret"
 
 
+@pytest.mark.parametrize(
+    "api_url", ["http://api", "http://api/", "http://api/api/v1", "http://api/api/v1/"]
+)
+def test_an_api_url_with_or_without_the_api_path_reaches_the_same_route(api_url):
+    # GPUCTL_API_URL copied with /api/v1 on the end answered a bare 404 (issue 43, item 10).
+    session = ScriptedSession((200, {"data": [], "meta": {}}))
+    Client(api_url, "k", session=session).call("GET", "/packages")
+    assert session.asked[0]["url"] == "http://api/api/v1/packages"
+
+
 def test_pages_follow_the_cursor_to_the_end_or_to_most():
     session = ScriptedSession(page([1, 2], "c1"), page([3], None))
     client = Client("http://api", "k", session=session)

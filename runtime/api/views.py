@@ -9,6 +9,7 @@ from typing import Any
 
 from django.conf import settings
 from django.http import HttpResponse, StreamingHttpResponse
+from django.urls import reverse
 from django.utils import timezone
 from drf_spectacular.utils import (
     OpenApiParameter,
@@ -240,7 +241,8 @@ class UnitListView(TenantView):
         body = _render_unit(result.unit)
         headers = {"ETag": result.unit.etag}
         if result.created:
-            return Response(body, status=201, headers=headers)
+            location = reverse("v1:unit-detail", kwargs={"name": result.unit.name})
+            return Response(body, status=201, headers={**headers, "Location": location})
         return Response(body, status=200, headers={**headers, _REPLAYED: "true"})
 
 

@@ -66,6 +66,8 @@ class TestUnitCreate(EndpointTest):
     def test_creates_unit_with_package_contract_and_operation(self, auth_client, tenant):
         response = auth_client.post(URL, body(name="  Demo-Instance "), format="json")
         assert response.status_code == 201
+        # Where the new unit is read (its name as stored: trimmed, lower-cased).
+        assert response["Location"] == "/api/v1/gpu-units/demo-instance"
         data = response.json()["data"]
         assert data["name"] == "demo-instance"
         assert data["namespace"] == tenant.namespace
