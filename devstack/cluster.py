@@ -59,6 +59,13 @@ RUNTIME_CONFIG = {"resource.k8s.io/v1beta2": "true"}
 SERVICE_RANGE = "10.96.0.0/16"
 POD_RANGE = "10.244.0.0/16"  # the pods' addresses KWOK hands out (kind's default range)
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+# Components started again when they exit while the cluster runs. kwok v0.8.0 can die of a data
+# race when several of its workers first build their stages' CEL environments at once ("fatal
+# error: concurrent map writes" in easycel's type cache, seen once in a fresh-clone run: every
+# test of that process then failed). It keeps no state of its own, so a new one carries on from
+# the API server. More restarts than this and the cluster counts it as exited.
+RESTARTED = {"kwok"}
+MAX_RESTARTS = 5
 START_TIMEOUT = 90.0
 # The label a test sets on a pod or node to make KWOK play a fault (devstack/stages).
 CHAOS_LABEL = "devstack.lokiwager.io/chaos"
@@ -124,6 +131,10 @@ class DevCluster:
         self.ports: dict[str, int] = {}
         self.proxy_control: str | None = None
         self._lock = threading.Lock()
+        # Set by stop(): the keepers of this run of the cluster (_keep) start nothing more.
+        self._stopped = threading.Event()
+        self._given_up: set[str] = set()  # RESTARTED components that exited too often
+        self.restarts: dict[str, int] = {}
         self.faults: FaultProxy | None = None  # with `proxy`, once started
 
     # -- paths ----------------------------------------------------------------------------
@@ -175,6 +186,10 @@ class DevCluster:
                 "kube-apiserver": self.api_port or base + 2,
                 "kwok": base + 3,
             }
+            with self._lock:
+                self._stopped = threading.Event()  # a new run: its own keepers
+                self._given_up.clear()
+                self.restarts.clear()
             try:
                 self._start_components(bin_dir, keys)
                 break
@@ -201,6 +216,7 @@ class DevCluster:
         """Stop every process one after the other, the last started first (etcd last: the API
         server shuts down fast while it still answers), each with SIGTERM, then SIGKILL."""
         with self._lock:
+            self._stopped.set()
             running = list(self.processes.items())
             self.processes = {}
         for _name, process in reversed(running):
@@ -248,8 +264,12 @@ class DevCluster:
         return target
 
     def running(self) -> bool:
-        """Whether every process of the cluster is still up."""
-        return bool(self.processes) and all(p.poll() is None for p in self.processes.values())
+        """Whether every process of the cluster is still up (a RESTARTED one counts while it is
+        being started again)."""
+        return bool(self.processes) and all(
+            p.poll() is None or (name in RESTARTED and name not in self._given_up)
+            for name, p in self.processes.items()
+        )
 
     def exited(self) -> str:
         """The processes that exited, with their codes and logs (for a message)."""
@@ -283,9 +303,52 @@ class DevCluster:
             self.processes[name] = process
         return process
 
+    def _keep(
+        self, name: str, command: list[str], first: threading.Event, stopped: threading.Event
+    ) -> None:
+        """Run `name` (a RESTARTED component) until the cluster stops (`stopped`, this run's),
+        starting it again when it exits, at most MAX_RESTARTS times. Its process is this
+        thread's child, so it ends with the thread (_die_with_parent), which lives as long as
+        the cluster."""
+        while True:
+            if stopped.is_set():
+                return
+            process = self._spawn(name, command)
+            if stopped.is_set():  # stop() came while it was being started: it missed this one
+                process.kill()
+                return
+            first.set()
+            code = process.wait()
+            with self._lock:
+                if stopped.is_set():
+                    return
+                count = self.restarts[name] = self.restarts.get(name, 0) + 1
+                if count > MAX_RESTARTS:
+                    self._given_up.add(name)
+            with (self.logs / f"{name}.log").open("a") as log:
+                note = "given up" if name in self._given_up else f"restart {count}"
+                log.write(f"--- devstack: {name} exited with {code}; {note}\n")
+            if name in self._given_up:
+                return
+
+    def _spawn_kept(self, name: str, command: list[str]) -> None:
+        """Start `name` under a keeper thread (_keep) and wait for its first process."""
+        first = threading.Event()
+        threading.Thread(
+            target=self._keep,
+            args=(name, command, first, self._stopped),
+            name=f"{self.name}-{name}",
+            daemon=True,
+        ).start()
+        if not first.wait(30):
+            raise ClusterError(f"{name} of cluster {self.name} did not start")
+
     def _started(self, name: str) -> None:
-        """Raise if `name` exited, with the end of its log."""
+        """Raise if `name` exited (a RESTARTED one: once its keeper gave up), with the end of
+        its log."""
         process = self.processes.get(name)
+        if name in RESTARTED and name not in self._given_up:
+            return
         if process is not None and process.poll() is not None:
             tail = (self.logs / f"{name}.log").read_text(errors="replace").splitlines()[-15:]
             raise ClusterError(
@@ -381,7 +444,7 @@ class DevCluster:
         )
         kwok_config = self.folder / "kwok.yaml"
         kwok_config.write_text(_kwok_configuration())
-        self._spawn(
+        self._spawn_kept(
             "kwok",
             [
                 str(bin_dir / "kwok"),
