@@ -200,7 +200,8 @@ def test_a_unit_ordered_run_followed_stopped_and_deleted_with_gpuctl(
 
     # A followed log streams the lines the container prints, until the server's deadline for
     # a followed log (a kubelet also ends it when the container goes; KWOK's cannot tell).
-    settings.LOGS_FOLLOW_SECONDS = 5
+    # Long enough that a busy machine still sends the log so far and the new line before it.
+    settings.LOGS_FOLLOW_SECONDS = 15
     follower, lines = gpuctl.follow("units", "logs", "talker", "-f")
     try:
         wait_until(lambda: any("devstack: started" in line for line in lines), "the log so far")
