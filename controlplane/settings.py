@@ -245,6 +245,9 @@ HEALTH_RATE_PER_ADDRESS = _rate("HEALTH_RATE_PER_ADDRESS", "120/min")
 DASHBOARD_RATE_PER_ADDRESS = _rate("DASHBOARD_RATE_PER_ADDRESS", "600/min")
 # Bodies of API requests are small JSON documents; anything bigger is refused with 413.
 API_MAX_BODY_BYTES = env.int("API_MAX_BODY_BYTES", default=64 * 1024)
+# Active API keys a customer may hold when making its own on the dashboard's API keys page
+# (ops minting one in the admin or with create_tenant are not held to it).
+API_KEYS_PER_TENANT = env.int("API_KEYS_PER_TENANT", default=20)
 # SSH keys one tenant may register (each is written into every SSH unit's ConfigMap).
 SSH_KEYS_PER_TENANT = env.int("SSH_KEYS_PER_TENANT", default=32)
 # Secrets one tenant may hold (/secrets, each a Kubernetes Secret in its namespace): one more

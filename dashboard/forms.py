@@ -1,12 +1,13 @@
 """Dashboard forms: the units filter, the order form and the edit form (which validate like
-the API), the SSH key form, the storage form and the secret form."""
+the API), and the forms of the tenant's resources (SSH keys, storages, reservations, secrets,
+API keys, webhooks), whose services judge them."""
 
 from __future__ import annotations
 
 import re
 import shlex
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
 from django import forms
@@ -32,6 +33,7 @@ from runtime.validation import (
     secret_name,
 )
 from tenancy.models import Tenant
+from tenancy.webhooks import ALL_EVENTS, EVENT_TYPES
 
 # The API's field paths -> the order form's fields, so the API's messages land next to the
 # right field; a path not listed is looked up by its parent (access.primaryPort -> access:
@@ -221,6 +223,18 @@ class SummarisedForm(forms.Form):
             for bound in self.visible_fields()
             if bound.errors
         ]
+
+    def place(self, problems: Mapping[str, Any], fields: Mapping[str, str]) -> None:
+        """Put a service's problems, keyed by API field path, next to the form fields `fields`
+        maps them to (the rest above the form); a path below a field (`data.HF_TOKEN`) is
+        named in its message."""
+        for path, messages in problems.items():
+            top, _, below = path.partition(".")
+            field = fields.get(top)
+            if field not in self.fields:
+                field, below = None, path
+            for message in messages if isinstance(messages, list) else [messages]:
+                self.add_error(field, f"{below}: {message}" if below else message)
 
     def set_value(self, name: str, value: str) -> None:
         """Show `value` in the field `name` when the form is shown again (the data it was
@@ -713,9 +727,6 @@ class UnitEditForm(SummarisedForm):
 class SSHKeyForm(SummarisedForm):
     """A public key to register for the tenant; tenancy.services.add_ssh_key judges it."""
 
-    # The API's field names -> this form's.
-    API_FIELDS = {"name": "name", "publicKey": "public_key"}
-
     name = forms.CharField(
         max_length=63,
         help_text="Lower-case letters, digits and '-', e.g. laptop; unique among your keys.",
@@ -744,26 +755,9 @@ class SSHKeyForm(SummarisedForm):
             )
         return value
 
-    def report(self, problems: dict[str, list[str]]) -> None:
-        """Put the service's problems, keyed by API field, next to the fields they are about."""
-        for path, messages in problems.items():
-            field = self.API_FIELDS.get(path)
-            for message in messages if isinstance(messages, list) else [messages]:
-                self.add_error(field, message)
-
 
 class ReservationForm(SummarisedForm):
     """Devices to hold for a window; runtime.reservations.create_reservation judges it."""
-
-    API_FIELDS = {
-        "name": "name",
-        "packageID": "package",
-        "count": "count",
-        "start": "start",
-        "end": "end",
-        "region": "region",
-        "atEnd": "at_end",
-    }
 
     name = forms.CharField(
         max_length=RESERVATION_NAME_MAX,
@@ -799,25 +793,9 @@ class ReservationForm(SummarisedForm):
         ]
         declared(self, "package", forms.ChoiceField).choices = [(p, p) for p in package_ids]
 
-    def report(self, problems: dict[str, list[str]]) -> None:
-        """Put the service's problems, keyed by API field, next to the fields they are about."""
-        for path, messages in problems.items():
-            field = self.API_FIELDS.get(path)
-            for message in messages if isinstance(messages, list) else [messages]:
-                self.add_error(field, message)
-
 
 class StorageForm(SummarisedForm):
     """A storage to create for the tenant; runtime.storage.create_storage judges it."""
-
-    # The API's field names -> this form's.
-    API_FIELDS = {
-        "name": "name",
-        "size": "size",
-        "storageClass": "storage_class",
-        "accessMode": "access_mode",
-        "region": "region",
-    }
 
     name = forms.CharField(
         max_length=STORAGE_NAME_MAX,
@@ -863,13 +841,6 @@ class StorageForm(SummarisedForm):
         declared(self, "region", forms.ChoiceField).choices = [("", "Any region")] + [
             (name, name) for name in regions
         ]
-
-    def report(self, problems: dict[str, list[str]]) -> None:
-        """Put the service's problems, keyed by API field, next to the fields they are about."""
-        for path, messages in problems.items():
-            field = self.API_FIELDS.get(path)
-            for message in messages if isinstance(messages, list) else [messages]:
-                self.add_error(field, message)
 
 
 # Only real line breaks end a secret's line: str.splitlines() would also split a value at a
@@ -961,14 +932,42 @@ class SecretForm(SummarisedForm):
         enter them again, since it never shows them."""
         return bool(self.errors) and bool(str(self.data.get("entries", "")).strip())
 
-    def report(self, problems: dict[str, list[str]]) -> None:
-        """Put the service's problems, keyed by API field (`name`, `data`, `data.<key>`), next
-        to the fields they are about; a key's problem names the key."""
-        for path, messages in problems.items():
-            field, _, key = path.partition(".")
-            target = {"name": "name", "data": "entries"}.get(field)
-            for message in messages if isinstance(messages, list) else [messages]:
-                self.add_error(target, f"{key}: {message}" if key else message)
+
+class ApiKeyForm(SummarisedForm):
+    """An API key the customer makes for itself (for gpuctl, a script); shown once."""
+
+    name = forms.CharField(
+        required=False,
+        max_length=100,
+        help_text="What it is for, e.g. laptop gpuctl or nightly CI; you see this, not the key.",
+        widget=forms.TextInput(attrs={"autocomplete": "off", "spellcheck": "false"}),
+    )
+
+
+class WebhookForm(SummarisedForm):
+    """A webhook the customer adds: where events are sent and which ones; its signing secret
+    is shown once."""
+
+    url = forms.CharField(
+        label="URL",
+        max_length=2048,
+        help_text="An https:// address of yours that answers POST with a 2xx.",
+        widget=forms.URLInput(
+            attrs={"autocomplete": "off", "spellcheck": "false", "placeholder": "https://"}
+        ),
+    )
+    events = forms.MultipleChoiceField(
+        choices=[(ALL_EVENTS, "Every event")] + [(name, name) for name in EVENT_TYPES],
+        initial=[ALL_EVENTS],
+        widget=forms.CheckboxSelectMultiple,
+        help_text="Which events it is sent. Every event includes ones added later.",
+    )
+    description = forms.CharField(
+        required=False,
+        max_length=200,
+        help_text="Optional: what receives them, e.g. the on-call bot.",
+        widget=forms.TextInput(attrs={"autocomplete": "off"}),
+    )
 
 
 class TenantPickForm(forms.Form):

@@ -10,7 +10,7 @@ from datetime import UTC, date, datetime, time, timedelta
 from decimal import Decimal
 from typing import Any
 
-from django.db.models import Count, Q, QuerySet, Sum
+from django.db.models import Count, F, Q, QuerySet, Sum
 
 from billing import budgets, periods
 from billing import selectors as billing_selectors
@@ -32,7 +32,7 @@ from runtime.models import (
     UnitEvent,
     UnitPhase,
 )
-from tenancy.models import SSHKey, Tenant
+from tenancy.models import ApiKey, SSHKey, Tenant, WebhookEndpoint
 from tenancy.selectors import usage_of
 
 
@@ -471,6 +471,36 @@ def package_ids_in_use(scope: Scope) -> list[str]:
 
 def list_ssh_keys(tenant: Tenant) -> QuerySet[SSHKey]:
     return SSHKey.objects.filter(tenant=tenant).order_by("name")
+
+
+def list_api_keys(tenant: Tenant) -> QuerySet[ApiKey]:
+    """The tenant's API keys, active ones first, newest first (hashes are never read)."""
+    return (
+        ApiKey.objects.filter(tenant=tenant)
+        .defer("key_hash")
+        .order_by(F("revoked_at").desc(nulls_first=True), "-created_at")
+    )
+
+
+def get_active_api_key(tenant: Tenant, prefix: str) -> ApiKey | None:
+    return list_api_keys(tenant).filter(prefix=prefix, revoked_at__isnull=True).first()
+
+
+def list_webhooks(tenant: Tenant) -> QuerySet[WebhookEndpoint]:
+    """The tenant's webhooks, oldest first (signing secrets are never read)."""
+    return (
+        WebhookEndpoint.objects.filter(tenant=tenant)
+        .defer("secret", "previous_secret")
+        .order_by("id")
+    )
+
+
+def get_webhook(tenant: Tenant, uid: str) -> WebhookEndpoint | None:
+    try:
+        key = uuid.UUID(uid)
+    except ValueError:
+        return None
+    return list_webhooks(tenant).filter(uid=key).first()
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from dashboard import views
+from dashboard import resources, views
 from runtime.models import OperationKind
 
 app_name = "dashboard"
@@ -46,24 +46,6 @@ urlpatterns = [
         {"as_csv": True},
         name="statement-csv",
     ),
-    path("ssh-keys/", views.SSHKeyListView.as_view(), name="ssh-key-list"),
-    path("ssh-keys/<slug:name>/delete/", views.SSHKeyDeleteView.as_view(), name="ssh-key-delete"),
-    path("secrets/", views.SecretListView.as_view(), name="secret-list"),
-    path("secrets/<slug:name>/delete/", views.SecretDeleteView.as_view(), name="secret-delete"),
-    path("reservations/", views.ReservationListView.as_view(), name="reservation-list"),
-    path(
-        "reservations/live/",
-        views.ReservationListView.as_view(live=True),
-        name="reservation-live",
-    ),
-    path(
-        "reservations/<slug:name>/cancel/",
-        views.ReservationCancelView.as_view(),
-        name="reservation-cancel",
-    ),
-    path("storage/", views.StorageListView.as_view(), name="storage-list"),
-    path("storage/live/", views.StorageListView.as_view(live=True), name="storage-live"),
-    path("storage/<slug:name>/delete/", views.StorageDeleteView.as_view(), name="storage-delete"),
     path("tenant/", views.ChooseTenantView.as_view(), name="choose-tenant"),
     path(
         "accounts/login/",
@@ -71,4 +53,6 @@ urlpatterns = [
         name="login",
     ),
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
+    # A tenant's storages, reservations, SSH keys, secrets, API keys and webhooks.
+    *(route for page in resources.PAGES for route in resources.routes(page)),
 ]

@@ -225,11 +225,16 @@ class Tenant(models.Model):
         return quantity.parse_bytes(self.quota_ephemeral_storage)
 
 
+API_KEY_NAME_MAX = 100
+
+
 class ApiKey(models.Model):
     """A tenant's API key. Only a SHA-256 of the secret is stored; the key is shown once."""
 
     tenant = models.ForeignKey(Tenant, on_delete=models.CASCADE, related_name="api_keys")
-    name = models.CharField(max_length=100, blank=True, help_text="What the key is used for.")
+    name = models.CharField(
+        max_length=API_KEY_NAME_MAX, blank=True, help_text="What the key is used for."
+    )
     prefix = models.CharField(max_length=16, unique=True, editable=False)
     key_hash = models.CharField(max_length=64, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)

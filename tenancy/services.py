@@ -21,7 +21,7 @@ from controlplane.validation import dns_label, fold_case
 from dracel import quantity
 from tenancy import sshkeys
 from tenancy.errors import BudgetExceeded, LimitExceeded, QuotaExceeded, SSHKeyConflict
-from tenancy.models import ApiKey, BudgetMode, SSHKey, Tenant
+from tenancy.models import API_KEY_NAME_MAX, ApiKey, BudgetMode, SSHKey, Tenant
 from tenancy.selectors import TenantUsage
 
 KEY_PREFIX = "gcp"
@@ -32,8 +32,35 @@ def hash_key(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
 
 
-def create_api_key(*, tenant: Tenant, name: str = "") -> tuple[ApiKey, str]:
-    """Create a key and return it with its secret, which is never stored and never shown again."""
+def create_api_key(*, tenant: Tenant, name: str = "", capped: bool = False) -> tuple[ApiKey, str]:
+    """Create a key and return it with its secret, which is never stored and never shown again.
+    `capped` (a customer's own request) refuses past API_KEYS_PER_TENANT active keys; ops
+    minting a key for a tenant are not held to it."""
+    name = name.strip()
+    if len(name) > API_KEY_NAME_MAX:
+        raise InvalidRequest(
+            "The API key is invalid.",
+            details={"fields": {"name": [f"At most {API_KEY_NAME_MAX} characters."]}},
+        )
+    if capped:
+        with transaction.atomic():
+            lock_tenant(tenant.pk)
+            held = ApiKey.objects.filter(tenant=tenant, revoked_at__isnull=True).count()
+            if held >= settings.API_KEYS_PER_TENANT:
+                raise LimitExceeded(
+                    f"tenant {tenant.slug} has {held} active API keys, the most it may have "
+                    f"({settings.API_KEYS_PER_TENANT}); revoke one first.",
+                    details={
+                        "limit": "apiKeys",
+                        "used": held,
+                        "hard": settings.API_KEYS_PER_TENANT,
+                    },
+                )
+            return _new_api_key(tenant, name)
+    return _new_api_key(tenant, name)
+
+
+def _new_api_key(tenant: Tenant, name: str) -> tuple[ApiKey, str]:
     prefix = secrets.token_hex(6)
     key = f"{KEY_PREFIX}_{prefix}_{secrets.token_urlsafe(32)}"
     api_key = ApiKey(tenant=tenant, name=name, prefix=prefix, key_hash=hash_key(key))
@@ -44,6 +71,16 @@ def create_api_key(*, tenant: Tenant, name: str = "") -> tuple[ApiKey, str]:
 
 def revoke_api_key(*, api_key: ApiKey) -> None:
     ApiKey.objects.filter(pk=api_key.pk, revoked_at__isnull=True).update(revoked_at=timezone.now())
+
+
+def revoke_tenant_key(*, tenant: Tenant, prefix: str) -> ApiKey:
+    """Revoke the tenant's active key with this prefix: it stops working at once (404 if the
+    tenant has no such active key)."""
+    api_key = ApiKey.objects.filter(tenant=tenant, prefix=prefix, revoked_at__isnull=True).first()
+    if api_key is None:
+        raise NotFound(f"API key {prefix} not found.")
+    revoke_api_key(api_key=api_key)
+    return api_key
 
 
 def note_api_key_used(*, api_key: ApiKey) -> None:

@@ -331,7 +331,7 @@ class WebhookDetailView(TenantView):
         responses={204: None, **error_responses(401, 404)},
     )
     def delete(self, request: Request, id: str) -> Response:
-        webhooks.endpoint_of(self.tenant, id).delete()
+        webhooks.delete_endpoint(tenant=self.tenant, uid=id)
         return Response(status=204)
 
 

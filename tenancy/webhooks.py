@@ -114,6 +114,11 @@ def endpoint_of(tenant: Tenant, uid: str) -> WebhookEndpoint:
     return endpoint
 
 
+def delete_endpoint(*, tenant: Tenant, uid: str) -> None:
+    """Remove the webhook and its delivery log: nothing more is sent to it (404 if none)."""
+    endpoint_of(tenant, uid).delete()
+
+
 def update_endpoint(endpoint: WebhookEndpoint, changes: Mapping[str, Any]) -> WebhookEndpoint:
     """Change the URL, events, description or enabled; what is not given stays."""
     _check(changes.get("url"), changes.get("events"))

@@ -18,8 +18,8 @@ from dashboard.tests.test_ssh_keys import fresh_key
 from dashboard.tests.test_storage import make_storage
 from dashboard.tests.test_unit_lifecycle import OPERATION_ID, unit_in
 from runtime.models import GPUStorage, GPUUnit, Operation, OperationKind, StoragePhase, UnitPhase
-from tenancy import services
-from tenancy.models import SSHKey, Tenant
+from tenancy import services, webhooks
+from tenancy.models import ApiKey, SSHKey, Tenant, WebhookEndpoint
 from tenancy.staff import STAFF_EDITOR, STAFF_VIEWER
 
 pytestmark = pytest.mark.django_db
@@ -58,7 +58,15 @@ ROUTES = {
     "reservation-live": READ,
     "reservation-cancel": ACT,
     "secret-list": READ,
+    "secret-live": READ,
     "secret-delete": ACT,
+    "ssh-key-live": READ,
+    "api-key-list": READ,
+    "api-key-live": READ,
+    "api-key-revoke": ACT,
+    "webhook-list": READ,
+    "webhook-live": READ,
+    "webhook-delete": ACT,
     "choose-tenant": OPEN,
     "login": OPEN,
     "logout": OPEN,
@@ -66,13 +74,26 @@ ROUTES = {
 
 
 @pytest.fixture
-def world(other_tenant, monkeypatch):
-    """Another tenant's unit, SSH key and storage, as every staff-only page reaches them."""
+def world(other_tenant, monkeypatch, settings):
+    """Another tenant's unit, SSH key, storage, API key and webhook, as every staff-only page
+    reaches them."""
     monkeypatch.setattr("dashboard.logtail.logs.read", lambda unit, options: b"hello\n")
     unit = unit_in(other_tenant)
     key = services.add_ssh_key(tenant=other_tenant, name="laptop", public_key=fresh_key())
     storage = make_storage(other_tenant, "scratch")
-    return {"uid": unit.uid, "key": key.name, "storage": storage.name, "tenant": other_tenant}
+    api_key, _ = services.create_api_key(tenant=other_tenant, name="ci")
+    settings.WEBHOOK_ALLOWED_NETWORKS = ["127.0.0.0/8"]
+    hook = webhooks.create_endpoint(
+        tenant=other_tenant, url="http://127.0.0.1:9/hook", events=["*"]
+    )
+    return {
+        "uid": unit.uid,
+        "key": key.name,
+        "storage": storage.name,
+        "api-key": api_key.prefix,
+        "webhook": str(hook.uid),
+        "tenant": other_tenant,
+    }
 
 
 def address(name: str, world: dict) -> str:
@@ -85,8 +106,9 @@ def address(name: str, world: dict) -> str:
         kwargs["uid"] = world["uid"]
     if "month" in converters:
         kwargs["month"] = "2026-11"
-    if "name" in converters:
-        kwargs["name"] = world["storage"] if name.startswith("storage") else world["key"]
+    if "key" in converters:
+        kind = name.rsplit("-", 1)[0]
+        kwargs["key"] = world.get(kind, world["storage"] if kind == "storage" else world["key"])
     return f"{reverse(f'dashboard:{name}', kwargs=kwargs)}?tenant={world['tenant'].slug}"
 
 
@@ -116,6 +138,8 @@ def nothing_changed(world: dict) -> None:
     storage = GPUStorage.objects.get(tenant=world["tenant"], name=world["storage"])
     assert storage.phase == StoragePhase.BOUND
     assert GPUUnit.objects.count() == 1
+    assert ApiKey.objects.get(prefix=world["api-key"]).revoked_at is None
+    assert WebhookEndpoint.objects.filter(uid=world["webhook"]).exists()
 
 
 def test_every_dashboard_route_says_what_staff_need_for_it():
@@ -177,6 +201,8 @@ def test_an_editor_acts_for_every_tenant(world):
     assert not SSHKey.objects.filter(tenant=world["tenant"], name=world["key"]).exists()
     storage = GPUStorage.objects.get(tenant=world["tenant"], name=world["storage"])
     assert storage.phase == StoragePhase.TERMINATING
+    assert ApiKey.objects.get(prefix=world["api-key"]).revoked_at is not None
+    assert not WebhookEndpoint.objects.filter(uid=world["webhook"]).exists()
 
 
 def test_a_superuser_acts_without_any_group(world):

@@ -45,7 +45,7 @@ def playwright(monkeypatch):
 def page(playwright, tmp_path, monkeypatch, live_server, settings):
     """A page in a fresh headless Chromium profile; polls every second to keep the test short
     (the whole suite is one client address, so its per-address limit is lifted)."""
-    monkeypatch.setattr("dashboard.views.POLL_SECONDS", 1)
+    monkeypatch.setattr("dashboard.pages.POLL_SECONDS", 1)
     settings.DASHBOARD_RATE_PER_ADDRESS = "1000000/min"
     context = playwright.chromium.launch_persistent_context(
         str(tmp_path / "chromium-profile"),

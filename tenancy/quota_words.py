@@ -1,4 +1,4 @@
-"""How the dashboard words a refusal by the tenant's quota (a QuotaExceeded, whose details name
+"""How a person is told of a refusal by the tenant's quota (a QuotaExceeded, whose details name
 the limit, what was asked, what is in use and the quota), for an order, a start and a storage."""
 
 from __future__ import annotations
