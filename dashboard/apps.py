@@ -4,7 +4,7 @@ from django.apps import AppConfig
 
 # What each write of the dashboard (by route name, dashboard/urls.py) is called in the audit
 # log (tenancy.audit): the API's operationId where it does what that operation does, so one
-# filter finds both.
+# filter finds both. The generic resource pages add theirs (dashboard/resources.py).
 AUDIT_ACTIONS = {
     "unit-create": "units_create",
     "unit-delete": "units_delete",
@@ -12,16 +12,6 @@ AUDIT_ACTIONS = {
     "unit-start": "units_start",
     "unit-restart": "units_restart",
     "unit-edit": "units_update",
-    "ssh-key-list": "ssh_keys_create",
-    "ssh-key-delete": "ssh_keys_delete",
-    "secret-list": "secrets_create",
-    "secret-delete": "secrets_delete",
-    "storage-list": "storages_create",
-    "storage-live": "storages_create",  # the list's view, polled here, takes its form too
-    "storage-delete": "storages_delete",
-    "reservation-list": "reservations_create",
-    "reservation-live": "reservations_create",
-    "reservation-cancel": "reservations_delete",
     "choose-tenant": "tenants_choose",
     "login": "login",
     "logout": "logout",
@@ -33,6 +23,8 @@ class DashboardConfig(AppConfig):
     verbose_name = "Dashboard"
 
     def ready(self) -> None:
+        from dashboard import resources
         from tenancy import audit
 
+        AUDIT_ACTIONS.update(resources.audit_actions())
         audit.register_actions(self.name, AUDIT_ACTIONS)

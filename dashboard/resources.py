@@ -166,6 +166,7 @@ class ResourceListView(ResourceView, LivePage):
                 "picker": picker,
                 "picker_action": reverse(self.list_route),
                 "live": self.table(tenant) if tenant else None,
+                "region_id": f"{self.declared.resource.name}-live",
                 "form": form,
                 "action": self.list_url(tenant) if tenant else "",
                 "made": made,
@@ -320,6 +321,20 @@ PAGES = (
         row=queries.get_webhook,
     ),
 )
+
+
+def audit_actions() -> dict[str, str]:
+    """What each page's writes are called in the audit log, as the API calls them: its list
+    and live addresses take its form (`storages_create`), its delete `storages_delete`."""
+    actions: dict[str, str] = {}
+    for page in PAGES:
+        name, kind = page.resource.name, page.resource.plural.lower().replace(" ", "_")
+        actions |= {
+            f"{name}-list": f"{kind}_create",
+            f"{name}-live": f"{kind}_create",
+            f"{name}-{page.action}": f"{kind}_delete",
+        }
+    return actions
 
 
 def routes(page: Page) -> list[URLPattern]:

@@ -15,19 +15,19 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 
 from controlplane.api.pagination import (
-    PageQuerySerializer,
     cursor_scope,
     page_body,
-    page_by_name,
     paginate,
 )
 from controlplane.api.parsers import MergePatchParser, StrictJSONParser
 from controlplane.api.renderers import EnvelopedResponse
+from controlplane.api.resources import Endpoint, Words
+from controlplane.api.resources import views as resource_views
 from controlplane.api.schema import envelope, error_responses
 from controlplane.api.views import ApiView, NotJsonBodyMixin
 from controlplane.errors import NotFound
 from controlplane.validation import fold_case
-from tenancy import selectors, services, webhooks
+from tenancy import selectors, webhooks
 from tenancy.models import (
     AuditActorKind,
     AuditEvent,
@@ -37,6 +37,7 @@ from tenancy.models import (
     WebhookEndpoint,
 )
 from tenancy.permissions import IsOperator, IsTenant, tenant_of
+from tenancy.resources import SSH_KEYS, WEBHOOKS
 from tenancy.serializers import (
     AuditEventQuerySerializer,
     AuditEventSerializer,
@@ -66,71 +67,31 @@ class TenantView(ApiView):
         return tenant
 
 
-class SSHKeyListView(TenantView):
-    query_serializer = PageQuerySerializer
-    query_methods = frozenset({"GET"})
-
-    @extend_schema(
-        summary="The tenant's SSH public keys, by name, a page at a time (meta.nextCursor)",
-        parameters=[PageQuerySerializer],
-        responses={
-            200: envelope(SSHKeySerializer, name="SSHKeyList", many=True),
-            **error_responses(400, 401),
-        },
-    )
-    def get(self, request: Request) -> Response:
-        return EnvelopedResponse(
-            page_by_name(
-                SSHKey.objects.filter(tenant=self.tenant),
-                self.validated_query(request),
-                scope=cursor_scope(self.tenant.pk, "ssh-keys"),
-                serializer=SSHKeySerializer,
-            )
-        )
-
-    @extend_schema(
-        summary="Register an SSH public key",
-        request=CreateSSHKeySerializer,
-        responses={
-            201: envelope(SSHKeySerializer, name="SSHKeyResponse"),
-            **error_responses(400, 401, 409),
-        },
-    )
-    def post(self, request: Request) -> Response:
-        serializer = CreateSSHKeySerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
-        key = services.add_ssh_key(
-            tenant=self.tenant,
-            name=serializer.validated_data["name"],
-            public_key=serializer.validated_data["publicKey"],
-        )
-        return Response(SSHKeySerializer(key).data, status=201)
+def _ssh_key(tenant: Tenant, name: str) -> SSHKey:
+    key = SSHKey.objects.filter(tenant=tenant, name=fold_case(name.strip())).first()
+    if key is None:
+        raise NotFound(f"SSH key {name} not found.")
+    return key
 
 
-class SSHKeyDetailView(TenantView):
-    def _key(self, name: str) -> SSHKey:
-        key = SSHKey.objects.filter(tenant=self.tenant, name=fold_case(name.strip())).first()
-        if key is None:
-            raise NotFound(f"SSH key {name} not found.")
-        return key
-
-    @extend_schema(
-        summary="One SSH key",
-        responses={
-            200: envelope(SSHKeySerializer, name="SSHKeyDetail"),
-            **error_responses(401, 404),
-        },
-    )
-    def get(self, request: Request, name: str) -> Response:
-        return Response(SSHKeySerializer(self._key(name)).data)
-
-    @extend_schema(
-        summary="Remove an SSH key (units using it lose it)",
-        responses={204: None, **error_responses(401, 404)},
-    )
-    def delete(self, request: Request, name: str) -> Response:
-        services.remove_ssh_key(tenant=self.tenant, name=name)
-        return Response(status=204)
+SSHKeyListView, SSHKeyDetailView = resource_views(
+    Endpoint(
+        resource=SSH_KEYS,
+        schema="SSHKey",
+        output=SSHKeySerializer,
+        input=CreateSSHKeySerializer,
+        rows=lambda tenant: SSHKey.objects.filter(tenant=tenant),
+        one=_ssh_key,
+        delete_errors=(401, 404),
+        words=Words(
+            list="The tenant's SSH public keys, by name, a page at a time (meta.nextCursor)",
+            create="Register an SSH public key",
+            one="One SSH key",
+            delete="Remove an SSH key (units using it lose it)",
+        ),
+    ),
+    base=TenantView,
+)
 
 
 _AUDIT_FILTERS = ("action", "target", "actor", "source", "outcome", "requestId", "from", "to")
@@ -260,56 +221,31 @@ def _webhook_scope(tenant: Tenant, *parts: object) -> str:
     return cursor_scope(tenant.pk, "webhooks", *parts)
 
 
-class WebhookListView(TenantView):
-    query_serializer = PageQuerySerializer
-    query_methods = frozenset({"GET"})
-
-    @extend_schema(
-        summary="The tenant's webhooks, oldest first, a page at a time (meta.nextCursor)",
-        parameters=[PageQuerySerializer],
-        responses={
-            200: envelope(WebhookSerializer, name="WebhookList", many=True),
-            **error_responses(400, 401),
-        },
-    )
-    def get(self, request: Request) -> Response:
-        return EnvelopedResponse(
-            page_body(
-                WebhookEndpoint.objects.filter(tenant=self.tenant),
-                self.validated_query(request),
-                scope=_webhook_scope(self.tenant),
-                serializer=WebhookSerializer,
-                newest_first=False,
-            )
-        )
-
-    @extend_schema(
-        summary="Add a webhook: its signing secret is in this answer only",
-        request=CreateWebhookSerializer,
-        responses={
-            201: envelope(WebhookWithSecretSerializer, name="WebhookCreated"),
-            **error_responses(400, 401, 409),
-        },
-    )
-    def post(self, request: Request) -> Response:
-        serializer = CreateWebhookSerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
-        endpoint = webhooks.create_endpoint(tenant=self.tenant, **serializer.validated_data)
-        return Response(WebhookWithSecretSerializer(endpoint).data, status=201)
+WebhookListView, _WebhookDetail = resource_views(
+    Endpoint(
+        resource=WEBHOOKS,
+        schema="Webhook",
+        output=WebhookSerializer,
+        made_output=WebhookWithSecretSerializer,
+        input=CreateWebhookSerializer,
+        rows=lambda tenant: WebhookEndpoint.objects.filter(tenant=tenant),
+        one=webhooks.endpoint_of,
+        order="id",
+        key="id",
+        delete_errors=(401, 404),
+        words=Words(
+            list="The tenant's webhooks, oldest first, a page at a time (meta.nextCursor)",
+            create="Add a webhook: its signing secret is in this answer only",
+            one="One webhook",
+            delete="Remove a webhook and its delivery log (nothing more is sent to it)",
+        ),
+    ),
+    base=TenantView,
+)
 
 
-class WebhookDetailView(TenantView):
+class WebhookDetailView(_WebhookDetail):  # type: ignore[valid-type,misc]
     parser_classes = [StrictJSONParser, MergePatchParser]
-
-    @extend_schema(
-        summary="One webhook",
-        responses={
-            200: envelope(WebhookSerializer, name="WebhookDetail"),
-            **error_responses(401, 404),
-        },
-    )
-    def get(self, request: Request, id: str) -> Response:
-        return Response(WebhookSerializer(webhooks.endpoint_of(self.tenant, id)).data)
 
     @extend_schema(
         summary="Change a webhook's URL, events or description, or turn it off (enabled: false)",
@@ -325,14 +261,6 @@ class WebhookDetailView(TenantView):
         serializer.is_valid(raise_exception=True)
         endpoint = webhooks.update_endpoint(endpoint, serializer.validated_data)
         return Response(WebhookSerializer(endpoint).data)
-
-    @extend_schema(
-        summary="Remove a webhook and its delivery log (nothing more is sent to it)",
-        responses={204: None, **error_responses(401, 404)},
-    )
-    def delete(self, request: Request, id: str) -> Response:
-        webhooks.delete_endpoint(tenant=self.tenant, uid=id)
-        return Response(status=204)
 
 
 class WebhookRotateSecretView(TenantView):

@@ -131,7 +131,7 @@ def test_every_dashboard_write_is_one_audit_event(settings, method, route, name)
         client.force_login(user)  # (a signed-in user's login form only sends them on)
     if name == "choose-tenant":
         data = {"tenant": tenant.slug}
-    url = route.replace("<uuid:uid>", str(uuid.uuid4())).replace("<slug:name>", "x")
+    url = route.replace("<uuid:uid>", str(uuid.uuid4())).replace("<str:key>", "x")
     request_id = f"walk-{uuid.uuid4().hex}"
     response = client.generic(
         method,

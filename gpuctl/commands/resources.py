@@ -12,6 +12,7 @@ import typer
 
 from gpuctl import spec
 from gpuctl.client import path
+from gpuctl.commands.collection import Collection, add_commands
 from gpuctl.commands.common import Output, client, note
 from gpuctl.errors import ExitCode, GpuctlError
 from gpuctl.output import Column, Format, age, emit
@@ -99,18 +100,21 @@ STORAGE_COLUMNS = [
     Column("MOUNTED BY", "mountedBy"),
     Column("AGE", show=lambda s: age(s.get("createdAt"))),
 ]
-
-
-@storage.command("list")
-def list_storage(ctx: typer.Context, output: Output = Format.TABLE) -> None:
-    """Your storages."""
-    emit(client(ctx).get("/gpu-storages"), output, columns=STORAGE_COLUMNS)
-
-
-@storage.command("get")
-def get_storage(ctx: typer.Context, name: Name, output: Output = Format.TABLE) -> None:
-    """One storage."""
-    emit(client(ctx).get(path("gpu-storages", name)), output, columns=STORAGE_COLUMNS, single=True)
+add_commands(
+    storage,
+    Collection(
+        "gpu-storages",
+        STORAGE_COLUMNS,
+        listed="Your storages.",
+        one="One storage.",
+        delete=(
+            "delete",
+            "Delete a storage (refused while a live unit mounts it).",
+            lambda name: f"deletion of storage {name} requested",
+        ),
+        shows_deleted=True,
+    ),
+)
 
 
 @storage.command("create")
@@ -146,14 +150,6 @@ def create_storage(
     emit(created, output, columns=STORAGE_COLUMNS, single=True)
 
 
-@storage.command("delete")
-def delete_storage(ctx: typer.Context, name: Name, output: Output = Format.TABLE) -> None:
-    """Delete a storage (refused while a live unit mounts it)."""
-    deleted = client(ctx).call("DELETE", path("gpu-storages", name)).data
-    note(f"deletion of storage {name} requested")
-    emit(deleted, output, columns=STORAGE_COLUMNS, single=True)
-
-
 reservations = typer.Typer(
     help="Devices held for you ahead of time (units create --reservation).", no_args_is_help=True
 )
@@ -169,23 +165,21 @@ RESERVATION_COLUMNS = [
     Column("IN USE", "inUse"),
     Column("FREE", "free"),
 ]
-
-
-@reservations.command("list")
-def list_reservations(ctx: typer.Context, output: Output = Format.TABLE) -> None:
-    """Your reservations, with the slots each holds, uses and has free."""
-    emit(client(ctx).get("/reservations"), output, columns=RESERVATION_COLUMNS)
-
-
-@reservations.command("get")
-def get_reservation(ctx: typer.Context, name: Name, output: Output = Format.TABLE) -> None:
-    """One reservation."""
-    emit(
-        client(ctx).get(path("reservations", name)),
-        output,
-        columns=RESERVATION_COLUMNS,
-        single=True,
-    )
+add_commands(
+    reservations,
+    Collection(
+        "reservations",
+        RESERVATION_COLUMNS,
+        listed="Your reservations, with the slots each holds, uses and has free.",
+        one="One reservation.",
+        delete=(
+            "cancel",
+            "Cancel a reservation that has not started (one that started runs to its end).",
+            lambda name: f"reservation {name} cancelled",
+        ),
+        shows_deleted=True,
+    ),
+)
 
 
 @reservations.command("create")
@@ -226,14 +220,6 @@ def create_reservation(
     emit(made, output, columns=RESERVATION_COLUMNS, single=True)
 
 
-@reservations.command("cancel")
-def cancel_reservation(ctx: typer.Context, name: Name, output: Output = Format.TABLE) -> None:
-    """Cancel a reservation that has not started (one that started runs to its end)."""
-    cancelled = client(ctx).call("DELETE", path("reservations", name)).data
-    note(f"reservation {name} cancelled")
-    emit(cancelled, output, columns=RESERVATION_COLUMNS, single=True)
-
-
 ssh_keys = typer.Typer(help="Public keys let into units with SSH (--ssh).", no_args_is_help=True)
 KEY_COLUMNS = [
     Column("NAME", "name"),
@@ -243,18 +229,20 @@ KEY_COLUMNS = [
     Column("COMMENT", "comment"),
     Column("AGE", show=lambda k: age(k.get("createdAt"))),
 ]
-
-
-@ssh_keys.command("list")
-def list_keys(ctx: typer.Context, output: Output = Format.TABLE) -> None:
-    """Your SSH keys."""
-    emit(list(client(ctx).pages("/ssh-keys")), output, columns=KEY_COLUMNS)
-
-
-@ssh_keys.command("get")
-def get_key(ctx: typer.Context, name: Name, output: Output = Format.TABLE) -> None:
-    """One SSH key."""
-    emit(client(ctx).get(path("ssh-keys", name)), output, columns=KEY_COLUMNS, single=True)
+add_commands(
+    ssh_keys,
+    Collection(
+        "ssh-keys",
+        KEY_COLUMNS,
+        listed="Your SSH keys.",
+        one="One SSH key.",
+        delete=(
+            "delete",
+            "Remove an SSH key (units using it lose it).",
+            lambda name: f"SSH key {name} removed",
+        ),
+    ),
+)
 
 
 @ssh_keys.command("create")
@@ -281,13 +269,6 @@ def create_key(
     emit(created, output, columns=KEY_COLUMNS, single=True)
 
 
-@ssh_keys.command("delete")
-def delete_key(ctx: typer.Context, name: Name) -> None:
-    """Remove an SSH key (units using it lose it)."""
-    client(ctx).call("DELETE", path("ssh-keys", name))
-    note(f"SSH key {name} removed")
-
-
 secrets = typer.Typer(
     help="Values units read as environment variables (--secret-env); values never come back.",
     no_args_is_help=True,
@@ -297,18 +278,20 @@ SECRET_COLUMNS = [
     Column("KEYS", "keys"),
     Column("UPDATED", show=lambda s: age(s.get("updatedAt"))),
 ]
-
-
-@secrets.command("list")
-def list_secrets(ctx: typer.Context, output: Output = Format.TABLE) -> None:
-    """Your secrets (their keys, never their values)."""
-    emit(list(client(ctx).pages("/secrets")), output, columns=SECRET_COLUMNS)
-
-
-@secrets.command("get")
-def get_secret(ctx: typer.Context, name: Name, output: Output = Format.TABLE) -> None:
-    """One secret's keys."""
-    emit(client(ctx).get(path("secrets", name)), output, columns=SECRET_COLUMNS, single=True)
+add_commands(
+    secrets,
+    Collection(
+        "secrets",
+        SECRET_COLUMNS,
+        listed="Your secrets (their keys, never their values).",
+        one="One secret's keys.",
+        delete=(
+            "delete",
+            "Delete a secret (refused while a live unit reads it).",
+            lambda name: f"secret {name} deleted",
+        ),
+    ),
+)
 
 
 @secrets.command("set")
@@ -328,10 +311,3 @@ def set_secret(
     reply = client(ctx).call("POST", "/secrets", body={"name": name, "data": data})
     note(f"secret {name} {'created' if reply.status == 201 else 'replaced'}")
     emit(reply.data, output, columns=SECRET_COLUMNS, single=True)
-
-
-@secrets.command("delete")
-def delete_secret(ctx: typer.Context, name: Name) -> None:
-    """Delete a secret (refused while a live unit reads it)."""
-    client(ctx).call("DELETE", path("secrets", name))
-    note(f"secret {name} deleted")

@@ -10,6 +10,7 @@ from typing import Annotated, Any
 import typer
 
 from gpuctl.client import path
+from gpuctl.commands.collection import Collection, add_commands
 from gpuctl.commands.common import Output, client, note
 from gpuctl.errors import ExitCode, GpuctlError
 from gpuctl.output import Column, Format, age, emit
@@ -61,16 +62,21 @@ DELIVERY_COLUMNS = [
 ]
 
 
-@app.command("list")
-def list_webhooks(ctx: typer.Context, output: Output = Format.TABLE) -> None:
-    """Your webhooks."""
-    emit(list(client(ctx).pages("/webhooks")), output, columns=COLUMNS)
-
-
-@app.command("get")
-def get_webhook(ctx: typer.Context, webhook: Id, output: Output = Format.TABLE) -> None:
-    """One webhook."""
-    emit(client(ctx).get(path("webhooks", webhook)), output, columns=COLUMNS, single=True)
+add_commands(
+    app,
+    Collection(
+        "webhooks",
+        COLUMNS,
+        listed="Your webhooks.",
+        one="One webhook.",
+        key="the webhook's id (gpuctl webhooks list)",
+        delete=(
+            "delete",
+            "Remove a webhook and its delivery log.",
+            lambda id: f"webhook {id} removed",
+        ),
+    ),
+)
 
 
 @app.command("create")
@@ -123,13 +129,6 @@ def update_webhook(
         )
     updated = client(ctx).call("PATCH", path("webhooks", webhook), body=body).data
     emit(updated, output, columns=COLUMNS, single=True)
-
-
-@app.command("delete")
-def delete_webhook(ctx: typer.Context, webhook: Id) -> None:
-    """Remove a webhook and its delivery log."""
-    client(ctx).call("DELETE", path("webhooks", webhook))
-    note(f"webhook {webhook} removed")
 
 
 @app.command("rotate-secret")

@@ -1,6 +1,6 @@
 from django.urls import path
 
-from runtime.api import views
+from runtime.api import quota, views
 
 packages = views.PackageViewSet.as_view({"get": "list"})
 package = views.PackageViewSet.as_view({"get": "retrieve"})
@@ -16,7 +16,7 @@ urlpatterns = [
     path("gpu-units/<str:name>/events", views.UnitEventsView.as_view(), name="unit-events"),
     path("gpu-units/<str:name>/logs", views.UnitLogsView.as_view(), name="unit-logs"),
     path("regions", views.RegionListView.as_view(), name="region-list"),
-    path("quota", views.QuotaView.as_view(), name="quota"),
+    path("quota", quota.QuotaView.as_view(), name="quota"),
     path("reservations", views.ReservationListView.as_view(), name="reservation-list"),
     path(
         "reservations/<str:name>",

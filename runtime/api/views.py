@@ -15,7 +15,6 @@ from drf_spectacular.utils import (
     OpenApiParameter,
     OpenApiResponse,
     extend_schema,
-    extend_schema_field,
     extend_schema_view,
     inline_serializer,
 )
@@ -23,8 +22,6 @@ from rest_framework import serializers, viewsets
 from rest_framework.request import Request
 from rest_framework.response import Response
 
-from billing import budgets as billing_budgets
-from billing import periods as billing_periods
 from billing import selectors as billing_selectors
 from catalog import selectors as catalog_selectors
 from catalog.models import Package
@@ -34,18 +31,17 @@ from controlplane.api.pagination import (
     cursor_scope,
     decode_cursor,
     encode_cursor,
-    page_by_name,
     paginate,
 )
 from controlplane.api.parsers import MergePatchParser, StrictJSONParser
 from controlplane.api.renderers import EnvelopedResponse
+from controlplane.api.resources import Endpoint, Words
+from controlplane.api.resources import views as resource_views
 from controlplane.api.schema import ErrorSerializer, envelope, error_responses
 from controlplane.api.views import NotJsonBodyMixin, StrictQueryMixin
 from controlplane.errors import NotFound
 from controlplane.kube import logs as kube_logs
 from controlplane.validation import fold_case
-from dracel import quantity
-from runtime import access as unit_access
 from runtime import (
     actions,
     availability,
@@ -76,11 +72,17 @@ from runtime.api.serializers import (
     UnitSerializer,
     UpdateUnitSerializer,
 )
-from runtime.models import GPUStorage, GPUUnit, OperationKind, Reservation, TenantSecret
-from tenancy import selectors as tenancy_selectors
+from runtime.models import (
+    GPUStorage,
+    GPUUnit,
+    OperationKind,
+    Reservation,
+    ReservationStatus,
+    TenantSecret,
+)
+from runtime.resources import RESERVATIONS, SECRETS, STORAGE
 from tenancy.models import Tenant
 from tenancy.permissions import IsTenant, tenant_of
-from tenancy.selectors import usage_of
 from tenancy.views import TenantView
 
 _UNIT = envelope(UnitSerializer, name="UnitResponse")
@@ -510,27 +512,6 @@ class OperationDetailView(TenantView):
         return Response(OperationSerializer(operation).data)
 
 
-_quota_line: dict[str, serializers.Field] = {
-    "hard": serializers.CharField(),
-    "used": serializers.CharField(),
-    "free": serializers.CharField(),
-}
-
-
-@extend_schema_field(
-    {
-        "type": "object",
-        "additionalProperties": {
-            "type": "object",
-            "properties": {name: {"type": "string"} for name in ("hard", "used", "free")},
-            "required": ["hard", "used", "free"],
-        },
-    }
-)
-class _DeviceQuotaField(serializers.JSONField):
-    """{device class: {hard, used, free}} (devices)."""
-
-
 class RegionListView(TenantView):
     """Where units can run: each region, its clusters' health, and what fits there now."""
 
@@ -543,376 +524,89 @@ class RegionListView(TenantView):
         return Response(availability.regions_for(self.tenant, packages))
 
 
-class QuotaView(TenantView):
-    """The tenant's quota, what its live units hold of it, and what is left."""
-
-    @extend_schema(
-        summary="The tenant's quota, usage and headroom",
-        responses={
-            200: envelope(
-                inline_serializer(
-                    name="Quota",
-                    fields={
-                        **{
-                            name: inline_serializer(name=f"Quota_{name}", fields=_quota_line)
-                            for name in ("cpu", "memory", "claims")
-                        },
-                        "devices": _DeviceQuotaField(
-                            required=False,
-                            help_text="per DeviceClass, when the tenant has a device quota "
-                            "(used: its live units' claims and its reservations' free slots)",
-                        ),
-                        "regions": _DeviceQuotaField(
-                            required=False,
-                            help_text="devices per region, when the tenant has a quota in a "
-                            "region: {region: {hard, used, free}} (reservations' free slots "
-                            "count)",
-                        ),
-                        "limits": inline_serializer(
-                            name="QuotaLimits",
-                            fields={
-                                "sshKeys": inline_serializer(
-                                    name="Quota_sshKeys", fields=_quota_line
-                                ),
-                                "secrets": inline_serializer(
-                                    name="Quota_secrets", fields=_quota_line
-                                ),
-                                "nodePorts": inline_serializer(
-                                    name="Quota_nodePorts",
-                                    fields=_quota_line,
-                                    help_text="NodePorts the Services of units with tcp access "
-                                    "or SSH hold (a stopped unit's too): one per port",
-                                ),
-                                "loadBalancers": inline_serializer(
-                                    name="Quota_loadBalancers",
-                                    fields=_quota_line,
-                                    help_text="LoadBalancer Services, when units are exposed "
-                                    "through load balancers",
-                                ),
-                                "logFollowers": inline_serializer(
-                                    name="Quota_logFollowers",
-                                    fields=_quota_line,
-                                    help_text="followed logs open at once (GET "
-                                    "/gpu-units/{name}/logs?follow=true); one more is a 429",
-                                ),
-                                "ephemeralStorage": inline_serializer(
-                                    name="Quota_ephemeralStorage",
-                                    fields=_quota_line,
-                                    help_text="local disk the pods of running units may use "
-                                    "(each unit: its package's ephemeral storage)",
-                                ),
-                                "storageClasses": serializers.ListField(
-                                    child=serializers.CharField(),
-                                    help_text="the StorageClasses a storage may name",
-                                ),
-                            },
-                            help_text="counts the platform caps per tenant (ops settings)",
-                        ),
-                        "currency": serializers.CharField(help_text="of the costs (ISO 4217)"),
-                        "costToDate": serializers.CharField(
-                            help_text="what the tenant's units have cost, running ones to now"
-                        ),
-                        "costThisMonth": serializers.CharField(
-                            help_text="the same since this UTC month began"
-                        ),
-                        "committed": serializers.CharField(
-                            help_text="what the tenant's reservations commit it to from now to "
-                            "their ends (every slot, at the package's price): the most they "
-                            "can still cost"
-                        ),
-                    },
-                ),
-                name="QuotaResponse",
-            ),
-            **error_responses(401),
-        },
-    )
-    def get(self, request: Request) -> Response:
-        tenant = self.tenant
-        usage = usage_of(tenant)
-        lines = (
-            ("cpu", tenant.quota_cpu_millicores, usage.cpu_millicores, quantity.format_cpu),
-            ("memory", tenant.quota_memory_bytes, usage.memory_bytes, quantity.format_bytes),
-            ("claims", tenant.quota_claims, usage.claims, str),
-        )
-        body: dict = {
-            name: {"hard": show(hard), "used": show(used), "free": show(max(0, hard - used))}
-            for name, hard, used, show in lines
-        }
-        if tenant.quota_devices:
-            requested = selectors.devices_requested_by_class(tenant=tenant)
-            body["devices"] = {
-                name: {
-                    "hard": str(hard),
-                    "used": str(requested.get(name, 0)),
-                    "free": str(max(0, hard - requested.get(name, 0))),
-                }
-                for name, hard in sorted(tenant.quota_devices.items())
-            }
-        if tenant.quota_regions:
-            held_in = selectors.devices_held_by_region(tenant=tenant)
-            body["regions"] = {
-                name: {
-                    "hard": str(hard),
-                    "used": str(held_in.get(name, 0)),
-                    "free": str(max(0, hard - held_in.get(name, 0))),
-                }
-                for name, hard in sorted(tenant.quota_regions.items())
-            }
-        keys = tenancy_selectors.count_ssh_keys(tenant)
-        held = selectors.exposure_held(tenant=tenant, config=unit_access.from_settings())
-        disk = selectors.ephemeral_storage_requested(tenant=tenant)
-        counted = (
-            ("sshKeys", settings.SSH_KEYS_PER_TENANT, keys, str),
-            ("secrets", settings.SECRETS_PER_TENANT, tenant_secrets.count_secrets(tenant), str),
-            ("nodePorts", settings.NODE_PORTS_PER_TENANT, held.node_ports, str),
-            ("loadBalancers", settings.LOAD_BALANCERS_PER_TENANT, held.load_balancers, str),
-            ("logFollowers", settings.LOGS_FOLLOWERS_PER_TENANT, logs.followers_open(tenant), str),
-            (
-                "ephemeralStorage",
-                tenant.quota_ephemeral_storage_bytes,
-                disk,
-                quantity.format_bytes,
-            ),
-        )
-        body["limits"] = {
-            name: {"hard": show(hard), "used": show(used), "free": show(max(0, hard - used))}
-            for name, hard, used, show in counted
-        }
-        body["limits"]["storageClasses"] = list(settings.STORAGE_CLASSES)
-        now = timezone.now()
-        to_date, this_month = billing_selectors.tenant_costs(
-            tenant, now=now, since=billing_periods.month_start(now)
-        )
-        body["currency"] = settings.BILLING_CURRENCY
-        body["costToDate"] = billing_periods.cost_text(to_date)
-        body["costThisMonth"] = billing_periods.cost_text(this_month)
-        body["committed"] = billing_periods.cost_text(billing_budgets.committed(tenant, now=now))
-        return Response(body)
-
-
-def _mounts_of(tenant: Tenant) -> dict[str, list[str]]:
-    """Storage name -> the live units mounting it, in one query for a whole list."""
+def _mounts_of(tenant: Tenant, page: list[GPUStorage]) -> dict[str, dict[str, list[str]]]:
+    """Storage name -> the live units mounting it, in one query for a whole page."""
     mounted: dict[str, list[str]] = {}
     for name, mounts in selectors.live_units_with_mounts(tenant=tenant):
         for mount in mounts:
             mounted.setdefault(mount["name"], []).append(name)
-    return mounted
+    return {"mounted_by": mounted}
 
 
-class StorageListView(TenantView):
-    @extend_schema(
-        summary="The tenant's storages",
-        responses={
-            200: envelope(StorageSerializer, name="StorageList", many=True),
-            **error_responses(401),
-        },
+StorageListView, StorageDetailView = resource_views(
+    Endpoint(
+        resource=STORAGE,
+        schema="Storage",
+        output=StorageSerializer,
+        input=CreateStorageSerializer,
+        rows=lambda tenant: GPUStorage.objects.filter(tenant=tenant),
+        one=lambda tenant, name: storage_service.get_storage(tenant=tenant, name=name),
+        context=_mounts_of,
+        fresh=lambda storage: {"mounted_by": {}},
+        deleted=202,
+        words=Words(
+            list="The tenant's storages by name, a page at a time",
+            create="Create a storage (a PersistentVolumeClaim the tenant's units can mount)",
+            one="One storage",
+            delete="Delete a storage (409 storage_in_use while a live unit mounts it)",
+        ),
+    ),
+    base=TenantView,
+)
+
+
+def _nothing_held(made: Reservation) -> dict[str, Any]:
+    """Just made, or cancelled before its start: nothing is held or in use."""
+    usage = reservations.Usage(
+        count=made.count, held=0, in_use=0, open=made.status != ReservationStatus.CANCELLED
     )
-    def get(self, request: Request) -> Response:
-        storages = GPUStorage.objects.filter(tenant=self.tenant).order_by("name")
-        context = {"mounted_by": _mounts_of(self.tenant)}
-        return Response(StorageSerializer(storages, many=True, context=context).data)
-
-    @extend_schema(
-        summary="Create a storage (a PersistentVolumeClaim the tenant's units can mount)",
-        request=CreateStorageSerializer,
-        responses={
-            201: envelope(StorageSerializer, name="StorageResponse"),
-            **error_responses(400, 401, 409),
-        },
-    )
-    def post(self, request: Request) -> Response:
-        serializer = CreateStorageSerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
-        data = serializer.validated_data
-        created = storage_service.create_storage(
-            tenant=self.tenant,
-            name=data["name"],
-            size=data["size"],
-            storage_class=data.get("storageClass", ""),
-            access_mode=data.get("accessMode", ""),
-            region=data.get("region", ""),
-        )
-        return Response(StorageSerializer(created, context={"mounted_by": {}}).data, status=201)
+    return {"usage": {made.pk: usage}}
 
 
-class StorageDetailView(TenantView):
-    @extend_schema(
-        summary="One storage",
-        responses={
-            200: envelope(StorageSerializer, name="StorageDetail"),
-            **error_responses(401, 404),
-        },
-    )
-    def get(self, request: Request, name: str) -> Response:
-        found = storage_service.get_storage(tenant=self.tenant, name=name)
-        return Response(StorageSerializer(found).data)
+ReservationListView, ReservationDetailView = resource_views(
+    Endpoint(
+        resource=RESERVATIONS,
+        schema="Reservation",
+        output=ReservationSerializer,
+        input=CreateReservationSerializer,
+        rows=lambda tenant: Reservation.objects.filter(tenant=tenant).select_related("package"),
+        one=lambda tenant, name: reservations.get_reservation(tenant=tenant, name=name),
+        context=lambda tenant, page: {"usage": reservations.usage(page)},
+        fresh=_nothing_held,
+        deleted=200,
+        create_errors=(400, 401, 409, 503),
+        words=Words(
+            list="The tenant's reservations by name, with what each holds now, a page at a time",
+            create="Reserve devices: count units' worth of a package from start to end",
+            one="One reservation",
+            delete="Cancel a reservation before its start (409 invalid_state once it started)",
+        ),
+    ),
+    base=TenantView,
+)
 
-    @extend_schema(
-        summary="Delete a storage (409 storage_in_use while a live unit mounts it)",
-        responses={
-            202: envelope(StorageSerializer, name="StorageDeletion"),
-            **error_responses(401, 404, 409),
-        },
-    )
-    def delete(self, request: Request, name: str) -> Response:
-        deleted = storage_service.delete_storage(tenant=self.tenant, name=name)
-        return Response(StorageSerializer(deleted, context={"mounted_by": {}}).data, status=202)
-
-
-class ReservationListView(TenantView):
-    query_serializer = PageQuerySerializer
-
-    @extend_schema(
-        summary="The tenant's reservations by name, with what each holds now, a page at a time",
-        parameters=[PageQuerySerializer],
-        responses={
-            200: envelope(ReservationSerializer, name="ReservationList", many=True),
-            **error_responses(400, 401),
-        },
-    )
-    def get(self, request: Request) -> Response:
-        query = self.validated_query(request)
-        page, next_cursor = paginate(
-            Reservation.objects.filter(tenant=self.tenant).select_related("package"),
-            cursor=query.get("cursor"),
-            limit=query["limit"],
-            scope=cursor_scope(self.tenant.pk, "reservations"),
-            key="name",
-            position="name",
-            newest_first=False,
-        )
-        context = {"usage": reservations.usage(page)}
-        return EnvelopedResponse(
-            {
-                "data": ReservationSerializer(page, many=True, context=context).data,
-                "meta": {"nextCursor": next_cursor},
-            }
-        )
-
-    @extend_schema(
-        summary="Reserve devices: count units' worth of a package from start to end",
-        request=CreateReservationSerializer,
-        responses={
-            201: envelope(ReservationSerializer, name="ReservationResponse"),
-            **error_responses(400, 401, 409, 503),
-        },
-    )
-    def post(self, request: Request) -> Response:
-        serializer = CreateReservationSerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
-        data = serializer.validated_data
-        created = reservations.create_reservation(
-            tenant=self.tenant,
-            name=data["name"],
-            package_id=data["packageID"],
-            count=data["count"],
-            start=data["start"],
-            end=data["end"],
-            region=data.get("region", ""),
-            at_end=data.get("atEnd", "keep"),
-        )
-        # Just made: nothing held or in use yet.
-        usage = {created.pk: reservations.Usage(count=created.count, held=0, in_use=0)}
-        return Response(ReservationSerializer(created, context={"usage": usage}).data, status=201)
-
-
-class ReservationDetailView(TenantView):
-    @extend_schema(
-        summary="One reservation",
-        responses={
-            200: envelope(ReservationSerializer, name="ReservationDetail"),
-            **error_responses(401, 404),
-        },
-    )
-    def get(self, request: Request, name: str) -> Response:
-        return Response(
-            ReservationSerializer(reservations.get_reservation(tenant=self.tenant, name=name)).data
-        )
-
-    @extend_schema(
-        summary="Cancel a reservation before its start (409 invalid_state once it started)",
-        responses={
-            200: envelope(ReservationSerializer, name="ReservationCancelled"),
-            **error_responses(401, 404, 409),
-        },
-    )
-    def delete(self, request: Request, name: str) -> Response:
-        cancelled = reservations.cancel_reservation(tenant=self.tenant, name=name)
-        # Cancelled before its start: it never held anything.
-        usage = {
-            cancelled.pk: reservations.Usage(count=cancelled.count, held=0, in_use=0, open=False)
-        }
-        return Response(ReservationSerializer(cancelled, context={"usage": usage}).data)
-
-
-_SECRET = envelope(SecretSerializer, name="SecretResponse")
-
-
-class SecretListView(TenantView):
-    """The tenant's secrets: names and keys (values are write-only), and writing one."""
-
-    query_serializer = PageQuerySerializer
-    query_methods = frozenset({"GET"})
-
-    @extend_schema(
-        summary="The tenant's secrets (names and keys, never values), a page at a time",
-        parameters=[PageQuerySerializer],
-        responses={
-            200: envelope(SecretSerializer, name="SecretList", many=True),
-            **error_responses(400, 401),
-        },
-    )
-    def get(self, request: Request) -> Response:
-        return EnvelopedResponse(
-            page_by_name(
-                TenantSecret.objects.filter(tenant=self.tenant),
-                self.validated_query(request),
-                scope=cursor_scope(self.tenant.pk, "secrets"),
-                serializer=SecretSerializer,
-            )
-        )
-
-    @extend_schema(
-        summary="Create or replace a secret (a Kubernetes Secret in the tenant's namespace)",
-        description="Units read a key with template.env[] = {name, secretRef: {name, key}}. "
-        "Sending a name again replaces all its keys and values (200; 201 when new), so a "
-        "retry is safe; running units see a new value from their next start or restart. "
-        "Values are never returned. 409 limit_exceeded past the tenant's secret limit "
-        "(GET /quota), 409 secret_conflict when a Secret of that name exists that the control "
-        "plane does not manage, 503 while the tenant's namespace is being prepared.",
-        request=CreateSecretSerializer,
-        responses={
-            201: _SECRET,
-            200: OpenApiResponse(_SECRET, description="an existing secret replaced"),
-            **error_responses(400, 401, 409, 503),
-        },
-    )
-    def post(self, request: Request) -> Response:
-        serializer = CreateSecretSerializer(data=request.data)
-        serializer.is_valid(raise_exception=True)
-        secret, created = tenant_secrets.create_or_replace_secret(
-            tenant=self.tenant,
-            name=serializer.validated_data["name"],
-            data=serializer.validated_data["data"],
-        )
-        return Response(SecretSerializer(secret).data, status=201 if created else 200)
-
-
-class SecretDetailView(TenantView):
-    @extend_schema(
-        summary="One secret (its keys, never its values)",
-        responses={200: _SECRET, **error_responses(401, 404)},
-    )
-    def get(self, request: Request, name: str) -> Response:
-        return Response(
-            SecretSerializer(tenant_secrets.get_secret(tenant=self.tenant, name=name)).data
-        )
-
-    @extend_schema(
-        summary="Delete a secret (409 secret_in_use while a live unit reads it)",
-        responses={204: None, **error_responses(401, 404, 409, 503)},
-    )
-    def delete(self, request: Request, name: str) -> Response:
-        tenant_secrets.delete_secret(tenant=self.tenant, name=name)
-        return Response(status=204)
+SecretListView, SecretDetailView = resource_views(
+    Endpoint(
+        resource=SECRETS,
+        schema="Secret",
+        output=SecretSerializer,
+        input=CreateSecretSerializer,
+        rows=lambda tenant: TenantSecret.objects.filter(tenant=tenant),
+        one=lambda tenant, name: tenant_secrets.get_secret(tenant=tenant, name=name),
+        create_errors=(400, 401, 409, 503),
+        delete_errors=(401, 404, 409, 503),
+        words=Words(
+            list="The tenant's secrets (names and keys, never values), a page at a time",
+            create="Create or replace a secret (a Kubernetes Secret in the tenant's namespace)",
+            create_details="Units read a key with template.env[] = {name, secretRef: {name, "
+            "key}}. Sending a name again replaces all its keys and values (200; 201 when new), "
+            "so a retry is safe; running units see a new value from their next start or "
+            "restart. Values are never returned. 409 limit_exceeded past the tenant's secret "
+            "limit (GET /quota), 409 secret_conflict when a Secret of that name exists that the "
+            "control plane does not manage, 503 while the tenant's namespace is being prepared.",
+            one="One secret (its keys, never its values)",
+            delete="Delete a secret (409 secret_in_use while a live unit reads it)",
+        ),
+    ),
+    base=TenantView,
+)
