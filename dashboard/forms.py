@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 import shlex
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any, TypeVar
 
 from django import forms
@@ -49,6 +49,9 @@ API_FIELDS = {
     "access.scheme": "scheme",
     "access": "ports",
     "template.ports": "ports",
+    "template.command": "command",
+    "template.env": "env",
+    "stopAfter": "stop_after",
     "storageMounts": "storage_mounts",
     "ssh": "ssh",
 }
@@ -298,6 +301,50 @@ class PackageOption:
         return f"{self.row.package.id} — {self.contract} — {self.price} — {self.room}"
 
 
+def command_field() -> forms.CharField:
+    """What the container runs, as one line (the order and the edit form)."""
+    return forms.CharField(
+        required=False,
+        max_length=MAX_STRING,
+        help_text=(
+            "Optional: replaces the image's entrypoint, split into words as a shell would "
+            "(quotes keep spaces together; nothing is expanded), e.g. python -m http.server "
+            "8080. Empty: the image's own."
+        ),
+        widget=forms.TextInput(attrs={"autocomplete": "off", "spellcheck": "false"}),
+    )
+
+
+def env_field() -> forms.CharField:
+    return forms.CharField(
+        label="Environment",
+        required=False,
+        strip=False,
+        max_length=MAX_ITEMS * MAX_STRING,
+        help_text=(
+            f"Optional: one NAME=value a line, e.g. HF_HOME=/data/cache, or a key of one of "
+            f"your secrets, e.g. HF_TOKEN=${{secret:hf/token}}. At most {MAX_ITEMS}."
+        ),
+        widget=forms.Textarea(
+            attrs={"rows": 4, "autocomplete": "off", "spellcheck": "false", "wrap": "off"}
+        ),
+    )
+
+
+def stop_after_field() -> forms.CharField:
+    return forms.CharField(
+        label="Auto-stop after",
+        required=False,
+        max_length=16,
+        help_text=(
+            "Optional: the unit stops by itself this long after each start, e.g. 45m, 8h, "
+            "1h30m or 7d; empty: it runs until stopped."
+        ),
+        # No placeholder: a grey "8h" in an empty field reads as a limit the unit has.
+        widget=forms.TextInput(attrs={"autocomplete": "off", "spellcheck": "false"}),
+    )
+
+
 class UnitCreateForm(SummarisedForm):
     """A unit order. The operationID is made when the form is shown and travels in a hidden
     field, so a double submit replays the same order instead of placing a second one."""
@@ -352,6 +399,8 @@ class UnitCreateForm(SummarisedForm):
         help_text='Container image, e.g. "python:3.12" or "ghcr.io/org/app:1.0".',
         widget=forms.TextInput(attrs={"autocomplete": "off", "spellcheck": "false"}),
     )
+    command = command_field()
+    env = env_field()
     ports = forms.CharField(
         required=False,
         max_length=1024,
@@ -399,6 +448,7 @@ class UnitCreateForm(SummarisedForm):
         widget=forms.CheckboxSelectMultiple,
         help_text="None ticked: every key registered now.",
     )
+    stop_after = stop_after_field()
     operation_id = forms.CharField(widget=forms.HiddenInput, required=False)
 
     def __init__(
@@ -473,6 +523,12 @@ class UnitCreateForm(SummarisedForm):
     def clean_ports(self) -> list[dict]:
         return parse_ports(self.cleaned_data.get("ports") or "")
 
+    def clean_command(self) -> list[str]:
+        return parse_command(self.cleaned_data.get("command") or "")
+
+    def clean_env(self) -> list[dict]:
+        return parse_env(self.cleaned_data.get("env") or "")
+
     def clean_storage_mounts(self) -> list[dict]:
         return parse_mounts(self.cleaned_data.get("storage_mounts") or "")
 
@@ -487,14 +543,15 @@ class UnitCreateForm(SummarisedForm):
     def clean(self) -> dict[str, Any]:
         super().clean()
         cleaned = self.cleaned_data
-        if self.errors:
-            return cleaned
-        # The API's own input rules, so the browser and the API accept exactly the same orders.
-        order = {
+        # The API's own input rules, so the browser and the API accept exactly the same orders;
+        # judged even when a field could not be read (it is left out, and the rules' word on
+        # it dropped), so every problem is told at once.
+        unreadable = set(self.errors)
+        order: dict[str, Any] = {
             "operationID": cleaned["operation_id"],
-            "name": cleaned["name"],
-            "packageID": cleaned["package"],
-            "image": cleaned["image"],
+            "name": cleaned.get("name") or "x",
+            "packageID": cleaned.get("package") or "x",
+            "image": cleaned.get("image") or "x",
         }
         if cleaned.get("region"):
             order["region"] = cleaned["region"]
@@ -504,16 +561,23 @@ class UnitCreateForm(SummarisedForm):
             order["autoResume"] = True
         if cleaned.get("reservation"):
             order["reservation"] = cleaned["reservation"]
-        if cleaned["ports"]:
-            order["template"] = {"ports": cleaned["ports"]}
-            order["access"] = {"scheme": cleaned["scheme"] or "http"}
-        if cleaned["storage_mounts"]:
+        template = {key: cleaned[key] for key in ("command", "env", "ports") if cleaned.get(key)}
+        if template:
+            order["template"] = template
+        if cleaned.get("ports"):
+            order["access"] = {"scheme": cleaned.get("scheme") or "http"}
+        if cleaned.get("storage_mounts"):
             order["storageMounts"] = cleaned["storage_mounts"]
-        if cleaned["ssh"]:
+        if cleaned.get("ssh"):
             order["ssh"] = {"enabled": True, "keys": cleaned.get("ssh_keys") or None}
+        if cleaned.get("stop_after"):
+            order["stopAfter"] = cleaned["stop_after"]
         serializer = CreateUnitSerializer(data=order)
         if not serializer.is_valid():
-            self.report({path: list(map(str, m)) for path, m in serializer.errors.items()})
+            problems = {path: list(map(str, m)) for path, m in serializer.errors.items()}
+            self.report(problems, skip=unreadable)
+            return cleaned
+        if self.errors:
             return cleaned
         cleaned["name"] = serializer.validated_data["name"]
         cleaned["package"] = serializer.validated_data["packageID"]
@@ -524,23 +588,30 @@ class UnitCreateForm(SummarisedForm):
         cleaned["reservation"] = serializer.validated_data.get("reservation", "")
         cleaned["template"] = serializer.validated_data.get("template") or {}
         cleaned["access"] = serializer.validated_data.get("access") or {}
+        cleaned["stop_after"] = serializer.validated_data.get("stopAfter")
         # Normalised and in the API's order, which the order service's problems index.
         cleaned["storage_mounts"] = serializer.validated_data.get("storageMounts") or []
         # {} when off; keys None for all the tenant's, resolved by the order.
         cleaned["ssh"] = serializer.validated_data.get("ssh") or {}
         return cleaned
 
-    def report(self, problems: dict[str, list[str]]) -> None:
+    def report(self, problems: dict[str, list[str]], *, skip: Collection[str] = ()) -> None:
         """Put the problems the API's rules or the order service found, keyed by API field
-        path, next to the fields they are about (the form as a whole when none is)."""
+        path, next to the fields they are about (the form as a whole when none is); not on a
+        field in `skip`, which could not be read and says so already."""
         # add_error drops the field's value.
         ports = self.cleaned_data.get("ports") or []
+        env = self.cleaned_data.get("env") or []
         mounts = self.cleaned_data.get("storage_mounts") or []
         keys = self.cleaned_data.get("ssh_keys") or []
         for path, messages in problems.items():
             field, index = form_field(path, API_FIELDS)
+            if field in skip or (field is None and skip):
+                continue
             for message in messages:
-                if field == "ports":
+                if field == "env":
+                    message = about_item(message, index, env, env_line)
+                elif field == "ports":
                     message = about_item(message, index, ports, port_text)
                 elif field == "storage_mounts":
                     message = about_item(message, index, mounts, mount_text)
@@ -577,29 +648,8 @@ class UnitEditForm(SummarisedForm):
         help_text='Container image, e.g. "python:3.12" or "ghcr.io/org/app:1.0".',
         widget=forms.TextInput(attrs={"autocomplete": "off", "spellcheck": "false"}),
     )
-    command = forms.CharField(
-        required=False,
-        max_length=MAX_STRING,
-        help_text=(
-            "Optional: replaces the image's entrypoint, split into words as a shell would "
-            "(quotes keep spaces together; nothing is expanded), e.g. python -m http.server "
-            "8080. Empty: the image's own."
-        ),
-        widget=forms.TextInput(attrs={"autocomplete": "off", "spellcheck": "false"}),
-    )
-    env = forms.CharField(
-        label="Environment",
-        required=False,
-        strip=False,
-        max_length=MAX_ITEMS * MAX_STRING,
-        help_text=(
-            f"Optional: one NAME=value a line, e.g. HF_HOME=/data/cache, or a key of one of "
-            f"your secrets, e.g. HF_TOKEN=${{secret:hf/token}}. At most {MAX_ITEMS}."
-        ),
-        widget=forms.Textarea(
-            attrs={"rows": 4, "autocomplete": "off", "spellcheck": "false", "wrap": "off"}
-        ),
-    )
+    command = command_field()
+    env = env_field()
     ports = forms.CharField(
         required=False,
         max_length=1024,
@@ -617,17 +667,7 @@ class UnitEditForm(SummarisedForm):
         required=False,
         help_text="How the primary port is reached; used only when there are ports.",
     )
-    stop_after = forms.CharField(
-        label="Auto-stop after",
-        required=False,
-        max_length=16,
-        help_text=(
-            "Optional: the unit stops by itself this long after each start, e.g. 45m, 8h, "
-            "1h30m or 7d; empty: it runs until stopped."
-        ),
-        # No placeholder: a grey "8h" in an empty field reads as a limit the unit has.
-        widget=forms.TextInput(attrs={"autocomplete": "off", "spellcheck": "false"}),
-    )
+    stop_after = stop_after_field()
     etag = forms.CharField(widget=forms.HiddenInput, max_length=64)
     operation_id = forms.CharField(widget=forms.HiddenInput, required=False)
 

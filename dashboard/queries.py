@@ -469,6 +469,10 @@ def package_ids_in_use(scope: Scope) -> list[str]:
     return sorted(ordered | set(Package.objects.values_list("id", flat=True)))
 
 
+def live_unit_named(tenant: Tenant, name: str) -> bool:
+    return GPUUnit.objects.live().filter(tenant=tenant, name=name).exists()
+
+
 def list_ssh_keys(tenant: Tenant) -> QuerySet[SSHKey]:
     return SSHKey.objects.filter(tenant=tenant).order_by("name")
 

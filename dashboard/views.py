@@ -23,6 +23,7 @@ from django.views import View
 
 from billing import periods, statements
 from controlplane.errors import DomainError
+from controlplane.validation import fold_case
 from dashboard import logtail, queries
 from dashboard.access import (
     SESSION_TENANT,
@@ -261,6 +262,12 @@ class UnitLogView(UnitPage, LivePage):
         return self.page("dashboard/unit_log.html", {"unit": unit, "live": live})
 
 
+def name_taken(name: object) -> str:
+    return (
+        f"A live unit named {name} already exists. Choose another name, or delete that unit first."
+    )
+
+
 class UnitCreateView(DashboardView):
     """The order form: tenant users order for their tenant; staff pick the tenant."""
 
@@ -296,7 +303,9 @@ class UnitCreateView(DashboardView):
 
     def post(self, request: HtmxHttpRequest) -> HttpResponse:
         form = self.form(data=request.POST)
-        if form.is_valid():
+        if not form.is_valid():
+            self.check_name(form)
+        else:
             data = form.cleaned_data
             # Staff order for the tenant they picked in the form.
             tenant = self.scope.tenant or data["tenant"]
@@ -312,6 +321,7 @@ class UnitCreateView(DashboardView):
                     access=data["access"],
                     storage_mounts=data["storage_mounts"],
                     ssh=data["ssh"],
+                    stop_after=data["stop_after"],
                     region=data["region"],
                     interruptible=data["interruptible"],
                     auto_resume=data["auto_resume"],
@@ -327,6 +337,14 @@ class UnitCreateView(DashboardView):
                 return HttpResponseRedirect(reverse("dashboard:unit-detail", args=[unit.uid]))
         return self.page("dashboard/unit_form.html", {"form": form})
 
+    def check_name(self, form: UnitCreateForm) -> None:
+        """A form refused for other reasons still says that its name is taken, rather than
+        only once the rest is right."""
+        name = fold_case(form.cleaned_data.get("name") or "")
+        tenant = self.scope.tenant or form.cleaned_data.get("tenant")
+        if name and tenant and queries.live_unit_named(tenant, name):
+            form.add_error("name", name_taken(name))
+
     @staticmethod
     def report(form: UnitCreateForm, error: DomainError) -> None:
         """Put the service's refusal next to the field it is about."""
@@ -339,11 +357,7 @@ class UnitCreateView(DashboardView):
                 "storage.",
             )
         elif isinstance(error, NameConflict):
-            form.add_error(
-                "name",
-                f"A live unit named {error.details.get('name')} already exists. Choose another "
-                "name, or delete that unit first.",
-            )
+            form.add_error("name", name_taken(error.details.get("name")))
         elif isinstance(error, QuotaExceeded):
             form.add_error("package", quota_refusal(error.details, asked="package"))
         elif isinstance(error, OperationConflict):

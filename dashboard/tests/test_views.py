@@ -441,6 +441,53 @@ class TestCreate:
         assert "A live unit named demo already exists" in body.split('id="id_name_error"')[1]
         assert GPUUnit.objects.count() == 1
 
+    def test_the_form_orders_the_readmes_unit_with_command_env_port_and_auto_stop(
+        self, member_client, package
+    ):
+        response = order(
+            member_client,
+            name="my-first-unit",
+            command="python -m http.server 8080",
+            env="HF_HOME=/data/cache\nGREETING=hello world",
+            ports="http:8080",
+            stop_after="8h",
+        )
+
+        unit = GPUUnit.objects.get()
+        assert response["Location"] == detail(unit)
+        assert unit.template["command"] == ["python", "-m", "http.server", "8080"]
+        assert unit.template["env"] == [
+            {"name": "HF_HOME", "value": "/data/cache"},
+            {"name": "GREETING", "value": "hello world"},
+        ]
+        assert unit.template["ports"] == [{"name": "http", "port": 8080, "protocol": "TCP"}]
+        assert unit.stop_after == "8h"
+
+    def test_name_and_image_come_first_and_the_rare_options_are_folded(self, member_client):
+        body = member_client.get(NEW).content.decode()
+
+        order_of = [body.index(f'name="{field}"') for field in ("name", "image", "command")]
+        assert order_of == sorted(order_of)
+        folded = body.split('<details class="more-options">')[1].split("</details>")[0]
+        for field in ("stop_after", "interruptible", "reservation"):
+            assert f'name="{field}"' in folded
+
+    def test_every_problem_is_told_at_once_the_name_clash_with_the_others(
+        self, member_client, tenant, package
+    ):
+        make_unit(tenant, "demo")
+
+        body = order(
+            member_client, image="UPPER CASE", env="NOT A VARIABLE", stop_after="forever"
+        ).content.decode()
+
+        assert "A live unit named demo already exists" in body.split('id="id_name_error"')[1]
+        assert "not a valid image reference" in body.split('id="id_image_error"')[1]
+        assert "is not NAME=value" in body.split('id="id_env_error"')[1]
+        assert 'id="id_stop_after_error"' in body
+        assert '<details class="more-options" open>' in body
+        assert GPUUnit.objects.count() == 1
+
     def test_quota_exceeded_is_shown_next_to_the_package(self, member_client, tenant, package):
         tenant.quota_cpu = "15"
         tenant.save()
