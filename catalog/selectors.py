@@ -1,5 +1,7 @@
 """Catalog reads."""
 
+import difflib
+
 from django.db.models import QuerySet
 
 from catalog.models import Package
@@ -15,6 +17,15 @@ def get_active_package(package_id: str) -> Package | None:
     if dns_label(package_id):
         return None  # cannot exist; never send it to the database
     return Package.objects.filter(active=True, id=package_id).first()
+
+
+def unknown_package(package_id: object) -> str:
+    """What an order naming no package on sale is told: where the packages are listed, and
+    the one it may have meant (only when asked, so a valid order never reads the catalog)."""
+    offered = list(list_active_packages().values_list("id", flat=True))
+    near = difflib.get_close_matches(str(package_id), offered, n=1, cutoff=0.6)
+    guess = f" Did you mean {near[0]}?" if near else ""
+    return f"No package {package_id} is on sale: GET /packages lists those that are.{guess}"
 
 
 def max_stop_after(package_id: str) -> str:

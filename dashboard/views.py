@@ -62,7 +62,6 @@ from runtime.errors import (
 from runtime.models import GPUUnit, OperationKind, RunPolicy, StoragePhase, UnitPhase
 from tenancy import audit
 from tenancy.models import Tenant
-from tenancy.quota_words import quota_refusal
 
 
 class UnitPage(DashboardView):
@@ -359,7 +358,7 @@ class UnitCreateView(DashboardView):
         elif isinstance(error, NameConflict):
             form.add_error("name", name_taken(error.details.get("name")))
         elif isinstance(error, QuotaExceeded):
-            form.add_error("package", quota_refusal(error.details, asked="package"))
+            form.add_error("package", error.message)  # tenancy.quota_words
         elif isinstance(error, OperationConflict):
             # The hidden operationID already ordered something else (the form was reused after
             # editing): a fresh one lets the next submit go through.
@@ -483,7 +482,7 @@ class UnitActionView(UnitPage):
                 uid=str(unit.uid),  # this page's unit, never a newer one of its name
             )
         except QuotaExceeded as error:
-            messages.error(request, quota_refusal(error.details, asked="start", unit=unit.name))
+            messages.error(request, error.message)  # tenancy.quota_words
         except DomainError as error:
             messages.error(request, f"{words['label']} refused: {error.message}")
         else:

@@ -421,6 +421,7 @@ def _print_welcome(
         f"{_gateway_line(gateways)}"
         "\nOrder a unit and watch it run:\n"
         f"  KEY=$(cat {relative}/demo-api-key)\n"
+        '  OP="first-unit-$(date +%s)"   # a new operationID per order\n'
         f'  curl -s -X POST {base}/api/v1/gpu-units -H "Authorization: Bearer $KEY" \\\n'
         "       -H 'Content-Type: application/json' \\\n"
         f"       -d '{EXAMPLE_ORDER}'\n"
@@ -459,12 +460,13 @@ def _gateway_example(base: str, gateways: dict[str, str]) -> str:
 
 
 # The README's example order (tests/test_readme.py runs it); not the article's demo-instance,
-# so running both is not a name conflict.
+# so running both is not a name conflict. Its operationID is the shell's $OP, new per order.
 EXAMPLE_UNIT = "my-first-unit"
 EXAMPLE_ORDER = json.dumps(
     {
-        "operationID": "readme-001",
+        "operationID": "$OP",
         "name": EXAMPLE_UNIT,
+        "region": "default",
         "packageID": "gpu-rtx3080-2x-cpu10-mem40g",
         "image": "python:3.12",
         "template": {
@@ -472,7 +474,7 @@ EXAMPLE_ORDER = json.dumps(
             "ports": [{"name": "http", "port": 8080}],
         },
     }
-)
+).replace('"$OP"', '"\'"$OP"\'"')
 
 
 def manage(args: list[str], *, data_root: Path) -> int:

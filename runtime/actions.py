@@ -195,6 +195,7 @@ def request_action(
                     cpu_millicores=unit.cpu_millicores,
                     memory_bytes=unit.memory_bytes,
                     claims=0,  # a stopped unit still holds its claim
+                    starting=unit.name,
                 ):
                     raise problem
                 tenancy_services.charge(

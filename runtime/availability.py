@@ -7,6 +7,7 @@ from collections.abc import Iterable
 
 from catalog.models import Package
 from inventory import selectors as inventory_selectors
+from tenancy import services as tenancy_services
 from tenancy.models import Tenant
 from tenancy.selectors import NO_USAGE, TenantUsage, usage_of
 
@@ -77,7 +78,14 @@ def for_tenant(
         elif fits == 0:
             reason = row.reason
         elif not quota_allows:
-            reason = "your quota is used up"
+            # The quota's own refusal: which limit, what is in use, and what to do.
+            refusal = tenancy_services.quota_problem(
+                tenant,
+                usage,
+                cpu_millicores=package.cpu_millicores,
+                memory_bytes=package.memory_bytes,
+            )
+            reason = refusal.message if refusal else "your quota is used up"
         else:
             # Empty, but for a fallback package placed by an alternative (which says so).
             reason = row.reason

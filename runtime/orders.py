@@ -28,6 +28,7 @@ from django.db.models import Count, F, Q
 from django.db.models.signals import post_save, pre_save
 from django.utils import timezone
 
+from catalog import selectors as catalog_selectors
 from catalog.models import Package
 from controlplane import statements
 from controlplane.validation import dns_label
@@ -195,7 +196,9 @@ def _admit_package(order: Order, package: Package | None) -> Package:
     if package is None:
         raise InvalidRequest(
             f'packageID "{order.package_id}" is not offered.',
-            details={"fields": {"packageID": ["Unknown or inactive package."]}},
+            details={
+                "fields": {"packageID": [catalog_selectors.unknown_package(order.package_id)]}
+            },
         )
     if order.interruptible and not package.interruptible:
         raise InvalidRequest(

@@ -18,6 +18,7 @@ from django.db.models import Count
 from django.utils import timezone
 
 from billing import budgets, ledger
+from catalog import selectors as catalog_selectors
 from catalog.models import Package
 from controlplane.errors import DomainError, InvalidRequest, NotFound
 from controlplane.validation import fold_case
@@ -76,7 +77,7 @@ def create_reservation(
     if problem := validation.reservation_name(name):
         problems["name"] = [problem]
     if package is None:
-        problems["packageID"] = ["Unknown or inactive package."]
+        problems["packageID"] = [catalog_selectors.unknown_package(package_id)]
     elif package.capacity:
         problems["packageID"] = ["A share of a device cannot be reserved: whole devices only."]
     if not 1 <= count <= settings.RESERVATION_MAX_COUNT:

@@ -19,7 +19,7 @@ from rest_framework import serializers
 from rest_framework.fields import empty
 from rest_framework.settings import api_settings
 
-from controlplane.api.fields import StrictSerializer, StringField
+from controlplane.api.fields import StrictSerializer, StringField, unknown_fields
 from controlplane.validation import format_duration, parse_duration
 from runtime import validation
 
@@ -73,9 +73,7 @@ class BodySerializer(StrictSerializer):
     fields are listed with the other fields' problems, so one answer names them all."""
 
     def to_internal_value(self, data: Any) -> Any:
-        unknown = {}
-        if isinstance(data, dict):
-            unknown = {name: ["Unknown field."] for name in sorted(set(data) - set(self.fields))}
+        unknown = unknown_fields(data, self.fields)
         try:
             # Past StrictSerializer's check, which refuses unknown fields on their own.
             value = serializers.Serializer.to_internal_value(self, data)

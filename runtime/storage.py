@@ -25,6 +25,7 @@ from runtime.models import GPUStorage, GPUUnit, StorageAccessMode, StoragePhase
 from tenancy import services as tenancy_services
 from tenancy import webhooks
 from tenancy.models import Tenant
+from tenancy.quota_words import quota_refusal
 
 logger = logging.getLogger(__name__)
 
@@ -130,28 +131,23 @@ def _check_quota(tenant: Tenant, size_bytes: int) -> None:
     )
     held, count = totals["held"], totals["count"]
     if count + 1 > tenant.quota_storages:
-        raise QuotaExceeded(
-            f"tenant {tenant.slug} has {count} of {tenant.quota_storages} storages.",
-            details={
-                "limit": "persistentvolumeclaims",
-                "used": str(count),
-                "hard": str(tenant.quota_storages),
-            },
-        )
+        details: dict[str, object] = {
+            "limit": "persistentvolumeclaims",
+            "used": str(count),
+            "hard": str(tenant.quota_storages),
+        }
+        raise QuotaExceeded(quota_refusal(details, asked="storage"), details=details)
     used, requested = quantity.format_bytes(held or 0), quantity.format_bytes(size_bytes)
     if (held or 0) + size_bytes > tenant.quota_storage_bytes:
-        raise QuotaExceeded(
-            f"tenant {tenant.slug} quota would be exceeded for requests.storage: "
-            f"used={used} requested={requested} hard={tenant.quota_storage}",
-            details={
-                "limit": "requests.storage",
-                "used": used,
-                "requested": requested,
-                "hard": tenant.quota_storage,
-                # Deleting storages never makes room for it: a smaller size does.
-                "largerThanQuota": size_bytes > tenant.quota_storage_bytes,
-            },
-        )
+        details = {
+            "limit": "requests.storage",
+            "used": used,
+            "requested": requested,
+            "hard": tenant.quota_storage,
+            # Deleting storages never makes room for it: a smaller size does.
+            "largerThanQuota": size_bytes > tenant.quota_storage_bytes,
+        }
+        raise QuotaExceeded(quota_refusal(details, asked="storage"), details=details)
 
 
 def get_storage(*, tenant: Tenant, name: str) -> GPUStorage:

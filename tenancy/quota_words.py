@@ -12,6 +12,7 @@ LIMIT_NAMES = {
     "requests.cpu": "CPU",
     "requests.memory": "memory",
     "count/resourceclaims.resource.k8s.io": "units",
+    "limits.ephemeral-storage": "ephemeral disk",
 }
 
 # Per thing asked for: the refusal when it alone is larger than the whole quota (freeing

@@ -22,6 +22,7 @@ from dracel import quantity
 from tenancy import sshkeys
 from tenancy.errors import BudgetExceeded, LimitExceeded, QuotaExceeded, SSHKeyConflict
 from tenancy.models import API_KEY_NAME_MAX, ApiKey, BudgetMode, SSHKey, Tenant
+from tenancy.quota_words import quota_refusal
 from tenancy.selectors import TenantUsage
 
 KEY_PREFIX = "gcp"
@@ -132,11 +133,17 @@ def refund(
 
 
 def quota_problem(
-    tenant: Tenant, usage: TenantUsage, *, cpu_millicores: int, memory_bytes: int, claims: int = 1
+    tenant: Tenant,
+    usage: TenantUsage,
+    *,
+    cpu_millicores: int,
+    memory_bytes: int,
+    claims: int = 1,
+    starting: str = "",
 ) -> QuotaExceeded | None:
-    """Why the tenant's live units plus a new one (or a stopped one started again, which
-    already holds its claim: `claims=0`) do not fit its quota (checked under the tenant
-    lock), or None when they do."""
+    """Why the tenant's live units plus a new one (or the stopped unit `starting` started
+    again, which already holds its claim: `claims=0`) do not fit its quota (checked under the
+    tenant lock), or None when they do."""
     limits: list[tuple[str, int, int, int, Callable[[int], str]]] = [
         (
             "requests.cpu",
@@ -163,30 +170,34 @@ def quota_problem(
                 requested=show(requested),
                 hard=show(hard),
                 larger=requested > hard,
+                starting=starting,
             )
     return None
 
 
 def quota_exceeded(
-    tenant: Tenant, limit: str, *, used: str, requested: str, hard: str, larger: bool
+    tenant: Tenant,
+    limit: str,
+    *,
+    used: str,
+    requested: str,
+    hard: str,
+    larger: bool,
+    starting: str = "",
 ) -> QuotaExceeded:
     """The refusal of a request over the tenant's quota for `limit`, in the one wording
-    customers see (API and dashboard). `larger`: the request alone is over the whole quota,
-    so deleting units never helps; a smaller package does."""
-    return QuotaExceeded(
-        f"the package is larger than tenant {tenant.slug}'s quota for {limit}: "
-        f"requested={requested} hard={hard}"
-        if larger
-        else f"tenant {tenant.slug} quota would be exceeded for {limit}: "
-        f"used={used} requested={requested} hard={hard}",
-        details={
-            "limit": limit,
-            "used": used,
-            "requested": requested,
-            "hard": hard,
-            "largerThanQuota": larger,
-        },
-    )
+    customers see (API and dashboard: tenancy.quota_words), with what to do next. `larger`:
+    the request alone is over the whole quota, so deleting units never helps; a smaller
+    package does. `starting`: the unit a refused start was for."""
+    details = {
+        "limit": limit,
+        "used": used,
+        "requested": requested,
+        "hard": hard,
+        "largerThanQuota": larger,
+    }
+    asked = "start" if starting else "package"
+    return QuotaExceeded(quota_refusal(details, asked=asked, unit=starting), details=details)
 
 
 def set_usage(*, tenant_pk: int, usage: TenantUsage) -> None:

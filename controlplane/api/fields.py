@@ -5,6 +5,8 @@ offset or a date."""
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
 from datetime import UTC, date, datetime, time
 
 from drf_spectacular.types import OpenApiTypes
@@ -21,14 +23,27 @@ class StringField(serializers.CharField):
         return super().to_internal_value(data)
 
 
+def unknown_fields(data: object, fields: Iterable[str]) -> dict[str, list[str]]:
+    """A problem for each field of `data` (a JSON object) that is not one of `fields`, naming
+    the field it may be a misspelling of (`packageId`: did you mean packageID?)."""
+    if not isinstance(data, dict):
+        return {}
+    known = list(fields)
+    problems = {}
+    for name in sorted(set(data) - set(known)):
+        near = difflib.get_close_matches(str(name), known, n=1, cutoff=0.6) or [
+            field for field in known if field.lower() == str(name).lower()
+        ]
+        problems[name] = [f"Unknown field; did you mean {near[0]}?" if near else "Unknown field."]
+    return problems
+
+
 class StrictSerializer(serializers.Serializer):
     """Rejects fields the API does not define instead of silently ignoring them."""
 
     def to_internal_value(self, data):
-        if isinstance(data, dict):
-            unknown = sorted(set(data) - set(self.fields))
-            if unknown:
-                raise serializers.ValidationError({name: ["Unknown field."] for name in unknown})
+        if unknown := unknown_fields(data, self.fields):
+            raise serializers.ValidationError(unknown)
         return super().to_internal_value(data)
 
 

@@ -125,6 +125,30 @@ class TestUnitCreate(EndpointTest):
         GPUUnit.objects.update(phase=UnitPhase.TERMINATED)
         assert auth_client.post(URL, body(operationID="again"), format="json").status_code == 201
 
+    def test_a_misspelt_field_is_told_the_field_it_may_mean(self, auth_client):
+        request = body()
+        request["packageId"] = request.pop("packageID")
+
+        error = self.get_error_response(
+            auth_client, data=request, status=400, code="invalid_request"
+        )
+
+        assert error["details"]["fields"]["packageId"] == ["Unknown field; did you mean packageID?"]
+        assert not GPUUnit.objects.exists()
+
+    def test_a_package_not_on_sale_points_to_the_packages_and_the_one_meant(self, auth_client):
+        error = self.get_error_response(
+            auth_client,
+            data=body(packageID="gpu-rtx3080-2x-cpu10-mem4g"),
+            status=400,
+            code="invalid_request",
+        )
+
+        assert error["details"]["fields"]["packageID"] == [
+            "No package gpu-rtx3080-2x-cpu10-mem4g is on sale: GET /packages lists those that "
+            f"are. Did you mean {ARTICLE_PACKAGE_ID}?"
+        ]
+
     def test_quota_exceeded_names_the_limit_and_creates_nothing(self, tenant):
         tenant.quota_cpu = "15"
         tenant.save()
@@ -136,7 +160,11 @@ class TestUnitCreate(EndpointTest):
             status=409,
             code="quota_exceeded",
         )
-        assert "requests.cpu" in error["message"]
+        # The sentence the dashboard shows, with the next step; the details name the limit.
+        assert error["message"] == (
+            "Not enough quota left for this package: it needs 10 CPU, and 10 of 15 are in use. "
+            "Delete a unit or pick a smaller package."
+        )
         assert error["details"] == {
             "limit": "requests.cpu",
             "used": "10",

@@ -61,7 +61,7 @@ def test_a_package_larger_than_the_class_quota_says_so():
     tenant = TenantFactory(quota_devices={"nvidia-rtx-3080": 1})
     refused = order(client_for(tenant), "big", PackageFactory())
     assert refused.json()["error"]["details"]["largerThanQuota"] is True
-    assert "larger than tenant" in refused.json()["error"]["message"]
+    assert "larger than your whole quota" in refused.json()["error"]["message"]
 
 
 def test_without_a_device_quota_quota_shows_no_devices(tenant, auth_client):
