@@ -72,6 +72,20 @@ def _meter_pieces(
             yield meter, piece
 
 
+def running_cost(tenant: Tenant, *, start: datetime, end: datetime, now: datetime) -> Decimal:
+    """What the tenant's running meters have cost in `[start, end)` up to `now`: the unsealed
+    time that is not in the ledger's rows yet (costs_by_tenant counts it the same way)."""
+    meters = Meter.objects.filter(tenant=tenant, started_at__lt=end)
+    return sum(
+        (
+            piece.cost
+            for _, piece in _meter_pieces(meters, until=min(now, end))
+            if start <= piece.start < end
+        ),
+        Decimal(0),
+    )
+
+
 def cost_to_date(unit_uids: Iterable[uuid.UUID], *, now: datetime) -> dict[uuid.UUID, Decimal]:
     """What each unit has cost so far: its monthly rollups, and its running meter up to `now`
     (two statements, three while any is running)."""

@@ -16,7 +16,7 @@ from decimal import Decimal
 from django.conf import settings
 from django.db.models import Max, Min, Sum
 
-from billing import budgets, periods
+from billing import budgets, periods, selectors
 from billing.models import Grain, Meter, UnitRollup
 from tenancy.models import Tenant
 
@@ -59,8 +59,11 @@ class Statement:
     end: datetime
     currency: str
     lines: list[Line] = field(default_factory=list)
-    # Units still metered in the month: their unsealed time is not in the ledger yet.
+    # Units still metered in the month: their unsealed time is not in the ledger yet; what
+    # it has cost up to `now` is `running`.
     open_meters: int = 0
+    running: Decimal = Decimal(0)
+    now: datetime | None = None
     # What the tenant's reservations commit it to in the rest of the month (not billed yet:
     # a slot is billed while it holds devices).
     committed: list[budgets.Committed] = field(default_factory=list)
@@ -72,6 +75,11 @@ class Statement:
     @property
     def total(self) -> Decimal:
         return sum((line.cost for line in self.lines), Decimal(0))
+
+    @property
+    def total_so_far(self) -> Decimal:
+        """The lines and the running time: the month's cost the overview shows."""
+        return self.total + self.running
 
     @property
     def final(self) -> bool:
@@ -125,6 +133,9 @@ def statement(tenant: Tenant, start: datetime, *, now: datetime) -> Statement:
     open_meters = (
         Meter.objects.filter(tenant=tenant, started_at__lt=end).count() if now >= start else 0
     )
+    running = (
+        selectors.running_cost(tenant, start=start, end=end, now=now) if open_meters else Decimal(0)
+    )
     return Statement(
         tenant=tenant,
         start=start,
@@ -132,6 +143,8 @@ def statement(tenant: Tenant, start: datetime, *, now: datetime) -> Statement:
         currency=settings.BILLING_CURRENCY,
         lines=lines,
         open_meters=open_meters,
+        running=running,
+        now=now,
         committed=budgets.commitments(tenant, now=max(now, start), until=end) if now < end else [],
     )
 

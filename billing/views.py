@@ -465,6 +465,13 @@ _statement = inline_serializer(
         ),
         "lines": serializers.ListField(child=_statement_line),
         "total": serializers.CharField(help_text="the sum of the lines' costs"),
+        "running": serializers.CharField(
+            help_text="what units still metered have cost since their last sealed hour, up to "
+            "now: not in the lines yet"
+        ),
+        "totalSoFar": serializers.CharField(
+            help_text="total + running: the month's cost so far, as GET /quota's costThisMonth"
+        ),
         "committed": serializers.ListField(
             child=inline_serializer(
                 name="StatementCommitment",
@@ -532,6 +539,8 @@ class StatementView(NotJsonBodyMixin, TenantView):
                     for line in found.lines
                 ],
                 "total": periods.cost_text(found.total),
+                "running": periods.cost_text(found.running),
+                "totalSoFar": periods.cost_text(found.total_so_far),
                 "committed": [
                     {
                         "reservation": c.commitment.name,

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import csv
 import io
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import pytest
+from django.utils import timezone
 
 from billing import exporting, ledger
 from billing.models import UsageRecord
@@ -78,6 +79,27 @@ def test_a_statement_has_a_line_per_unit_package_and_price_and_totals_like_the_l
     ]
     billed = sum((Decimal(row["BilledCost"]) for row in focus), Decimal(0))
     assert billed == Decimal(body["total"])
+
+
+def test_a_month_with_a_running_unit_totals_what_the_quota_and_overview_say(tenant, monkeypatch):
+    now = at("2026-11-28 12:30")
+    monkeypatch.setattr(timezone, "now", lambda: now)
+    h100 = priced("h100-2x", "3.60")
+    done = UnitFactory(tenant=tenant, name="done", package=h100, phase=UnitPhase.STOPPED)
+    hold(done, at("2026-11-03 10:00"), at("2026-11-03 11:00"))
+    live = UnitFactory(tenant=tenant, name="live", package=h100, phase=UnitPhase.RUNNING)
+    hold(live, now - timedelta(minutes=50), None)  # 50 minutes, none of it sealed
+    client = client_for(tenant)
+
+    body = client.get("/api/v1/usage/statements/2026-11").json()["data"]
+    quota = client.get("/api/v1/quota").json()["data"]
+
+    assert body["final"] is False
+    assert body["total"] == "3.600000"  # the sealed hour
+    assert body["running"] == "3.000000"  # 50 minutes at 3.60
+    assert body["totalSoFar"] == "6.600000" == quota["costThisMonth"]
+    page = client_for(tenant).get("/api/v1/usage/statements/2026-11", {"format": "csv"})
+    assert page.status_code == 200
 
 
 def test_a_statement_as_csv_ends_with_its_total(november):

@@ -304,8 +304,15 @@ class TestStatement:
         assert "Statement for 2026-11" in body
         assert 'data-unit="trainer"' in body
         assert 'data-unit="theirs"' not in body  # the other tenant's
+        # The month so far, as the overview says it: the lines and the unsealed meter.
+        lines = body.split('class="subtotal"')[1].split("</tr>")[0]
+        running = body.split('class="running"')[1].split("</tr>")[0]
         total = body.split('class="total"')[1].split("</tr>")[0]
-        assert ">USD 7.40<" in total  # 8.40 this month less the 1.00 of the unsealed meter
+        assert ">USD 7.40<" in lines
+        assert ">USD 1.00<" in running
+        assert ">USD 8.40<" in total
+        overview = member_client.get("/").content.decode()
+        assert ">USD 8.40<" in overview.split("This month")[1].split("</div>")[0]
         assert "A unit still runs this month" in body
         assert 'href="/statements/2026-10/"' in body
 

@@ -153,11 +153,17 @@ def statement(
     if output is not Format.TABLE:
         emit(found, output, columns=[])
         return
-    final = "final" if found.get("final") else "not final yet"
+    currency = found.get("currency")
+    if found.get("final"):
+        said = f"total {found.get('total')} {currency} (final)"
+    else:
+        said = (
+            f"total so far {found.get('totalSoFar')} {currency}: {found.get('total')} in the "
+            f"lines and {found.get('running')} running, not sealed yet"
+        )
     emit(
         found.get("lines", []),
         output,
         columns=STATEMENT_COLUMNS,
-        caption=f"{found.get('month')}: total {found.get('total')} {found.get('currency')} "
-        f"({final})",
+        caption=f"{found.get('month')}: {said}",
     )
