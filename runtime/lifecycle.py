@@ -34,18 +34,57 @@ from tenancy.selectors import NO_USAGE, usage_of
 logger = logging.getLogger(__name__)
 
 
+# A stage a pod passes before it runs. The observer may bill a pod (UsageStarted) before the
+# reconcile records its claim allocated: when the pod ran before the worker had recorded the
+# unit (Provisioned), the reconcile leaves the unit to the worker until then. The entry of such
+# a stage goes before the usage recorded early, so the timeline reads as things happened.
+BEFORE_USAGE = frozenset({"Allocated"})
+# How far back the usage recorded early can be: Provisioned and the phase it changed.
+LOOK_BACK = 4
+
+
 def record_event(
     unit: GPUUnit, *, reason: str, message: str = "", type: str = EventType.NORMAL
 ) -> UnitEvent:
     """Append to the unit's timeline; the same reason and message as the latest entry bumps it."""
-    latest = UnitEvent.objects.filter(unit=unit).order_by("-id").first()
+    recent = list(UnitEvent.objects.filter(unit=unit).order_by("-id")[:LOOK_BACK])
+    latest = recent[0] if recent else None
     now = timezone.now()
     if latest and latest.reason == reason and latest.message == message and latest.type == type:
         UnitEvent.objects.filter(pk=latest.pk).update(count=F("count") + 1, last_seen=now)
         latest.count += 1
         latest.last_seen = now
         return latest
-    return append_event(unit, reason=reason, message=message, type=type)
+    early = _usage_recorded_early(recent) if reason in BEFORE_USAGE else []
+    if not early:
+        return append_event(unit, reason=reason, message=message, type=type)
+    with transaction.atomic():
+        UnitEvent.objects.filter(pk__in=[entry.pk for entry in early]).delete()
+        entry = append_event(unit, reason=reason, message=message, type=type)
+        for moved in early:
+            again = append_event(
+                unit,
+                reason=moved.reason,
+                message=moved.message,
+                type=moved.type,
+                observed_at=moved.observed_at,
+            )
+            UnitEvent.objects.filter(pk=again.pk).update(
+                count=moved.count, first_seen=moved.first_seen, last_seen=moved.last_seen
+            )
+    return entry
+
+
+def _usage_recorded_early(recent: list[UnitEvent]) -> list[UnitEvent]:
+    """The UsageStarted entries among `recent` (newest first) of the pod billed now: those
+    after the latest UsageEnded, oldest first."""
+    early = []
+    for entry in recent:
+        if entry.reason == "UsageEnded":
+            break
+        if entry.reason == "UsageStarted":
+            early.append(entry)
+    return early[::-1]
 
 
 def append_event(

@@ -78,9 +78,14 @@ def test_a_unit_reaches_running_and_terminated_by_events_alone(observer, tenant)
     unit = GPUUnit.objects.get(name="watched")
     assert unit.dra["allocated"] is True
     assert unit.last_sync_at is not None
+    # Billing is recorded from events alone too, after what it follows: the timeline reads
+    # as it happened (the pod may run before the worker records Provisioned).
+    wait_for(lambda: unit.events.filter(reason="UsageStarted").exists(), what="UsageStarted")
     reasons = list(unit.events.values_list("reason", flat=True))
     assert {"Provisioned", "Allocated", "Running"} <= set(reasons)
     assert len(reasons) == len(set(reasons)), reasons  # no entry twice
+    order = [reasons.index(r) for r in ("Provisioned", "Allocated", "UsageStarted")]
+    assert order == sorted(order), reasons
     # The inventory mirror followed the allocation with no sync.
     wait_for(
         lambda: Claim.objects.filter(name=unit.claim_name, allocated=True).exists(),
