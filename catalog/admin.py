@@ -14,6 +14,7 @@ from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.template.response import TemplateResponse
 
+from catalog import offers
 from catalog.models import Package
 from catalog.services import export_catalog
 
@@ -81,6 +82,19 @@ class PackageForm(forms.ModelForm):
         help_texts = {
             "regions": "Comma-separated DNS labels, e.g. us-east,eu-west; empty: every region."
         }
+
+    def clean(self) -> dict[str, Any]:
+        """An active package must be able to place somewhere: its DeviceClass exists in a
+        cluster and its selectors match a device there (catalog.offers; nothing is refused
+        before the clusters have been seen). An inactive one may be prepared ahead."""
+        cleaned = super().clean()
+        if cleaned.get("active") and not self.errors:
+            problems = offers.placement_problems(
+                cleaned.get("device_class_name") or "", cleaned.get("selectors") or []
+            )
+            for field, problem in problems.items():
+                self.add_error(field, problem)
+        return cleaned
 
 
 @admin.register(Package)

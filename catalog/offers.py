@@ -18,6 +18,26 @@ def register(checker: Checker) -> None:
         _checkers.append(checker)
 
 
+# placement(device class, selectors) -> {form field: problem}: the package could never place.
+Placement = Callable[[str, list[str]], dict[str, str]]
+_placements: list[Placement] = []
+
+
+def register_placement(checker: Placement) -> None:
+    if checker not in _placements:
+        _placements.append(checker)
+
+
+def placement_problems(device_class: str, selectors: list[str]) -> dict[str, str]:
+    """Why a unit of a package of `device_class` with `selectors` could never be placed in
+    any cluster seen (no such DeviceClass, no device its selectors match), by field; the
+    admin refuses an active package for it."""
+    problems: dict[str, str] = {}
+    for checker in _placements:
+        problems |= checker(device_class, selectors)
+    return problems
+
+
 def capacity_problem(device_class: str, capacity: dict[str, Any]) -> str | None:
     """Why no device of `device_class` could give a share of `capacity`, or None."""
     for checker in _checkers:

@@ -5,6 +5,7 @@ callers can report every field at once.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from decimal import Decimal, InvalidOperation
 
@@ -12,23 +13,39 @@ import dracel
 from controlplane.validation import dns_label, dns_subdomain, fold_case, qualified_name
 from dracel import quantity
 
+# A CEL parser's error line: `ERROR: <input>:1:20: Syntax error: mismatched input '==' ...`.
+CEL_ERROR = re.compile(r"ERROR: <input>:(?P<line>\d+):(?P<column>\d+): (?P<what>[^\n]*)")
+
+
+def cel_syntax_problem(message: str) -> str:
+    """A CEL parser's output as a sentence: where, and what, from its first syntax error
+    (the list of tokens it expected left out)."""
+    found = list(CEL_ERROR.finditer(message))
+    chosen = next((m for m in found if "Syntax error" in m["what"]), found[0] if found else None)
+    if chosen is None:
+        return "it is not valid CEL"
+    what = chosen["what"].removeprefix("Syntax error: ").split(" expecting ")[0].rstrip(".")
+    return f"not valid CEL at column {chosen['column']}: {what}"
+
 
 def cel_expressions(expressions: Iterable[object]) -> str | None:
     """Every selector must be a non-empty string that compiles and type-checks as a device
-    selector (a boolean over `device`), as the API server requires."""
+    selector (a boolean over `device`), as the API server requires. Selectors are counted from
+    1, as the lines they are typed on."""
     problems = []
-    for index, expression in enumerate(expressions):
+    for number, expression in enumerate(expressions, start=1):
         if not isinstance(expression, str) or not expression.strip():
-            problems.append(f"selector {index} must be a non-empty CEL expression.")
+            problems.append(f"Selector {number} must be a non-empty CEL expression.")
             continue
         try:
             problem = dracel.type_check(expression)
         except dracel.CelCompileError as exc:
-            first_line = str(exc).splitlines()[0] if str(exc) else "syntax error"
-            problems.append(f"selector {index} does not compile as CEL: {first_line}")
+            problems.append(
+                f"Selector {number} ({expression[:80]}) is {cel_syntax_problem(str(exc))}."
+            )
             continue
         if problem:
-            problems.append(f"selector {index} ({expression[:80]}): {problem}.")
+            problems.append(f"Selector {number} ({expression[:80]}): {problem}.")
     return " ".join(problems) or None
 
 

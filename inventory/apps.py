@@ -20,6 +20,7 @@ class InventoryConfig(AppConfig):
         health.register("inventory", check_inventory)
         metrics.register_collector(collect_gauges)
         catalog_offers.register(offers.capacity_problem)
+        catalog_offers.register_placement(offers.placement_problems)
         kube_clusters.register(clusters.reach)
         queues.register(clusters.enabled_names)
         networks.register(clusters.all_ranges)

@@ -110,7 +110,9 @@ def test_claim_request_name_must_be_dns_label(bad):
 def test_selectors_must_compile_as_cel():
     errors = errors_of(PackageFactory.build(selectors=["device.driver == ", "true"]))
     assert len(errors["selectors"]) == 1
-    assert "selector 0 does not compile as CEL" in errors["selectors"][0]
+    assert errors["selectors"][0] == (
+        "Selector 1 (device.driver ==) is not valid CEL at column 17: mismatched input '<EOF>'."
+    )
 
 
 @pytest.mark.parametrize(

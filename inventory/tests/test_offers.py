@@ -47,3 +47,41 @@ def test_capacity_the_request_policy_would_round_up_is_refused_naming_the_amount
     assert "would round it up to 2Mi; ask for 2Mi" in problems["capacity"][0]
     on_step = PackageFactory(device_class_name=HAMI, gpu=1, count=1, capacity={"memory": "2Mi"})
     assert on_step.capacity == {"memory": "2Mi"}
+
+
+def test_the_admin_refuses_an_active_package_that_could_never_place(cluster, admin_client):
+    """Issue 43, item 6: a DeviceClass no cluster has, a selector that fails on every device (a
+    string attribute compared with a number) or matches none; an inactive package may be
+    prepared ahead."""
+    from catalog.models import Package
+    from catalog.tests.test_admin import ADD_URL, form_data
+
+    sync_inventory()
+    product = "device.attributes['gpu.nvidia.com'].productName"
+
+    def errors(**fields) -> dict:
+        response = admin_client.post(ADD_URL, form_data(**fields))
+        assert response.status_code == 200, "saved"
+        return response.context["adminform"].form.errors
+
+    unknown = errors(device_class_name="nvidia-b200", selectors="")
+    assert "No cluster has a DeviceClass named nvidia-b200" in unknown["device_class_name"][0]
+    assert "nvidia-l40s" in unknown["device_class_name"][0]  # what the clusters do have
+    mistyped = errors(selectors=f"{product} > 1")
+    assert f"Selector 1 ({product} > 1) matches none of the" in mistyped["selectors"][0]
+    said = "cannot be evaluated on them (No such overload: the operation is not defined"
+    assert said in mistyped["selectors"][0]
+    nothing = errors(selectors=f"{product} == 'NVIDIA L40S'\n{product} == 1")
+    assert "Selector 2" in nothing["selectors"][0]
+    assert "devices of class nvidia-l40s" in nothing["selectors"][0]
+    assert "it is false for every one" in nothing["selectors"][0]
+    assert not Package.objects.exists()
+
+    prepared = form_data(device_class_name="nvidia-b200", selectors="")
+    prepared.pop("active")
+    assert admin_client.post(ADD_URL, prepared).status_code == 302
+    assert admin_client.post(ADD_URL, form_data(id="l40s-4x")).status_code == 302
+    assert set(Package.objects.values_list("id", flat=True)) == {
+        "gpu-l40s-4x-cpu48-mem192g",
+        "l40s-4x",
+    }
