@@ -87,7 +87,7 @@ class PackageForm(forms.ModelForm):
         """An active package must be able to place somewhere: its DeviceClass exists in a
         cluster and its selectors match a device there (catalog.offers; nothing is refused
         before the clusters have been seen). An inactive one may be prepared ahead."""
-        cleaned = super().clean()
+        cleaned = super().clean() or {}
         if cleaned.get("active") and not self.errors:
             problems = offers.placement_problems(
                 cleaned.get("device_class_name") or "", cleaned.get("selectors") or []
