@@ -421,11 +421,11 @@ def _print_welcome(
         f"{_gateway_line(gateways)}"
         "\nOrder a unit and watch it run:\n"
         f"  KEY=$(cat {relative}/demo-api-key)\n"
-        '  OP="first-unit-$(date +%s)"   # a new operationID per order\n'
+        '  NAME="my-unit-$(date +%s)"   # also its operationID: resending it is a safe retry\n'
         f'  curl -s -X POST {base}/api/v1/gpu-units -H "Authorization: Bearer $KEY" \\\n'
         "       -H 'Content-Type: application/json' \\\n"
         f"       -d '{EXAMPLE_ORDER}'\n"
-        f'  curl -s {base}/api/v1/gpu-units/{EXAMPLE_UNIT} -H "Authorization: Bearer $KEY"\n'
+        f'  curl -s {base}/api/v1/gpu-units/$NAME -H "Authorization: Bearer $KEY"\n'
         f"{_gateway_example(base, gateways)}"
         "\nPress Ctrl-C to stop everything.\n",
         flush=True,
@@ -448,7 +448,7 @@ def _gateway_example(base: str, gateways: dict[str, str]) -> str:
     if not gateways:
         return ""
     url = (
-        f'curl -s {base}/api/v1/gpu-units/{EXAMPLE_UNIT} -H "Authorization: Bearer $KEY" | '
+        f'curl -s {base}/api/v1/gpu-units/$NAME -H "Authorization: Bearer $KEY" | '
         """python3 -c 'import json, sys; print(json.load(sys.stdin)["data"]["access"]["url"])'"""
     )
     return (
@@ -459,13 +459,12 @@ def _gateway_example(base: str, gateways: dict[str, str]) -> str:
     )
 
 
-# The README's example order (tests/test_readme.py runs it); not the article's demo-instance,
-# so running both is not a name conflict. Its operationID is the shell's $OP, new per order.
-EXAMPLE_UNIT = "my-first-unit"
+# The README's example order (tests/test_readme.py runs it): its name and operationID are the
+# shell's $NAME, new per run, so running it again orders another unit.
 EXAMPLE_ORDER = json.dumps(
     {
-        "operationID": "$OP",
-        "name": EXAMPLE_UNIT,
+        "operationID": "$NAME",
+        "name": "$NAME",
         "region": "default",
         "packageID": "gpu-rtx3080-2x-cpu10-mem40g",
         "image": "python:3.12",
@@ -474,7 +473,7 @@ EXAMPLE_ORDER = json.dumps(
             "ports": [{"name": "http", "port": 8080}],
         },
     }
-).replace('"$OP"', '"\'"$OP"\'"')
+).replace('"$NAME"', '"\'"$NAME"\'"')
 
 
 def manage(args: list[str], *, data_root: Path) -> int:

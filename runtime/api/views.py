@@ -86,6 +86,20 @@ from tenancy.permissions import IsTenant, tenant_of
 from tenancy.views import TenantView
 
 _UNIT = envelope(UnitSerializer, name="UnitResponse")
+_ORDERED = envelope(
+    UnitSerializer,
+    name="UnitOrdered",
+    meta=inline_serializer(
+        name="OrderMeta",
+        fields={
+            "operationID": serializers.CharField(),
+            "replayed": serializers.BooleanField(
+                help_text="the unit an earlier request with this operationID made"
+            ),
+            "note": serializers.CharField(required=False),
+        },
+    ),
+)
 _OPERATION = envelope(OperationSerializer, name="OperationResponse")
 # One UnitSerializer renders every single unit: building a ModelSerializer's fields costs more
 # than rendering a unit with them, and to_representation keeps no per-call state.
@@ -211,10 +225,13 @@ class UnitListView(TenantView):
 
     @extend_schema(
         summary="Order a GPU unit (idempotent on operationID)",
+        description="meta.replayed is true when the answer is the unit an earlier request with "
+        "the same operationID made (200, header Idempotent-Replayed); meta.note says when the "
+        "name was written otherwise than sent (names are lower-case DNS labels).",
         request=CreateUnitSerializer,
         responses={
-            201: _UNIT,
-            200: OpenApiResponse(_UNIT, description="Replay of an earlier identical request"),
+            201: _ORDERED,
+            200: OpenApiResponse(_ORDERED, description="Replay of an earlier identical request"),
             **error_responses(400, 401, 409, 503),
         },
     )
@@ -238,14 +255,27 @@ class UnitListView(TenantView):
             auto_resume=data.get("autoResume", False),
             reservation=data.get("reservation", ""),
         )
+        unit = result.unit
         if result.created:
-            result.unit.cost_to_date = Decimal(0)  # just ordered: nothing used yet
-        body = _render_unit(result.unit)
-        headers = {"ETag": result.unit.etag}
+            unit.cost_to_date = Decimal(0)  # just ordered: nothing used yet
+        meta = {"operationID": unit.operation_id, "replayed": not result.created}
+        body = request.data  # a JSON object: the serializer took it
+        sent = body.get("name") if isinstance(body, dict) else None
+        if isinstance(sent, str) and sent != unit.name:
+            meta["note"] = (
+                f'The name "{sent}" is written "{unit.name}": names are lower-case DNS labels.'
+            )
+        headers = {"ETag": unit.etag}
         if result.created:
-            location = reverse("v1:unit-detail", kwargs={"name": result.unit.name})
-            return Response(body, status=201, headers={**headers, "Location": location})
-        return Response(body, status=200, headers={**headers, _REPLAYED: "true"})
+            location = reverse("v1:unit-detail", kwargs={"name": unit.name})
+            headers["Location"] = location
+        else:
+            headers[_REPLAYED] = "true"
+        return EnvelopedResponse(
+            {"data": _render_unit(unit), "meta": meta},
+            status=201 if result.created else 200,
+            headers=headers,
+        )
 
 
 def _with_operation(

@@ -99,6 +99,18 @@ class TestUnitCreate(EndpointTest):
         assert second["Idempotent-Replayed"] == "true"
         assert second.json()["data"]["createdAt"] == first.json()["data"]["createdAt"]
         assert GPUUnit.objects.count() == 1
+        # The body says so too, for a client that shows no headers (curl -s).
+        assert first.json()["meta"] == {"operationID": "unit-demo-001", "replayed": False}
+        assert second.json()["meta"] == {"operationID": "unit-demo-001", "replayed": True}
+
+    def test_a_name_written_otherwise_than_sent_is_said(self, auth_client):
+        response = auth_client.post(URL, body(name="Demo-Instance"), format="json")
+
+        assert response.status_code == 201
+        assert response.json()["data"]["name"] == "demo-instance"
+        assert response.json()["meta"]["note"] == (
+            'The name "Demo-Instance" is written "demo-instance": names are lower-case DNS labels.'
+        )
 
     def test_replay_survives_catalog_changes(self, auth_client, package):
         auth_client.post(URL, body(), format="json")
