@@ -282,10 +282,7 @@ class PackageOption:
     def __init__(self, row: PackageRow) -> None:
         self.row = row
         package = row.package
-        self.contract = (
-            f"{package.gpu}\N{MULTIPLICATION SIGN} {package.device_class_name}, {package.cpu} CPU, "
-            f"{package.memory} memory"
-        )
+        self.contract = f"{row.gpu_text}, {package.cpu} CPU, {package.memory} memory"
         currency = settings.BILLING_CURRENCY
         self.price = f"{money.display(package.price, currency)} an hour on demand"
         if package.interruptible:

@@ -83,6 +83,20 @@ class PackageRow:
     # [{name, placeableNow, freeDevices}] per region it is sold in (a tenant's view), or, for
     # staff, the regions it is sold in with no count
     regions: tuple[dict, ...] = ()
+    # What its GPU is, in words: the clusters' product name ("NVIDIA H100 80GB HBM3"), or ""
+    product: str = ""
+
+    @property
+    def gpu_text(self) -> str:
+        """What the unit gets, in words: "2x NVIDIA GeForce RTX 3080" (with a multiplication
+        sign), "a share of NVIDIA H100 80GB HBM3 (cores 25)"; the class name where the clusters
+        publish no product."""
+        package = self.package
+        what = self.product or package.device_class_name
+        if package.capacity:
+            asked = ", ".join(f"{name} {amount}" for name, amount in package.capacity.items())
+            return f"a share of {what} ({asked})"
+        return f"{package.gpu}\N{MULTIPLICATION SIGN} {what}"
 
     @property
     def region_text(self) -> str:
@@ -271,6 +285,7 @@ def package_rows(scope: Scope, *, include_inactive: bool = False) -> list[Packag
         if include_inactive
         else catalog_selectors.list_active_packages()
     )
+    products = inventory_selectors.product_names()
     if scope.tenant is not None and not scope.is_staff:
         offered = availability.for_tenant(scope.tenant, packages)
         return [
@@ -280,6 +295,7 @@ def package_rows(scope: Scope, *, include_inactive: bool = False) -> list[Packag
                 offered[package.id]["freeDevices"],
                 offered[package.id]["reason"],
                 tuple(offered[package.id]["regions"]),
+                products.get(package.device_class_name, ""),
             )
             for package in packages
         ]
@@ -299,6 +315,7 @@ def package_rows(scope: Scope, *, include_inactive: bool = False) -> list[Packag
                 row.placeable if row else 0,
                 row.free_devices if row else 0,
                 reason,
+                product=products.get(package.device_class_name, ""),
             )
         )
     return rows

@@ -332,7 +332,11 @@ class UnitCreateView(DashboardView):
                 unit = result.unit
                 audit.note(request, target_name=unit.name)
                 if result.created:
-                    messages.success(request, f"Unit {unit.name} ordered; it starts shortly.")
+                    typed = request.POST.get("name", "").strip()
+                    said = f"Unit {unit.name} ordered; it starts shortly."
+                    if typed and typed != unit.name:
+                        said += f" Names are lower-case: “{typed}” is written {unit.name}."
+                    messages.success(request, said)
                 return HttpResponseRedirect(reverse("dashboard:unit-detail", args=[unit.uid]))
         return self.page("dashboard/unit_form.html", {"form": form})
 

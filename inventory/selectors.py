@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
-from django.db.models import JSONField, Min, OuterRef, QuerySet, Subquery, Sum
+from django.db.models import F, Func, JSONField, Min, OuterRef, QuerySet, Subquery, Sum
 from django.db.models.fields.json import KeyTransform
 from django.db.models.functions import Cast
 from django.utils import timezone
@@ -116,6 +116,23 @@ def list_package_availability(cluster: str | None = None) -> dict[str, Availabil
 
 
 DeviceKey = tuple[str, str, str]  # (driver, pool, device)
+
+
+def product_names() -> dict[str, str]:
+    """Each device class's devices' product name as the clusters publish it ("NVIDIA H100
+    80GB HBM3"), for people who do not read class names; the first in name order where a class
+    has several. One statement."""
+    names: dict[str, str] = {}
+    rows = (
+        Device.objects.exclude(product="")
+        .annotate(device_class=Func(F("device_classes"), function="unnest"))
+        .values_list("device_class", "product")
+        .distinct()
+        .order_by("device_class", "product")
+    )
+    for device_class, product in rows:
+        names.setdefault(device_class, product)
+    return names
 
 
 def device_uuids(devices: Iterable[DeviceKey], *, cluster: str) -> dict[DeviceKey, str]:

@@ -45,6 +45,12 @@ def _refusal(unit: GPUUnit, exc: KubeError) -> DomainError:
 def _pod(unit: GPUUnit) -> str:
     if unit.phase == UnitPhase.TERMINATED:
         raise NotFound(f"gpu unit {unit.name} is terminated: its pod and log are gone.")
+    if unit.at_rest:
+        # The unit is there; its pod is not: a conflict with its state, not a missing unit.
+        raise LogsUnavailable(
+            f"gpu unit {unit.name} is {unit.phase}: it has no pod, so no log. Its log starts "
+            "again when it is started (POST /gpu-units/{name}/start, gpuctl units start)."
+        )
     return manifests.pod_name_for(unit.name)
 
 

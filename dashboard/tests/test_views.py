@@ -350,7 +350,9 @@ class TestCreate:
         operation = Operation.objects.get()
         assert operation.operation_id == unit.operation_id == "dash-" + "a" * 32
         assert (operation.kind, operation.status, operation.unit) == ("create", "pending", unit)
-        assert b"Unit demo ordered" in member_client.get(response["Location"]).content
+        page = member_client.get(response["Location"]).content.decode()
+        assert "Unit demo ordered" in page
+        assert "Names are lower-case: “Demo” is written demo." in page
 
     def test_an_interruptible_order_shows_its_badge_and_one_of_an_on_demand_package_is_refused(
         self, member_client, package
@@ -776,6 +778,26 @@ class TestPackages:
         assert "/admin/" not in body
         # The cluster could place 5, the tenant's quota admits 2 more units.
         assert '<strong class="placeable">2</strong>' in body
+
+    def test_a_packages_gpu_is_named_as_the_clusters_publish_it(self, member_client, package):
+        """Issue 43, item 10: a person reads "NVIDIA GeForce RTX 3080", not a class name."""
+        Device.objects.create(
+            driver="gpu.nvidia.com",
+            pool="node-a",
+            name="gpu-0",
+            node_name="node-a",
+            pool_complete=True,
+            product="NVIDIA GeForce RTX 3080",
+            device_classes=["nvidia-rtx-3080", "gpu.nvidia.com"],
+            content_hash="x",
+        )
+
+        table = member_client.get(PACKAGES).content.decode()
+        card = member_client.get(NEW).content.decode()
+
+        assert "2\N{MULTIPLICATION SIGN} NVIDIA GeForce RTX 3080" in table
+        assert "(<code>nvidia-rtx-3080</code>)" in table
+        assert "2\N{MULTIPLICATION SIGN} NVIDIA GeForce RTX 3080, 10 CPU, 40Gi memory" in card
 
     def test_staff_see_every_package_with_admin_links(self, staff_client, package):
         from catalog.tests.factories import PackageFactory

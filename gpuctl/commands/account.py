@@ -93,9 +93,15 @@ def usage(
         emit(found, output, columns=[])
         return
     keys = USAGE_KEYS[found.get("groupBy", group_by.value)]
+    items = found.get("items", [])
     total = {**found.get("total", {}), **{column.path: "total" for column in keys[:1]}}
+    if len(items) > 1 and (
+        len({item.get("package") for item in items}) > 1 or "package" not in keys[-1].path
+    ):
+        # A unit-second of one package is not one of another: only costs and device time add up.
+        total["seconds"] = "-"
     emit(
-        [*found.get("items", []), total],
+        [*items, total],
         output,
         columns=[*keys, *USAGE_TOTALS],
         caption=f"{found.get('from')} to {found.get('to')}, in {found.get('currency')}",

@@ -110,5 +110,20 @@ class TestUnitLogs(EndpointTest):
         error = self.get_error_response(auth_client, status=404, code="not_found", name="talker")
         assert "terminated" in error["message"]
 
+    def test_a_stopped_unit_s_log_is_a_conflict_saying_how_to_get_one(self, auth_client, running):
+        stop = {"operationID": "logs-stop"}
+        assert (
+            auth_client.post("/api/v1/gpu-units/talker/stop", stop, format="json").status_code
+            == 202
+        )
+        wait_for_phase(running, "Stopped")
+
+        error = self.get_error_response(
+            auth_client, status=409, code="logs_unavailable", name="talker"
+        )
+
+        assert error["message"].startswith("gpu unit talker is Stopped: it has no pod, so no log.")
+        assert "POST /gpu-units/{name}/start" in error["message"]
+
     def test_statements_are_the_baseline(self, auth_client, running):
         self.assert_statement_count(auth_client, name="talker")
