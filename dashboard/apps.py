@@ -12,6 +12,8 @@ AUDIT_ACTIONS = {
     "unit-start": "units_start",
     "unit-restart": "units_restart",
     "unit-edit": "units_update",
+    "webhook-test": "webhooks_test",
+    "webhook-rotate": "webhooks_rotate_secret",
     "choose-tenant": "tenants_choose",
     "login": "login",
     "logout": "logout",

@@ -32,7 +32,7 @@ from runtime.models import (
     UnitEvent,
     UnitPhase,
 )
-from tenancy.models import ApiKey, SSHKey, Tenant, WebhookEndpoint
+from tenancy.models import ApiKey, SSHKey, Tenant, WebhookDelivery, WebhookEndpoint
 from tenancy.selectors import usage_of
 
 
@@ -513,6 +513,13 @@ def list_webhooks(tenant: Tenant) -> QuerySet[WebhookEndpoint]:
         WebhookEndpoint.objects.filter(tenant=tenant)
         .defer("secret", "previous_secret")
         .order_by("id")
+    )
+
+
+def list_webhook_deliveries(endpoint: WebhookEndpoint, most: int = 50) -> list[WebhookDelivery]:
+    """The endpoint's latest deliveries, newest first (the payload is not read)."""
+    return list(
+        WebhookDelivery.objects.filter(endpoint=endpoint).defer("payload").order_by("-id")[:most]
     )
 
 

@@ -155,7 +155,12 @@ class ResourceListView(ResourceView, LivePage):
         return live
 
     def show(
-        self, form: SummarisedForm, *, status: int = 200, made: Made | None = None
+        self,
+        form: SummarisedForm,
+        *,
+        status: int = 200,
+        made: Made | None = None,
+        says: str = "",
     ) -> HttpResponse:
         tenant, picker = self.tenant_choice()
         return self.page(
@@ -170,7 +175,7 @@ class ResourceListView(ResourceView, LivePage):
                 "form": form,
                 "action": self.list_url(tenant) if tenant else "",
                 "made": made,
-                "made_says": self.declared.resource.created(made) if made else "",
+                "made_says": says or (self.declared.resource.created(made) if made else ""),
                 **(self.declared.extra(tenant) if tenant else {}),
             },
             status=status,
@@ -221,6 +226,23 @@ class ResourceDeleteView(ResourceView):
     def tenant_url_for(self, route: str, key: str) -> str:
         url = reverse(route, kwargs={"key": key})
         return f"{url}?tenant={self.chosen_tenant().slug}" if self.scope.is_staff else url
+
+
+# Its own actions (test, rotate, deliveries) are in dashboard/webhook_views.py.
+WEBHOOK_PAGE = Page(
+    resource=WEBHOOKS,
+    segment="webhooks",
+    title="Webhooks",
+    add="Add a webhook",
+    submit="Add webhook",
+    not_done="The webhook was not added",
+    form=lambda data=None, initial=None: WebhookForm(data, initial=initial),
+    rows=queries.list_webhooks,
+    template="dashboard/webhooks.html",
+    table="dashboard/_webhook_table.html",
+    confirm="dashboard/webhook_delete.html",
+    row=queries.get_webhook,
+)
 
 
 PAGES = (
@@ -306,20 +328,7 @@ PAGES = (
         action="revoke",
         extra=lambda tenant: {"limit": settings.API_KEYS_PER_TENANT},
     ),
-    Page(
-        resource=WEBHOOKS,
-        segment="webhooks",
-        title="Webhooks",
-        add="Add a webhook",
-        submit="Add webhook",
-        not_done="The webhook was not added",
-        form=lambda data=None, initial=None: WebhookForm(data, initial=initial),
-        rows=queries.list_webhooks,
-        template="dashboard/webhooks.html",
-        table="dashboard/_webhook_table.html",
-        confirm="dashboard/webhook_delete.html",
-        row=queries.get_webhook,
-    ),
+    WEBHOOK_PAGE,
 )
 
 

@@ -3,7 +3,7 @@
 from django.contrib.auth import views as auth_views
 from django.urls import path
 
-from dashboard import resources, views
+from dashboard import resources, views, webhook_views
 from runtime.models import OperationKind
 
 app_name = "dashboard"
@@ -55,4 +55,15 @@ urlpatterns = [
     path("accounts/logout/", auth_views.LogoutView.as_view(), name="logout"),
     # A tenant's storages, reservations, SSH keys, secrets, API keys and webhooks.
     *(route for page in resources.PAGES for route in resources.routes(page)),
+    path("webhooks/<str:key>/test/", webhook_views.WebhookTestView.as_view(), name="webhook-test"),
+    path(
+        "webhooks/<str:key>/rotate/",
+        webhook_views.WebhookRotateView.as_view(),
+        name="webhook-rotate",
+    ),
+    path(
+        "webhooks/<str:key>/deliveries/",
+        webhook_views.WebhookDeliveriesView.as_view(),
+        name="webhook-deliveries",
+    ),
 ]

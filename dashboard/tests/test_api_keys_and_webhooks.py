@@ -124,3 +124,30 @@ def test_staff_see_a_tenants_keys_and_webhooks_without_their_secrets(staff_clien
     assert "every event" in hooks
     assert hook.secret not in hooks
     assert webhooks.endpoint_of(tenant, str(hook.uid)) == hook
+
+
+def test_a_webhook_is_tested_its_deliveries_read_and_its_secret_rotated(
+    member_client, tenant, settings
+):
+    settings.WEBHOOK_ALLOWED_NETWORKS = ["127.0.0.0/8"]
+    hook = webhooks.create_endpoint(tenant=tenant, url=RECEIVER, events=["*"])
+    first_secret = hook.secret
+    listed = member_client.get(HOOKS).content.decode()
+    assert f"/webhooks/{hook.uid}/deliveries/" in listed
+
+    sent = member_client.post(f"/webhooks/{hook.uid}/test/", follow=True).content.decode()
+
+    assert "Test event sent" in sent
+    assert "<code>webhook.test</code>" in sent
+    assert hook.deliveries.filter(event_type="webhook.test").count() == 1
+
+    rotated = member_client.post(f"/webhooks/{hook.uid}/rotate/")
+
+    assert rotated.status_code == 200
+    hook.refresh_from_db()
+    assert hook.secret != first_secret
+    assert hook.previous_secret == first_secret
+    body = rotated.content.decode()
+    assert shown_once(body) == hook.secret
+    assert "The previous one keeps signing beside it until" in body
+    assert hook.secret not in member_client.get(HOOKS).content.decode()
