@@ -100,17 +100,18 @@ class PackageForm(forms.ModelForm):
 @admin.register(Package)
 class PackageAdmin(admin.ModelAdmin):
     form = PackageForm
+    # What ops look for first on the left, so a 1,366 px screen shows it without scrolling:
+    # whether it is on sale and where; the spec name is searched, not listed.
     list_display = (
         "id",
-        "spec_name",
+        "active",
+        "sold_in",
         "gpu",
         "device_class_name",
         "cpu",
         "memory",
         "price",
         "interruptible",
-        "active",
-        "sold_in",
         "updated_at",
     )
     list_editable = ("active",)

@@ -66,7 +66,14 @@ def for_tenant(
         row = max(rows, key=lambda r: (r.placeable, r.free_devices), default=None)
         fits = sum(r.placeable for r in rows)
         if headroom(tenant, package, NO_USAGE) == 0:
-            reason = "larger than your quota"  # not even with every unit gone
+            # Not even with every unit gone: the quota's own sentence says which limit.
+            larger = tenancy_services.quota_problem(
+                tenant,
+                NO_USAGE,
+                cpu_millicores=package.cpu_millicores,
+                memory_bytes=package.memory_bytes,
+            )
+            reason = larger.message if larger else "larger than your quota"
         elif not regions:
             reason = "not sold in any region with a cluster"
         elif not any(

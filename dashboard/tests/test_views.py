@@ -796,7 +796,8 @@ class TestPackages:
         card = member_client.get(NEW).content.decode()
 
         assert "2\N{MULTIPLICATION SIGN} NVIDIA GeForce RTX 3080" in table
-        assert "(<code>nvidia-rtx-3080</code>)" in table
+        assert '<span class="sizes device-class">' in table
+        assert "<code>nvidia-rtx-3080</code>" in table
         assert "2\N{MULTIPLICATION SIGN} NVIDIA GeForce RTX 3080, 10 CPU, 40Gi memory" in card
 
     def test_staff_see_every_package_with_admin_links(self, staff_client, package):

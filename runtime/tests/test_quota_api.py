@@ -68,9 +68,10 @@ def test_availability_says_when_a_package_is_larger_than_the_quota():
     PackageFactory(article=True)
     packages = client_for(tenant).get("/api/v1/packages").json()["data"]
     (availability,) = [p["availability"] for p in packages]
-    assert (availability["placeableNow"], availability["reason"]) == (
-        0,
-        "larger than your quota",
+    assert availability["placeableNow"] == 0
+    assert availability["reason"] == (
+        "This package is larger than your whole quota: it needs 40Gi memory of the 32Gi you "
+        "have. Pick a smaller package, or ask us to raise your quota."
     )
 
 

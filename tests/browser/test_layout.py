@@ -20,7 +20,9 @@ from runtime import orders
 from runtime.models import GPUStorage, GPUUnit, Reservation, TenantSecret
 from runtime.tests.helpers import remove_namespace_objects, wait_for_phase
 from tenancy import services
+from tenancy.models import WebhookEndpoint
 from tenancy.tests.factories import TenantFactory
+from tenancy.webhooks import EVENT_TYPES
 from tests.browser.conftest import ARTIFACTS, log_in
 
 WIDTHS = (1366, 400)
@@ -275,6 +277,18 @@ def seed() -> dict:
         ssh={"enabled": True, "keys": ["laptop"]},
     )
     make_unit(other, "someone-elses-unit", phase="Provisioning")
+    # An API key with the longest name it may have, one revoked, and webhooks to long URLs
+    # subscribed to every event and to each event by name (their rows' widest cells).
+    services.create_api_key(tenant=tenant, name="n" * 100)
+    services.revoke_api_key(api_key=services.create_api_key(tenant=tenant, name="old")[0])
+    for events in (["*"], list(EVENT_TYPES)):
+        WebhookEndpoint.objects.create(
+            tenant=tenant,
+            url="https://hooks.example.com/" + "a-long-path/" * 12,
+            events=events,
+            description="the on-call bot of the team that trains the largest models",
+            secret="whsec_dGVzdA==",
+        )
     sync_inventory()
     return {
         "customer": customer,
@@ -338,7 +352,9 @@ def test_every_page_fits_a_laptop_and_a_phone(page, live_server, settings):
         ("unit-storage", f"/units/{data['mounted'].uid}/"),
         ("unit-ssh", f"/units/{data['shell'].uid}/"),
         ("unit-ssh-pending", f"/units/{data['shell_pending'].uid}/"),
-        ("new-unit", "/units/new"),
+        ("api-keys-customer", "/api-keys/"),
+        ("webhooks-customer", "/webhooks/"),
+        ("new-unit", "/units/new"),  # last: the form is used below
     ):
         page.goto(path)
         if name == "unit-storage":
