@@ -342,7 +342,26 @@ def stop_after_field() -> forms.CharField:
     )
 
 
-class UnitCreateForm(SummarisedForm):
+class UnitForm(SummarisedForm):
+    """What the order and the edit form read alike: the operationID made when the form was
+    shown (a forged or missing one gets a fresh one), and a command line, environment lines
+    and port entries as the API's template parts."""
+
+    def clean_operation_id(self) -> str:
+        value = self.cleaned_data.get("operation_id") or ""
+        return value if DASHBOARD_OPERATION_ID.match(value) else new_operation_id()
+
+    def clean_command(self) -> list[str]:
+        return parse_command(self.cleaned_data.get("command") or "")
+
+    def clean_env(self) -> list[dict]:
+        return parse_env(self.cleaned_data.get("env") or "")
+
+    def clean_ports(self) -> list[dict]:
+        return parse_ports(self.cleaned_data.get("ports") or "")
+
+
+class UnitCreateForm(UnitForm):
     """A unit order. The operationID is made when the form is shown and travels in a hidden
     field, so a double submit replays the same order instead of placing a second one."""
 
@@ -513,19 +532,6 @@ class UnitCreateForm(SummarisedForm):
                 links.append((bound.id_for_label, str(bound.label)))
         return links
 
-    def clean_operation_id(self) -> str:
-        value = self.cleaned_data.get("operation_id") or ""
-        return value if DASHBOARD_OPERATION_ID.match(value) else new_operation_id()
-
-    def clean_ports(self) -> list[dict]:
-        return parse_ports(self.cleaned_data.get("ports") or "")
-
-    def clean_command(self) -> list[str]:
-        return parse_command(self.cleaned_data.get("command") or "")
-
-    def clean_env(self) -> list[dict]:
-        return parse_env(self.cleaned_data.get("env") or "")
-
     def clean_storage_mounts(self) -> list[dict]:
         return parse_mounts(self.cleaned_data.get("storage_mounts") or "")
 
@@ -633,7 +639,7 @@ def env_line(variable: dict) -> str:
     return f"{variable['name'] or '(no name)'}=…"
 
 
-class UnitEditForm(SummarisedForm):
+class UnitEditForm(UnitForm):
     """A change to a unit's image, command, environment, ports and auto-stop. The form only
     reads what was typed: `patch()` is the change as a PATCH would send it, and
     actions.update_unit, the API's own update, judges and applies it. The unit's etag as shown
@@ -698,19 +704,6 @@ class UnitEditForm(SummarisedForm):
             "etag": unit.etag,
             "operation_id": new_operation_id(),
         }
-
-    def clean_operation_id(self) -> str:
-        value = self.cleaned_data.get("operation_id") or ""
-        return value if DASHBOARD_OPERATION_ID.match(value) else new_operation_id()
-
-    def clean_command(self) -> list[str]:
-        return parse_command(self.cleaned_data.get("command") or "")
-
-    def clean_env(self) -> list[dict]:
-        return parse_env(self.cleaned_data.get("env") or "")
-
-    def clean_ports(self) -> list[dict]:
-        return parse_ports(self.cleaned_data.get("ports") or "")
 
     def patch(self) -> dict:
         """The change as an API client would PATCH it (a JSON merge patch of the unit's

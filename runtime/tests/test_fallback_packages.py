@@ -46,7 +46,7 @@ def fallback(**overrides) -> Package:
         ([L40S, L40S], "used twice"),
         ([{**L40S, "count": 0}], "count must be"),
         ([{**L40S, "deviceClassName": "Not Valid"}], "deviceClassName"),
-        ([{**L40S, "selectors": ["1 + 1"]}], "selector 0"),
+        ([{**L40S, "selectors": ["1 + 1"]}], "Selector 1 (1 + 1): must evaluate to bool"),
         ([{**L40S, "gpu": 1}], "unknown field gpu"),
         ([{**L40S, "name": f"a{i}"} for i in range(8)], "at most 7"),
     ],

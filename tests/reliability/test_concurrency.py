@@ -33,7 +33,8 @@ def test_fifty_different_creates_against_a_quota_for_ten(live_server, customer, 
     assert statuses.count(201) == 10
     assert len(rejected) == 40
     assert {error["code"] for error in rejected} == {"quota_exceeded"}
-    assert all("requests.cpu" in error["message"] for error in rejected)
+    assert {error["details"]["limit"] for error in rejected} == {"requests.cpu"}
+    assert all("it needs 10 CPU" in error["message"] for error in rejected)
     assert GPUUnit.objects.filter(tenant=tenant).count() == 10
     assert Operation.objects.filter(tenant=tenant).count() == 10
 
