@@ -120,6 +120,15 @@ class PackageAdmin(admin.ModelAdmin):
     ordering = ("id",)
     readonly_fields: ClassVar[tuple[str, ...]] = ("created_at", "updated_at")
     actions = ("export_yaml", "activate", "deactivate", "delete_selected")
+
+    def save_model(self, request: HttpRequest, obj: Package, form: Any, change: bool) -> None:
+        """An inactive package is saved whatever the clusters have (ops prepare one ahead);
+        what would keep it from placing once activated is said as a warning."""
+        super().save_model(request, obj, form, change)
+        if not obj.active:
+            for problem in offers.placement_problems(obj.device_class_name, obj.selectors).values():
+                self.message_user(request, f"Before activating it: {problem}", messages.WARNING)
+
     fieldsets = (
         (None, {"fields": ("id", "spec_name", "active", "regions")}),
         ("Resources", {"fields": ("cpu", "memory", "ephemeral_storage", "gpu")}),

@@ -50,6 +50,7 @@ API_FIELDS = {
     "access": "ports",
     "template.ports": "ports",
     "template.command": "command",
+    "template.args": "args",
     "template.env": "env",
     "stopAfter": "stop_after",
     "storageMounts": "storage_mounts",
@@ -416,6 +417,16 @@ class UnitCreateForm(UnitForm):
         widget=forms.TextInput(attrs={"autocomplete": "off", "spellcheck": "false"}),
     )
     command = command_field()
+    args = forms.CharField(
+        label="Arguments",
+        required=False,
+        max_length=MAX_STRING,
+        help_text=(
+            "Optional: arguments to the command, or to the image's own entrypoint when there is "
+            "no command, split as a shell would, e.g. --port 8080."
+        ),
+        widget=forms.TextInput(attrs={"autocomplete": "off", "spellcheck": "false"}),
+    )
     env = env_field()
     ports = forms.CharField(
         required=False,
@@ -532,6 +543,9 @@ class UnitCreateForm(UnitForm):
                 links.append((bound.id_for_label, str(bound.label)))
         return links
 
+    def clean_args(self) -> list[str]:
+        return parse_command(self.cleaned_data.get("args") or "")
+
     def clean_storage_mounts(self) -> list[dict]:
         return parse_mounts(self.cleaned_data.get("storage_mounts") or "")
 
@@ -564,7 +578,8 @@ class UnitCreateForm(UnitForm):
             order["autoResume"] = True
         if cleaned.get("reservation"):
             order["reservation"] = cleaned["reservation"]
-        template = {key: cleaned[key] for key in ("command", "env", "ports") if cleaned.get(key)}
+        parts = ("command", "args", "env", "ports")
+        template = {key: cleaned[key] for key in parts if cleaned.get(key)}
         if template:
             order["template"] = template
         if cleaned.get("ports"):

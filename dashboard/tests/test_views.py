@@ -449,7 +449,8 @@ class TestCreate:
         response = order(
             member_client,
             name="my-first-unit",
-            command="python -m http.server 8080",
+            command="python -m http.server",
+            args="8080 --bind '0.0.0.0'",
             env="HF_HOME=/data/cache\nGREETING=hello world",
             ports="http:8080",
             stop_after="8h",
@@ -457,7 +458,8 @@ class TestCreate:
 
         unit = GPUUnit.objects.get()
         assert response["Location"] == detail(unit)
-        assert unit.template["command"] == ["python", "-m", "http.server", "8080"]
+        assert unit.template["command"] == ["python", "-m", "http.server"]
+        assert unit.template["args"] == ["8080", "--bind", "0.0.0.0"]
         assert unit.template["env"] == [
             {"name": "HF_HOME", "value": "/data/cache"},
             {"name": "GREETING", "value": "hello world"},

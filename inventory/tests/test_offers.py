@@ -79,7 +79,8 @@ def test_the_admin_refuses_an_active_package_that_could_never_place(cluster, adm
 
     prepared = form_data(device_class_name="nvidia-b200", selectors="")
     prepared.pop("active")
-    assert admin_client.post(ADD_URL, prepared).status_code == 302
+    saved = admin_client.post(ADD_URL, prepared, follow=True).content.decode()
+    assert "Before activating it: No cluster has a DeviceClass named nvidia-b200" in saved
     assert admin_client.post(ADD_URL, form_data(id="l40s-4x")).status_code == 302
     assert set(Package.objects.values_list("id", flat=True)) == {
         "gpu-l40s-4x-cpu48-mem192g",
