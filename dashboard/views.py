@@ -261,10 +261,7 @@ class UnitLogView(UnitPage, LivePage):
         return self.page("dashboard/unit_log.html", {"unit": unit, "live": live})
 
 
-def name_taken(name: object) -> str:
-    return (
-        f"A live unit named {name} already exists. Choose another name, or delete that unit first."
-    )
+NAME_TAKEN = "A live unit named {} already exists. Choose another name, or delete that unit first."
 
 
 class UnitCreateView(DashboardView):
@@ -346,7 +343,7 @@ class UnitCreateView(DashboardView):
         name = fold_case(form.cleaned_data.get("name") or "")
         tenant = self.scope.tenant or form.cleaned_data.get("tenant")
         if name and tenant and queries.live_unit_named(tenant, name):
-            form.add_error("name", name_taken(name))
+            form.add_error("name", NAME_TAKEN.format(name))
 
     @staticmethod
     def report(form: UnitCreateForm, error: DomainError) -> None:
@@ -360,7 +357,7 @@ class UnitCreateView(DashboardView):
                 "storage.",
             )
         elif isinstance(error, NameConflict):
-            form.add_error("name", name_taken(error.details.get("name")))
+            form.add_error("name", NAME_TAKEN.format(error.details.get("name")))
         elif isinstance(error, QuotaExceeded):
             form.add_error("package", error.message)  # tenancy.quota_words
         elif isinstance(error, OperationConflict):
