@@ -120,7 +120,9 @@ def place(
         if not open_:
             return Refused(
                 "quota_exceeded",
-                f"Your device quota in {_regions(tried)} has no room for {devices} more device(s).",
+                f"Your device quota in {_regions(tried)} has no room for {devices} more "
+                "device(s). Delete a unit there, order in another region, or ask us to raise "
+                "the quota.",
                 tried,
             )
     ranked = sorted(open_, key=_score)
@@ -130,7 +132,10 @@ def place(
     if not fitting:
         return Refused(
             "insufficient_capacity",
-            f'No capacity for package "{package}" in {_regions(tried)} now.',
+            f'No cluster of {_regions(tried)} has room for package "{package}" now: the most '
+            f"free devices of its kind in one cluster is {max(c.free_devices for c in ranked)}. "
+            "GET /regions shows where it fits now: order it there, pick a smaller package, or "
+            "try again later.",
             tried,
         )
     return Placed(fitting[0].name, fitting[0].region)

@@ -125,6 +125,9 @@ def test_no_room_in_any_region_is_quota_exceeded_naming_them():
     )
     assert isinstance(asked, Refused)
     assert (asked.code, asked.regions) == ("quota_exceeded", ["us-east"])
+    assert asked.message.endswith(
+        "Delete a unit there, order in another region, or ask us to raise the quota."
+    )
 
 
 def test_a_unit_runs_where_its_storages_live_even_with_more_room_elsewhere():
@@ -135,6 +138,12 @@ def test_a_unit_runs_where_its_storages_live_even_with_more_room_elsewhere():
     full = Candidate("west-1", "eu-west", placeable=0, free_devices=0)
     refused = place([EAST, full], package="p", sold_in=[], within={"west-1"})
     assert (refused.code, refused.regions) == ("insufficient_capacity", ["eu-west"])
+    # What is free, and what to do (issue 43, item 7).
+    assert refused.message == (
+        'No cluster of region "eu-west" has room for package "p" now: the most free devices of '
+        "its kind in one cluster is 0. GET /regions shows where it fits now: order it there, "
+        "pick a smaller package, or try again later."
+    )
 
 
 @pytest.mark.parametrize(
