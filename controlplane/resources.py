@@ -1,8 +1,9 @@
 """One declaration per customer resource (storages, reservations, secrets, SSH keys, API keys,
 webhooks): what the generic edges need to list, make and delete it, declared once in its app
 (`runtime/resources.py`, `tenancy/resources.py`) and read by the dashboard's generic pages
-(`dashboard/resource_views.py`). What is truly a resource's own (a unit's actions, a
-reservation's window) stays in its own code.
+(`dashboard/resources.py`), the API's (`controlplane/api/resources.py`) and, by the same
+names, gpuctl's (`gpuctl/commands/collection.py`). What is truly a resource's own (a unit's
+actions, a reservation's window, a webhook's test) stays in its own code.
 
 The declaration speaks the API's field names: the service judges the input and reports
 problems by API field, and `fields` says which form field each one is shown next to."""

@@ -1,6 +1,7 @@
-"""Dashboard pages: every view resolves the caller's scope first, then reads through
-dashboard.queries and writes only through the runtime's and tenancy's services (orders,
-lifecycle, storages, secrets, SSH keys), as the API does."""
+"""The unit pages, the overview, packages, usage and statements: every view resolves the
+caller's scope first (dashboard/pages.py), then reads through dashboard.queries and writes only
+through the runtime's services (orders, actions, lifecycle), as the API does. The pages of the
+tenant's other resources are dashboard/resources.py's."""
 
 from __future__ import annotations
 

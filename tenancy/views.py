@@ -1,5 +1,6 @@
-"""The tenant's SSH keys (register once, used by every unit with SSH enabled) and the audit
-log: a tenant's own writes, and every tenant's for operator keys."""
+"""The tenant's SSH keys (register once, used by every unit with SSH enabled) and webhooks,
+on the generic endpoints (controlplane/api/resources.py) with a webhook's own actions, and the
+audit log: a tenant's own writes, and every tenant's for operator keys."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Customer API for packages (with the tenant's availability), GPU units and operations:
+"""Customer API for packages (with the tenant's availability), GPU units and operations, and
+the generic endpoints of storages, reservations and secrets (controlplane/api/resources.py):
 serializers validate, services act."""
 
 from __future__ import annotations

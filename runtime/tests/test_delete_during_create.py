@@ -11,7 +11,7 @@ from catalog.tests.factories import ARTICLE_PACKAGE_ID, PackageFactory
 from runtime import lifecycle, orders
 from runtime.control import provisioning
 from runtime.models import Operation, OperationKind, OperationStatus, UnitEvent
-from runtime.tests.helpers import remove_namespace_objects, unit_objects
+from runtime.tests.helpers import remove_namespace_objects, unit_objects, wait_until
 
 pytestmark = [pytest.mark.django_db(transaction=True), pytest.mark.usefixtures("cluster")]
 
@@ -54,8 +54,11 @@ def test_deletion_while_objects_are_created_cancels_the_create(unit, tenant, mon
     assert (operation.status, operation.error_code) == (OperationStatus.FAILED, "cancelled")
     assert "Provisioned" not in reasons(unit)
     assert reasons(unit)[-1] == "DeletionRequested"
-    # The worker removed what it had just created: the deletion's sweep may have come first.
-    assert unit_objects(unit) == {"gpuunit": None, "claim": None, "pod": None}
+    # The worker removed what it had just created (the deletion's sweep may have come first).
+    # The cluster finishes a removal after the call: the claim goes once its pod is gone and
+    # the resourceclaim controller lifts its finalizer, so the test waits for that.
+    nothing = {"gpuunit": None, "claim": None, "pod": None}
+    wait_until(lambda: unit_objects(unit) == nothing, "the unit's objects to be gone")
     delete = Operation.objects.get(unit=unit, kind=OperationKind.DELETE)
     provisioning.delete_unit(operation_pk=delete.pk)
     unit.refresh_from_db()
