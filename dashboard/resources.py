@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import urlencode
 
 from django.conf import settings
 from django.contrib import messages
@@ -205,7 +206,7 @@ class ResourceDeleteView(ResourceView):
                 "blockers": self.declared.blockers(row),
                 "tenant": tenant,
                 "back": self.list_url(tenant),
-                "delete_url": self.tenant_url_for(self.declared.route(self.declared.action), key),
+                "delete_url": self.tenant_url_for(tenant, key),
             },
         )
 
@@ -223,9 +224,10 @@ class ResourceDeleteView(ResourceView):
             messages.success(request, resource.deleted(key))
         return HttpResponseRedirect(self.list_url(tenant))
 
-    def tenant_url_for(self, route: str, key: str) -> str:
-        url = reverse(route, kwargs={"key": key})
-        return f"{url}?tenant={self.chosen_tenant().slug}" if self.scope.is_staff else url
+    def tenant_url_for(self, tenant: Tenant, key: str) -> str:
+        """The delete's address for `key` (for staff, with the tenant they chose)."""
+        url = reverse(self.declared.route(self.declared.action), kwargs={"key": key})
+        return f"{url}?{urlencode({'tenant': tenant.slug})}" if self.scope.is_staff else url
 
 
 # Its own actions (test, rotate, deliveries) are in dashboard/webhook_views.py.

@@ -3,6 +3,8 @@ month's cost so far and what it has committed."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from django.conf import settings
 from django.utils import timezone
 from drf_spectacular.utils import extend_schema, extend_schema_field, inline_serializer
@@ -134,28 +136,17 @@ class QuotaView(TenantView):
             ("memory", tenant.quota_memory_bytes, usage.memory_bytes, quantity.format_bytes),
             ("claims", tenant.quota_claims, usage.claims, str),
         )
-        body: dict = {
-            name: {"hard": show(hard), "used": show(used), "free": show(max(0, hard - used))}
-            for name, hard, used, show in lines
-        }
+        body: dict = {name: _line(hard, used, show) for name, hard, used, show in lines}
         if tenant.quota_devices:
             requested = selectors.devices_requested_by_class(tenant=tenant)
             body["devices"] = {
-                name: {
-                    "hard": str(hard),
-                    "used": str(requested.get(name, 0)),
-                    "free": str(max(0, hard - requested.get(name, 0))),
-                }
+                name: _line(hard, requested.get(name, 0))
                 for name, hard in sorted(tenant.quota_devices.items())
             }
         if tenant.quota_regions:
             held_in = selectors.devices_held_by_region(tenant=tenant)
             body["regions"] = {
-                name: {
-                    "hard": str(hard),
-                    "used": str(held_in.get(name, 0)),
-                    "free": str(max(0, hard - held_in.get(name, 0))),
-                }
+                name: _line(hard, held_in.get(name, 0))
                 for name, hard in sorted(tenant.quota_regions.items())
             }
         keys = tenancy_selectors.count_ssh_keys(tenant)
@@ -174,10 +165,7 @@ class QuotaView(TenantView):
                 quantity.format_bytes,
             ),
         )
-        body["limits"] = {
-            name: {"hard": show(hard), "used": show(used), "free": show(max(0, hard - used))}
-            for name, hard, used, show in counted
-        }
+        body["limits"] = {name: _line(hard, used, show) for name, hard, used, show in counted}
         body["limits"]["storageClasses"] = list(settings.STORAGE_CLASSES)
         now = timezone.now()
         to_date, this_month = billing_selectors.tenant_costs(
@@ -188,3 +176,8 @@ class QuotaView(TenantView):
         body["costThisMonth"] = billing_periods.cost_text(this_month)
         body["committed"] = billing_periods.cost_text(billing_budgets.committed(tenant, now=now))
         return Response(body)
+
+
+def _line(hard: int, used: int, show: Callable[[int], str] = str) -> dict[str, str]:
+    """One line of the quota: what may be used, what is, and what is left."""
+    return {"hard": show(hard), "used": show(used), "free": show(max(0, hard - used))}
